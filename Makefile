@@ -1,0 +1,56 @@
+# gardener-extension-node — developer entry points (Gardener's conventions).
+#
+#   make start           run the operator: against dev/kubeconfig if present, else a local control plane
+#   make test            everything CI runs: dependencies, format, lint, unit + integration tests
+#   make fmt | lint      format / check format and clippy
+#   make generate        regenerate crds/ from the Rust types
+#   make check-generate  fail if generated files are out of date
+#   make envtest         build (once) kube-apiserver and etcd and print their folder
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+CARGO ?= cargo
+KUBECONFIG_DEV := dev/kubeconfig
+
+.PHONY: start test fmt lint generate check-generate envtest deps unit integration check-orphans
+
+start:
+	@if [[ -f $(KUBECONFIG_DEV) ]]; then \
+	  echo "Using $(KUBECONFIG_DEV)"; \
+	  $(CARGO) run -- operator --kubeconfig $(KUBECONFIG_DEV) --http-bind-address 127.0.0.1:8080; \
+	else \
+	  echo "No $(KUBECONFIG_DEV): starting a local control plane with the example objects"; \
+	  assets="$$(hack/envtest.sh)"; \
+	  ENVTEST_ASSETS="$$assets" $(CARGO) run -- local-env; \
+	fi
+
+envtest:
+	@hack/envtest.sh
+
+deps:
+	@hack/install-deps.sh
+
+fmt:
+	$(CARGO) fmt --all
+
+lint:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --all-targets -- -D warnings
+
+generate:
+	$(CARGO) run --quiet -- crds --output-dir crds
+
+check-generate: generate
+	@if [[ -n "$$(git status --porcelain -- crds)" ]]; then \
+	  git status --porcelain -- crds; git diff -- crds | head -50; \
+	  echo "generated files are out of date: run 'make generate' and commit"; exit 1; \
+	fi
+
+test: deps
+	@assets="$$(hack/envtest.sh)"; \
+	  $(MAKE) --no-print-directory lint; \
+	  ENVTEST_ASSETS="$$assets" $(CARGO) test --all-targets; \
+	  $(MAKE) --no-print-directory check-orphans
+
+check-orphans:
+	@hack/check-orphans.sh

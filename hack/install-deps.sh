@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs what `make test` needs on a fresh machine: Debian packages (as root), the Rust
+# components for fmt/clippy, and checks that Go and kubectl are present. Idempotent.
+set -euo pipefail
+
+# Debian packages the tests use (procps: pgrep for the orphan check).
+packages=(procps)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  if [[ $(id -u) -ne 0 ]]; then
+    echo "install-deps: missing packages ${missing[*]} and not root; install them first" >&2
+    exit 1
+  fi
+  echo "install-deps: installing ${missing[*]}" >&2
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+for tool in go cargo; do
+  command -v "$tool" >/dev/null || { echo "install-deps: $tool is required but not on PATH" >&2; exit 1; }
+done
+if command -v rustup >/dev/null; then
+  for component in rustfmt clippy; do
+    rustup component list --installed 2>/dev/null | grep -q "^$component" || rustup component add "$component"
+  done
+fi

@@ -1,0 +1,62 @@
+//! Well-known annotation keys, label keys and values, finalizers and Secret data keys.
+//!
+//! These strings are part of the contract between gardenlet, gardener-resource-manager,
+//! machine-controller-manager and extensions; they must match upstream byte for byte. Every
+//! other module refers to them from here instead of repeating the literals.
+
+/// Annotation that asks an extension to act (`reconcile`, `migrate`, `restore`, `wait-for-state`).
+pub const ANNOTATION_OPERATION: &str = "gardener.cloud/operation";
+/// Value of [`ANNOTATION_OPERATION`]: reconcile now. The controller removes it before working.
+pub const OPERATION_RECONCILE: &str = "reconcile";
+/// Value of [`ANNOTATION_OPERATION`]: migrate away (source seed). Removed after success.
+pub const OPERATION_MIGRATE: &str = "migrate";
+/// Value of [`ANNOTATION_OPERATION`]: restore from `status.state` (destination seed). Removed after success.
+pub const OPERATION_RESTORE: &str = "restore";
+/// Value of [`ANNOTATION_OPERATION`]: do nothing until the value changes. Never removed by extensions.
+pub const OPERATION_WAIT_FOR_STATE: &str = "wait-for-state";
+
+/// Annotation carrying the RFC3339 time at which gardenlet last requested an operation.
+pub const ANNOTATION_TIMESTAMP: &str = "gardener.cloud/timestamp";
+/// Annotation that must be `true` before gardener-resource-manager admits deleting an extension object.
+pub const ANNOTATION_CONFIRMATION_DELETION: &str = "confirmation.gardener.cloud/deletion";
+/// Annotation on a Shoot (seen in `Cluster.spec.shoot`) that requests force deletion; parsed as a Go bool.
+pub const ANNOTATION_CONFIRMATION_FORCE_DELETION: &str =
+    "confirmation.gardener.cloud/force-deletion";
+/// Annotation on a Cluster naming the Secret that holds the generic token kubeconfig.
+pub const ANNOTATION_GENERIC_TOKEN_KUBECONFIG_SECRET_NAME: &str =
+    "generic-token-kubeconfig.secret.gardener.cloud/name";
+/// Name of the generic token kubeconfig Secret when the Cluster annotation is absent.
+pub const GENERIC_TOKEN_KUBECONFIG_SECRET_NAME: &str = "generic-token-kubeconfig";
+
+/// Label with the role of a namespace or object, e.g. [`ROLE_SHOOT`] on shoot control-plane namespaces.
+pub const LABEL_ROLE: &str = "gardener.cloud/role";
+/// Value of [`LABEL_ROLE`] on shoot control-plane namespaces in the seed.
+pub const ROLE_SHOOT: &str = "shoot";
+
+/// Finalizer of the ContainerRuntime controller.
+pub const FINALIZER_CONTAINER_RUNTIME: &str = "extensions.gardener.cloud/containerruntime";
+/// Finalizer of the OperatingSystemConfig controller (plural, as upstream).
+pub const FINALIZER_OPERATING_SYSTEM_CONFIG: &str =
+    "extensions.gardener.cloud/operatingsystemconfigs";
+/// Finalizer of the Worker controller.
+pub const FINALIZER_WORKER: &str = "extensions.gardener.cloud/worker";
+
+/// Node/pool label with the worker pool name.
+pub const LABEL_WORKER_POOL: &str = "worker.gardener.cloud/pool";
+/// Legacy node/pool label with the worker pool name (still set by gardenlet).
+pub const LABEL_WORKER_POOL_LEGACY: &str = "worker.garden.sapcloud.io/group";
+/// Node label with the CRI name of the pool (`containerd`).
+pub const LABEL_CRI_NAME: &str = "worker.gardener.cloud/cri-name";
+/// Prefix of the node label `containerruntime.worker.gardener.cloud/<type>=true`.
+pub const LABEL_PREFIX_CONTAINER_RUNTIME: &str = "containerruntime.worker.gardener.cloud/";
+/// Node label with the gardener-node-agent secret name (the OSC key) of the pool.
+pub const LABEL_NODE_AGENT_SECRET_NAME: &str =
+    "worker.gardener.cloud/gardener-node-agent-secret-name";
+
+/// Directory on nodes where container runtime binaries are installed (`spec.binaryPath`).
+pub const CONTAINER_RUNTIME_BINARY_PATH: &str = "/var/bin/containerruntimes";
+
+/// Data key of the OSC Secret in the shoot that holds the serialised OperatingSystemConfig.
+pub const DATA_KEY_OPERATING_SYSTEM_CONFIG: &str = "osc.yaml";
+/// Data key of the OSC result Secret in the seed that holds the user data.
+pub const DATA_KEY_CLOUD_CONFIG: &str = "cloud_config";

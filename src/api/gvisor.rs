@@ -1,0 +1,98 @@
+//! `GVisorConfiguration`: the `providerConfig` of gVisor ContainerRuntime objects.
+//!
+//! Users put it into `shoot.spec.provider.workers[].cri.containerRuntimes[].providerConfig`;
+//! gardenlet copies it verbatim into `ContainerRuntime.spec.providerConfig`. Decoded leniently
+//! (unknown fields ignored); the flags are validated by the ContainerRuntime controller. Not a CRD.
+
+use std::collections::BTreeMap;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// `apiVersion` of [`GVisorConfiguration`].
+pub const GVISOR_CONFIGURATION_API_VERSION: &str =
+    "gvisor.runtime.extensions.config.gardener.cloud/v1alpha1";
+/// `kind` of [`GVisorConfiguration`].
+pub const GVISOR_CONFIGURATION_KIND: &str = "GVisorConfiguration";
+
+/// Configuration of the gVisor runtime for one worker pool.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GVisorConfiguration {
+    /// Must be `gvisor.runtime.extensions.config.gardener.cloud/v1alpha1`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_version: Option<String>,
+    /// Must be `GVisorConfiguration`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    /// Extra `runsc` flags (without leading dashes), e.g. `net-raw: "true"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_flags: Option<BTreeMap<String, String>>,
+    /// Overrides the image tag of the gVisor installation image (testing only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub test_image_tag: Option<String>,
+}
+
+impl GVisorConfiguration {
+    /// A configuration with the expected `apiVersion` and `kind` and no settings.
+    pub fn new() -> Self {
+        GVisorConfiguration {
+            api_version: Some(GVISOR_CONFIGURATION_API_VERSION.to_owned()),
+            kind: Some(GVISOR_CONFIGURATION_KIND.to_owned()),
+            ..Default::default()
+        }
+    }
+
+    /// Whether `apiVersion` and `kind` name this type (both must be present and exact).
+    pub fn has_expected_type(&self) -> bool {
+        self.api_version.as_deref() == Some(GVISOR_CONFIGURATION_API_VERSION)
+            && self.kind.as_deref() == Some(GVISOR_CONFIGURATION_KIND)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_provider_config_and_ignores_unknown_fields() {
+        let config: GVisorConfiguration = serde_norway::from_str(
+            r#"
+apiVersion: gvisor.runtime.extensions.config.gardener.cloud/v1alpha1
+kind: GVisorConfiguration
+configFlags:
+  net-raw: "true"
+  debug: "false"
+testImageTag: v0.1.0
+somethingElse: 1
+"#,
+        )
+        .unwrap();
+        assert!(config.has_expected_type());
+        let flags = config.config_flags.as_ref().unwrap();
+        assert_eq!(flags["net-raw"], "true");
+        assert_eq!(config.test_image_tag.as_deref(), Some("v0.1.0"));
+
+        let json = serde_json::to_value(&config).unwrap();
+        assert!(json.get("somethingElse").is_none());
+        let back: GVisorConfiguration = serde_json::from_value(json).unwrap();
+        assert_eq!(back, config);
+    }
+
+    #[test]
+    fn new_has_type_meta_only() {
+        let json = serde_json::to_value(GVisorConfiguration::new()).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({
+                "apiVersion": GVISOR_CONFIGURATION_API_VERSION,
+                "kind": GVISOR_CONFIGURATION_KIND,
+            })
+        );
+        let wrong: GVisorConfiguration = serde_json::from_value(
+            serde_json::json!({"apiVersion": "x/v1", "kind": "GVisorConfiguration"}),
+        )
+        .unwrap();
+        assert!(!wrong.has_expected_type());
+    }
+}

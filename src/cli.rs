@@ -1,0 +1,79 @@
+//! Command line of the `gardener-extension-node` binary (clap derive).
+//!
+//! Every flag has a long name and an environment fallback; defaults show in `--help`.
+//! `main` only parses, initialises logging and calls [`Command::run`].
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::telemetry::LogFormat;
+
+/// A Gardener extension for shoot worker nodes.
+#[derive(Debug, Parser)]
+#[command(name = "gardener-extension-node", version, about)]
+pub struct Cli {
+    /// Log line format.
+    #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Text, global = true)]
+    pub log_format: LogFormat,
+
+    /// What to run.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the seed-side controllers (ContainerRuntime gvisor, OperatingSystemConfig, Worker).
+    Operator(OperatorArgs),
+    /// Run the on-node agent that applies the OperatingSystemConfig of its node.
+    Agent,
+    /// Install gVisor (runsc) into the node's containerd; run by the installation DaemonSet.
+    GvisorInstall,
+    /// Print the manifests the operator would create for an object, without a cluster.
+    Render,
+    /// Print the CustomResourceDefinitions of every kind this extension reads or writes.
+    Crds(CrdsArgs),
+    /// Development: start a local control plane with the example objects and run the operator.
+    LocalEnv(crate::devenv::LocalEnvArgs),
+}
+
+/// Flags of `operator`.
+#[derive(Debug, Clone, Args)]
+pub struct OperatorArgs {
+    /// Kubeconfig of the seed cluster; in-cluster configuration when unset.
+    #[arg(long, env = "KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// Address of the HTTP server for /healthz, /readyz and /metrics.
+    #[arg(long, env = "HTTP_BIND_ADDRESS", default_value = "0.0.0.0:8080")]
+    pub http_bind_address: SocketAddr,
+}
+
+/// Flags of `crds`.
+#[derive(Debug, Clone, Args)]
+pub struct CrdsArgs {
+    /// Write one file per CRD into this folder instead of printing a multi-document YAML stream.
+    #[arg(long)]
+    pub output_dir: Option<PathBuf>,
+}
+
+impl Command {
+    /// Runs the subcommand to completion.
+    pub async fn run(self) -> anyhow::Result<()> {
+        match self {
+            Command::Operator(args) => crate::operator::run(args).await,
+            Command::Crds(args) => crate::crds::run(args),
+            Command::LocalEnv(args) => crate::devenv::run_local_env(args).await,
+            Command::Agent => not_implemented("agent"),
+            Command::GvisorInstall => not_implemented("gvisor-install"),
+            Command::Render => not_implemented("render"),
+        }
+    }
+}
+
+fn not_implemented(name: &str) -> anyhow::Result<()> {
+    anyhow::bail!("`{name}` is not implemented yet")
+}

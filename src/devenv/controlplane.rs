@@ -1,0 +1,419 @@
+//! A real control plane for tests and `make start`: etcd and kube-apiserver, built from their
+//! Go modules by `hack/envtest.sh`, started on free loopback ports.
+//!
+//! Both processes run in one process group. A small watchdog (`sh`) polls the owning process
+//! and kills the whole group when it is gone, so neither a panic nor a SIGKILL of the owner
+//! leaves kube-apiserver or etcd behind. [`ControlPlane::stop`] (also run on drop) kills the
+//! group right away.
+
+use std::fs;
+use std::net::TcpListener;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::pki::{self, Pki};
+
+/// Errors while starting or stopping the control plane.
+#[derive(Debug, thiserror::Error)]
+pub enum ControlPlaneError {
+    /// A binary is missing from the assets folder.
+    #[error("{binary} not found in {dir}; run hack/envtest.sh")]
+    MissingBinary {
+        /// The binary name.
+        binary: &'static str,
+        /// The assets folder.
+        dir: String,
+    },
+    /// File system work in the state folder failed.
+    #[error("preparing {path}")]
+    Io {
+        /// What was being written or read.
+        path: String,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Certificate generation failed.
+    #[error("generating certificates")]
+    Pki(#[source] rcgen::Error),
+    /// A process could not be started.
+    #[error("starting {binary}")]
+    Spawn {
+        /// The binary name.
+        binary: &'static str,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A process exited while we waited for it to become ready.
+    #[error("{binary} exited during start-up ({status}); last log lines:\n{log_tail}")]
+    Exited {
+        /// The binary name.
+        binary: &'static str,
+        /// Its exit status.
+        status: String,
+        /// The end of its log file.
+        log_tail: String,
+    },
+    /// kube-apiserver did not report ready in time.
+    #[error("kube-apiserver not ready after {0:?}; last log lines:\n{1}")]
+    NotReady(Duration, String),
+    /// The admin kubeconfig does not load.
+    #[error("loading the admin kubeconfig")]
+    Kubeconfig(#[source] crate::kubeconfig::KubeconfigError),
+}
+
+/// Where the binaries are and where state goes.
+#[derive(Debug, Clone)]
+pub struct ControlPlaneOptions {
+    /// Folder with `kube-apiserver` and `etcd` (printed by `hack/envtest.sh`).
+    pub assets: PathBuf,
+    /// Folder for certificates, etcd data, logs and the kubeconfig; created if missing and
+    /// emptied first.
+    pub state_dir: PathBuf,
+    /// Remove `state_dir` once the control plane is gone (tests); keep it for inspection
+    /// otherwise (`make start`).
+    pub remove_state_on_exit: bool,
+}
+
+/// A running etcd + kube-apiserver pair.
+#[derive(Debug)]
+pub struct ControlPlane {
+    options: ControlPlaneOptions,
+    pki: Pki,
+    etcd_port: u16,
+    etcd_peer_port: u16,
+    apiserver_port: u16,
+    etcd: Option<Child>,
+    apiserver: Option<Child>,
+    watchdog: Option<Child>,
+    process_group: u32,
+    kubeconfig: String,
+}
+
+const READY_TIMEOUT: Duration = Duration::from_secs(120);
+
+impl ControlPlane {
+    /// Starts etcd and kube-apiserver and waits until `/readyz` answers `ok`.
+    pub async fn start(options: ControlPlaneOptions) -> Result<Self, ControlPlaneError> {
+        for binary in ["etcd", "kube-apiserver"] {
+            if !options.assets.join(binary).is_file() {
+                return Err(ControlPlaneError::MissingBinary {
+                    binary: if binary == "etcd" {
+                        "etcd"
+                    } else {
+                        "kube-apiserver"
+                    },
+                    dir: options.assets.display().to_string(),
+                });
+            }
+        }
+        let state = &options.state_dir;
+        if state.exists() {
+            fs::remove_dir_all(state).map_err(io_error(state))?;
+        }
+        fs::create_dir_all(state.join("etcd")).map_err(io_error(state))?;
+        fs::set_permissions(state.join("etcd"), fs::Permissions::from_mode(0o700))
+            .map_err(io_error(state))?;
+
+        let pki = pki::generate().map_err(ControlPlaneError::Pki)?;
+        for (name, content) in [
+            ("ca.crt", &pki.ca_cert),
+            ("apiserver.crt", &pki.serving_cert),
+            ("apiserver.key", &pki.serving_key),
+            ("sa.key", &pki.service_account_key),
+            ("sa.pub", &pki.service_account_public_key),
+        ] {
+            write_file(&state.join(name), content)?;
+        }
+        let [etcd_port, etcd_peer_port, apiserver_port] = free_ports()?;
+        let server = format!("https://127.0.0.1:{apiserver_port}");
+        let kubeconfig = crate::kubeconfig::render_client_cert_kubeconfig(
+            &server,
+            &pki.ca_cert,
+            &pki.admin_cert,
+            &pki.admin_key,
+        );
+        write_file(&state.join("kubeconfig"), &kubeconfig)?;
+
+        let mut plane = ControlPlane {
+            options,
+            pki,
+            etcd_port,
+            etcd_peer_port,
+            apiserver_port,
+            etcd: None,
+            apiserver: None,
+            watchdog: None,
+            process_group: 0,
+            kubeconfig,
+        };
+        let etcd = plane.spawn_etcd(0)?;
+        plane.process_group = etcd.id();
+        plane.etcd = Some(etcd);
+        plane.watchdog = Some(plane.spawn_watchdog()?);
+        plane.apiserver = Some(plane.spawn_apiserver()?);
+        plane.wait_ready().await?;
+        Ok(plane)
+    }
+
+    /// The admin kubeconfig (client certificate in `system:masters`).
+    pub fn kubeconfig(&self) -> &str {
+        &self.kubeconfig
+    }
+
+    /// Path of the admin kubeconfig file.
+    pub fn kubeconfig_path(&self) -> PathBuf {
+        self.options.state_dir.join("kubeconfig")
+    }
+
+    /// The API server URL.
+    pub fn server_url(&self) -> String {
+        format!("https://127.0.0.1:{}", self.apiserver_port)
+    }
+
+    /// The CA certificate (PEM) that signed the serving certificate.
+    pub fn ca_pem(&self) -> &str {
+        &self.pki.ca_cert
+    }
+
+    /// Client configuration for the admin identity.
+    pub async fn admin_config(&self) -> Result<kube::Config, ControlPlaneError> {
+        crate::kubeconfig::config_from_yaml(&self.kubeconfig)
+            .await
+            .map_err(ControlPlaneError::Kubeconfig)
+    }
+
+    /// Kills kube-apiserver and starts it again on the same port against the same etcd;
+    /// returns once it is ready. For fault-injection tests.
+    pub async fn restart_apiserver(&mut self) -> Result<(), ControlPlaneError> {
+        if let Some(mut child) = self.apiserver.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        self.apiserver = Some(self.spawn_apiserver()?);
+        self.wait_ready().await
+    }
+
+    /// Kills etcd and starts it again on the same ports and data; returns once the API
+    /// server is ready again. For fault-injection tests.
+    pub async fn restart_etcd(&mut self) -> Result<(), ControlPlaneError> {
+        if let Some(mut child) = self.etcd.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        self.etcd = Some(self.spawn_etcd(self.process_group)?);
+        self.wait_ready().await
+    }
+
+    /// Kills every process of the control plane (idempotent).
+    pub fn stop(&mut self) {
+        if self.process_group != 0 {
+            // The group contains etcd and kube-apiserver, even if one was restarted.
+            let _ = Command::new("kill")
+                .args(["-KILL", "--", &format!("-{}", self.process_group)])
+                .stderr(Stdio::null())
+                .status();
+        }
+        for child in [&mut self.etcd, &mut self.apiserver, &mut self.watchdog] {
+            if let Some(mut c) = child.take() {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+        self.process_group = 0;
+        if self.options.remove_state_on_exit {
+            let _ = fs::remove_dir_all(&self.options.state_dir);
+        }
+    }
+
+    fn spawn_etcd(&self, group: u32) -> Result<Child, ControlPlaneError> {
+        let state = &self.options.state_dir;
+        let client_url = format!("http://127.0.0.1:{}", self.etcd_port);
+        let peer_url = format!("http://127.0.0.1:{}", self.etcd_peer_port);
+        let mut command = Command::new(self.options.assets.join("etcd"));
+        command
+            .arg("--name=default")
+            .arg(format!("--data-dir={}", state.join("etcd").display()))
+            .arg(format!("--listen-client-urls={client_url}"))
+            .arg(format!("--advertise-client-urls={client_url}"))
+            .arg(format!("--listen-peer-urls={peer_url}"))
+            .arg(format!("--initial-advertise-peer-urls={peer_url}"))
+            .arg(format!("--initial-cluster=default={peer_url}"))
+            .arg("--unsafe-no-fsync=true")
+            .arg("--log-level=warn")
+            .process_group(group as i32);
+        spawn_logged(command, "etcd", &state.join("etcd.log"))
+    }
+
+    fn spawn_apiserver(&self) -> Result<Child, ControlPlaneError> {
+        let state = &self.options.state_dir;
+        let path = |name: &str| state.join(name).display().to_string();
+        let mut command = Command::new(self.options.assets.join("kube-apiserver"));
+        command
+            .arg(format!(
+                "--etcd-servers=http://127.0.0.1:{}",
+                self.etcd_port
+            ))
+            .arg("--bind-address=127.0.0.1")
+            .arg("--advertise-address=127.0.0.1")
+            .arg(format!("--secure-port={}", self.apiserver_port))
+            .arg(format!("--cert-dir={}", path("certs")))
+            .arg(format!("--tls-cert-file={}", path("apiserver.crt")))
+            .arg(format!("--tls-private-key-file={}", path("apiserver.key")))
+            .arg(format!("--client-ca-file={}", path("ca.crt")))
+            .arg("--authorization-mode=RBAC")
+            .arg("--service-account-issuer=https://kubernetes.default.svc.cluster.local")
+            .arg(format!("--service-account-key-file={}", path("sa.pub")))
+            .arg(format!(
+                "--service-account-signing-key-file={}",
+                path("sa.key")
+            ))
+            .arg("--service-cluster-ip-range=10.0.0.0/24")
+            .arg("--allow-privileged=true")
+            .arg("--enable-priority-and-fairness=false")
+            .arg("--v=1")
+            .process_group(self.process_group as i32);
+        spawn_logged(command, "kube-apiserver", &state.join("kube-apiserver.log"))
+    }
+
+    /// A shell that kills the group once the owning process (this one) is gone.
+    fn spawn_watchdog(&self) -> Result<Child, ControlPlaneError> {
+        let cleanup = if self.options.remove_state_on_exit {
+            format!(
+                "sleep 0.5; rm -rf '{}'",
+                self.options
+                    .state_dir
+                    .display()
+                    .to_string()
+                    .replace('\'', "")
+            )
+        } else {
+            String::from("true")
+        };
+        let script = format!(
+            "while kill -0 {owner} 2>/dev/null; do sleep 0.2; done; kill -KILL -{group} 2>/dev/null; {cleanup}; exit 0",
+            owner = std::process::id(),
+            group = self.process_group,
+        );
+        Command::new("sh")
+            .args(["-c", &script])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(0)
+            .spawn()
+            .map_err(|source| ControlPlaneError::Spawn {
+                binary: "sh (watchdog)",
+                source,
+            })
+    }
+
+    async fn wait_ready(&mut self) -> Result<(), ControlPlaneError> {
+        let config = self.admin_config().await?;
+        let started = Instant::now();
+        loop {
+            for (binary, child, log) in [
+                ("etcd", &mut self.etcd, "etcd.log"),
+                ("kube-apiserver", &mut self.apiserver, "kube-apiserver.log"),
+            ] {
+                if let Some(c) = child.as_mut()
+                    && let Ok(Some(status)) = c.try_wait()
+                {
+                    return Err(ControlPlaneError::Exited {
+                        binary,
+                        status: status.to_string(),
+                        log_tail: log_tail(&self.options.state_dir.join(log)),
+                    });
+                }
+            }
+            // Probe the port first: the client logs every refused connection as an error.
+            let listening =
+                std::net::TcpStream::connect(("127.0.0.1", self.apiserver_port)).is_ok();
+            if listening && let Ok(client) = kube::Client::try_from(config.clone()) {
+                let request = http::Request::get("/readyz").body(Vec::new());
+                if let Ok(request) = request
+                    && let Ok(body) = client.request_text(request).await
+                    && body.trim() == "ok"
+                {
+                    return Ok(());
+                }
+            }
+            if started.elapsed() > READY_TIMEOUT {
+                return Err(ControlPlaneError::NotReady(
+                    READY_TIMEOUT,
+                    log_tail(&self.options.state_dir.join("kube-apiserver.log")),
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+}
+
+impl Drop for ControlPlane {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> ControlPlaneError + '_ {
+    move |source| ControlPlaneError::Io {
+        path: path.display().to_string(),
+        source,
+    }
+}
+
+fn write_file(path: &Path, content: &str) -> Result<(), ControlPlaneError> {
+    fs::write(path, content).map_err(io_error(path))?;
+    fs::set_permissions(path, fs::Permissions::from_mode(0o600)).map_err(io_error(path))
+}
+
+fn spawn_logged(
+    mut command: Command,
+    binary: &'static str,
+    log: &Path,
+) -> Result<Child, ControlPlaneError> {
+    let file = fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .map_err(io_error(log))?;
+    let stderr = file.try_clone().map_err(io_error(log))?;
+    command
+        .stdin(Stdio::null())
+        .stdout(file)
+        .stderr(stderr)
+        .spawn()
+        .map_err(|source| ControlPlaneError::Spawn { binary, source })
+}
+
+fn log_tail(path: &Path) -> String {
+    let text = fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(20)..].join("\n")
+}
+
+/// Reserves three distinct free loopback ports (bound together so they differ).
+fn free_ports() -> Result<[u16; 3], ControlPlaneError> {
+    let bind = || {
+        TcpListener::bind("127.0.0.1:0").map_err(|source| ControlPlaneError::Io {
+            path: "127.0.0.1:0".into(),
+            source,
+        })
+    };
+    let listeners = [bind()?, bind()?, bind()?];
+    let mut ports = [0u16; 3];
+    for (port, listener) in ports.iter_mut().zip(&listeners) {
+        *port = listener
+            .local_addr()
+            .map_err(|source| ControlPlaneError::Io {
+                path: "127.0.0.1:0".into(),
+                source,
+            })?
+            .port();
+    }
+    Ok(ports)
+}

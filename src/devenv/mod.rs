@@ -1,0 +1,117 @@
+//! Local development environment: a real control plane, the CRDs and the example objects.
+//!
+//! `make start` without `dev/kubeconfig` runs `gardener-extension-node local-env`, which
+//! starts etcd + kube-apiserver ([`controlplane`]), installs `crds/`, applies `example/seed/`
+//! ([`apply`]) and runs the operator in the foreground against it. Ctrl-C stops everything.
+//! The test support code under `test/` uses the same pieces.
+
+pub mod apply;
+pub mod controlplane;
+pub mod pki;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use clap::Args;
+
+pub use controlplane::{ControlPlane, ControlPlaneOptions};
+
+/// Flags of `local-env`.
+#[derive(Debug, Clone, Args)]
+pub struct LocalEnvArgs {
+    /// Folder with the `kube-apiserver` and `etcd` binaries; `hack/envtest.sh` builds them
+    /// and prints it (run from the repository root when unset).
+    #[arg(long, env = "ENVTEST_ASSETS")]
+    pub envtest_assets: Option<PathBuf>,
+
+    /// Folder for the control plane's state (certificates, etcd data, logs, kubeconfig).
+    #[arg(long, default_value = "dev/local-env")]
+    pub state_dir: PathBuf,
+
+    /// Folder of CRDs to install.
+    #[arg(long, default_value = "crds")]
+    pub crd_dir: PathBuf,
+
+    /// Folder of seed-side example objects to apply.
+    #[arg(long, default_value = "example/seed")]
+    pub example_dir: PathBuf,
+
+    /// Address of the operator's HTTP server.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    pub http_bind_address: SocketAddr,
+}
+
+/// Finds the control-plane binaries: `explicit`, else `$ENVTEST_ASSETS`, else the folder that
+/// `<repo>/hack/envtest.sh` prints (building them on first use).
+pub fn resolve_assets(explicit: Option<&Path>, repo: &Path) -> anyhow::Result<PathBuf> {
+    if let Some(path) = explicit {
+        return Ok(path.to_path_buf());
+    }
+    if let Some(path) = std::env::var_os("ENVTEST_ASSETS").filter(|v| !v.is_empty()) {
+        return Ok(PathBuf::from(path));
+    }
+    let script = repo.join("hack/envtest.sh");
+    let output = std::process::Command::new("bash")
+        .arg(&script)
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .with_context(|| format!("running {}", script.display()))?;
+    anyhow::ensure!(
+        output.status.success(),
+        "{} failed ({})",
+        script.display(),
+        output.status
+    );
+    let folder = String::from_utf8(output.stdout).context("envtest.sh printed non-UTF-8")?;
+    let folder = folder.lines().last().unwrap_or_default().trim();
+    anyhow::ensure!(!folder.is_empty(), "{} printed no folder", script.display());
+    Ok(PathBuf::from(folder))
+}
+
+/// Runs `local-env` until Ctrl-C/SIGTERM.
+pub async fn run_local_env(args: LocalEnvArgs) -> anyhow::Result<()> {
+    let LocalEnvArgs {
+        envtest_assets,
+        state_dir,
+        crd_dir,
+        example_dir,
+        http_bind_address,
+    } = args;
+    let assets = resolve_assets(envtest_assets.as_deref(), Path::new("."))?;
+    let state_dir = std::path::absolute(&state_dir).context("resolving --state-dir")?;
+    tracing::info!(assets = %assets.display(), state = %state_dir.display(), "starting etcd and kube-apiserver");
+    let plane = ControlPlane::start(ControlPlaneOptions {
+        assets,
+        state_dir,
+        remove_state_on_exit: false,
+    })
+    .await
+    .context("starting the local control plane")?;
+    let kubeconfig = plane.kubeconfig_path();
+    let client = kube::Client::try_from(plane.admin_config().await?)?;
+
+    apply::install_crds(&client, &crd_dir)
+        .await
+        .with_context(|| format!("installing {}", crd_dir.display()))?;
+    let examples = apply::read_dir(&example_dir)?;
+    apply::apply_all(&client, &examples, "default")
+        .await
+        .with_context(|| format!("applying {}", example_dir.display()))?;
+
+    println!("Local control plane is up ({}).", plane.server_url());
+    println!("Kubeconfig: {}", kubeconfig.display());
+    println!(
+        "Try: kubectl --kubeconfig {} get containerruntimes,operatingsystemconfigs,workers -A",
+        kubeconfig.display()
+    );
+    println!("Health: curl http://{http_bind_address}/healthz   (Ctrl-C stops everything)");
+
+    let result = crate::operator::run(crate::cli::OperatorArgs {
+        kubeconfig: Some(kubeconfig),
+        http_bind_address,
+    })
+    .await;
+    drop(plane);
+    result
+}

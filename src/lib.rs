@@ -1,0 +1,19 @@
+//! gardener-extension-node: a Gardener extension for the worker nodes of shoot clusters.
+//!
+//! The crate builds one binary with several subcommands (see [`cli`]). The library half
+//! exists so that the integration tests under `test/` can use the same code:
+//!
+//! - [`api`]: Rust types of every kind we read or write (no I/O).
+//! - [`operator`]: the seed-side controllers and their HTTP endpoints.
+//! - [`devenv`]: a local control plane (etcd + kube-apiserver) for `make start` and the tests.
+//! - [`crds`]: generation of `crds/` from the types in [`api`].
+
+pub mod api;
+pub mod cli;
+pub mod crds;
+pub mod devenv;
+pub mod http;
+pub mod kubeconfig;
+pub mod metrics;
+pub mod operator;
+pub mod telemetry;

@@ -1,0 +1,214 @@
+//! Builders of the objects tests create. Every object built here is also applied against
+//! Gardener's upstream CRDs by `test/crds_upstream.rs`, so whatever a test creates is known
+//! to be accepted by a real seed.
+
+use gardener_extension_node::api::{Cluster, ContainerRuntime, OperatingSystemConfig, Worker};
+use serde_json::{Value, json};
+
+/// The Shoot embedded in a Cluster: one pool `worker-a` with gVisor, k8s 1.36.
+pub fn shoot_json(namespace: &str) -> Value {
+    json!({
+        "apiVersion": "core.gardener.cloud/v1beta1",
+        "kind": "Shoot",
+        "metadata": {"name": "local", "namespace": "garden-local"},
+        "spec": {
+            "kubernetes": {"version": "1.36.3"},
+            "provider": {
+                "type": "local",
+                "workers": [{
+                    "name": "worker-a",
+                    "machine": {"type": "local", "image": {"name": "debian", "version": "13.2"}},
+                    "minimum": 1,
+                    "maximum": 3,
+                    "zones": ["0"],
+                    "cri": {
+                        "name": "containerd",
+                        "containerRuntimes": [{"type": "gvisor"}]
+                    }
+                }]
+            }
+        },
+        "status": {
+            "technicalID": namespace,
+            "lastOperation": {
+                "type": "Reconcile", "state": "Processing", "progress": 50,
+                "description": "Reconciling", "lastUpdateTime": "2026-11-30T08:00:00Z"
+            }
+        }
+    })
+}
+
+/// The Cluster of `namespace` (Cluster name == namespace).
+pub fn cluster(namespace: &str) -> Cluster {
+    serde_json::from_value(cluster_json(namespace)).expect("cluster fixture")
+}
+
+/// JSON form of [`cluster`].
+pub fn cluster_json(namespace: &str) -> Value {
+    json!({
+        "apiVersion": "extensions.gardener.cloud/v1alpha1",
+        "kind": "Cluster",
+        "metadata": {"name": namespace},
+        "spec": {
+            "cloudProfile": {"apiVersion": "core.gardener.cloud/v1beta1", "kind": "CloudProfile", "metadata": {"name": "local"}},
+            "seed": {"apiVersion": "core.gardener.cloud/v1beta1", "kind": "Seed", "metadata": {"name": "local"}},
+            "shoot": shoot_json(namespace),
+        }
+    })
+}
+
+/// A gVisor ContainerRuntime for `pool`, as gardenlet creates it (name `gvisor-<pool>`).
+pub fn container_runtime(namespace: &str, pool: &str) -> ContainerRuntime {
+    serde_json::from_value(container_runtime_json(namespace, pool)).expect("cr fixture")
+}
+
+/// JSON form of [`container_runtime`].
+pub fn container_runtime_json(namespace: &str, pool: &str) -> Value {
+    json!({
+        "apiVersion": "extensions.gardener.cloud/v1alpha1",
+        "kind": "ContainerRuntime",
+        "metadata": {"name": format!("gvisor-{pool}"), "namespace": namespace},
+        "spec": {
+            "type": "gvisor",
+            "binaryPath": "/var/bin/containerruntimes",
+            "providerConfig": {
+                "apiVersion": "gvisor.runtime.extensions.config.gardener.cloud/v1alpha1",
+                "kind": "GVisorConfiguration",
+                "configFlags": {"net-raw": "true"}
+            },
+            "workerPool": {
+                "name": pool,
+                "selector": {"matchLabels": {
+                    "worker.gardener.cloud/pool": pool,
+                    "worker.garden.sapcloud.io/group": pool
+                }}
+            }
+        }
+    })
+}
+
+/// An OperatingSystemConfig with a unit (drop-in, file path), a plain, a b64, a secretRef
+/// and an unencoded file.
+pub fn operating_system_config(
+    namespace: &str,
+    name: &str,
+    purpose: &str,
+) -> OperatingSystemConfig {
+    serde_json::from_value(operating_system_config_json(namespace, name, purpose))
+        .expect("osc fixture")
+}
+
+/// JSON form of [`operating_system_config`].
+pub fn operating_system_config_json(namespace: &str, name: &str, purpose: &str) -> Value {
+    json!({
+        "apiVersion": "extensions.gardener.cloud/v1alpha1",
+        "kind": "OperatingSystemConfig",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {"worker.gardener.cloud/pool": "worker-a"}
+        },
+        "spec": {
+            "type": "debian",
+            "purpose": purpose,
+            "criConfig": {"name": "containerd", "cgroupDriver": "systemd"},
+            "units": [{
+                "name": "example.service",
+                "command": "start",
+                "enable": true,
+                "content": "[Service]\nExecStart=/bin/sleep infinity\n",
+                "dropIns": [{"name": "10-env.conf", "content": "[Service]\nEnvironment=A=b\n"}],
+                "filePaths": ["/etc/example/plain"]
+            }],
+            "files": [
+                {"path": "/etc/example/plain", "permissions": 420,
+                 "content": {"inline": {"encoding": "", "data": "hello $HOME `date`\n"}}},
+                {"path": "/etc/example/b64", "permissions": 384,
+                 "content": {"inline": {"encoding": "b64", "data": "aGVsbG8K"}}},
+                {"path": "/etc/example/from-secret",
+                 "content": {"secretRef": {"name": "example-secret", "dataKey": "value"}}},
+                {"path": "/var/lib/example/token",
+                 "content": {"transmitUnencoded": true, "inline": {"encoding": "", "data": "<<BOOTSTRAP_TOKEN>>"}}}
+            ]
+        }
+    })
+}
+
+/// A Worker with one pool in one zone.
+pub fn worker(namespace: &str) -> Worker {
+    serde_json::from_value(worker_json(namespace)).expect("worker fixture")
+}
+
+/// JSON form of [`worker`].
+pub fn worker_json(namespace: &str) -> Value {
+    json!({
+        "apiVersion": "extensions.gardener.cloud/v1alpha1",
+        "kind": "Worker",
+        "metadata": {"name": "worker", "namespace": namespace},
+        "spec": {
+            "type": "local",
+            "region": "local",
+            "secretRef": {"name": "cloudprovider", "namespace": namespace},
+            "pools": [{
+                "name": "worker-a",
+                "machineType": "local",
+                "machineImage": {"name": "debian", "version": "13.2"},
+                "minimum": 1,
+                "maximum": 3,
+                "maxSurge": 1,
+                "maxUnavailable": 0,
+                "zones": ["0"],
+                "labels": {"containerruntime.worker.gardener.cloud/gvisor": "true"},
+                "taints": [{"key": "dedicated", "value": "gvisor", "effect": "NoSchedule"}],
+                "userDataSecretRef": {"name": "osc-result-pool-a-init", "key": "cloud_config"},
+                "nodeAgentSecretName": "gardener-node-agent-worker-a-0123456789abcdef",
+                "kubernetesVersion": "1.36.3"
+            }]
+        }
+    })
+}
+
+/// A status as the controllers write it after a successful operation.
+pub fn succeeded_status(generation: i64) -> Value {
+    json!({
+        "observedGeneration": generation,
+        "lastOperation": {
+            "type": "Reconcile",
+            "state": "Succeeded",
+            "progress": 100,
+            "description": "Successfully reconciled",
+            "lastUpdateTime": "2026-11-30T08:00:01Z"
+        },
+        "lastError": null
+    })
+}
+
+/// A status as the controllers write it after a failed operation.
+pub fn error_status(generation: i64) -> Value {
+    json!({
+        "observedGeneration": generation,
+        "lastOperation": {
+            "type": "Reconcile",
+            "state": "Error",
+            "progress": 50,
+            "description": "Error reconciling: bad flag",
+            "lastUpdateTime": "2026-11-30T08:00:01Z"
+        },
+        "lastError": {
+            "description": "Error reconciling: bad flag",
+            "codes": ["ERR_CONFIGURATION_PROBLEM"],
+            "lastUpdateTime": "2026-11-30T08:00:01Z"
+        }
+    })
+}
+
+/// Every object tests create, in apply order, for the upstream-CRD compatibility test.
+pub fn all_objects_json(namespace: &str) -> Vec<Value> {
+    vec![
+        cluster_json(namespace),
+        container_runtime_json(namespace, "worker-a"),
+        operating_system_config_json(namespace, "osc-provision", "provision"),
+        operating_system_config_json(namespace, "osc-reconcile", "reconcile"),
+        worker_json(namespace),
+    ]
+}

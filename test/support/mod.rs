@@ -1,0 +1,195 @@
+//! Test support: one real control plane (etcd + kube-apiserver) per test binary, shared by its
+//! tests, and a fresh namespace per test.
+//!
+//! The control plane is started on first use from the binaries `hack/envtest.sh` builds
+//! (or `$ENVTEST_ASSETS`). It is never stopped explicitly: its watchdog kills it when the test
+//! binary exits, also after a panic, so no kube-apiserver outlives `cargo test`.
+//!
+//! kube clients are bound to the tokio runtime that built them, and every `#[tokio::test]`
+//! has its own runtime, so the shared state is the kubeconfig, not a client.
+
+#![allow(dead_code)]
+
+pub mod fixtures;
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use gardener_extension_node::devenv::{self, ControlPlane, ControlPlaneOptions};
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{ObjectMeta, PostParams};
+use kube::{Api, Client};
+
+/// Which CRDs the shared control plane has installed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Crds {
+    /// Ours, from `crds/` (generated from `src/api`).
+    Ours,
+    /// Gardener's, from `../shared/gardener-crds/` (compatibility tests).
+    Upstream,
+}
+
+struct Shared {
+    crds: Crds,
+    kubeconfig: String,
+    server_url: String,
+    ca_pem: String,
+    // Kept alive for the whole test binary; the watchdog stops it at exit.
+    _plane: ControlPlane,
+}
+
+static SHARED: OnceLock<Shared> = OnceLock::new();
+static NAMESPACE_COUNTER: AtomicUsize = AtomicUsize::new(0);
+
+/// The repository root.
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The upstream CRD folder, if present next to the repository.
+pub fn upstream_crd_dir() -> Option<PathBuf> {
+    let dir = repo_root().join("../shared/gardener-crds");
+    dir.is_dir().then_some(dir)
+}
+
+fn shared(crds: Crds) -> &'static Shared {
+    let shared = SHARED.get_or_init(|| {
+        // Start in a runtime of our own on a plain thread: the caller is inside a test's
+        // runtime, which cannot block on another one.
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .enable_all()
+                .build()
+                .expect("test runtime builds");
+            runtime.block_on(start(crds))
+        })
+        .join()
+        .expect("control plane start-up thread panicked")
+    });
+    assert_eq!(
+        shared.crds, crds,
+        "one test binary uses one CRD flavour; split the tests into another [[test]]"
+    );
+    shared
+}
+
+async fn start(crds: Crds) -> Shared {
+    let assets = devenv::resolve_assets(None, &repo_root()).expect("envtest binaries");
+    let state_dir = std::env::temp_dir().join(format!(
+        "gardener-extension-node-test-{}",
+        std::process::id()
+    ));
+    let plane = ControlPlane::start(ControlPlaneOptions {
+        assets,
+        state_dir,
+        remove_state_on_exit: true,
+    })
+    .await
+    .expect("control plane starts");
+    let client =
+        Client::try_from(plane.admin_config().await.expect("admin config")).expect("client");
+    let crd_dir = match crds {
+        Crds::Ours => repo_root().join("crds"),
+        Crds::Upstream => upstream_crd_dir().expect("upstream CRDs present"),
+    };
+    devenv::apply::install_crds(&client, &crd_dir)
+        .await
+        .expect("CRDs install");
+    Shared {
+        crds,
+        kubeconfig: plane.kubeconfig().to_string(),
+        server_url: plane.server_url(),
+        ca_pem: plane.ca_pem().to_string(),
+        _plane: plane,
+    }
+}
+
+/// A test's view of the control plane: an admin client and a namespace of its own.
+pub struct TestEnv {
+    /// Admin client (group `system:masters`), bound to the calling test's runtime.
+    pub client: Client,
+    /// A namespace created for this test.
+    pub namespace: String,
+    /// The API server URL.
+    pub server_url: String,
+    /// The CA that signed the serving certificate (PEM).
+    pub ca_pem: String,
+    /// The admin kubeconfig.
+    pub kubeconfig: String,
+}
+
+/// Starts (once) the control plane with our CRDs and returns a fresh namespace.
+pub async fn env() -> TestEnv {
+    env_with(Crds::Ours).await
+}
+
+/// Like [`env`] with the chosen CRD flavour.
+pub async fn env_with(crds: Crds) -> TestEnv {
+    let shared = shared(crds);
+    let config = gardener_extension_node::kubeconfig::config_from_yaml(&shared.kubeconfig)
+        .await
+        .expect("admin kubeconfig loads");
+    let client = Client::try_from(config).expect("client builds");
+    let namespace = format!(
+        "test-{}-{}",
+        NAMESPACE_COUNTER.fetch_add(1, Ordering::SeqCst),
+        std::process::id()
+    );
+    create_namespace(&client, &namespace).await;
+    TestEnv {
+        client,
+        namespace,
+        server_url: shared.server_url.clone(),
+        ca_pem: shared.ca_pem.clone(),
+        kubeconfig: shared.kubeconfig.clone(),
+    }
+}
+
+/// Creates a namespace labelled as a shoot namespace (`gardener.cloud/role=shoot`).
+pub async fn create_namespace(client: &Client, name: &str) {
+    let namespace = Namespace {
+        metadata: ObjectMeta {
+            name: Some(name.to_string()),
+            labels: Some([("gardener.cloud/role".to_string(), "shoot".to_string())].into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &namespace)
+        .await
+        .expect("namespace created");
+}
+
+/// Reads the objects of a folder of YAML files (sorted, not recursive).
+pub fn read_objects(dir: &Path) -> Vec<kube::api::DynamicObject> {
+    devenv::apply::read_dir(dir).expect("objects parse")
+}
+
+/// Merge-patches `status` of any object through its `/status` subresource.
+pub async fn patch_status_dynamic(
+    client: &Client,
+    object: &kube::api::DynamicObject,
+    status: serde_json::Value,
+) -> Result<kube::api::DynamicObject, kube::Error> {
+    use kube::ResourceExt;
+    let types = object.types.clone().expect("object has apiVersion/kind");
+    let gvk = kube::core::GroupVersionKind::try_from(&types).expect("valid apiVersion");
+    let (resource, capabilities) = kube::discovery::pinned_kind(client, &gvk).await?;
+    let api: Api<kube::api::DynamicObject> = match capabilities.scope {
+        kube::discovery::Scope::Cluster => Api::all_with(client.clone(), &resource),
+        kube::discovery::Scope::Namespaced => Api::namespaced_with(
+            client.clone(),
+            object.namespace().as_deref().unwrap_or("default"),
+            &resource,
+        ),
+    };
+    api.patch_status(
+        &object.name_any(),
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(serde_json::json!({ "status": status })),
+    )
+    .await
+}
