@@ -3,7 +3,6 @@
 //! Every flag has a long name and an environment fallback; defaults show in `--help`.
 //! `main` only parses, initialises logging and calls [`Command::run`].
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
@@ -27,29 +26,18 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the seed-side controllers (ContainerRuntime gvisor, OperatingSystemConfig, Worker).
-    Operator(OperatorArgs),
+    Operator(crate::operator::OperatorArgs),
     /// Run the on-node agent that applies the OperatingSystemConfig of its node.
     Agent,
     /// Install gVisor (runsc) into the node's containerd; run by the installation DaemonSet.
     GvisorInstall,
     /// Print the manifests the operator would create for an object, without a cluster.
-    Render,
+    #[command(subcommand)]
+    Render(crate::render::RenderCommand),
     /// Print the CustomResourceDefinitions of every kind this extension reads or writes.
     Crds(CrdsArgs),
     /// Development: start a local control plane with the example objects and run the operator.
     LocalEnv(crate::devenv::LocalEnvArgs),
-}
-
-/// Flags of `operator`.
-#[derive(Debug, Clone, Args)]
-pub struct OperatorArgs {
-    /// Kubeconfig of the seed cluster; in-cluster configuration when unset.
-    #[arg(long, env = "KUBECONFIG")]
-    pub kubeconfig: Option<PathBuf>,
-
-    /// Address of the HTTP server for /healthz, /readyz and /metrics.
-    #[arg(long, env = "HTTP_BIND_ADDRESS", default_value = "0.0.0.0:8080")]
-    pub http_bind_address: SocketAddr,
 }
 
 /// Flags of `crds`.
@@ -69,7 +57,7 @@ impl Command {
             Command::LocalEnv(args) => crate::devenv::run_local_env(args).await,
             Command::Agent => not_implemented("agent"),
             Command::GvisorInstall => not_implemented("gvisor-install"),
-            Command::Render => not_implemented("render"),
+            Command::Render(command) => command.run(),
         }
     }
 }

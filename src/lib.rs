@@ -4,16 +4,22 @@
 //! exists so that the integration tests under `test/` can use the same code:
 //!
 //! - [`api`]: Rust types of every kind we read or write (no I/O).
+//! - [`extension`]: the generic Gardener extension reconciler (contract, status, finalizers).
+//! - [`controllers`]: the actuators (gVisor ContainerRuntime, OperatingSystemConfig, Worker).
 //! - [`operator`]: the seed-side controllers and their HTTP endpoints.
 //! - [`devenv`]: a local control plane (etcd + kube-apiserver) for `make start` and the tests.
 //! - [`crds`]: generation of `crds/` from the types in [`api`].
 
 pub mod api;
 pub mod cli;
+pub mod controllers;
 pub mod crds;
 pub mod devenv;
+pub mod extension;
 pub mod http;
+pub mod imagevector;
 pub mod kubeconfig;
 pub mod metrics;
 pub mod operator;
+pub mod render;
 pub mod telemetry;

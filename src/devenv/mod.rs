@@ -107,10 +107,10 @@ pub async fn run_local_env(args: LocalEnvArgs) -> anyhow::Result<()> {
     );
     println!("Health: curl http://{http_bind_address}/healthz   (Ctrl-C stops everything)");
 
-    let result = crate::operator::run(crate::cli::OperatorArgs {
-        kubeconfig: Some(kubeconfig),
+    let result = crate::operator::run(crate::operator::OperatorArgs::local(
+        kubeconfig,
         http_bind_address,
-    })
+    ))
     .await;
     drop(plane);
     result

@@ -1,59 +1,225 @@
 //! The seed-side operator: connects to the seed's API server, serves `/healthz`, `/readyz`
-//! and `/metrics`, and runs the extension controllers until SIGTERM or Ctrl-C.
+//! and `/metrics`, wins leader election, renews the heartbeat and runs the extension
+//! controllers until SIGTERM or Ctrl-C.
+//!
+//! Readiness: a replica waiting for leadership is ready (it serves probes and would take
+//! over); the leader is ready once every controller has processed its first list.
+
+mod options;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
+use kube::Client;
+use prometheus_client::registry::Registry;
+use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
-use crate::cli::OperatorArgs;
+pub use options::{ControllerName, OperatorArgs};
+
+use crate::controllers::containerruntime::{self, GVisorActuator};
+use crate::extension::controller::{self, ControllerOptions};
+use crate::extension::error::RetryPolicy;
+use crate::extension::events::EventPublisher;
+use crate::extension::leader::{LeaderElector, Timings};
+use crate::extension::metrics::ControllerMetrics;
+use crate::extension::predicate::Filter;
+use crate::extension::reconciler::Reconciler;
+use crate::extension::{Actuator, heartbeat};
 use crate::http::{Readiness, ServerState};
+use crate::imagevector::ImageVector;
 
 /// Runs the operator until a shutdown signal arrives.
 pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
-    let OperatorArgs {
-        kubeconfig,
-        http_bind_address,
-    } = args;
-    let client = crate::kubeconfig::client(kubeconfig.as_deref())
+    let shutdown = CancellationToken::new();
+    tokio::spawn(forward_signals(shutdown.clone()));
+    run_until(args, shutdown).await
+}
+
+/// Runs the operator until `shutdown` is cancelled (tests cancel it to stop an operator).
+pub async fn run_until(args: OperatorArgs, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let client = crate::kubeconfig::client(args.kubeconfig.as_deref())
         .await
         .context("connecting to the seed API server")?;
     let version = client
         .apiserver_version()
         .await
         .context("reading the API server version")?;
-    tracing::info!(server_version = %version.git_version, "connected to the seed API server");
+    tracing::info!(
+        server_version = %version.git_version,
+        gardener_version = args.gardener_version.as_deref().unwrap_or("unknown"),
+        "connected to the seed API server"
+    );
+    // Everything that can fail on bad configuration fails here, before serving.
+    let templates =
+        containerruntime::render::Templates::new().context("parsing the gVisor templates")?;
+    let images = ImageVector::load().context("loading the image vector")?;
 
-    let registry = Arc::new(crate::metrics::new_registry());
+    let mut registry = crate::metrics::new_registry();
+    let metrics = ControllerMetrics::register(&mut registry);
     let readiness = Readiness::default();
-    let shutdown = CancellationToken::new();
-    tokio::spawn(forward_signals(shutdown.clone()));
+    let server = spawn_server(&args, registry, readiness.clone(), shutdown.clone());
 
-    let server = {
-        let state = ServerState {
-            registry: registry.clone(),
-            readiness: readiness.clone(),
-        };
+    let identity = identity();
+    let elector = args.leader_election.then(|| {
+        LeaderElector::new(
+            client.clone(),
+            &args.leader_election_namespace,
+            &args.leader_election_id,
+            &identity,
+            Timings::default(),
+        )
+    });
+    let mut leadership = None;
+    if let Some(elector) = elector {
+        readiness.set_ready();
+        if !elector.acquire(&shutdown).await {
+            return finish(server, None).await;
+        }
+        readiness.set_not_ready();
         let stop = shutdown.clone();
-        tokio::spawn(async move {
-            crate::http::serve(
-                http_bind_address,
-                state,
-                async move { stop.cancelled().await },
-            )
-            .await
-        })
-    };
+        leadership = Some(tokio::spawn(async move {
+            let result = elector.keep(&stop).await;
+            // Losing leadership stops everything; the pod restarts as a follower.
+            stop.cancel();
+            result
+        }));
+    }
 
-    readiness.set_ready();
+    tokio::spawn(heartbeat::run(
+        client.clone(),
+        args.heartbeat_namespace.clone(),
+        identity.clone(),
+        Duration::from_secs(args.heartbeat_renew_interval_seconds),
+        shutdown.clone(),
+    ));
+
+    let events = EventPublisher::new(client.clone());
+    let options = ControllerOptions {
+        max_concurrent: args.max_concurrent_reconciles.max(1),
+        retry: RetryPolicy::default(),
+    };
+    let filter = |types: Vec<String>| Filter {
+        classes: args.extension_classes.clone(),
+        types,
+        ignore_operation_annotation: args.ignore_operation_annotation,
+    };
+    let mut synced = Vec::new();
+    let mut controllers = Vec::new();
+    for name in dedup(&args.controllers) {
+        match name {
+            ControllerName::Containerruntime => {
+                let actuator = GVisorActuator::new(
+                    client.clone(),
+                    templates.clone(),
+                    images.clone(),
+                    args.gvisor_installation_test_repository.clone(),
+                );
+                let (task, ready) = start_controller(
+                    &client,
+                    actuator,
+                    filter(vec![containerruntime::TYPE.to_string()]),
+                    &events,
+                    &metrics,
+                    options,
+                    &shutdown,
+                );
+                controllers.push(task);
+                synced.push(ready);
+            }
+        }
+    }
+    tokio::select! {
+        _ = shutdown.cancelled() => {}
+        _ = futures::future::join_all(synced) => {
+            tracing::info!("all controllers synced; ready");
+            readiness.set_ready();
+        }
+    }
     shutdown.cancelled().await;
     readiness.set_not_ready();
     tracing::info!("shutting down");
+    for task in controllers {
+        let _ = task.await;
+    }
+    finish(server, leadership).await
+}
+
+fn start_controller<A: Actuator>(
+    client: &Client,
+    actuator: A,
+    filter: Filter,
+    events: &EventPublisher,
+    metrics: &ControllerMetrics,
+    options: ControllerOptions,
+    shutdown: &CancellationToken,
+) -> (tokio::task::JoinHandle<()>, oneshot::Receiver<()>) {
+    let reconciler = Arc::new(Reconciler {
+        client: client.clone(),
+        actuator,
+        filter,
+        events: events.clone(),
+        metrics: metrics.clone(),
+    });
+    let (sender, receiver) = oneshot::channel();
+    let task = tokio::spawn(controller::run(
+        reconciler,
+        options,
+        sender,
+        shutdown.clone(),
+    ));
+    (task, receiver)
+}
+
+type ServerTask = tokio::task::JoinHandle<std::io::Result<()>>;
+type LeadershipTask = tokio::task::JoinHandle<Result<(), crate::extension::leader::LeaderError>>;
+
+fn spawn_server(
+    args: &OperatorArgs,
+    registry: Registry,
+    readiness: Readiness,
+    shutdown: CancellationToken,
+) -> ServerTask {
+    let state = ServerState {
+        registry: Arc::new(registry),
+        readiness,
+    };
+    let address = args.http_bind_address;
+    tokio::spawn(async move {
+        crate::http::serve(address, state, async move { shutdown.cancelled().await }).await
+    })
+}
+
+async fn finish(server: ServerTask, leadership: Option<LeadershipTask>) -> anyhow::Result<()> {
     server
         .await
         .context("HTTP server task")?
         .context("HTTP server")?;
+    if let Some(task) = leadership {
+        task.await.context("leader election task")??;
+    }
     Ok(())
+}
+
+fn dedup(names: &[ControllerName]) -> Vec<ControllerName> {
+    let mut seen = Vec::new();
+    for name in names {
+        if !seen.contains(name) {
+            seen.push(*name);
+        }
+    }
+    seen
+}
+
+/// This replica's identity for leases: the pod name (downward API) or host name, plus a
+/// random suffix so a restarted process never mistakes an old lease for its own.
+fn identity() -> String {
+    let base = std::env::var("POD_NAME")
+        .or_else(|_| std::env::var("HOSTNAME"))
+        .unwrap_or_else(|_| "gardener-extension-node".to_string());
+    let suffix: u32 = std::process::id() ^ (chrono::Utc::now().timestamp_subsec_nanos());
+    format!("{base}_{suffix:08x}")
 }
 
 /// Cancels `token` on SIGINT or SIGTERM.

@@ -11,6 +11,8 @@
 #![allow(dead_code)]
 
 pub mod fixtures;
+pub mod gardener;
+pub mod operator;
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -192,4 +194,23 @@ pub async fn patch_status_dynamic(
         &kube::api::Patch::Merge(serde_json::json!({ "status": status })),
     )
     .await
+}
+
+/// Polls `check` every 200 ms until it returns `Some` or `timeout` passes; panics with
+/// `what` and the last observation otherwise.
+pub async fn wait_for<T, F, Fut>(what: &str, timeout: std::time::Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, String>>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        match check().await {
+            Ok(value) => return value,
+            Err(last) if tokio::time::Instant::now() >= deadline => {
+                panic!("timed out after {timeout:?} waiting for {what}; last: {last}")
+            }
+            Err(_) => tokio::time::sleep(std::time::Duration::from_millis(200)).await,
+        }
+    }
 }

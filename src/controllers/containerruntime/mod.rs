@@ -1,0 +1,171 @@
+//! The ContainerRuntime controller for type `gvisor`: ships the gVisor RuntimeClass and a
+//! per-pool installation DaemonSet into the shoot through ManagedResources.
+//!
+//! - [`config`] validates the `providerConfig` (pure);
+//! - [`render`] renders the manifests from the embedded templates (pure);
+//! - [`reconcile`], [`delete`], [`migrate`], [`restore`]: one operation each, the I/O.
+//!
+//! ManagedResources (names as upstream runtime-gvisor, so it can be replaced in place):
+//! `extension-runtime-gvisor` (shared by all pools of a shoot) and
+//! `extension-runtime-gvisor-installation-<pool>`.
+
+pub mod config;
+pub mod delete;
+pub mod migrate;
+pub mod reconcile;
+pub mod render;
+pub mod restore;
+
+use std::time::Duration;
+
+use kube::Client;
+
+use crate::api::{ContainerRuntime, ErrorCode};
+use crate::extension::managed_resource::{self, ManagedResourceError};
+use crate::extension::{Classify, Outcome, Request};
+use crate::imagevector::ImageVector;
+
+/// The ContainerRuntime type this controller handles.
+pub const TYPE: &str = "gvisor";
+/// The shared ManagedResource.
+pub const SHARED_MANAGED_RESOURCE: &str = "extension-runtime-gvisor";
+/// Data key of the manifests in the MR secrets.
+pub const DATA_KEY: &str = "config.yaml";
+/// How long an operation waits inline for a ManagedResource to disappear before it hands
+/// the wait over to a requeue.
+const INLINE_DELETE_WAIT: Duration = Duration::from_secs(10);
+/// Requeue delay while a ManagedResource is being deleted.
+const DELETE_RETRY: Duration = Duration::from_secs(5);
+
+/// Name of a pool's installation ManagedResource.
+pub fn installation_managed_resource(pool: &str) -> String {
+    format!("extension-runtime-gvisor-installation-{pool}")
+}
+
+/// Errors of the gVisor actuator.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The providerConfig is invalid (the user must fix the Shoot).
+    #[error("invalid providerConfig")]
+    Config(#[source] config::ConfigError),
+    /// Rendering failed.
+    #[error("rendering the shoot manifests")]
+    Render(#[source] render::RenderError),
+    /// The image vector lacks the installation image.
+    #[error("the image vector has no image {0:?}")]
+    MissingImage(&'static str),
+    /// A ManagedResource operation failed.
+    #[error("managing ManagedResources")]
+    ManagedResource(#[source] ManagedResourceError),
+    /// Listing the namespace's ContainerRuntimes failed.
+    #[error("listing ContainerRuntimes in {namespace}")]
+    List {
+        /// Namespace.
+        namespace: String,
+        /// Cause.
+        #[source]
+        source: Box<kube::Error>,
+    },
+}
+
+impl Classify for Error {
+    fn codes(&self) -> Vec<ErrorCode> {
+        match self {
+            Error::Config(_) => vec![ErrorCode::ConfigurationProblem],
+            Error::ManagedResource(error) => error.codes(),
+            _ => Vec::new(),
+        }
+    }
+
+    fn category(&self) -> &'static str {
+        match self {
+            Error::Config(_) => "configuration",
+            Error::Render(_) | Error::MissingImage(_) => "render",
+            Error::ManagedResource(_) => "managed-resource",
+            Error::List { .. } => "list",
+        }
+    }
+}
+
+impl From<ManagedResourceError> for Error {
+    fn from(error: ManagedResourceError) -> Self {
+        Error::ManagedResource(error)
+    }
+}
+
+/// The gVisor actuator: the client, the parsed templates and the image vector.
+#[derive(Clone)]
+pub struct GVisorActuator {
+    client: Client,
+    templates: render::Templates,
+    images: ImageVector,
+    test_repository: Option<String>,
+}
+
+impl GVisorActuator {
+    /// Builds the actuator. `test_repository` is `--gvisor-installation-test-repository`:
+    /// together with a `testImageTag` in the providerConfig it replaces the installation image.
+    pub fn new(
+        client: Client,
+        templates: render::Templates,
+        images: ImageVector,
+        test_repository: Option<String>,
+    ) -> Self {
+        GVisorActuator {
+            client,
+            templates,
+            images,
+            test_repository,
+        }
+    }
+}
+
+/// Deletes the MR and its secrets, waits up to [`INLINE_DELETE_WAIT`] (unless `wait` is
+/// false) and reports whether it is gone.
+async fn delete_managed_resource(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    wait: bool,
+) -> Result<bool, Error> {
+    managed_resource::delete(client, namespace, name).await?;
+    if !wait {
+        return Ok(true);
+    }
+    Ok(managed_resource::wait_deleted(client, namespace, name, INLINE_DELETE_WAIT).await?)
+}
+
+fn pending_deletion(name: &str) -> Outcome {
+    Outcome::Pending {
+        reason: format!("waiting until ManagedResource {name} is deleted"),
+        retry_after: DELETE_RETRY,
+    }
+}
+
+impl crate::extension::Actuator for GVisorActuator {
+    type Object = ContainerRuntime;
+    type Error = Error;
+
+    async fn reconcile(&self, request: &Request<'_, ContainerRuntime>) -> Result<Outcome, Error> {
+        reconcile::reconcile(self, request).await
+    }
+
+    async fn delete(&self, request: &Request<'_, ContainerRuntime>) -> Result<Outcome, Error> {
+        delete::delete(self, request, true).await
+    }
+
+    async fn force_delete(
+        &self,
+        request: &Request<'_, ContainerRuntime>,
+    ) -> Result<Outcome, Error> {
+        delete::delete(self, request, false).await
+    }
+
+    async fn migrate(&self, request: &Request<'_, ContainerRuntime>) -> Result<Outcome, Error> {
+        migrate::migrate(self, request).await
+    }
+
+    async fn restore(&self, request: &Request<'_, ContainerRuntime>) -> Result<Outcome, Error> {
+        restore::restore(self, request).await
+    }
+}

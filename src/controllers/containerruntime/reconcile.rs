@@ -1,0 +1,104 @@
+//! Reconcile: validate the providerConfig, render, then apply the shared MR and the pool's
+//! MR. A configuration error is returned before anything is written, so a bad spec never
+//! changes what is in the shoot. Does not wait for MR health (the shoot may be hibernated;
+//! gardenlet evaluates shoot MRs itself).
+
+use std::collections::BTreeMap;
+
+use super::render::{self, InstallationInputs};
+use super::{
+    DATA_KEY, Error, GVisorActuator, SHARED_MANAGED_RESOURCE, config, installation_managed_resource,
+};
+use crate::api::ContainerRuntime;
+use crate::extension::managed_resource;
+use crate::extension::{Outcome, Request};
+use crate::imagevector::{GVISOR_INSTALLATION, ImageVector};
+
+/// The validated, rendered manifests of one ContainerRuntime (pure).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rendered {
+    /// The pool.
+    pub pool: String,
+    /// Manifests of the shared MR.
+    pub shared: String,
+    /// Manifests of the pool's MR.
+    pub installation: String,
+}
+
+/// Validates and renders with the actuator's templates and images.
+pub fn render(actuator: &GVisorActuator, object: &ContainerRuntime) -> Result<Rendered, Error> {
+    render_parts(
+        &actuator.templates,
+        &actuator.images,
+        actuator.test_repository.as_deref(),
+        object,
+    )
+}
+
+/// Validates and renders without any API access (also used by `render containerruntime`).
+pub fn render_parts(
+    templates: &render::Templates,
+    images: &ImageVector,
+    test_repository: Option<&str>,
+    object: &ContainerRuntime,
+) -> Result<Rendered, Error> {
+    let settings =
+        config::validate(object.spec.default.provider_config.as_ref()).map_err(Error::Config)?;
+    let image = match (test_repository, &settings.test_image_tag) {
+        (Some(repository), Some(tag)) if !repository.is_empty() => format!("{repository}:{tag}"),
+        _ => images
+            .get(GVISOR_INSTALLATION)
+            .ok_or(Error::MissingImage(GVISOR_INSTALLATION))?
+            .to_string(),
+    };
+    let pool = object.spec.worker_pool.name.clone();
+    let inputs = InstallationInputs {
+        pool: pool.clone(),
+        pool_selector: object
+            .spec
+            .worker_pool
+            .selector
+            .match_labels
+            .clone()
+            .unwrap_or_default(),
+        image,
+        bin_dir: object.spec.binary_path.clone(),
+        settings,
+    };
+    Ok(Rendered {
+        pool,
+        shared: render::render_runtime_class(templates).map_err(Error::Render)?,
+        installation: render::render_installation(templates, &inputs).map_err(Error::Render)?,
+    })
+}
+
+fn data(manifests: &str) -> BTreeMap<String, Vec<u8>> {
+    BTreeMap::from([(DATA_KEY.to_string(), manifests.as_bytes().to_vec())])
+}
+
+/// Applies both MRs with `keepObjects=false`.
+pub async fn reconcile(
+    actuator: &GVisorActuator,
+    request: &Request<'_, ContainerRuntime>,
+) -> Result<Outcome, Error> {
+    let rendered = render(actuator, request.object)?;
+    let namespace = request.namespace();
+    managed_resource::apply_for_shoot(
+        &actuator.client,
+        namespace,
+        SHARED_MANAGED_RESOURCE,
+        &data(&rendered.shared),
+        false,
+    )
+    .await?;
+    managed_resource::apply_for_shoot(
+        &actuator.client,
+        namespace,
+        &installation_managed_resource(&rendered.pool),
+        &data(&rendered.installation),
+        false,
+    )
+    .await?;
+    tracing::info!(pool = %rendered.pool, "ManagedResources applied");
+    Ok(Outcome::done())
+}

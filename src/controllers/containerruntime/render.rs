@@ -1,0 +1,267 @@
+//! Rendering of the gVisor shoot manifests (pure): the shared RuntimeClass + ServiceAccount
+//! and the per-pool installation DaemonSet, from tera templates under
+//! `charts/internal/gvisor/` that are embedded at compile time and parsed once at start-up.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+use tera::{Context, Tera};
+
+use super::config::GVisorSettings;
+use crate::api::constants::{LABEL_CRI_NAME, LABEL_WORKER_POOL};
+
+const RUNTIME_CLASS: &str = "runtimeclass.yaml";
+const INSTALLATION: &str = "installation.yaml";
+
+/// Errors of rendering.
+#[derive(Debug, thiserror::Error)]
+pub enum RenderError {
+    /// A template failed to render.
+    #[error("template {template} failed to render")]
+    Template {
+        /// The template.
+        template: &'static str,
+        /// Cause.
+        #[source]
+        source: tera::Error,
+    },
+}
+
+/// The parsed templates; build once at start-up.
+#[derive(Debug, Clone)]
+pub struct Templates {
+    tera: Tera,
+}
+
+impl Templates {
+    /// Parses the embedded templates. Fails only if a template is broken (a build defect),
+    /// which makes start-up fail.
+    pub fn new() -> Result<Self, tera::Error> {
+        let mut tera = Tera::default();
+        tera.add_raw_templates(vec![
+            (
+                RUNTIME_CLASS,
+                include_str!("../../../charts/internal/gvisor/runtimeclass.yaml.tera"),
+            ),
+            (
+                INSTALLATION,
+                include_str!("../../../charts/internal/gvisor/installation.yaml.tera"),
+            ),
+        ])?;
+        Ok(Templates { tera })
+    }
+
+    fn render(&self, template: &'static str, context: &Context) -> Result<String, RenderError> {
+        self.tera
+            .render(template, context)
+            .map_err(|source| RenderError::Template { template, source })
+    }
+}
+
+/// Inputs of the per-pool installation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InstallationInputs {
+    /// Worker pool name.
+    pub pool: String,
+    /// `workerPool.selector.matchLabels` of the ContainerRuntime.
+    pub pool_selector: BTreeMap<String, String>,
+    /// The installation image.
+    pub image: String,
+    /// Where runtime binaries go on the node (`spec.binaryPath`).
+    pub bin_dir: String,
+    /// Validated settings (flags).
+    pub settings: GVisorSettings,
+}
+
+#[derive(Serialize)]
+struct InstallationContext<'a> {
+    name: String,
+    pool: &'a str,
+    node_selector: BTreeMap<String, String>,
+    image: &'a str,
+    bin_dir_flag: String,
+    flags_text: String,
+    flags_checksum: String,
+}
+
+/// Name of the per-pool DaemonSet.
+pub fn daemonset_name(pool: &str) -> String {
+    format!("containerd-gvisor-{pool}")
+}
+
+/// The node selector of the DaemonSet: containerd nodes of the pool. (The RuntimeClass, not
+/// the DaemonSet, selects on the gvisor label, as upstream.)
+pub fn node_selector(inputs: &InstallationInputs) -> BTreeMap<String, String> {
+    let mut selector = BTreeMap::from([(LABEL_CRI_NAME.to_string(), "containerd".to_string())]);
+    selector.extend(inputs.pool_selector.clone());
+    selector
+        .entry(LABEL_WORKER_POOL.to_string())
+        .or_insert_with(|| inputs.pool.clone());
+    selector
+}
+
+/// RuntimeClass `gvisor` and ServiceAccount `kube-system/gvisor`.
+pub fn render_runtime_class(templates: &Templates) -> Result<String, RenderError> {
+    templates.render(RUNTIME_CLASS, &Context::new())
+}
+
+/// The installation DaemonSet of one pool. The pod template carries the sha256 of the flags,
+/// so a flag change rolls the pods and an unchanged config renders byte-identical output.
+pub fn render_installation(
+    templates: &Templates,
+    inputs: &InstallationInputs,
+) -> Result<String, RenderError> {
+    let flags_text = inputs.settings.flags_text();
+    let context = InstallationContext {
+        name: daemonset_name(&inputs.pool),
+        pool: &inputs.pool,
+        node_selector: node_selector(inputs),
+        image: &inputs.image,
+        bin_dir_flag: format!("--bin-dir={}", inputs.bin_dir),
+        flags_checksum: hex::encode(Sha256::digest(flags_text.as_bytes())),
+        flags_text,
+    };
+    let context = Context::from_serialize(&context).map_err(|source| RenderError::Template {
+        template: INSTALLATION,
+        source,
+    })?;
+    templates.render(INSTALLATION, &context)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controllers::containerruntime::config;
+    use serde_json::json;
+
+    fn inputs(flags: serde_json::Value) -> InstallationInputs {
+        let provider_config = json!({
+            "apiVersion": "gvisor.runtime.extensions.config.gardener.cloud/v1alpha1",
+            "kind": "GVisorConfiguration",
+            "configFlags": flags,
+        });
+        InstallationInputs {
+            pool: "worker-a".into(),
+            pool_selector: BTreeMap::from([
+                (
+                    "worker.gardener.cloud/pool".to_string(),
+                    "worker-a".to_string(),
+                ),
+                (
+                    "worker.garden.sapcloud.io/group".to_string(),
+                    "worker-a".to_string(),
+                ),
+            ]),
+            image: "gardener-extension-node/gvisor-installation:v0.1.0".into(),
+            bin_dir: "/var/bin/containerruntimes".into(),
+            settings: config::validate(Some(&provider_config)).unwrap(),
+        }
+    }
+
+    fn parse_all(text: &str) -> Vec<serde_json::Value> {
+        crate::devenv::apply::parse_documents(text, "rendered")
+            .unwrap()
+            .into_iter()
+            .map(|o| serde_json::to_value(o).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn runtime_class_snapshot() {
+        let templates = Templates::new().unwrap();
+        let text = render_runtime_class(&templates).unwrap();
+        insta::assert_snapshot!(text);
+        let objects = parse_all(&text);
+        assert_eq!(objects[0]["handler"], "runsc");
+        assert_eq!(
+            objects[0]["scheduling"]["nodeSelector"]["containerruntime.worker.gardener.cloud/gvisor"],
+            "true"
+        );
+    }
+
+    #[test]
+    fn installation_snapshot() {
+        let templates = Templates::new().unwrap();
+        let text = render_installation(
+            &templates,
+            &inputs(json!({"net-raw": "true", "debug": "true"})),
+        )
+        .unwrap();
+        insta::assert_snapshot!(text);
+    }
+
+    #[test]
+    fn installation_is_valid_yaml_with_the_expected_selector_and_command() {
+        let templates = Templates::new().unwrap();
+        let text = render_installation(&templates, &inputs(json!({"net-raw": "true"}))).unwrap();
+        let objects = parse_all(&text);
+        assert_eq!(objects.len(), 1);
+        let ds = &objects[0];
+        assert_eq!(ds["metadata"]["name"], "containerd-gvisor-worker-a");
+        let selector = &ds["spec"]["template"]["spec"]["nodeSelector"];
+        assert_eq!(selector["worker.gardener.cloud/cri-name"], "containerd");
+        assert_eq!(selector["worker.gardener.cloud/pool"], "worker-a");
+        assert_eq!(selector["worker.garden.sapcloud.io/group"], "worker-a");
+        assert!(
+            selector
+                .get("containerruntime.worker.gardener.cloud/gvisor")
+                .is_none()
+        );
+        let container = &ds["spec"]["template"]["spec"]["containers"][0];
+        assert_eq!(container["command"][1], "gvisor-install");
+        assert_eq!(
+            container["command"][3],
+            "--bin-dir=/var/bin/containerruntimes"
+        );
+        assert_eq!(container["env"][0]["value"], "net-raw=true\n");
+        assert_eq!(container["securityContext"]["privileged"], true);
+        assert_eq!(
+            ds["spec"]["template"]["spec"]["volumes"][0]["hostPath"]["path"],
+            "/"
+        );
+    }
+
+    #[test]
+    fn a_flag_change_changes_the_pod_template_checksum_and_nothing_else_is_random() {
+        let templates = Templates::new().unwrap();
+        let a = render_installation(
+            &templates,
+            &inputs(json!({"net-raw": "true", "nvproxy": "true"})),
+        )
+        .unwrap();
+        let a_again = render_installation(
+            &templates,
+            &inputs(json!({"nvproxy": "true", "net-raw": "true"})),
+        )
+        .unwrap();
+        let b = render_installation(
+            &templates,
+            &inputs(json!({"net-raw": "false", "nvproxy": "true"})),
+        )
+        .unwrap();
+        assert_eq!(a, a_again, "same config, same bytes");
+        let checksum = |t: &str| {
+            parse_all(t)[0]["spec"]["template"]["metadata"]["annotations"]["checksum/runsc-flags"]
+                .clone()
+        };
+        assert_ne!(checksum(&a), checksum(&b));
+    }
+
+    #[test]
+    fn odd_characters_in_values_stay_valid_yaml() {
+        let templates = Templates::new().unwrap();
+        let mut i = inputs(json!({}));
+        i.pool = "a: {b}".into();
+        i.image = "x\"y\n#z".into();
+        let objects = parse_all(&render_installation(&templates, &i).unwrap());
+        assert_eq!(
+            objects[0]["metadata"]["labels"]["worker.gardener.cloud/pool"],
+            "a: {b}"
+        );
+        assert_eq!(
+            objects[0]["spec"]["template"]["spec"]["containers"][0]["image"],
+            "x\"y\n#z"
+        );
+    }
+}

@@ -1,0 +1,241 @@
+//! The controller loop of one extension kind: a watch feeding the [`predicate`] rules into a
+//! [`WorkQueue`], and `max_concurrent` workers running the [`Reconciler`].
+//!
+//! The watch keeps only a [`Fingerprint`] per object (not the object), which is all the
+//! update rule needs; reconcile runs read the object fresh. In ignore-operation-annotation
+//! mode a second watch on Clusters enqueues every object of a Cluster's namespace.
+//!
+//! [`predicate`]: super::predicate
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+
+use futures::{StreamExt, TryStreamExt};
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
+use kube::{Api, ResourceExt};
+use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
+
+use super::error::RetryPolicy;
+use super::predicate::{self, Fingerprint};
+use super::queue::WorkQueue;
+use super::reconciler::{Next, Reconciler};
+use super::{Actuator, ExtensionKind};
+use crate::api::{Cluster, ExtensionObject};
+use kube::Resource;
+
+/// namespace/name of an object.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ObjectKey {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+}
+
+/// Tuning of one controller.
+#[derive(Debug, Clone, Copy)]
+pub struct ControllerOptions {
+    /// Workers, i.e. objects reconciled at the same time (`--max-concurrent-reconciles`).
+    pub max_concurrent: usize,
+    /// Retry delays.
+    pub retry: RetryPolicy,
+}
+
+type Fingerprints = Arc<Mutex<HashMap<ObjectKey, Fingerprint>>>;
+
+/// Runs the controller until `shutdown`. `synced` fires once the first list of the watch
+/// has been processed (the basis of `/readyz`).
+pub async fn run<A: Actuator>(
+    reconciler: Arc<Reconciler<A>>,
+    options: ControllerOptions,
+    synced: oneshot::Sender<()>,
+    shutdown: CancellationToken,
+) {
+    let queue = Arc::new(WorkQueue::<ObjectKey>::new());
+    let fingerprints: Fingerprints = Arc::default();
+    let failures: Arc<Mutex<HashMap<ObjectKey, u32>>> = Arc::default();
+    let kind = A::Object::KIND;
+
+    let watch = tokio::spawn(watch_objects(
+        Arc::clone(&reconciler),
+        Arc::clone(&queue),
+        Arc::clone(&fingerprints),
+        synced,
+    ));
+    let cluster_watch = reconciler.filter.ignore_operation_annotation.then(|| {
+        tokio::spawn(watch_clusters(
+            reconciler.client.clone(),
+            Arc::clone(&queue),
+            Arc::clone(&fingerprints),
+        ))
+    });
+
+    let mut workers = Vec::with_capacity(options.max_concurrent);
+    for _ in 0..options.max_concurrent.max(1) {
+        let reconciler = Arc::clone(&reconciler);
+        let queue = Arc::clone(&queue);
+        let failures = Arc::clone(&failures);
+        workers.push(tokio::spawn(async move {
+            while let Some(key) = queue.next().await {
+                reconciler.metrics.set_queue_depth(kind, queue.len());
+                let result = reconciler.reconcile(&key.namespace, &key.name).await;
+                queue.done(&key);
+                match result {
+                    Ok(Next::Done) => {
+                        lock(&failures).remove(&key);
+                    }
+                    Ok(Next::After(delay)) => {
+                        lock(&failures).remove(&key);
+                        queue.add_after(key, delay);
+                    }
+                    Err(failure) => {
+                        let attempts = {
+                            let mut failures = lock(&failures);
+                            let count = failures.entry(key.clone()).or_insert(0);
+                            *count += 1;
+                            *count
+                        };
+                        let delay = options.retry.delay(attempts, failure.configuration_problem);
+                        tracing::error!(
+                            kind,
+                            namespace = %key.namespace,
+                            name = %key.name,
+                            error = %failure.message,
+                            category = failure.category,
+                            attempts,
+                            retry_in = ?delay,
+                            "reconcile failed"
+                        );
+                        queue.add_after(key, delay);
+                    }
+                }
+            }
+        }));
+    }
+
+    shutdown.cancelled().await;
+    queue.shut_down();
+    watch.abort();
+    if let Some(task) = cluster_watch {
+        task.abort();
+    }
+    for worker in workers {
+        // Workers finish their current run: a run interrupted mid-way is safe (idempotent),
+        // but letting it end keeps status and events consistent on a graceful shutdown.
+        let _ = worker.await;
+    }
+    tracing::info!(kind, "controller stopped");
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn key_of<K: kube::Resource>(object: &K) -> ObjectKey {
+    ObjectKey {
+        namespace: object.meta().namespace.clone().unwrap_or_default(),
+        name: object.meta().name.clone().unwrap_or_default(),
+    }
+}
+
+async fn watch_objects<A: Actuator>(
+    reconciler: Arc<Reconciler<A>>,
+    queue: Arc<WorkQueue<ObjectKey>>,
+    fingerprints: Fingerprints,
+    synced: oneshot::Sender<()>,
+) {
+    let kind = A::Object::KIND;
+    let api: Api<A::Object> = Api::all(reconciler.client.clone());
+    let mut stream = watcher::watcher(api, watcher::Config::default())
+        .default_backoff()
+        .boxed();
+    let mut synced = Some(synced);
+    // Keys seen during a (re)list, to forget objects deleted while the watch was down.
+    let mut relisted: Option<HashSet<ObjectKey>> = None;
+    loop {
+        let event = match stream.try_next().await {
+            Ok(Some(event)) => event,
+            Ok(None) => return,
+            Err(error) => {
+                tracing::warn!(kind, %error, "watch error; retrying with backoff");
+                continue;
+            }
+        };
+        match event {
+            Event::Init => relisted = Some(HashSet::new()),
+            Event::InitApply(object) => {
+                if let Some(seen) = relisted.as_mut() {
+                    seen.insert(key_of(&object));
+                }
+                observe(&reconciler, &queue, &fingerprints, &object);
+            }
+            Event::InitDone => {
+                if let Some(seen) = relisted.take() {
+                    lock(&fingerprints).retain(|key, _| seen.contains(key));
+                }
+                if let Some(sender) = synced.take() {
+                    tracing::info!(kind, "initial list processed");
+                    let _ = sender.send(());
+                }
+            }
+            Event::Apply(object) => observe(&reconciler, &queue, &fingerprints, &object),
+            Event::Delete(object) => {
+                lock(&fingerprints).remove(&key_of(&object));
+            }
+        }
+        reconciler.metrics.set_queue_depth(kind, queue.len());
+    }
+}
+
+fn observe<A: Actuator>(
+    reconciler: &Reconciler<A>,
+    queue: &WorkQueue<ObjectKey>,
+    fingerprints: &Fingerprints,
+    object: &A::Object,
+) {
+    if !reconciler.filter.accepts(object.default_spec()) {
+        return;
+    }
+    let key = key_of(object);
+    let meta = object.meta();
+    let previous = lock(fingerprints).insert(key.clone(), Fingerprint::of(meta));
+    let enqueue = match previous {
+        None => {
+            let last = object
+                .default_status()
+                .and_then(|s| s.last_operation.as_ref());
+            predicate::on_create(&reconciler.filter, meta, last)
+        }
+        Some(old) => predicate::on_update(&reconciler.filter, &old, meta),
+    };
+    if enqueue {
+        tracing::debug!(namespace = %key.namespace, name = %key.name, "enqueued");
+        queue.add(key);
+    }
+}
+
+async fn watch_clusters(
+    client: kube::Client,
+    queue: Arc<WorkQueue<ObjectKey>>,
+    fingerprints: Fingerprints,
+) {
+    let api: Api<Cluster> = Api::all(client);
+    let mut stream = watcher::watcher(api, watcher::Config::default())
+        .default_backoff()
+        .applied_objects()
+        .boxed();
+    while let Some(next) = stream.next().await {
+        let Ok(cluster) = next else { continue };
+        let namespace = cluster.name_any();
+        let keys: Vec<ObjectKey> = lock(&fingerprints)
+            .keys()
+            .filter(|k| k.namespace == namespace)
+            .cloned()
+            .collect();
+        for key in keys {
+            queue.add(key);
+        }
+    }
+}

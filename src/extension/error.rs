@@ -1,0 +1,206 @@
+//! How errors of an actuator are classified (codes, configuration vs transient, metric
+//! category) and the errors of the generic reconciler itself.
+
+use std::time::Duration;
+
+use crate::api::ErrorCode;
+
+/// What the generic reconciler needs to know about an actuator's error.
+pub trait Classify: std::error::Error + Send + Sync + 'static {
+    /// Gardener error codes carried by the error (written to `lastError.codes`).
+    fn codes(&self) -> Vec<ErrorCode> {
+        Vec::new()
+    }
+
+    /// A bounded label for metrics and events, e.g. `render` or `apply`.
+    fn category(&self) -> &'static str;
+
+    /// Whether a human must change the spec (then no hot retry). Defaults to "carries
+    /// `ERR_CONFIGURATION_PROBLEM`".
+    fn is_configuration_problem(&self) -> bool {
+        self.codes().contains(&ErrorCode::ConfigurationProblem)
+    }
+}
+
+/// Errors of the generic reconciler (API calls around the actuator).
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcilerError {
+    /// Reading the object failed.
+    #[error("reading {kind} {name}")]
+    Get {
+        /// Kind.
+        kind: &'static str,
+        /// namespace/name.
+        name: String,
+        /// Cause.
+        #[source]
+        source: Box<kube::Error>,
+    },
+    /// Reading the Cluster failed.
+    #[error("reading Cluster {name}")]
+    Cluster {
+        /// Cluster name (= namespace).
+        name: String,
+        /// Cause.
+        #[source]
+        source: Box<kube::Error>,
+    },
+    /// The Cluster's embedded Shoot does not decode.
+    #[error("Cluster {name} has a shoot that does not decode")]
+    ShootDecode {
+        /// Cluster name.
+        name: String,
+        /// Cause.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// Reading the Namespace failed.
+    #[error("reading Namespace {name}")]
+    Namespace {
+        /// Namespace name.
+        name: String,
+        /// Cause.
+        #[source]
+        source: Box<kube::Error>,
+    },
+    /// A metadata patch (annotation, finalizers) failed.
+    #[error("patching {what} of {name}")]
+    Metadata {
+        /// What was patched.
+        what: &'static str,
+        /// namespace/name.
+        name: String,
+        /// Cause.
+        #[source]
+        source: Box<kube::Error>,
+    },
+    /// A status patch failed.
+    #[error("patching status of {name}")]
+    Status {
+        /// namespace/name.
+        name: String,
+        /// Cause.
+        #[source]
+        source: Box<kube::Error>,
+    },
+}
+
+impl Classify for ReconcilerError {
+    fn category(&self) -> &'static str {
+        match self {
+            ReconcilerError::Get { .. } => "get",
+            ReconcilerError::Cluster { .. } | ReconcilerError::ShootDecode { .. } => "cluster",
+            ReconcilerError::Namespace { .. } => "namespace",
+            ReconcilerError::Metadata { .. } => "metadata",
+            ReconcilerError::Status { .. } => "status",
+        }
+    }
+}
+
+/// A classified failure of one reconcile run, as the controller loop handles it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Failure {
+    /// The error with its causes.
+    pub message: String,
+    /// Gardener error codes.
+    pub codes: Vec<ErrorCode>,
+    /// Metric/event category.
+    pub category: &'static str,
+    /// Whether the user must change the spec.
+    pub configuration_problem: bool,
+}
+
+impl Failure {
+    /// Classifies `error`.
+    pub fn of<E: Classify>(error: &E) -> Self {
+        Failure {
+            message: chain(error),
+            codes: error.codes(),
+            category: error.category(),
+            configuration_problem: error.is_configuration_problem(),
+        }
+    }
+}
+
+impl From<ReconcilerError> for Failure {
+    fn from(error: ReconcilerError) -> Self {
+        Failure::of(&error)
+    }
+}
+
+/// Retry delays: exponential per object for transient errors, a long fixed delay for
+/// configuration problems (gardenlet re-annotates the object when the user fixes the spec).
+#[derive(Debug, Clone, Copy)]
+pub struct RetryPolicy {
+    /// First delay after a transient error.
+    pub base: Duration,
+    /// Upper bound of the exponential delay.
+    pub max: Duration,
+    /// Delay after a configuration problem.
+    pub configuration: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            base: Duration::from_millis(500),
+            max: Duration::from_secs(300),
+            configuration: Duration::from_secs(600),
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// Delay before retry number `failures` (1 = first retry).
+    pub fn delay(&self, failures: u32, configuration_problem: bool) -> Duration {
+        if configuration_problem {
+            return self.configuration;
+        }
+        let factor = 2u32.saturating_pow(failures.saturating_sub(1).min(20));
+        self.base.saturating_mul(factor).min(self.max)
+    }
+}
+
+/// Renders an error with its causes, `a: b: c`, for status descriptions and events.
+pub fn chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.ends_with(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transient_retries_grow_exponentially_up_to_the_cap() {
+        let p = RetryPolicy::default();
+        assert_eq!(p.delay(1, false), Duration::from_millis(500));
+        assert_eq!(p.delay(2, false), Duration::from_secs(1));
+        assert_eq!(p.delay(4, false), Duration::from_secs(4));
+        assert_eq!(p.delay(50, false), Duration::from_secs(300));
+    }
+
+    #[test]
+    fn configuration_problems_are_not_hot_retried() {
+        let p = RetryPolicy::default();
+        assert_eq!(p.delay(1, true), Duration::from_secs(600));
+    }
+
+    #[test]
+    fn chain_joins_causes_without_repeating_them() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("outer")]
+        struct Outer(#[source] std::io::Error);
+        let e = Outer(std::io::Error::other("inner"));
+        assert_eq!(chain(&e), "outer: inner");
+    }
+}

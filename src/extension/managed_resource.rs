@@ -1,0 +1,404 @@
+//! ManagedResources "for shoot" and their manifest secrets (`extension-contract.md` §7):
+//! the way this extension ships objects into a shoot through gardener-resource-manager (GRM).
+//!
+//! - The manifests go into an **immutable** secret named by content,
+//!   `managedresource-<mr>-<first 8 hex of the data checksum>`, labelled
+//!   `resources.gardener.cloud/garbage-collectable-reference=true`. A change creates a new
+//!   secret; the old one is left for GRM's garbage collector.
+//! - The MR has no class (the shoot's GRM applies it), label `origin=<our name>`, injected
+//!   label `shoot.gardener.cloud/no-cleanup=true`, `keepObjects` as asked, and one reference
+//!   annotation `reference.resources.gardener.cloud/secret-<8 hex of sha256(secret name)>`
+//!   per secret so the garbage collector keeps it.
+//! - Writes are server-side applies with our field manager, so an unchanged MR is not
+//!   written at all and fields of other managers (GRM's finalizer, status) stay untouched.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use chrono::Utc;
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams};
+use kube::{Api, Client};
+use serde_json::json;
+use sha2::{Digest, Sha256};
+
+use super::finalizer::{ignore_not_found, is_not_found};
+use crate::api::common::LocalObjectReference;
+use crate::api::managedresource::CONDITION_RESOURCES_APPLIED;
+use crate::api::{ConditionStatus, ErrorCode, ManagedResource, ManagedResourceSpec};
+
+/// Field manager of every server-side apply of the operator.
+pub const FIELD_MANAGER: &str = "gardener-extension-node";
+/// Value of the `origin` label on our ManagedResources.
+pub const ORIGIN: &str = "gardener-extension-node";
+/// Label that lets GRM's garbage collector delete unreferenced secrets.
+pub const LABEL_GARBAGE_COLLECTABLE: &str =
+    "resources.gardener.cloud/garbage-collectable-reference";
+/// Prefix of the reference annotations on MRs.
+pub const ANNOTATION_REFERENCE_PREFIX: &str = "reference.resources.gardener.cloud/";
+/// Label injected into every shoot object so gardenlet's shoot clean-up leaves it alone.
+pub const LABEL_NO_CLEANUP: &str = "shoot.gardener.cloud/no-cleanup";
+/// How long a deleting MR may take before the delay is reported as an error.
+pub const DELETION_GRACE: Duration = Duration::from_secs(120);
+
+/// Errors of the ManagedResource helpers.
+#[derive(Debug, thiserror::Error)]
+pub enum ManagedResourceError {
+    /// An API call failed.
+    #[error("{action} {kind} {namespace}/{name}")]
+    Api {
+        /// What we tried.
+        action: &'static str,
+        /// Secret or ManagedResource.
+        kind: &'static str,
+        /// Namespace.
+        namespace: String,
+        /// Name.
+        name: String,
+        /// Cause.
+        #[source]
+        source: Box<kube::Error>,
+    },
+    /// The MR is still there long after its deletion started.
+    #[error(
+        "ManagedResource {namespace}/{name} is still being deleted after {waited:?}: {message}"
+    )]
+    DeletionStuck {
+        /// Namespace.
+        namespace: String,
+        /// Name.
+        name: String,
+        /// How long it has been deleting.
+        waited: Duration,
+        /// The `ResourcesApplied` condition message, if any.
+        message: String,
+        /// Codes derived from the message.
+        codes: Vec<ErrorCode>,
+    },
+}
+
+impl ManagedResourceError {
+    /// Gardener codes: `ERR_CONFIGURATION_PROBLEM` when GRM reports an invalid object.
+    pub fn codes(&self) -> Vec<ErrorCode> {
+        match self {
+            ManagedResourceError::DeletionStuck { codes, .. } => codes.clone(),
+            ManagedResourceError::Api { .. } => Vec::new(),
+        }
+    }
+}
+
+fn api_error(
+    action: &'static str,
+    kind: &'static str,
+    namespace: &str,
+    name: &str,
+) -> impl FnOnce(kube::Error) -> ManagedResourceError {
+    let namespace = namespace.to_string();
+    let name = name.to_string();
+    move |source| ManagedResourceError::Api {
+        action,
+        kind,
+        namespace,
+        name,
+        source: Box::new(source),
+    }
+}
+
+/// Gardener's data checksum: sha256 over the concatenated hex sha256 of each value, keys in
+/// ascending order.
+pub fn data_checksum(data: &BTreeMap<String, Vec<u8>>) -> String {
+    let concatenated: String = data
+        .values()
+        .map(|v| hex::encode(Sha256::digest(v)))
+        .collect();
+    hex::encode(Sha256::digest(concatenated.as_bytes()))
+}
+
+/// `managedresource-<mr>-<8 hex of the data checksum>`.
+pub fn secret_name(managed_resource: &str, data: &BTreeMap<String, Vec<u8>>) -> String {
+    let base = format!("managedresource-{managed_resource}");
+    let separator = if base.ends_with('-') { "" } else { "-" };
+    format!("{base}{separator}{}", &data_checksum(data)[..8])
+}
+
+/// `reference.resources.gardener.cloud/secret-<8 hex of sha256(name)>`.
+pub fn reference_annotation(secret: &str) -> String {
+    let digest = hex::encode(Sha256::digest(secret.as_bytes()));
+    format!("{ANNOTATION_REFERENCE_PREFIX}secret-{}", &digest[..8])
+}
+
+/// The manifest secret (pure).
+pub fn render_secret(namespace: &str, name: &str, data: &BTreeMap<String, Vec<u8>>) -> Secret {
+    Secret {
+        metadata: ObjectMeta {
+            name: Some(name.to_string()),
+            namespace: Some(namespace.to_string()),
+            labels: Some([(LABEL_GARBAGE_COLLECTABLE.to_string(), "true".to_string())].into()),
+            ..Default::default()
+        },
+        immutable: Some(true),
+        type_: Some("Opaque".to_string()),
+        data: Some(
+            data.iter()
+                .map(|(k, v)| (k.clone(), ByteString(v.clone())))
+                .collect(),
+        ),
+        ..Default::default()
+    }
+}
+
+/// The MR "for shoot" referencing `secret` (pure).
+pub fn render_managed_resource(
+    namespace: &str,
+    name: &str,
+    secret: &str,
+    keep_objects: bool,
+) -> ManagedResource {
+    let mut mr = ManagedResource::new(
+        name,
+        ManagedResourceSpec {
+            class: None,
+            secret_refs: vec![LocalObjectReference {
+                name: secret.to_string(),
+            }],
+            inject_labels: [(LABEL_NO_CLEANUP.to_string(), "true".to_string())].into(),
+            keep_objects: Some(keep_objects),
+            ..Default::default()
+        },
+    );
+    mr.metadata.namespace = Some(namespace.to_string());
+    mr.metadata.labels = Some([("origin".to_string(), ORIGIN.to_string())].into());
+    mr.metadata.annotations = Some([(reference_annotation(secret), secret.to_string())].into());
+    mr
+}
+
+/// Creates or updates the MR `name` "for shoot" with the manifests in `data` (keys are data
+/// keys of the secret, e.g. `config.yaml`). Idempotent: unchanged content writes nothing.
+pub async fn apply_for_shoot(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    data: &BTreeMap<String, Vec<u8>>,
+    keep_objects: bool,
+) -> Result<(), ManagedResourceError> {
+    let secret_name = secret_name(name, data);
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    // Same name means same content, so an existing (immutable) secret is already right.
+    if secrets
+        .get_opt(&secret_name)
+        .await
+        .map_err(api_error("reading", "Secret", namespace, &secret_name))?
+        .is_none()
+    {
+        let secret = render_secret(namespace, &secret_name, data);
+        secrets
+            .patch(&secret_name, &params, &Patch::Apply(&secret))
+            .await
+            .map_err(api_error("applying", "Secret", namespace, &secret_name))?;
+    }
+    let mrs: Api<ManagedResource> = Api::namespaced(client.clone(), namespace);
+    let mr = render_managed_resource(namespace, name, &secret_name, keep_objects);
+    mrs.patch(name, &params, &Patch::Apply(&mr))
+        .await
+        .map_err(api_error("applying", "ManagedResource", namespace, name))?;
+    Ok(())
+}
+
+/// Sets `spec.keepObjects` (merge patch); a missing MR is fine.
+pub async fn set_keep_objects(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    keep_objects: bool,
+) -> Result<(), ManagedResourceError> {
+    let mrs: Api<ManagedResource> = Api::namespaced(client.clone(), namespace);
+    let body = json!({"spec": {"keepObjects": keep_objects}});
+    ignore_not_found(
+        mrs.patch(name, &PatchParams::default(), &Patch::Merge(body))
+            .await,
+    )
+    .map_err(api_error(
+        "patching keepObjects of",
+        "ManagedResource",
+        namespace,
+        name,
+    ))?;
+    Ok(())
+}
+
+/// Deletes the MR and its secrets (the legacy `managedresource-<name>` too). Does not wait.
+pub async fn delete(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+) -> Result<(), ManagedResourceError> {
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    let mrs: Api<ManagedResource> = Api::namespaced(client.clone(), namespace);
+    let existing = mrs.get_opt(name).await.map_err(api_error(
+        "reading",
+        "ManagedResource",
+        namespace,
+        name,
+    ))?;
+    let mut secret_names = vec![format!("managedresource-{name}")];
+    if let Some(mr) = &existing {
+        secret_names.extend(mr.spec.secret_refs.iter().map(|r| r.name.clone()));
+    }
+    for secret in secret_names {
+        ignore_not_found(secrets.delete(&secret, &DeleteParams::default()).await)
+            .map_err(api_error("deleting", "Secret", namespace, &secret))?;
+    }
+    if existing.is_some() {
+        ignore_not_found(mrs.delete(name, &DeleteParams::default()).await).map_err(api_error(
+            "deleting",
+            "ManagedResource",
+            namespace,
+            name,
+        ))?;
+    }
+    Ok(())
+}
+
+/// Whether the MR is gone. While it is still deleting, `Ok(false)`; once it has been deleting
+/// for longer than [`DELETION_GRACE`], an error carrying GRM's `ResourcesApplied` message.
+pub async fn is_deleted(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+) -> Result<bool, ManagedResourceError> {
+    let mrs: Api<ManagedResource> = Api::namespaced(client.clone(), namespace);
+    let Some(mr) = mrs.get_opt(name).await.map_err(api_error(
+        "reading",
+        "ManagedResource",
+        namespace,
+        name,
+    ))?
+    else {
+        return Ok(true);
+    };
+    let deleting_since = mr
+        .metadata
+        .deletion_timestamp
+        .as_ref()
+        .and_then(|t| serde_json::to_value(t).ok())
+        .and_then(|v| {
+            v.as_str()
+                .and_then(|s| chrono::DateTime::parse_from_rfc3339(s).ok())
+        })
+        .map(|t| t.with_timezone(&Utc));
+    let waited = deleting_since
+        .map(|since| (Utc::now() - since).to_std().unwrap_or_default())
+        .unwrap_or_default();
+    if waited < DELETION_GRACE {
+        return Ok(false);
+    }
+    let message = mr
+        .condition(CONDITION_RESOURCES_APPLIED)
+        .filter(|c| c.status != ConditionStatus::True)
+        .map(|c| c.message.clone())
+        .unwrap_or_default();
+    let invalid =
+        message.contains("error during apply of object") && message.contains("is invalid:");
+    Err(ManagedResourceError::DeletionStuck {
+        namespace: namespace.to_string(),
+        name: name.to_string(),
+        waited,
+        message,
+        codes: if invalid {
+            vec![ErrorCode::ConfigurationProblem]
+        } else {
+            Vec::new()
+        },
+    })
+}
+
+/// Polls [`is_deleted`] every second for up to `budget`; `Ok(false)` if still there.
+pub async fn wait_deleted(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    budget: Duration,
+) -> Result<bool, ManagedResourceError> {
+    let deadline = tokio::time::Instant::now() + budget;
+    loop {
+        if is_deleted(client, namespace, name).await? {
+            return Ok(true);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Ok(false);
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+/// Whether the error is a NotFound from the API (re-exported for actuators).
+pub fn not_found(error: &kube::Error) -> bool {
+    is_not_found(error)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn data(pairs: &[(&str, &str)]) -> BTreeMap<String, Vec<u8>> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.as_bytes().to_vec()))
+            .collect()
+    }
+
+    #[test]
+    fn checksum_follows_gardeners_definition() {
+        // sha256(hex(sha256("a")) + hex(sha256("b"))) for keys k1 < k2.
+        let a = hex::encode(Sha256::digest(b"a"));
+        let b = hex::encode(Sha256::digest(b"b"));
+        let expected = hex::encode(Sha256::digest(format!("{a}{b}").as_bytes()));
+        assert_eq!(data_checksum(&data(&[("k2", "b"), ("k1", "a")])), expected);
+    }
+
+    #[test]
+    fn secret_names_change_with_content_only() {
+        let one = secret_name("extension-runtime-gvisor", &data(&[("config.yaml", "x")]));
+        let same = secret_name("extension-runtime-gvisor", &data(&[("config.yaml", "x")]));
+        let other = secret_name("extension-runtime-gvisor", &data(&[("config.yaml", "y")]));
+        assert_eq!(one, same);
+        assert_ne!(one, other);
+        assert!(one.starts_with("managedresource-extension-runtime-gvisor-"));
+        assert_eq!(
+            one.len(),
+            "managedresource-extension-runtime-gvisor-".len() + 8
+        );
+        assert!(
+            secret_name("trailing-", &data(&[("a", "b")])).starts_with("managedresource-trailing-")
+        );
+        assert!(!secret_name("trailing-", &data(&[("a", "b")])).contains("--"));
+    }
+
+    #[test]
+    fn rendered_objects_follow_the_for_shoot_conventions() {
+        let secret = render_secret(
+            "ns",
+            "managedresource-x-12345678",
+            &data(&[("config.yaml", "x")]),
+        );
+        assert_eq!(secret.immutable, Some(true));
+        assert_eq!(
+            secret.metadata.labels.unwrap()[LABEL_GARBAGE_COLLECTABLE],
+            "true"
+        );
+        let mr = render_managed_resource("ns", "x", "managedresource-x-12345678", false);
+        assert_eq!(mr.spec.class, None);
+        assert_eq!(mr.spec.keep_objects, Some(false));
+        assert_eq!(mr.spec.inject_labels[LABEL_NO_CLEANUP], "true");
+        assert_eq!(mr.metadata.labels.as_ref().unwrap()["origin"], ORIGIN);
+        let annotations = mr.metadata.annotations.unwrap();
+        assert_eq!(annotations.len(), 1);
+        let (key, value) = annotations.iter().next().unwrap();
+        assert!(key.starts_with("reference.resources.gardener.cloud/secret-"));
+        assert_eq!(value, "managedresource-x-12345678");
+        let json = serde_json::to_value(&mr.spec).unwrap();
+        assert!(json.get("class").is_none(), "class must be unset: {json}");
+    }
+}

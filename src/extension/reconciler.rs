@@ -1,0 +1,468 @@
+//! One reconcile run of one extension object: the annotation wrapper (§3.3), the dispatch
+//! (§3.5) and the flows (§3.7) of `extension-contract.md`, around a kind's [`Actuator`].
+//!
+//! Every API write returns the updated object and the run continues with it, so the
+//! resourceVersion precondition of finalizer patches is always the one we just wrote.
+
+use std::time::Duration;
+
+use chrono::Utc;
+use kube::{Api, Client, Resource, ResourceExt};
+use tracing::{Instrument, info_span};
+
+use super::cluster::{self, ClusterContext};
+use super::error::{Failure, ReconcilerError};
+use super::events::EventPublisher;
+use super::finalizer;
+use super::metrics::ControllerMetrics;
+use super::operation::{self, Step};
+use super::predicate::Filter;
+use super::status;
+use super::{Actuator, ExtensionKind, Outcome, Request};
+use crate::api::constants::{ANNOTATION_OPERATION, OPERATION_RECONCILE};
+use crate::api::{ExtensionObject, LastOperationType};
+
+/// Everything a run needs; one per controller, shared by its workers.
+pub struct Reconciler<A: Actuator> {
+    /// Seed client.
+    pub client: Client,
+    /// The kind's logic.
+    pub actuator: A,
+    /// Class/type filter.
+    pub filter: Filter,
+    /// Event publisher.
+    pub events: EventPublisher,
+    /// Metrics.
+    pub metrics: ControllerMetrics,
+}
+
+/// What the controller loop does after a successful run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Next {
+    /// Wait for the next event.
+    Done,
+    /// Run again after the delay (an actuator is waiting for something).
+    After(Duration),
+}
+
+fn operation_label(step: Step) -> &'static str {
+    match step {
+        Step::Reconcile(LastOperationType::Create) => "create",
+        Step::Reconcile(_) => "reconcile",
+        Step::Delete => "delete",
+        Step::Migrate => "migrate",
+        Step::Restore => "restore",
+        Step::SkipMigrated => "skip",
+    }
+}
+
+fn step_operation(step: Step) -> LastOperationType {
+    match step {
+        Step::Reconcile(t) => t,
+        Step::Delete => LastOperationType::Delete,
+        Step::Migrate | Step::SkipMigrated => LastOperationType::Migrate,
+        Step::Restore => LastOperationType::Restore,
+    }
+}
+
+impl<A: Actuator> Reconciler<A> {
+    /// Runs once for `namespace/name`. `Err` means "retry with backoff"; the failure has
+    /// already been written to the status and published as an event where possible.
+    pub async fn reconcile(&self, namespace: &str, name: &str) -> Result<Next, Failure> {
+        let kind = A::Object::KIND;
+        let span = info_span!(
+            "reconcile",
+            kind,
+            namespace,
+            name,
+            operation = tracing::field::Empty
+        );
+        async move {
+            let timer = self.metrics.start(kind);
+            let (label, result) = self.run(namespace, name).await;
+            let outcome = match &result {
+                Ok(Next::Done) => "success",
+                Ok(Next::After(_)) => "pending",
+                Err(_) => "error",
+            };
+            if label != "none" {
+                timer.finish(label, outcome, result.as_ref().err().map(|f| f.category));
+            }
+            result
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn run(&self, namespace: &str, name: &str) -> (&'static str, Result<Next, Failure>) {
+        let api: Api<A::Object> = Api::namespaced(self.client.clone(), namespace);
+        let object = match api.get_opt(name).await {
+            Ok(Some(object)) => object,
+            Ok(None) => return ("none", Ok(Next::Done)),
+            Err(source) => {
+                let error = ReconcilerError::Get {
+                    kind: A::Object::KIND,
+                    name: format!("{namespace}/{name}"),
+                    source: Box::new(source),
+                };
+                return ("none", Err(error.into()));
+            }
+        };
+        if !self.filter.accepts(object.default_spec()) {
+            return ("none", Ok(Next::Done));
+        }
+        let annotations = object.annotations().clone();
+        // §3.3 step 2: wait-for-state means hands off, even while deleting.
+        if operation::is_waiting_for_state(&annotations) {
+            tracing::debug!("waiting for state; nothing to do");
+            return ("none", Ok(Next::Done));
+        }
+        let deleting = object.meta().deletion_timestamp.is_some();
+        let last = object
+            .default_status()
+            .and_then(|s| s.last_operation.as_ref());
+        let planned = operation::decide(&annotations, deleting, last);
+        let label = operation_label(planned);
+        tracing::Span::current().record("operation", label);
+
+        // §3.5 steps 2-3: the Cluster, and the ShootNotFailed precondition (no writes at all
+        // for failed shoots; gardenlet re-annotates the object when it retries the shoot).
+        let cluster = match cluster::lookup(&self.client, namespace).await {
+            Ok(cluster) => cluster,
+            Err(error) => {
+                let failure = Failure::of(&error);
+                self.report_error(&api, &object, step_operation(planned), &failure)
+                    .await;
+                return (label, Err(failure));
+            }
+        };
+        if cluster.as_ref().is_some_and(|c| c.shoot.is_failed()) {
+            tracing::info!("shoot is failed; leaving the object alone");
+            return ("none", Ok(Next::Done));
+        }
+
+        // §3.3 step 3: `reconcile` is removed before the work.
+        let object = if annotations.get(ANNOTATION_OPERATION).map(String::as_str)
+            == Some(OPERATION_RECONCILE)
+        {
+            match finalizer::remove_operation_annotation(&api, &object).await {
+                Ok(Some(object)) => object,
+                Ok(None) => return ("none", Ok(Next::Done)),
+                Err(source) => return (label, Err(metadata_error("annotation", &object, source))),
+            }
+        } else {
+            object
+        };
+
+        let result = match planned {
+            Step::SkipMigrated => {
+                tracing::debug!("object was migrated; skipping");
+                return ("none", Ok(Next::Done));
+            }
+            Step::Reconcile(operation) => {
+                self.reconcile_flow(&api, object, cluster.as_ref(), operation)
+                    .await
+            }
+            Step::Restore => {
+                self.reconcile_flow(&api, object, cluster.as_ref(), LastOperationType::Restore)
+                    .await
+            }
+            Step::Delete => self.delete_flow(&api, object, cluster.as_ref()).await,
+            Step::Migrate => self.migrate_flow(&api, object, cluster.as_ref()).await,
+        };
+        (label, result)
+    }
+
+    /// §3.7.1 and §3.7.4: finalizer, Processing, actuator, Succeeded (and for restore the
+    /// annotation removal).
+    async fn reconcile_flow(
+        &self,
+        api: &Api<A::Object>,
+        object: A::Object,
+        cluster: Option<&ClusterContext>,
+        operation: LastOperationType,
+    ) -> Result<Next, Failure> {
+        let object = finalizer::add(api, &object, A::Object::FINALIZER)
+            .await
+            .map_err(|source| metadata_error("finalizers", &object, source))?;
+        let object = self.processing(api, &object, operation, None).await?;
+        let request = Request {
+            object: &object,
+            cluster,
+            operation,
+        };
+        let result = match operation {
+            LastOperationType::Restore => self.actuator.restore(&request).await,
+            _ => self.actuator.reconcile(&request).await,
+        };
+        let extra = match self.handle(api, &object, operation, result).await? {
+            Finished::Succeeded(extra) => extra,
+            Finished::Pending(delay) => return Ok(Next::After(delay)),
+        };
+        let object = self.succeeded(api, &object, operation, extra).await?;
+        if operation == LastOperationType::Restore {
+            finalizer::remove_operation_annotation(api, &object)
+                .await
+                .map_err(|source| metadata_error("annotation", &object, source))?;
+        }
+        Ok(Next::Done)
+    }
+
+    /// §3.7.2: only with our finalizer; force deletion per the shoot annotation; our
+    /// finalizer is removed after success.
+    async fn delete_flow(
+        &self,
+        api: &Api<A::Object>,
+        object: A::Object,
+        cluster: Option<&ClusterContext>,
+    ) -> Result<Next, Failure> {
+        if !object
+            .finalizers()
+            .iter()
+            .any(|f| f == A::Object::FINALIZER)
+        {
+            return Ok(Next::Done);
+        }
+        let operation = LastOperationType::Delete;
+        let object = self.processing(api, &object, operation, None).await?;
+        let request = Request {
+            object: &object,
+            cluster,
+            operation,
+        };
+        let force = cluster.is_some_and(|c| c.shoot.needs_force_deletion());
+        let result = if force {
+            self.actuator.force_delete(&request).await
+        } else {
+            self.actuator.delete(&request).await
+        };
+        let extra = match self.handle(api, &object, operation, result).await? {
+            Finished::Succeeded(extra) => extra,
+            Finished::Pending(delay) => return Ok(Next::After(delay)),
+        };
+        let object = self.succeeded(api, &object, operation, extra).await?;
+        finalizer::remove(api, &object, A::Object::FINALIZER)
+            .await
+            .map_err(|source| metadata_error("finalizers", &object, source))?;
+        Ok(Next::Done)
+    }
+
+    /// §3.7.3: Processing, actuator, Succeeded, then the finalizers (all or ours) and the
+    /// annotation.
+    async fn migrate_flow(
+        &self,
+        api: &Api<A::Object>,
+        object: A::Object,
+        cluster: Option<&ClusterContext>,
+    ) -> Result<Next, Failure> {
+        let has_finalizer = object
+            .finalizers()
+            .iter()
+            .any(|f| f == A::Object::FINALIZER);
+        if A::Object::MIGRATE_REQUIRES_FINALIZER && !has_finalizer {
+            return Ok(Next::Done);
+        }
+        let operation = LastOperationType::Migrate;
+        let object = self.processing(api, &object, operation, None).await?;
+        let request = Request {
+            object: &object,
+            cluster,
+            operation,
+        };
+        let result = self.actuator.migrate(&request).await;
+        let extra = match self.handle(api, &object, operation, result).await? {
+            Finished::Succeeded(extra) => extra,
+            Finished::Pending(delay) => return Ok(Next::After(delay)),
+        };
+        let object = self.succeeded(api, &object, operation, extra).await?;
+        let removed = if A::Object::MIGRATE_REMOVES_ALL_FINALIZERS {
+            finalizer::remove_all(api, &object).await
+        } else {
+            finalizer::remove(api, &object, A::Object::FINALIZER).await
+        };
+        let object = match removed {
+            Ok(Some(object)) => object,
+            Ok(None) => return Ok(Next::Done),
+            Err(source) => return Err(metadata_error("finalizers", &object, source)),
+        };
+        finalizer::remove_operation_annotation(api, &object)
+            .await
+            .map_err(|source| metadata_error("annotation", &object, source))?;
+        Ok(Next::Done)
+    }
+
+    /// Turns the actuator result into extra success fields, a pending delay (status already
+    /// updated) or a failure (status and event already written).
+    async fn handle(
+        &self,
+        api: &Api<A::Object>,
+        object: &A::Object,
+        operation: LastOperationType,
+        result: Result<Outcome, A::Error>,
+    ) -> Result<Finished, Failure> {
+        match result {
+            Ok(Outcome::Done { status }) => Ok(Finished::Succeeded(status)),
+            Ok(Outcome::Pending {
+                reason,
+                retry_after,
+            }) => {
+                tracing::info!(%reason, ?retry_after, "waiting");
+                self.processing(api, object, operation, Some(&reason))
+                    .await?;
+                Ok(Finished::Pending(retry_after))
+            }
+            Err(error) => {
+                let failure = Failure::of(&error);
+                self.report_error(api, object, operation, &failure).await;
+                Err(failure)
+            }
+        }
+    }
+
+    async fn processing(
+        &self,
+        api: &Api<A::Object>,
+        object: &A::Object,
+        operation: LastOperationType,
+        detail: Option<&str>,
+    ) -> Result<A::Object, Failure> {
+        let at = status::last_update_time(Utc::now(), object.annotations());
+        let body = status::processing(operation, A::Object::KIND, detail, at);
+        status::patch(api, object, body)
+            .await
+            .map_err(|source| status_error(object, source))
+    }
+
+    async fn succeeded(
+        &self,
+        api: &Api<A::Object>,
+        object: &A::Object,
+        operation: LastOperationType,
+        extra: serde_json::Map<String, serde_json::Value>,
+    ) -> Result<A::Object, Failure> {
+        let at = status::last_update_time(Utc::now(), object.annotations());
+        let body = status::success(
+            operation,
+            A::Object::KIND,
+            object.meta().generation,
+            at,
+            extra,
+        );
+        let updated = status::patch(api, object, body)
+            .await
+            .map_err(|source| status_error(object, source))?;
+        tracing::info!("succeeded");
+        self.events
+            .normal(
+                &object.object_ref(&()),
+                success_reason(operation),
+                action(operation),
+                format!(
+                    "Successfully {}ed {}",
+                    status::verb(operation),
+                    A::Object::KIND
+                ),
+            )
+            .await;
+        Ok(updated)
+    }
+
+    /// Writes the Error status (a failure of that write is only logged, as upstream) and a
+    /// Warning event.
+    async fn report_error(
+        &self,
+        api: &Api<A::Object>,
+        object: &A::Object,
+        operation: LastOperationType,
+        failure: &Failure,
+    ) {
+        tracing::warn!(
+            error = %failure.message,
+            category = failure.category,
+            configuration_problem = failure.configuration_problem,
+            "operation failed"
+        );
+        let at = status::last_update_time(Utc::now(), object.annotations());
+        let body = status::error(
+            operation,
+            A::Object::KIND,
+            &failure.message,
+            &failure.codes,
+            object.meta().generation,
+            at,
+        );
+        if let Err(error) = status::patch(api, object, body).await {
+            tracing::warn!(%error, "writing the error status failed");
+        }
+        self.events
+            .warning(
+                &object.object_ref(&()),
+                failure_reason(operation),
+                action(operation),
+                failure.message.clone(),
+            )
+            .await;
+    }
+}
+
+/// The end of an actuator call that did not fail.
+enum Finished {
+    Succeeded(serde_json::Map<String, serde_json::Value>),
+    Pending(Duration),
+}
+
+fn action(operation: LastOperationType) -> &'static str {
+    match operation {
+        LastOperationType::Create => "Create",
+        LastOperationType::Reconcile => "Reconcile",
+        LastOperationType::Delete => "Delete",
+        LastOperationType::Migrate => "Migrate",
+        LastOperationType::Restore => "Restore",
+        LastOperationType::LiveMigrate => "LiveMigrate",
+    }
+}
+
+fn success_reason(operation: LastOperationType) -> &'static str {
+    match operation {
+        LastOperationType::Create | LastOperationType::Reconcile => "Reconciled",
+        LastOperationType::Delete => "Deleted",
+        LastOperationType::Migrate => "Migrated",
+        LastOperationType::Restore => "Restored",
+        LastOperationType::LiveMigrate => "LiveMigrated",
+    }
+}
+
+fn failure_reason(operation: LastOperationType) -> &'static str {
+    match operation {
+        LastOperationType::Create | LastOperationType::Reconcile => "ReconcileFailed",
+        LastOperationType::Delete => "DeleteFailed",
+        LastOperationType::Migrate => "MigrateFailed",
+        LastOperationType::Restore => "RestoreFailed",
+        LastOperationType::LiveMigrate => "LiveMigrateFailed",
+    }
+}
+
+fn status_error<K: Resource>(object: &K, source: kube::Error) -> Failure {
+    ReconcilerError::Status {
+        name: object_name(object),
+        source: Box::new(source),
+    }
+    .into()
+}
+
+fn metadata_error<K: Resource>(what: &'static str, object: &K, source: kube::Error) -> Failure {
+    ReconcilerError::Metadata {
+        what,
+        name: object_name(object),
+        source: Box::new(source),
+    }
+    .into()
+}
+
+fn object_name<K: Resource>(object: &K) -> String {
+    format!(
+        "{}/{}",
+        object.meta().namespace.as_deref().unwrap_or_default(),
+        object.meta().name.as_deref().unwrap_or_default()
+    )
+}

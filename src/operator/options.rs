@@ -1,0 +1,102 @@
+//! Flags of `gardener-extension-node operator`, named as upstream Gardener extensions name
+//! them, so the chart passes the same values gardenlet's conventions expect.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{ArgAction, Args, ValueEnum};
+
+/// The controllers the operator can run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, ValueEnum)]
+pub enum ControllerName {
+    /// ContainerRuntime of type gvisor.
+    Containerruntime,
+}
+
+/// Flags of `operator`.
+#[derive(Debug, Clone, Args)]
+pub struct OperatorArgs {
+    /// Kubeconfig of the seed cluster; in-cluster configuration when unset.
+    #[arg(long, env = "KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// Address of the HTTP server for /healthz, /readyz and /metrics.
+    #[arg(long, env = "HTTP_BIND_ADDRESS", default_value = "0.0.0.0:8080")]
+    pub http_bind_address: SocketAddr,
+
+    /// Extension classes whose objects we handle (objects without class count as `shoot`).
+    #[arg(
+        long,
+        env = "EXTENSION_CLASSES",
+        value_delimiter = ',',
+        default_value = "shoot"
+    )]
+    pub extension_classes: Vec<String>,
+
+    /// Objects reconciled at the same time, per kind.
+    #[arg(long, env = "MAX_CONCURRENT_RECONCILES", default_value_t = 5)]
+    pub max_concurrent_reconciles: usize,
+
+    /// React to spec (generation) changes instead of the gardener.cloud/operation annotation.
+    #[arg(long, env = "IGNORE_OPERATION_ANNOTATION", default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub ignore_operation_annotation: bool,
+
+    /// Namespace of the heartbeat Lease `gardener-extension-heartbeat` (the chart passes the
+    /// release namespace).
+    #[arg(long, env = "HEARTBEAT_NAMESPACE", default_value = "default")]
+    pub heartbeat_namespace: String,
+
+    /// Seconds between heartbeat renewals.
+    #[arg(long, env = "HEARTBEAT_RENEW_INTERVAL_SECONDS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
+    pub heartbeat_renew_interval_seconds: u64,
+
+    /// Elect a leader among replicas (disable only for local runs).
+    #[arg(long, env = "LEADER_ELECTION", default_value_t = true, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub leader_election: bool,
+
+    /// Name of the leader election Lease.
+    #[arg(
+        long,
+        env = "LEADER_ELECTION_ID",
+        default_value = "gardener-extension-node-leader-election"
+    )]
+    pub leader_election_id: String,
+
+    /// Namespace of the leader election Lease (the chart sets it from the downward API).
+    #[arg(long, env = "LEADER_ELECTION_NAMESPACE", default_value = "default")]
+    pub leader_election_namespace: String,
+
+    /// Version of the Gardener that deployed us (informational, logged).
+    #[arg(long, env = "GARDENER_VERSION")]
+    pub gardener_version: Option<String>,
+
+    /// Controllers to run.
+    #[arg(long, env = "CONTROLLERS", value_delimiter = ',', value_enum, default_values_t = [ControllerName::Containerruntime])]
+    pub controllers: Vec<ControllerName>,
+
+    /// Repository of a test installation image; used with `testImageTag` in a gVisor
+    /// providerConfig (testing unreleased images only).
+    #[arg(long, env = "GVISOR_INSTALLATION_TEST_REPOSITORY")]
+    pub gvisor_installation_test_repository: Option<String>,
+}
+
+impl OperatorArgs {
+    /// Defaults for a local run against `kubeconfig` (no leader election).
+    pub fn local(kubeconfig: PathBuf, http_bind_address: SocketAddr) -> Self {
+        OperatorArgs {
+            kubeconfig: Some(kubeconfig),
+            http_bind_address,
+            extension_classes: vec!["shoot".into()],
+            max_concurrent_reconciles: 5,
+            ignore_operation_annotation: false,
+            heartbeat_namespace: "default".into(),
+            heartbeat_renew_interval_seconds: 30,
+            leader_election: false,
+            leader_election_id: "gardener-extension-node-leader-election".into(),
+            leader_election_namespace: "default".into(),
+            gardener_version: None,
+            controllers: vec![ControllerName::Containerruntime],
+            gvisor_installation_test_repository: None,
+        }
+    }
+}

@@ -1,0 +1,580 @@
+//! Integration: the gVisor ContainerRuntime controller (the real operator binary) against a
+//! real kube-apiserver. gardenlet's part (annotations, deletion) is played by the test; there
+//! is no gardener-resource-manager, so where a test needs a ManagedResource to linger (as GRM
+//! does while it deletes shoot objects) it puts a foreign finalizer on it.
+
+#![allow(clippy::unwrap_used, clippy::panic)] // test crate: failing loudly is the point
+
+mod support;
+
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
+
+use gardener_extension_node::api::{ContainerRuntime, LastOperationType, ManagedResource};
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client, ResourceExt};
+use serde_json::{Value, json};
+use support::gardener::{annotate, check_ready, confirm_and_delete, wait_gone, wait_ready};
+use support::operator::OperatorProcess;
+use support::{TestEnv, fixtures, wait_for};
+
+const SHARED_MR: &str = "extension-runtime-gvisor";
+const GRM_FINALIZER: &str = "resources.gardener.cloud/gardener-resource-manager";
+
+static OPERATOR: OnceLock<Mutex<OperatorProcess>> = OnceLock::new();
+
+/// A test namespace with its Cluster, and the shared operator running.
+async fn setup() -> TestEnv {
+    setup_with_cluster(|_| {}).await
+}
+
+async fn setup_with_cluster(adjust: impl FnOnce(&mut Value)) -> TestEnv {
+    let env = support::env().await;
+    OPERATOR.get_or_init(|| Mutex::new(OperatorProcess::start(&env.kubeconfig, &[])));
+    create_cluster(&env.client, &env.namespace, adjust).await;
+    env
+}
+
+async fn create_cluster(client: &Client, namespace: &str, adjust: impl FnOnce(&mut Value)) {
+    let mut cluster = fixtures::cluster_json(namespace);
+    adjust(&mut cluster);
+    let api: Api<gardener_extension_node::api::Cluster> = Api::all(client.clone());
+    api.create(
+        &PostParams::default(),
+        &serde_json::from_value(cluster).unwrap(),
+    )
+    .await
+    .unwrap();
+}
+
+fn crs(env: &TestEnv) -> Api<ContainerRuntime> {
+    Api::namespaced(env.client.clone(), &env.namespace)
+}
+
+fn mrs(env: &TestEnv) -> Api<ManagedResource> {
+    Api::namespaced(env.client.clone(), &env.namespace)
+}
+
+fn pool_mr(pool: &str) -> String {
+    format!("extension-runtime-gvisor-installation-{pool}")
+}
+
+/// Creates `gvisor-<pool>` with the reconcile annotation, as gardenlet does.
+async fn create_cr(env: &TestEnv, pool: &str, flags: Value) -> String {
+    let mut cr = fixtures::container_runtime_json(&env.namespace, pool);
+    cr["spec"]["providerConfig"]["configFlags"] = flags;
+    cr["metadata"]["annotations"] = json!({"gardener.cloud/operation": "reconcile"});
+    let cr: ContainerRuntime = serde_json::from_value(cr).unwrap();
+    crs(env).create(&PostParams::default(), &cr).await.unwrap();
+    format!("gvisor-{pool}")
+}
+
+/// The manifests of a MR (its one secret's `config.yaml`).
+async fn mr_manifests(env: &TestEnv, name: &str) -> String {
+    let mr = mrs(env).get(name).await.unwrap();
+    let secrets: Api<Secret> = Api::namespaced(env.client.clone(), &env.namespace);
+    let secret = secrets.get(&mr.spec.secret_refs[0].name).await.unwrap();
+    String::from_utf8(secret.data.unwrap()["config.yaml"].0.clone()).unwrap()
+}
+
+async fn add_foreign_finalizer(env: &TestEnv, mr: &str) {
+    mrs(env)
+        .patch(
+            mr,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": [GRM_FINALIZER]}})),
+        )
+        .await
+        .unwrap();
+}
+
+async fn remove_foreign_finalizer(env: &TestEnv, mr: &str) {
+    mrs(env)
+        .patch(
+            mr,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+        )
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn create_reaches_succeeded_with_managed_resources_for_the_shoot() {
+    let env = setup().await;
+    let name = create_cr(&env, "worker-a", json!({"net-raw": "true"})).await;
+    let cr = wait_ready(&crs(&env), &name, LastOperationType::Create).await;
+    assert!(
+        cr.finalizers()
+            .contains(&"extensions.gardener.cloud/containerruntime".to_string())
+    );
+    assert_eq!(
+        cr.status.unwrap().default.last_operation.unwrap().progress,
+        100
+    );
+
+    for mr_name in [SHARED_MR.to_string(), pool_mr("worker-a")] {
+        let mr = mrs(&env).get(&mr_name).await.unwrap();
+        assert_eq!(
+            mr.spec.class, None,
+            "{mr_name}: for the shoot's resource manager"
+        );
+        assert_eq!(mr.spec.keep_objects, Some(false));
+        assert_eq!(
+            mr.spec.inject_labels["shoot.gardener.cloud/no-cleanup"],
+            "true"
+        );
+        assert_eq!(mr.labels()["origin"], "gardener-extension-node");
+        let secret_name = &mr.spec.secret_refs[0].name;
+        assert!(secret_name.starts_with(&format!("managedresource-{mr_name}-")));
+        let refs: Vec<_> = mr
+            .annotations()
+            .iter()
+            .filter(|(k, _)| k.starts_with("reference.resources.gardener.cloud/secret-"))
+            .collect();
+        assert_eq!(refs.len(), 1);
+        assert_eq!(refs[0].1, secret_name);
+        let secret = Api::<Secret>::namespaced(env.client.clone(), &env.namespace)
+            .get(secret_name)
+            .await
+            .unwrap();
+        assert_eq!(secret.immutable, Some(true));
+        assert_eq!(
+            secret.labels()["resources.gardener.cloud/garbage-collectable-reference"],
+            "true"
+        );
+    }
+    let installation = mr_manifests(&env, &pool_mr("worker-a")).await;
+    assert!(
+        installation.contains("containerd-gvisor-worker-a")
+            && installation.contains("net-raw=true"),
+        "{installation}"
+    );
+    assert!(
+        mr_manifests(&env, SHARED_MR)
+            .await
+            .contains("handler: runsc")
+    );
+}
+
+#[tokio::test]
+async fn a_second_pool_shares_the_runtime_class_managed_resource() {
+    let env = setup().await;
+    let a = create_cr(&env, "pool-a", json!({})).await;
+    let b = create_cr(&env, "pool-b", json!({"nvproxy": "true"})).await;
+    wait_ready(&crs(&env), &a, LastOperationType::Create).await;
+    wait_ready(&crs(&env), &b, LastOperationType::Create).await;
+    let names: Vec<String> = mrs(&env)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(|m| m.name_any())
+        .collect();
+    let mut sorted = names.clone();
+    sorted.sort();
+    assert_eq!(
+        sorted,
+        [SHARED_MR.to_string(), pool_mr("pool-a"), pool_mr("pool-b")]
+    );
+}
+
+#[tokio::test]
+async fn reconcile_annotation_is_removed_and_status_refreshed() {
+    let env = setup().await;
+    let name = create_cr(&env, "worker-a", json!({})).await;
+    let first = wait_ready(&crs(&env), &name, LastOperationType::Create).await;
+    let before = first
+        .status
+        .unwrap()
+        .default
+        .last_operation
+        .unwrap()
+        .last_update_time;
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let requested = annotate(&crs(&env), &name, "reconcile").await;
+    let cr = wait_ready(&crs(&env), &name, LastOperationType::Reconcile).await;
+    let last = cr.status.unwrap().default.last_operation.unwrap();
+    assert!(last.last_update_time > before, "status refreshed");
+    assert!(last.last_update_time.timestamp() >= requested.timestamp());
+}
+
+#[tokio::test]
+async fn bad_provider_config_reports_a_configuration_problem_and_changes_nothing() {
+    let env = setup().await;
+    let name = create_cr(&env, "worker-a", json!({"net-raw": "true"})).await;
+    wait_ready(&crs(&env), &name, LastOperationType::Create).await;
+    let mr_before = mrs(&env).get(&pool_mr("worker-a")).await.unwrap();
+
+    crs(&env)
+        .patch(&name, &PatchParams::default(), &Patch::Merge(json!({"spec": {"providerConfig": {"configFlags": {"net-raw": "maybe", "platform": "kvm"}}}})))
+        .await
+        .unwrap();
+    annotate(&crs(&env), &name, "reconcile").await;
+    let cr = wait_for(
+        "lastError with a configuration problem",
+        Duration::from_secs(30),
+        || async {
+            let cr = crs(&env).get(&name).await.map_err(|e| e.to_string())?;
+            let status = cr.status.clone().ok_or("no status")?.default;
+            match status.last_error {
+                Some(e)
+                    if e.codes
+                        .iter()
+                        .any(|c| c.as_str() == "ERR_CONFIGURATION_PROBLEM") =>
+                {
+                    Ok(cr)
+                }
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+    let status = cr.status.clone().unwrap().default;
+    let error = status.last_error.unwrap();
+    assert!(
+        error.description.contains("configFlags"),
+        "{}",
+        error.description
+    );
+    assert_eq!(status.observed_generation, cr.metadata.generation);
+    assert_eq!(status.last_operation.unwrap().progress, 50);
+    assert!(
+        cr.annotations().get("gardener.cloud/operation").is_none(),
+        "reconcile annotation was consumed"
+    );
+    let mr_after = mrs(&env).get(&pool_mr("worker-a")).await.unwrap();
+    assert_eq!(
+        mr_after.resource_version(),
+        mr_before.resource_version(),
+        "the shoot's objects are untouched"
+    );
+
+    // The user fixes the shoot; gardenlet updates the spec and annotates.
+    crs(&env)
+        .patch(&name, &PatchParams::default(), &Patch::Merge(json!({"spec": {"providerConfig": {"configFlags": {"net-raw": "false", "platform": null}}}})))
+        .await
+        .unwrap();
+    annotate(&crs(&env), &name, "reconcile").await;
+    wait_ready(&crs(&env), &name, LastOperationType::Reconcile).await;
+    assert!(
+        mr_manifests(&env, &pool_mr("worker-a"))
+            .await
+            .contains("net-raw=false")
+    );
+}
+
+#[tokio::test]
+async fn deleting_one_pool_keeps_the_shared_resource_and_the_last_removes_it() {
+    let env = setup().await;
+    let a = create_cr(&env, "pool-a", json!({})).await;
+    let b = create_cr(&env, "pool-b", json!({})).await;
+    wait_ready(&crs(&env), &a, LastOperationType::Create).await;
+    wait_ready(&crs(&env), &b, LastOperationType::Create).await;
+
+    confirm_and_delete(&crs(&env), &a).await;
+    wait_gone(&crs(&env), &a).await;
+    assert!(
+        mrs(&env)
+            .get_opt(&pool_mr("pool-a"))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(
+        mrs(&env).get_opt(SHARED_MR).await.unwrap().is_some(),
+        "pool-b still needs the RuntimeClass"
+    );
+
+    confirm_and_delete(&crs(&env), &b).await;
+    wait_gone(&crs(&env), &b).await;
+    assert!(
+        mrs(&env)
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+    let secrets = Api::<Secret>::namespaced(env.client.clone(), &env.namespace)
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    assert!(
+        secrets
+            .items
+            .iter()
+            .all(|s| !s.name_any().starts_with("managedresource-")),
+        "MR secrets removed"
+    );
+}
+
+#[tokio::test]
+async fn normal_deletion_waits_for_the_managed_resource_and_force_deletion_does_not() {
+    // Normal deletion: the MR lingers (GRM still deleting) → the CR stays, Processing.
+    let env = setup().await;
+    let name = create_cr(&env, "worker-a", json!({})).await;
+    wait_ready(&crs(&env), &name, LastOperationType::Create).await;
+    add_foreign_finalizer(&env, &pool_mr("worker-a")).await;
+    confirm_and_delete(&crs(&env), &name).await;
+    wait_for("delete processing", Duration::from_secs(30), || async {
+        let cr = crs(&env).get(&name).await.map_err(|e| e.to_string())?;
+        let last = cr
+            .status
+            .and_then(|s| s.default.last_operation)
+            .ok_or("no op")?;
+        if last.type_ == LastOperationType::Delete
+            && last.description.contains("waiting until ManagedResource")
+        {
+            Ok(())
+        } else {
+            Err(last.description)
+        }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        crs(&env).get_opt(&name).await.unwrap().is_some(),
+        "normal deletion waits"
+    );
+    remove_foreign_finalizer(&env, &pool_mr("worker-a")).await;
+    wait_gone(&crs(&env), &name).await;
+
+    // Force deletion (shoot annotated): gone although the MR is stuck.
+    let env = setup_with_cluster(|c| {
+        c["spec"]["shoot"]["metadata"]["annotations"] =
+            json!({"confirmation.gardener.cloud/force-deletion": "true"});
+    })
+    .await;
+    let name = create_cr(&env, "worker-a", json!({})).await;
+    wait_ready(&crs(&env), &name, LastOperationType::Create).await;
+    add_foreign_finalizer(&env, &pool_mr("worker-a")).await;
+    add_foreign_finalizer(&env, SHARED_MR).await;
+    confirm_and_delete(&crs(&env), &name).await;
+    wait_gone(&crs(&env), &name).await;
+    let stuck = mrs(&env).get(&pool_mr("worker-a")).await.unwrap();
+    assert!(
+        stuck.metadata.deletion_timestamp.is_some(),
+        "deleted, not waited for"
+    );
+}
+
+#[tokio::test]
+async fn migrate_keeps_shoot_objects_removes_managed_resources_and_all_finalizers() {
+    let env = setup().await;
+    let name = create_cr(&env, "worker-a", json!({})).await;
+    wait_ready(&crs(&env), &name, LastOperationType::Create).await;
+    // Another controller's finalizer on the CR: migrate removes all finalizers.
+    crs(&env)
+        .patch(&name, &PatchParams::default(), &Patch::Merge(json!({"metadata": {"finalizers": ["extensions.gardener.cloud/containerruntime", "example.com/other"]}})))
+        .await
+        .unwrap();
+    for mr in [pool_mr("worker-a"), SHARED_MR.to_string()] {
+        add_foreign_finalizer(&env, &mr).await;
+    }
+    annotate(&crs(&env), &name, "migrate").await;
+    // While GRM "deletes", keepObjects must already be true, so the shoot keeps its objects.
+    for mr in [pool_mr("worker-a"), SHARED_MR.to_string()] {
+        let found = wait_for(
+            &format!("{mr} deleting with keepObjects"),
+            Duration::from_secs(30),
+            || async {
+                let m = mrs(&env).get(&mr).await.map_err(|e| e.to_string())?;
+                if m.metadata.deletion_timestamp.is_some() && m.spec.keep_objects == Some(true) {
+                    Ok(m)
+                } else {
+                    Err(format!(
+                        "keepObjects {:?}, deleting {}",
+                        m.spec.keep_objects,
+                        m.metadata.deletion_timestamp.is_some()
+                    ))
+                }
+            },
+        )
+        .await;
+        assert_eq!(found.spec.keep_objects, Some(true));
+        remove_foreign_finalizer(&env, &mr).await;
+    }
+    let cr = wait_for("migrate succeeded", Duration::from_secs(60), || async {
+        let cr = crs(&env).get(&name).await.map_err(|e| e.to_string())?;
+        let last = cr
+            .status
+            .clone()
+            .and_then(|s| s.default.last_operation)
+            .ok_or("no op")?;
+        if last.type_ == LastOperationType::Migrate
+            && cr.finalizers().is_empty()
+            && !cr.annotations().contains_key("gardener.cloud/operation")
+        {
+            Ok(cr)
+        } else {
+            Err(format!(
+                "{:?} {:?} finalizers {:?}",
+                last.type_,
+                last.state,
+                cr.finalizers()
+            ))
+        }
+    })
+    .await;
+    check_ready(&cr, LastOperationType::Migrate).unwrap();
+    assert!(
+        mrs(&env)
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+
+    // A migrated object is left alone, even when annotated or deleted (gardenlet's shallow delete).
+    annotate(&crs(&env), &name, "reconcile").await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        mrs(&env)
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty(),
+        "no reconcile after migrate"
+    );
+    confirm_and_delete(&crs(&env), &name).await;
+    wait_gone(&crs(&env), &name).await;
+}
+
+#[tokio::test]
+async fn restore_in_a_fresh_namespace_recreates_everything_after_wait_for_state() {
+    let env = setup().await;
+    let mut cr = fixtures::container_runtime_json(&env.namespace, "worker-a");
+    cr["metadata"]["annotations"] = json!({"gardener.cloud/operation": "wait-for-state"});
+    let cr: ContainerRuntime = serde_json::from_value(cr).unwrap();
+    crs(&env).create(&PostParams::default(), &cr).await.unwrap();
+    let name = "gvisor-worker-a";
+    // gardenlet injects state while the object waits: the extension does nothing at all.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let waiting = crs(&env).get(name).await.unwrap();
+    assert!(
+        waiting.status.is_none(),
+        "no status write during wait-for-state"
+    );
+    assert!(
+        waiting.finalizers().is_empty(),
+        "no finalizer during wait-for-state"
+    );
+    assert!(
+        mrs(&env)
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+
+    annotate(&crs(&env), name, "restore").await;
+    let restored = wait_ready(&crs(&env), name, LastOperationType::Restore).await;
+    assert!(
+        restored
+            .finalizers()
+            .contains(&"extensions.gardener.cloud/containerruntime".to_string())
+    );
+    for mr in [pool_mr("worker-a"), SHARED_MR.to_string()] {
+        assert_eq!(
+            mrs(&env).get(&mr).await.unwrap().spec.keep_objects,
+            Some(false),
+            "{mr}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn objects_of_a_failed_shoot_are_not_touched() {
+    let env = setup_with_cluster(|c| {
+        c["spec"]["shoot"]["status"]["lastOperation"]["state"] = json!("Failed");
+    })
+    .await;
+    let name = create_cr(&env, "worker-a", json!({})).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let cr = crs(&env).get(&name).await.unwrap();
+    assert!(cr.status.is_none(), "no status write");
+    assert!(cr.finalizers().is_empty(), "no finalizer");
+    assert_eq!(
+        cr.annotations()
+            .get("gardener.cloud/operation")
+            .map(String::as_str),
+        Some("reconcile"),
+        "annotation left for gardenlet's retry"
+    );
+    assert!(
+        mrs(&env)
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+}
+
+#[tokio::test]
+async fn objects_of_another_class_or_type_are_ignored() {
+    let env = setup().await;
+    let mut seed_class = fixtures::container_runtime_json(&env.namespace, "seed-pool");
+    seed_class["spec"]["class"] = json!("seed");
+    seed_class["metadata"]["annotations"] = json!({"gardener.cloud/operation": "reconcile"});
+    let mut kata = fixtures::container_runtime_json(&env.namespace, "kata-pool");
+    kata["metadata"]["name"] = json!("kata-kata-pool");
+    kata["spec"]["type"] = json!("kata");
+    kata["metadata"]["annotations"] = json!({"gardener.cloud/operation": "reconcile"});
+    for object in [seed_class, kata] {
+        let cr: ContainerRuntime = serde_json::from_value(object).unwrap();
+        crs(&env).create(&PostParams::default(), &cr).await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    for cr in crs(&env).list(&ListParams::default()).await.unwrap() {
+        assert!(
+            cr.status.is_none() && cr.finalizers().is_empty(),
+            "{} was touched",
+            cr.name_any()
+        );
+    }
+}
+
+#[tokio::test]
+async fn operator_serves_health_readiness_and_metrics() {
+    let env = setup().await;
+    let name = create_cr(&env, "worker-a", json!({})).await;
+    wait_ready(&crs(&env), &name, LastOperationType::Create).await;
+    let operator = OPERATOR.get().unwrap();
+    let address = operator.lock().unwrap().http_address.clone();
+    let probe = OperatorProcess::http_get_at(&address, "/healthz")
+        .await
+        .unwrap();
+    assert_eq!(probe.0, 200);
+    let ready = OperatorProcess::http_get_at(&address, "/readyz")
+        .await
+        .unwrap();
+    assert_eq!(ready.0, 200);
+    let (status, metrics) = OperatorProcess::http_get_at(&address, "/metrics")
+        .await
+        .unwrap();
+    assert_eq!(status, 200);
+    assert!(metrics.contains(r#"controller_reconciles_total{kind="ContainerRuntime",operation="create",result="success"}"#), "{metrics}");
+    // The heartbeat Lease is renewed in the heartbeat namespace.
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(env.client.clone(), "default");
+    let lease = leases.get("gardener-extension-heartbeat").await.unwrap();
+    assert!(lease.spec.unwrap().renew_time.is_some());
+    // An event was recorded for the object.
+    let events: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(env.client.clone(), &env.namespace);
+    let list = events.list(&ListParams::default()).await.unwrap();
+    assert!(
+        list.items
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("Reconciled")),
+        "{:?}",
+        list.items.iter().map(|e| &e.reason).collect::<Vec<_>>()
+    );
+}

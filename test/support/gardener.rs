@@ -1,0 +1,133 @@
+//! What gardenlet does to extension objects, for tests: annotate with an operation and a
+//! timestamp, confirm and delete, and the readiness check it waits on (§3.8).
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use gardener_extension_node::api::{ExtensionObject, LastOperationState, LastOperationType};
+use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::{Api, Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::json;
+
+/// Sets `gardener.cloud/operation=<operation>` and a fresh `gardener.cloud/timestamp`.
+pub async fn annotate<K>(api: &Api<K>, name: &str, operation: &str) -> DateTime<Utc>
+where
+    K: Resource + Clone + DeserializeOwned + Serialize + std::fmt::Debug,
+{
+    let now = Utc::now();
+    api.patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"annotations": {
+            "gardener.cloud/operation": operation,
+            "gardener.cloud/timestamp": now.to_rfc3339_opts(SecondsFormat::Nanos, true),
+        }}})),
+    )
+    .await
+    .expect("annotate");
+    now
+}
+
+/// Confirms the deletion and deletes, as gardenlet does.
+pub async fn confirm_and_delete<K>(api: &Api<K>, name: &str)
+where
+    K: Resource + Clone + DeserializeOwned + Serialize + std::fmt::Debug,
+{
+    api.patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"annotations": {
+            "confirmation.gardener.cloud/deletion": "true",
+            "gardener.cloud/timestamp": Utc::now().to_rfc3339_opts(SecondsFormat::Nanos, true),
+        }}})),
+    )
+    .await
+    .expect("confirm deletion");
+    api.delete(name, &DeleteParams::default())
+        .await
+        .expect("delete");
+}
+
+/// gardenlet's readiness check (`CheckExtensionObject`), in its order; `Err` says which rule
+/// fails.
+pub fn check_ready<K>(object: &K, operation: LastOperationType) -> Result<(), String>
+where
+    K: Resource + ExtensionObject,
+{
+    let status = object.default_status().ok_or("no status")?;
+    if let Some(error) = &status.last_error {
+        return Err(format!("lastError: {}", error.description));
+    }
+    if status.observed_generation != object.meta().generation {
+        return Err(format!(
+            "observedGeneration {:?} != generation {:?}",
+            status.observed_generation,
+            object.meta().generation
+        ));
+    }
+    if let Some(op) = object.annotations().get("gardener.cloud/operation") {
+        return Err(format!("operation annotation {op} still present"));
+    }
+    let last = status.last_operation.as_ref().ok_or("no lastOperation")?;
+    if last.state != LastOperationState::Succeeded {
+        return Err(format!(
+            "lastOperation {:?} {:?}: {}",
+            last.type_, last.state, last.description
+        ));
+    }
+    if let Some(timestamp) = object.annotations().get("gardener.cloud/timestamp") {
+        let requested = DateTime::parse_from_rfc3339(timestamp)
+            .map_err(|e| format!("bad timestamp: {e}"))?
+            .with_timezone(&Utc);
+        let requested = requested
+            - chrono::Duration::nanoseconds(i64::from(requested.timestamp_subsec_nanos()));
+        if last.last_update_time < requested {
+            return Err(format!(
+                "lastUpdateTime {} < timestamp {requested}",
+                last.last_update_time
+            ));
+        }
+    }
+    if last.type_ != operation {
+        return Err(format!(
+            "lastOperation type {:?}, want {operation:?}",
+            last.type_
+        ));
+    }
+    Ok(())
+}
+
+/// Waits until `check_ready` holds for `operation`.
+pub async fn wait_ready<K>(api: &Api<K>, name: &str, operation: LastOperationType) -> K
+where
+    K: Resource + ExtensionObject + Clone + DeserializeOwned + Serialize + std::fmt::Debug,
+{
+    super::wait_for(
+        &format!("{name} ready after {operation:?}"),
+        std::time::Duration::from_secs(60),
+        || async {
+            let object = api.get(name).await.map_err(|e| e.to_string())?;
+            check_ready(&object, operation).map(|()| object)
+        },
+    )
+    .await
+}
+
+/// Waits until the object is gone.
+pub async fn wait_gone<K>(api: &Api<K>, name: &str)
+where
+    K: Resource + Clone + DeserializeOwned + Serialize + std::fmt::Debug,
+{
+    super::wait_for(
+        &format!("{name} deleted"),
+        std::time::Duration::from_secs(60),
+        || async {
+            match api.get_opt(name).await {
+                Ok(None) => Ok(()),
+                Ok(Some(o)) => Err(format!("still there, finalizers {:?}", o.finalizers())),
+                Err(e) => Err(e.to_string()),
+            }
+        },
+    )
+    .await
+}

@@ -1,0 +1,155 @@
+//! Runs the real `gardener-extension-node operator` binary against the test control plane,
+//! as a child process in its own process group with a watchdog, like the control plane: it
+//! never outlives the test binary. Tests can SIGKILL and restart it.
+
+use std::fs;
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+static COUNTER: AtomicUsize = AtomicUsize::new(0);
+
+/// A running operator process.
+pub struct OperatorProcess {
+    child: Child,
+    watchdog: Child,
+    /// Its log file.
+    pub log: PathBuf,
+    /// Its HTTP address (`127.0.0.1:<port>`).
+    pub http_address: String,
+    kubeconfig: PathBuf,
+    extra_args: Vec<String>,
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+impl OperatorProcess {
+    /// Starts the operator with `--kubeconfig` (written from `kubeconfig`), leader election
+    /// off unless `extra_args` set `--leader-election=...`, and `extra_args`.
+    pub fn start(kubeconfig: &str, extra_args: &[&str]) -> Self {
+        let n = COUNTER.fetch_add(1, Ordering::SeqCst);
+        let dir = std::env::temp_dir().join(format!(
+            "gardener-extension-node-operator-{}-{n}",
+            std::process::id()
+        ));
+        fs::create_dir_all(&dir).expect("operator dir");
+        let path = dir.join("kubeconfig");
+        fs::write(&path, kubeconfig).expect("kubeconfig written");
+        Self::spawn(
+            path,
+            extra_args.iter().map(|s| s.to_string()).collect(),
+            dir.join("operator.log"),
+        )
+    }
+
+    fn spawn(kubeconfig: PathBuf, extra_args: Vec<String>, log: PathBuf) -> Self {
+        let http_address = format!("127.0.0.1:{}", free_port());
+        let out = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .expect("log file");
+        let err = out.try_clone().expect("log file");
+        let mut command = Command::new(env!("CARGO_BIN_EXE_gardener-extension-node"));
+        command
+            .arg("operator")
+            .arg(format!("--kubeconfig={}", kubeconfig.display()))
+            .arg(format!("--http-bind-address={http_address}"));
+        if !extra_args
+            .iter()
+            .any(|a| a.starts_with("--leader-election="))
+        {
+            command.arg("--leader-election=false");
+        }
+        let child = command
+            .args(&extra_args)
+            .env(
+                "RUST_LOG",
+                "info,gardener_extension_node=debug,kube_client::client::builder=off",
+            )
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .process_group(0)
+            .spawn()
+            .expect("operator binary starts");
+        let script = format!(
+            "while kill -0 {owner} 2>/dev/null && kill -0 {pid} 2>/dev/null; do sleep 0.2; done; kill -KILL {pid} 2>/dev/null; exit 0",
+            owner = std::process::id(),
+            pid = child.id(),
+        );
+        let watchdog = Command::new("sh")
+            .args(["-c", &script])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(0)
+            .spawn()
+            .expect("watchdog starts");
+        OperatorProcess {
+            child,
+            watchdog,
+            log,
+            http_address,
+            kubeconfig,
+            extra_args,
+        }
+    }
+
+    /// SIGKILLs the operator (no graceful shutdown) and waits for it.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = self.watchdog.kill();
+        let _ = self.watchdog.wait();
+    }
+
+    /// Starts a fresh process with the same arguments and log file.
+    pub fn restart(&mut self) {
+        self.kill();
+        let next = Self::spawn(
+            self.kubeconfig.clone(),
+            self.extra_args.clone(),
+            self.log.clone(),
+        );
+        *self = next;
+    }
+
+    /// The log so far (for assertion messages).
+    pub fn log_text(&self) -> String {
+        fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// GET `path` on the operator's HTTP server; `(status, body)`.
+    pub async fn http_get(&self, path: &str) -> Option<(u16, String)> {
+        Self::http_get_at(&self.http_address, path).await
+    }
+
+    /// GET `path` on `address`; `(status, body)`.
+    pub async fn http_get_at(address: &str, path: &str) -> Option<(u16, String)> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut stream = tokio::net::TcpStream::connect(address).await.ok()?;
+        let request = format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n");
+        stream.write_all(request.as_bytes()).await.ok()?;
+        let mut response = String::new();
+        stream.read_to_string(&mut response).await.ok()?;
+        let status = response.split_whitespace().nth(1)?.parse().ok()?;
+        let body = response
+            .split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_string())
+            .unwrap_or_default();
+        Some((status, body))
+    }
+}
+
+impl Drop for OperatorProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
