@@ -3,8 +3,11 @@
 # components for fmt/clippy, and checks that Go and kubectl are present. Idempotent.
 set -euo pipefail
 
-# Debian packages the tests use (procps: pgrep for the orphan check).
-packages=(procps)
+# Debian packages the tests use (procps: pgrep for the orphan check; systemd-container,
+# dbus, containerd, runsc: the gVisor installer's e2e test boots a real systemd with
+# systemd-nspawn and runs Debian's containerd and runsc in it; the host's /usr is the
+# container's, so installing them here puts them there).
+packages=(procps systemd-container dbus containerd runsc)
 
 missing=()
 for p in "${packages[@]}"; do

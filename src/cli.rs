@@ -30,7 +30,7 @@ pub enum Command {
     /// Run the on-node agent that applies the OperatingSystemConfig of its node.
     Agent,
     /// Install gVisor (runsc) into the node's containerd; run by the installation DaemonSet.
-    GvisorInstall,
+    GvisorInstall(crate::gvisor_install::GvisorInstallArgs),
     /// Print the manifests the operator would create for an object, without a cluster.
     #[command(subcommand)]
     Render(crate::render::RenderCommand),
@@ -56,7 +56,7 @@ impl Command {
             Command::Crds(args) => crate::crds::run(args),
             Command::LocalEnv(args) => crate::devenv::run_local_env(args).await,
             Command::Agent => not_implemented("agent"),
-            Command::GvisorInstall => not_implemented("gvisor-install"),
+            Command::GvisorInstall(args) => Ok(crate::gvisor_install::run(args).await?),
             Command::Render(command) => command.run(),
         }
     }

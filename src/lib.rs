@@ -9,17 +9,23 @@
 //! - [`operator`]: the seed-side controllers and their HTTP endpoints.
 //! - [`devenv`]: a local control plane (etcd + kube-apiserver) for `make start` and the tests.
 //! - [`crds`]: generation of `crds/` from the types in [`api`].
+//! - [`gvisor_install`]: the `gvisor-install` subcommand the installation DaemonSet runs.
+//! - [`containerd`], [`systemd`]: node-side building blocks shared by the installer and the
+//!   agent (TOML-preserving containerd config edits; a systemd D-Bus client).
 
 pub mod api;
 pub mod cli;
+pub mod containerd;
 pub mod controllers;
 pub mod crds;
 pub mod devenv;
 pub mod extension;
+pub mod gvisor_install;
 pub mod http;
 pub mod imagevector;
 pub mod kubeconfig;
 pub mod metrics;
 pub mod operator;
 pub mod render;
+pub mod systemd;
 pub mod telemetry;

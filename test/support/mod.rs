@@ -10,8 +10,10 @@
 
 #![allow(dead_code)]
 
+pub mod benchmarks;
 pub mod fixtures;
 pub mod gardener;
+pub mod nspawn;
 pub mod operator;
 
 use std::path::{Path, PathBuf};

@@ -121,6 +121,21 @@ impl OperatorProcess {
         *self = next;
     }
 
+    /// The operator's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Peak resident set size (VmHWM) of the operator process in KiB, from /proc.
+    pub fn peak_rss_kib(&self) -> Option<u64> {
+        let status = fs::read_to_string(format!("/proc/{}/status", self.child.id())).ok()?;
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+    }
+
     /// The log so far (for assertion messages).
     pub fn log_text(&self) -> String {
         fs::read_to_string(&self.log).unwrap_or_default()

@@ -1,0 +1,319 @@
+//! Command line of `gvisor-install` and its validation into [`Settings`]. Pure.
+//!
+//! Paths on the host (`--bin-dir`, `--containerd-config`, `--runsc-config`) are given as the
+//! host sees them and resolved below `--host-root`, where the DaemonSet mounts the host's
+//! `/`. They must be absolute and free of `.`/`..`, so nothing can point outside the host
+//! root. `--source-dir` is a path in this container (the installation image).
+
+use std::path::{Component, Path, PathBuf};
+use std::time::Duration;
+
+use clap::Args;
+
+use super::Error;
+use super::flags::FlagsSource;
+
+/// Host path of the marker that says "containerd still needs a restart" (see
+/// [`super`]'s docs on crash safety).
+pub const RESTART_MARKER: &str = "/var/lib/gardener-extension-node/gvisor-install.restart-pending";
+
+/// Flags of `gvisor-install`. Every flag has a `GVISOR_*` environment fallback.
+#[derive(Debug, Clone, Args)]
+pub struct GvisorInstallArgs {
+    /// Where the host's root file system is mounted in this container (hostPath `/`).
+    #[arg(long, env = "GVISOR_HOST_ROOT", default_value = "/var/host")]
+    pub host_root: PathBuf,
+
+    /// Host folder for `runsc` and `containerd-shim-runsc-v1`; must be on containerd's PATH
+    /// (gardener-node-agent adds /var/bin/containerruntimes). ContainerRuntime `binaryPath`.
+    #[arg(
+        long,
+        env = "GVISOR_BIN_DIR",
+        default_value = "/var/bin/containerruntimes"
+    )]
+    pub bin_dir: PathBuf,
+
+    /// Folder in this container holding `runsc` and `containerd-shim-runsc-v1` to install.
+    #[arg(long, env = "GVISOR_SOURCE_DIR", default_value = "/var/content")]
+    pub source_dir: PathBuf,
+
+    /// runsc flags: `key=value` lines (canonical, sorted) or `key = "value"` lines; a value
+    /// without `=` is read as the path of a file with such lines; empty means none.
+    #[arg(long, env = "GVISOR_RUNSC_FLAGS", default_value = "")]
+    pub runsc_flags: String,
+
+    /// containerd's config file on the host.
+    #[arg(
+        long,
+        env = "GVISOR_CONTAINERD_CONFIG",
+        default_value = "/etc/containerd/config.toml"
+    )]
+    pub containerd_config: PathBuf,
+
+    /// runsc's config file on the host; also the `ConfigPath` written into containerd's
+    /// config.
+    #[arg(
+        long,
+        env = "GVISOR_RUNSC_CONFIG",
+        default_value = "/etc/containerd/runsc.toml"
+    )]
+    pub runsc_config: PathBuf,
+
+    /// systemd unit of containerd on the host.
+    #[arg(
+        long,
+        env = "GVISOR_CONTAINERD_UNIT",
+        default_value = "containerd.service"
+    )]
+    pub containerd_unit: String,
+
+    /// D-Bus address of the host's system bus; when unset,
+    /// `unix:path=<host-root>/run/dbus/system_bus_socket`.
+    #[arg(long, env = "GVISOR_DBUS_ADDRESS")]
+    pub dbus_address: Option<String>,
+
+    /// How long to wait for containerd's restart job, in seconds.
+    #[arg(long, env = "GVISOR_RESTART_TIMEOUT_SECONDS", default_value_t = 120)]
+    pub restart_timeout_seconds: u64,
+
+    /// Exit when done instead of waiting for SIGTERM.
+    #[arg(long, env = "GVISOR_ONCE")]
+    pub once: bool,
+
+    /// Remove the runsc runtime from containerd's config and runsc.toml, restart containerd,
+    /// exit. Binaries stay (running sandboxes still need them).
+    #[arg(long, env = "GVISOR_UNINSTALL")]
+    pub uninstall: bool,
+}
+
+/// A file or folder on the host: the path the host uses and where we reach it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostPath {
+    /// As the host sees it (`/etc/containerd/config.toml`); for logs and file contents.
+    pub host: PathBuf,
+    /// Below the host root in this container (`/var/host/etc/containerd/config.toml`).
+    pub local: PathBuf,
+}
+
+impl HostPath {
+    /// Resolves `host` below `root`; `flag` names the flag in the error. Rejects relative
+    /// paths, `/` itself and `..`; `//` and inner `.` are normalised away.
+    pub fn resolve(root: &Path, host: &Path, flag: &'static str) -> Result<Self, Error> {
+        let invalid = || Error::InvalidPath {
+            flag,
+            path: host.display().to_string(),
+        };
+        let mut components = host.components();
+        if components.next() != Some(Component::RootDir) {
+            return Err(invalid());
+        }
+        let mut local = root.to_path_buf();
+        let mut depth = 0;
+        for component in components {
+            match component {
+                Component::Normal(part) => {
+                    local.push(part);
+                    depth += 1;
+                }
+                _ => return Err(invalid()),
+            }
+        }
+        if depth == 0 {
+            return Err(invalid());
+        }
+        Ok(Self {
+            host: host.to_path_buf(),
+            local,
+        })
+    }
+
+    /// The host path as a string (for `ConfigPath` and logs).
+    pub fn host_str(&self) -> String {
+        self.host.display().to_string()
+    }
+}
+
+/// Validated settings of one run.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Where the host's `/` is.
+    pub host_root: PathBuf,
+    /// Target folder of the binaries.
+    pub bin_dir: HostPath,
+    /// Folder with the binaries to install (in this container).
+    pub source_dir: PathBuf,
+    /// Where the runsc flags come from.
+    pub flags: FlagsSource,
+    /// containerd's config.toml.
+    pub containerd_config: HostPath,
+    /// runsc.toml.
+    pub runsc_config: HostPath,
+    /// The restart-pending marker.
+    pub restart_marker: HostPath,
+    /// containerd's unit.
+    pub containerd_unit: String,
+    /// The host's system bus.
+    pub dbus_address: String,
+    /// Restart job timeout.
+    pub restart_timeout: Duration,
+    /// Exit after the work instead of waiting for SIGTERM.
+    pub once: bool,
+    /// Uninstall instead of install.
+    pub uninstall: bool,
+}
+
+impl Settings {
+    /// Validates the flags. Fails on relative or `..` host paths, an empty unit name or a
+    /// zero timeout.
+    pub fn from_args(args: GvisorInstallArgs) -> Result<Self, Error> {
+        let GvisorInstallArgs {
+            host_root,
+            bin_dir,
+            source_dir,
+            runsc_flags,
+            containerd_config,
+            runsc_config,
+            containerd_unit,
+            dbus_address,
+            restart_timeout_seconds,
+            once,
+            uninstall,
+        } = args;
+        if !host_root.is_absolute() {
+            return Err(Error::InvalidPath {
+                flag: "host-root",
+                path: host_root.display().to_string(),
+            });
+        }
+        if containerd_unit.trim().is_empty() || containerd_unit.contains('/') {
+            return Err(Error::InvalidUnit(containerd_unit));
+        }
+        if restart_timeout_seconds == 0 {
+            return Err(Error::InvalidTimeout);
+        }
+        let dbus_address =
+            dbus_address.unwrap_or_else(|| crate::systemd::system_bus_address(&host_root));
+        Ok(Self {
+            bin_dir: HostPath::resolve(&host_root, &bin_dir, "bin-dir")?,
+            containerd_config: HostPath::resolve(
+                &host_root,
+                &containerd_config,
+                "containerd-config",
+            )?,
+            runsc_config: HostPath::resolve(&host_root, &runsc_config, "runsc-config")?,
+            restart_marker: HostPath::resolve(&host_root, Path::new(RESTART_MARKER), "-")?,
+            flags: FlagsSource::from_arg(&runsc_flags),
+            source_dir,
+            containerd_unit,
+            dbus_address,
+            restart_timeout: Duration::from_secs(restart_timeout_seconds),
+            once,
+            uninstall,
+            host_root,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: GvisorInstallArgs,
+    }
+
+    fn parse(args: &[&str]) -> GvisorInstallArgs {
+        Cli::try_parse_from(std::iter::once("gvisor-install").chain(args.iter().copied()))
+            .unwrap()
+            .args
+    }
+
+    #[test]
+    fn defaults_match_the_daemonset_contract() {
+        let settings = Settings::from_args(parse(&[])).unwrap();
+        assert_eq!(settings.host_root, PathBuf::from("/var/host"));
+        assert_eq!(
+            settings.bin_dir.local,
+            PathBuf::from("/var/host/var/bin/containerruntimes")
+        );
+        assert_eq!(settings.source_dir, PathBuf::from("/var/content"));
+        assert_eq!(
+            settings.containerd_config.local,
+            PathBuf::from("/var/host/etc/containerd/config.toml")
+        );
+        assert_eq!(
+            settings.runsc_config.host_str(),
+            "/etc/containerd/runsc.toml"
+        );
+        assert_eq!(
+            settings.dbus_address,
+            "unix:path=/var/host/run/dbus/system_bus_socket"
+        );
+        assert_eq!(settings.containerd_unit, "containerd.service");
+        assert_eq!(settings.flags, FlagsSource::None);
+        assert!(!settings.once && !settings.uninstall);
+    }
+
+    #[test]
+    fn daemonset_command_line_parses() {
+        let settings = Settings::from_args(parse(&[
+            "--host-root=/var/host",
+            "--bin-dir=/var/bin/containerruntimes",
+            "--source-dir=/var/content",
+            "--runsc-flags=net-raw=true\nnvproxy=true\n",
+            "--once",
+        ]))
+        .unwrap();
+        assert_eq!(
+            settings.flags,
+            FlagsSource::Inline("net-raw=true\nnvproxy=true\n".into())
+        );
+        assert!(settings.once);
+    }
+
+    #[test]
+    fn host_paths_must_stay_below_the_host_root() {
+        let root = Path::new("/var/host");
+        for bad in ["etc/containerd", "/etc/../../x", "/", "./etc", ""] {
+            let error = HostPath::resolve(root, Path::new(bad), "bin-dir").unwrap_err();
+            assert!(
+                error
+                    .to_string()
+                    .starts_with("--bin-dir must be an absolute path"),
+                "{bad}: {error}"
+            );
+        }
+        // Redundant separators and `.` in the middle are normalised away, not rejected.
+        let ok = HostPath::resolve(root, Path::new("/etc//./containerd/"), "bin-dir").unwrap();
+        assert_eq!(ok.local, PathBuf::from("/var/host/etc/containerd"));
+    }
+
+    #[test]
+    fn bad_unit_timeout_and_root_are_rejected() {
+        assert!(matches!(
+            Settings::from_args(parse(&["--containerd-unit="])),
+            Err(Error::InvalidUnit(_))
+        ));
+        assert!(matches!(
+            Settings::from_args(parse(&["--restart-timeout-seconds=0"])),
+            Err(Error::InvalidTimeout)
+        ));
+        assert!(matches!(
+            Settings::from_args(parse(&["--host-root=host"])),
+            Err(Error::InvalidPath {
+                flag: "host-root",
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn explicit_dbus_address_wins() {
+        let settings = Settings::from_args(parse(&["--dbus-address=unix:path=/run/bus"])).unwrap();
+        assert_eq!(settings.dbus_address, "unix:path=/run/bus");
+    }
+}

@@ -1,0 +1,340 @@
+//! runsc flags: where they come from, how they are parsed and validated, and the
+//! `runsc.toml` they render to. Pure.
+//!
+//! **Canonical form** (what the operator passes in `GVISOR_RUNSC_FLAGS`): one `key=value`
+//! per line, sorted by key, no quotes, no spaces around `=`, e.g.
+//!
+//! ```text
+//! debug=true
+//! debug-log=/var/log/runsc/%ID%/gvisor-%COMMAND%.log
+//! net-raw=true
+//! ```
+//!
+//! Also accepted, line by line: the TOML form of `runsc.toml` and of upstream's rendered
+//! ConfigMap, `key = "value"` (a value starting with `"` or `'` is read as a TOML string).
+//! Blank lines and lines starting with `#` are ignored. Anything else is rejected with the
+//! line number: a line without `=`, a key that is not lowercase letters, digits and dashes,
+//! an empty value, an unquoted value with quotes or backslashes, a control character, or a
+//! key given twice. Input order does not matter: keys are always rendered sorted, so the
+//! same flags give the same bytes (upstream rendered a Go map in random order and restarted
+//! containerd for nothing).
+//!
+//! **File or inline** (`--runsc-flags` / `GVISOR_RUNSC_FLAGS`): a value containing `=` is
+//! the flags themselves (every flag line has one); a value without `=` is the path of a
+//! file holding them; an empty value means no flags.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::str::FromStr;
+
+use toml_edit::Value;
+
+/// The table runsc reads its flags from in the file `ConfigPath` points to.
+pub const RUNSC_CONFIG_TABLE: &str = "runsc_config";
+
+/// Why runsc flags were rejected.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FlagsError {
+    /// A line that is not a flag.
+    #[error("line {line}: {reason} (got `{text}`); write one `key=value` per line")]
+    Malformed {
+        /// 1-based line number.
+        line: usize,
+        /// The line as given (trimmed, shortened).
+        text: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// The same key twice.
+    #[error("line {line}: flag `{key}` is given twice; keep one")]
+    Duplicate {
+        /// 1-based line number of the second occurrence.
+        line: usize,
+        /// The key.
+        key: String,
+    },
+}
+
+/// Where the flags come from, decided from the flag's value alone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FlagsSource {
+    /// Empty value: no flags.
+    None,
+    /// The value holds `=`: it is the flags.
+    Inline(String),
+    /// No `=`: the path of a file with the flags.
+    File(PathBuf),
+}
+
+impl FlagsSource {
+    /// Classifies a `--runsc-flags` value (see the module docs).
+    pub fn from_arg(value: &str) -> Self {
+        let trimmed = value.trim();
+        if trimmed.is_empty() {
+            Self::None
+        } else if trimmed.contains('=') {
+            Self::Inline(value.to_string())
+        } else {
+            Self::File(PathBuf::from(trimmed))
+        }
+    }
+}
+
+/// Validated runsc flags, ordered by key.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RunscFlags(BTreeMap<String, String>);
+
+impl RunscFlags {
+    /// Parses flags in either accepted form (see the module docs).
+    pub fn parse(text: &str) -> Result<Self, FlagsError> {
+        let mut flags = BTreeMap::new();
+        for (index, raw) in text.lines().enumerate() {
+            let line = index + 1;
+            let trimmed = raw.trim();
+            if trimmed.is_empty() || trimmed.starts_with('#') {
+                continue;
+            }
+            let malformed = |reason| FlagsError::Malformed {
+                line,
+                text: trimmed.chars().take(80).collect(),
+                reason,
+            };
+            let (key, value) = trimmed
+                .split_once('=')
+                .ok_or_else(|| malformed("expected `key=value`"))?;
+            let key = key.trim();
+            if !valid_key(key) {
+                return Err(malformed(
+                    "flag names are lowercase letters, digits and dashes",
+                ));
+            }
+            let value = parse_value(value.trim()).map_err(malformed)?;
+            if flags.insert(key.to_string(), value).is_some() {
+                return Err(FlagsError::Duplicate {
+                    line,
+                    key: key.to_string(),
+                });
+            }
+        }
+        Ok(Self(flags))
+    }
+
+    /// The flags in key order.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.0.iter().map(|(k, v)| (k.as_str(), v.as_str()))
+    }
+
+    /// True when there are no flags.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The canonical `key=value` lines, sorted (what the operator should pass).
+    pub fn to_canonical(&self) -> String {
+        self.iter().map(|(k, v)| format!("{k}={v}\n")).collect()
+    }
+
+    /// The content of `runsc.toml`: `[runsc_config]` and one `key = "value"` line per flag
+    /// in key order. Values are always strings (runsc parses an unquoted number as int64
+    /// and fails; upstream's fix b4980786).
+    pub fn render_runsc_toml(&self) -> String {
+        let mut text = format!("[{RUNSC_CONFIG_TABLE}]\n");
+        for (key, value) in self.iter() {
+            text.push_str(&format!("{key} = {}\n", Value::from(value)));
+        }
+        text
+    }
+}
+
+fn valid_key(key: &str) -> bool {
+    key.chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+        && key
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+}
+
+fn parse_value(raw: &str) -> Result<String, &'static str> {
+    let value = if raw.starts_with('"') || raw.starts_with('\'') {
+        match Value::from_str(raw) {
+            Ok(Value::String(string)) => string.into_value(),
+            _ => return Err("the quoted value is not one valid TOML string"),
+        }
+    } else {
+        if raw.contains(['"', '\'', '\\']) {
+            return Err("an unquoted value must not contain quotes or backslashes");
+        }
+        raw.to_string()
+    };
+    if value.is_empty() {
+        return Err("the value is empty");
+    }
+    if value.chars().any(char::is_control) {
+        return Err("the value contains a control character");
+    }
+    Ok(value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn flags(text: &str) -> Vec<(String, String)> {
+        RunscFlags::parse(text)
+            .unwrap()
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
+        list.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn canonical_and_toml_forms_parse_to_the_same_flags() {
+        let canonical = "debug=true\ndebug-log=/var/log/runsc/%ID%/gvisor-%COMMAND%.log\nnet-raw=false\npanic-signal=9\n";
+        let toml = "  net-raw = \"false\"\n\n# comment\npanic-signal = '9'\ndebug = \"true\"\ndebug-log = \"/var/log/runsc/%ID%/gvisor-%COMMAND%.log\"";
+        let expected = pairs(&[
+            ("debug", "true"),
+            ("debug-log", "/var/log/runsc/%ID%/gvisor-%COMMAND%.log"),
+            ("net-raw", "false"),
+            ("panic-signal", "9"),
+        ]);
+        assert_eq!(flags(canonical), expected);
+        assert_eq!(flags(toml), expected);
+        assert_eq!(
+            RunscFlags::parse(toml).unwrap().to_canonical(),
+            canonical,
+            "canonical output is sorted key=value lines"
+        );
+    }
+
+    #[test]
+    fn render_is_sorted_and_quoted_whatever_the_input_order() {
+        let a = RunscFlags::parse("nvproxy=true\nnet-raw=true\npanic-signal=15\n").unwrap();
+        let b = RunscFlags::parse("panic-signal=15\nnvproxy = \"true\"\nnet-raw=true").unwrap();
+        assert_eq!(a, b);
+        assert_eq!(
+            a.render_runsc_toml(),
+            "[runsc_config]\nnet-raw = \"true\"\nnvproxy = \"true\"\npanic-signal = \"15\"\n"
+        );
+        assert_eq!(a.render_runsc_toml(), b.render_runsc_toml());
+    }
+
+    #[test]
+    fn no_flags_render_the_bare_table() {
+        let empty = RunscFlags::parse("\n  \n").unwrap();
+        assert!(empty.is_empty());
+        assert_eq!(empty.render_runsc_toml(), "[runsc_config]\n");
+        assert_eq!(
+            RunscFlags::default().render_runsc_toml(),
+            "[runsc_config]\n"
+        );
+    }
+
+    #[test]
+    fn rendered_file_is_valid_toml_with_string_values() {
+        let flags =
+            RunscFlags::parse("debug-log=/var/log/runsc/%ID%/x.log\npanic-signal=9").unwrap();
+        let document: toml_edit::DocumentMut = flags.render_runsc_toml().parse().unwrap();
+        assert_eq!(document["runsc_config"]["panic-signal"].as_str(), Some("9"));
+        assert_eq!(
+            document["runsc_config"]["debug-log"].as_str(),
+            Some("/var/log/runsc/%ID%/x.log")
+        );
+    }
+
+    #[test]
+    fn malformed_lines_are_rejected_with_their_number() {
+        for (text, line, reason) in [
+            ("net-raw", 1, "expected `key=value`"),
+            (
+                "a=1\nNet-Raw=true",
+                2,
+                "flag names are lowercase letters, digits and dashes",
+            ),
+            (
+                "=true",
+                1,
+                "flag names are lowercase letters, digits and dashes",
+            ),
+            (
+                "-x=1",
+                1,
+                "flag names are lowercase letters, digits and dashes",
+            ),
+            (
+                "net raw=true",
+                1,
+                "flag names are lowercase letters, digits and dashes",
+            ),
+            ("net-raw=", 1, "the value is empty"),
+            ("net-raw = \"\"", 1, "the value is empty"),
+            (
+                "net-raw=tr\"ue",
+                1,
+                "an unquoted value must not contain quotes or backslashes",
+            ),
+            (
+                "net-raw = \"true",
+                1,
+                "the quoted value is not one valid TOML string",
+            ),
+            (
+                "net-raw = \"a\" \"b\"",
+                1,
+                "the quoted value is not one valid TOML string",
+            ),
+            (
+                "net-raw = \"a\\nb\"",
+                1,
+                "the value contains a control character",
+            ),
+        ] {
+            match RunscFlags::parse(text) {
+                Err(FlagsError::Malformed {
+                    line: got_line,
+                    reason: got_reason,
+                    ..
+                }) => {
+                    assert_eq!((got_line, got_reason), (line, reason), "{text:?}");
+                }
+                other => panic!("{text:?}: expected a malformed-line error, got {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn duplicate_keys_are_rejected() {
+        let error = RunscFlags::parse("net-raw=true\nnet-raw = \"false\"").unwrap_err();
+        assert_eq!(
+            error,
+            FlagsError::Duplicate {
+                line: 2,
+                key: "net-raw".into()
+            }
+        );
+        assert_eq!(
+            error.to_string(),
+            "line 2: flag `net-raw` is given twice; keep one"
+        );
+    }
+
+    #[test]
+    fn source_is_inline_when_it_has_an_equals_sign() {
+        assert_eq!(FlagsSource::from_arg(""), FlagsSource::None);
+        assert_eq!(FlagsSource::from_arg(" \n"), FlagsSource::None);
+        assert_eq!(
+            FlagsSource::from_arg("net-raw=true\n"),
+            FlagsSource::Inline("net-raw=true\n".into())
+        );
+        assert_eq!(
+            FlagsSource::from_arg("/etc/gvisor/flags\n"),
+            FlagsSource::File(PathBuf::from("/etc/gvisor/flags"))
+        );
+    }
+}

@@ -1,0 +1,292 @@
+//! `gardener-extension-node gvisor-install`: installs gVisor into a node's containerd. Runs in
+//! the per-pool installation DaemonSet the ContainerRuntime controller renders (privileged,
+//! host `/` mounted at `--host-root`), replacing upstream's bash script.
+//!
+//! # What a run does
+//!
+//! 1. **Check the input before touching the host**: the runsc flags parse
+//!    ([`flags`]), both binaries are in `--source-dir`, containerd's config.toml parses and
+//!    has a known version (the plan, [`plan`], is computed in memory). Any failure exits
+//!    non-zero with a message saying what to fix, and no host file has changed.
+//! 2. **Binaries**: `runsc` and `containerd-shim-runsc-v1` are copied into `--bin-dir` when
+//!    absent or different (byte comparison), atomically, mode 0755. Running shims keep their
+//!    old inode and are never killed. A new binary alone does not restart containerd: it
+//!    looks the shim up on `PATH` for every new sandbox.
+//! 3. **config.toml**: runsc registered under the CRI plugin key of the file's version
+//!    (see [`crate::containerd`]), entries under another version's key removed, everything
+//!    else kept byte for byte; created from a default when missing or empty.
+//! 4. **runsc.toml**: `[runsc_config]` plus the flags, sorted; written only if different.
+//! 5. **Restart** containerd through systemd's D-Bus API on the host's system bus
+//!    ([`crate::systemd`]) when step 3 or 4 changed a file, waiting for the job and checking
+//!    the unit ends `active`.
+//! 6. Log every decision as a structured line (`action` = `installed`, `up-to-date`,
+//!    `created`, `updated`, `repaired`, `restarted`, ...), then wait for SIGTERM so the pod
+//!    stays Running — or exit with `--once`.
+//!
+//! A second run on an installed node changes no file and does not restart containerd.
+//!
+//! **Crash safety**: before changing config.toml or runsc.toml the run writes a marker
+//! (`/var/lib/gardener-extension-node/gvisor-install.restart-pending` on the host) and
+//! removes it only after a successful restart. A run that finds the marker restarts
+//! containerd even if the files are already up to date, so a failed or interrupted restart
+//! is retried by the pod's next start instead of being forgotten.
+//!
+//! # `--uninstall`
+//!
+//! Removes the `runsc` runtime (under every version's key) from config.toml and deletes
+//! runsc.toml, then restarts containerd if either changed, and exits. The binaries stay:
+//! pods still running in gVisor sandboxes need `runsc` for their shim to stop them.
+//!
+//! When it runs: **not automatically**. Removing gVisor from a worker pool deletes the
+//! ContainerRuntime; the operator then deletes the pool's installation DaemonSet and leaves
+//! the node files in place, as upstream does (a runtime entry whose RuntimeClass no longer
+//! selects the node is harmless). `--uninstall` is the clean-up path for an operator who
+//! wants the nodes clean without replacing them: run the same image once per node with the
+//! DaemonSet's mounts and privileges plus `--uninstall` (e.g. a one-off pod pinned to the
+//! node, or a temporary DaemonSet). It is idempotent.
+//!
+//! # Flags
+//!
+//! See [`GvisorInstallArgs`]; the DaemonSet runs
+//! `gardener-extension-node gvisor-install --host-root=/var/host
+//! --bin-dir=/var/bin/containerruntimes --source-dir=/var/content` with the flags in
+//! `GVISOR_RUNSC_FLAGS` (canonical form: sorted `key=value` lines, see [`flags`]).
+
+pub mod args;
+pub mod flags;
+mod install;
+pub mod plan;
+mod uninstall;
+
+use std::path::Path;
+
+use tokio::signal::unix::{Signal, SignalKind, signal};
+use tracing::info;
+
+use crate::containerd::{self, files};
+use crate::systemd::{self, Systemd};
+
+pub use args::{GvisorInstallArgs, HostPath, Settings};
+pub use flags::{FlagsError, FlagsSource, RunscFlags};
+
+/// Where Kubernetes picks up a container's termination message.
+const TERMINATION_LOG: &str = "/dev/termination-log";
+
+/// Why a run failed. Every message says what to fix.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A host path flag is relative or has `.`/`..` components.
+    #[error("--{flag} must be an absolute path without `.` or `..` components (got `{path}`)")]
+    InvalidPath {
+        /// The flag.
+        flag: &'static str,
+        /// Its value.
+        path: String,
+    },
+    /// `--containerd-unit` is not a unit name.
+    #[error("--containerd-unit must be a unit name such as containerd.service (got `{0}`)")]
+    InvalidUnit(String),
+    /// `--restart-timeout-seconds` is zero.
+    #[error("--restart-timeout-seconds must be at least 1")]
+    InvalidTimeout,
+    /// The runsc flags do not parse.
+    #[error("runsc flags (--runsc-flags / GVISOR_RUNSC_FLAGS) are invalid")]
+    Flags(#[source] FlagsError),
+    /// The runsc flags file cannot be read.
+    #[error(
+        "reading the runsc flags file {path} (a --runsc-flags value without `=` is a file path)"
+    )]
+    FlagsFile {
+        /// The path.
+        path: String,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A binary is missing from the installation image.
+    #[error(
+        "the installation image has no {name} in {dir} (--source-dir); ship runsc and containerd-shim-runsc-v1 there"
+    )]
+    MissingBinary {
+        /// The binary.
+        name: &'static str,
+        /// The source folder.
+        dir: String,
+    },
+    /// containerd's config cannot be read, parsed or edited.
+    #[error("cannot edit {path} on the host; the file was left unchanged")]
+    Config {
+        /// Host path of config.toml.
+        path: String,
+        /// Cause.
+        #[source]
+        source: containerd::Error,
+    },
+    /// Reading or writing another host file failed.
+    #[error("changing files on the host")]
+    Host(#[source] containerd::Error),
+    /// The restart through systemd failed.
+    #[error("restarting {unit} through systemd")]
+    Restart {
+        /// The unit.
+        unit: String,
+        /// Cause.
+        #[source]
+        source: systemd::Error,
+    },
+    /// containerd is not active after the restart job finished.
+    #[error("{unit} is `{state}` after its restart; see `journalctl -u {unit}` on the node")]
+    NotActive {
+        /// The unit.
+        unit: String,
+        /// Its ActiveState.
+        state: String,
+    },
+    /// Signal handlers could not be installed.
+    #[error("installing the SIGTERM handler")]
+    Signal(#[source] std::io::Error),
+}
+
+impl Error {
+    /// True when a person must fix the input (flags, image, config.toml) rather than
+    /// wait for a transient failure to pass.
+    pub fn is_input_problem(&self) -> bool {
+        match self {
+            Error::InvalidPath { .. }
+            | Error::InvalidUnit(_)
+            | Error::InvalidTimeout
+            | Error::Flags(_)
+            | Error::FlagsFile { .. }
+            | Error::MissingBinary { .. } => true,
+            Error::Config { source, .. } => source.is_config_problem(),
+            Error::Host(_) | Error::Restart { .. } | Error::NotActive { .. } | Error::Signal(_) => {
+                false
+            }
+        }
+    }
+}
+
+/// Runs `gvisor-install` with `args`: install (or uninstall), then wait for SIGTERM unless
+/// `--once` or `--uninstall`. On failure the reason also goes to `/dev/termination-log`
+/// when that exists (Kubernetes shows it in the pod status).
+pub async fn run(args: GvisorInstallArgs) -> Result<(), Error> {
+    let settings = Settings::from_args(args)?;
+    // Listen before working: a SIGTERM during the work ends the process once the work is
+    // done instead of in the middle of it.
+    let termination = if settings.once || settings.uninstall {
+        None
+    } else {
+        Some(Termination::listen()?)
+    };
+    let result = if settings.uninstall {
+        uninstall::run(&settings).await
+    } else {
+        install::run(&settings).await
+    };
+    if let Err(error) = &result {
+        write_termination_log(error);
+    }
+    result?;
+    if let Some(termination) = termination {
+        termination.wait().await;
+    }
+    Ok(())
+}
+
+/// SIGTERM / SIGINT listeners.
+struct Termination {
+    terminate: Signal,
+    interrupt: Signal,
+}
+
+impl Termination {
+    fn listen() -> Result<Self, Error> {
+        Ok(Self {
+            terminate: signal(SignalKind::terminate()).map_err(Error::Signal)?,
+            interrupt: signal(SignalKind::interrupt()).map_err(Error::Signal)?,
+        })
+    }
+
+    async fn wait(mut self) {
+        info!("done; waiting for SIGTERM");
+        let name = tokio::select! {
+            _ = self.terminate.recv() => "SIGTERM",
+            _ = self.interrupt.recv() => "SIGINT",
+        };
+        info!(signal = name, "exiting");
+    }
+}
+
+/// Reads config.toml (`None` if absent); a non-UTF-8 file is a config problem.
+fn read_config(settings: &Settings) -> Result<Option<String>, Error> {
+    files::read_optional_string(&settings.containerd_config.local).map_err(|source| Error::Config {
+        path: settings.containerd_config.host_str(),
+        source,
+    })
+}
+
+/// Writes the restart-pending marker (see the module docs).
+fn mark_restart_pending(settings: &Settings, reason: &str) -> Result<(), Error> {
+    let content = format!("{} restart pending: {reason}\n", settings.containerd_unit);
+    files::write_atomic(
+        &settings.restart_marker.local,
+        content.as_bytes(),
+        files::DEFAULT_FILE_MODE,
+    )
+    .map_err(Error::Host)
+}
+
+/// True if an earlier run left the marker.
+fn restart_pending(settings: &Settings) -> Result<bool, Error> {
+    Ok(files::read_optional(&settings.restart_marker.local)
+        .map_err(Error::Host)?
+        .is_some())
+}
+
+/// Restarts containerd, waits for the job, checks it is active, then removes the marker.
+async fn restart_containerd(settings: &Settings, reason: &str) -> Result<(), Error> {
+    let unit = settings.containerd_unit.as_str();
+    let restart_error = |source| Error::Restart {
+        unit: unit.to_string(),
+        source,
+    };
+    let systemd = Systemd::connect(&settings.dbus_address)
+        .await
+        .map_err(restart_error)?
+        .with_job_timeout(settings.restart_timeout);
+    let before = systemd.unit_status(unit).await.map_err(restart_error)?;
+    systemd.restart_unit(unit).await.map_err(restart_error)?;
+    let after = systemd.unit_status(unit).await.map_err(restart_error)?;
+    if after.active_state != "active" {
+        return Err(Error::NotActive {
+            unit: unit.to_string(),
+            state: after.active_state,
+        });
+    }
+    files::remove_if_exists(&settings.restart_marker.local).map_err(Error::Host)?;
+    info!(
+        action = "restarted",
+        unit,
+        reason,
+        previous_invocation_id = %before.invocation_id,
+        invocation_id = %after.invocation_id,
+        main_pid = after.main_pid.unwrap_or_default(),
+        "containerd restarted"
+    );
+    Ok(())
+}
+
+/// Best effort: Kubernetes reads the termination message from this file if it exists.
+fn write_termination_log(error: &Error) {
+    let path = Path::new(TERMINATION_LOG);
+    if path.exists() {
+        let mut message = error.to_string();
+        let mut source = std::error::Error::source(error);
+        while let Some(cause) = source {
+            message.push_str(": ");
+            message.push_str(&cause.to_string());
+            source = cause.source();
+        }
+        let _ = std::fs::write(path, message);
+    }
+}

@@ -1,0 +1,89 @@
+//! The `--uninstall` run: remove the runsc runtime from config.toml and delete runsc.toml,
+//! restart containerd if either changed. Binaries stay. See [`super`] for when it runs.
+
+use tracing::info;
+
+use crate::containerd::files;
+
+use super::plan::{self, BINARIES};
+use super::{Error, Settings};
+
+/// Removes runsc from containerd on the host described by `settings`.
+pub(super) async fn run(settings: &Settings) -> Result<(), Error> {
+    let config_path = settings.containerd_config.host_str();
+    let current = super::read_config(settings)?;
+    let config_plan =
+        plan::config_uninstall(current.as_deref()).map_err(|source| Error::Config {
+            path: config_path.clone(),
+            source,
+        })?;
+    let runsc_present = files::read_optional(&settings.runsc_config.local)
+        .map_err(Error::Host)?
+        .is_some();
+    let pending = super::restart_pending(settings)?;
+
+    let mut changed_files = Vec::new();
+    if config_plan.new_text.is_some() {
+        changed_files.push(config_path.clone());
+    }
+    if runsc_present {
+        changed_files.push(settings.runsc_config.host_str());
+    }
+    let reason = changed_files.join(", ");
+    if !changed_files.is_empty() {
+        super::mark_restart_pending(settings, &reason)?;
+    }
+
+    match &config_plan.new_text {
+        Some(text) => {
+            files::write_if_changed(
+                &settings.containerd_config.local,
+                text.as_bytes(),
+                files::DEFAULT_FILE_MODE,
+            )
+            .map_err(|source| Error::Config {
+                path: config_path.clone(),
+                source,
+            })?;
+            info!(
+                action = "removed",
+                path = %config_path,
+                version = config_plan.version.number(),
+                removed_misplaced = ?config_plan.edit.removed_misplaced,
+                "containerd config: runsc runtime removed"
+            );
+        }
+        None => info!(
+            action = "up-to-date",
+            path = %config_path,
+            "containerd config: no runsc runtime to remove"
+        ),
+    }
+
+    let runsc_path = settings.runsc_config.host_str();
+    if files::remove_if_exists(&settings.runsc_config.local).map_err(Error::Host)? {
+        info!(action = "removed", path = %runsc_path, "runsc config removed");
+    } else {
+        info!(action = "up-to-date", path = %runsc_path, "no runsc config to remove");
+    }
+
+    info!(
+        action = "kept",
+        binaries = ?BINARIES,
+        dir = %settings.bin_dir.host_str(),
+        "binaries kept: running gVisor sandboxes still need them"
+    );
+
+    if !changed_files.is_empty() {
+        super::restart_containerd(settings, &reason).await?;
+    } else if pending {
+        super::restart_containerd(settings, "an earlier run could not finish its restart").await?;
+    } else {
+        info!(
+            action = "skipped",
+            unit = %settings.containerd_unit,
+            "containerd restart not needed"
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,22 @@
+//! Writes one section of `docs/benchmarks.md`, between `<!-- <name>:begin -->` and
+//! `<!-- <name>:end -->`, keeping the other sections as they are.
+
+use std::path::PathBuf;
+
+/// Replaces (or appends) the section `name` with `body`.
+pub fn write_section(name: &str, body: &str) {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("docs/benchmarks.md");
+    let current = std::fs::read_to_string(&path).unwrap_or_else(|_| {
+        "# Benchmarks\n\nFigures as measured by the bench binaries (`cargo bench --bench <name>`); each section says how.\n".to_string()
+    });
+    let begin = format!("<!-- {name}:begin -->");
+    let end = format!("<!-- {name}:end -->");
+    let block = format!("{begin}\n{body}{end}");
+    let updated = match (current.find(&begin), current.find(&end)) {
+        (Some(b), Some(e)) if e > b => {
+            format!("{}{block}{}", &current[..b], &current[e + end.len()..])
+        }
+        _ => format!("{}\n{block}\n", current.trim_end()),
+    };
+    std::fs::write(&path, updated).expect("docs/benchmarks.md written");
+}
