@@ -49,7 +49,7 @@ check-generate: generate
 test: deps
 	@assets="$$(hack/envtest.sh)"; \
 	  $(MAKE) --no-print-directory lint; \
-	  ENVTEST_ASSETS="$$assets" $(CARGO) test --all-targets; \
+	  ENVTEST_ASSETS="$$assets" $(CARGO) test --lib --bins --tests; \
 	  $(MAKE) --no-print-directory check-orphans
 
 check-orphans:

@@ -24,6 +24,9 @@ const PER_NAMESPACE: usize = 4;
 
 #[tokio::main]
 async fn main() {
+    if !support::benchmarks::invoked_by_cargo_bench() {
+        return;
+    }
     let env = support::env().await;
     let mut operator = OperatorProcess::start(&env.kubeconfig, &["--controllers=containerruntime"]);
     wait_for("operator ready", Duration::from_secs(60), || async {

@@ -16,6 +16,23 @@ use crate::imagevector::ImageVector;
 pub enum RenderCommand {
     /// The shoot manifests of a gVisor ContainerRuntime (both ManagedResources).
     Containerruntime(ContainerRuntimeArgs),
+    /// The user data of a provision OperatingSystemConfig, or the node-agent Secret of a
+    /// reconcile one.
+    Osc(OscArgs),
+    /// The machine classes, class secrets and machine deployments of a Worker.
+    Worker(crate::controllers::worker::print::RenderWorkerArgs),
+}
+
+/// Flags of `render osc`.
+#[derive(Debug, Args)]
+pub struct OscArgs {
+    /// The OperatingSystemConfig (YAML or JSON file; `-` for stdin).
+    #[arg(short = 'f', long = "file")]
+    pub file: PathBuf,
+    /// Folder of Secret manifests (YAML or JSON, as `kubectl get secret -o yaml` prints
+    /// them) that the OSC's `secretRef` files refer to.
+    #[arg(long)]
+    pub secrets: Option<PathBuf>,
 }
 
 /// Flags of `render containerruntime`.
@@ -39,6 +56,14 @@ impl RenderCommand {
         match self {
             RenderCommand::Containerruntime(args) => {
                 print!("{}", render_container_runtime(&args)?);
+                Ok(())
+            }
+            RenderCommand::Osc(args) => {
+                print!("{}", render_osc(&args)?);
+                Ok(())
+            }
+            RenderCommand::Worker(args) => {
+                print!("{}", args.run()?);
                 Ok(())
             }
         }
@@ -76,4 +101,66 @@ pub fn render_container_runtime(args: &ContainerRuntimeArgs) -> anyhow::Result<S
         shared = rendered.shared,
         installation = rendered.installation,
     ))
+}
+
+/// The text `render osc` prints: the user data (provision) or the node-agent Secret manifest
+/// (reconcile), exactly as the controller renders them.
+pub fn render_osc(args: &OscArgs) -> anyhow::Result<String> {
+    use crate::api::operatingsystemconfig::OperatingSystemConfigPurpose;
+    use crate::controllers::operatingsystemconfig::{self as osc, content::ReferencedSecrets};
+
+    let object: crate::api::OperatingSystemConfig = read_object(&args.file)?;
+    let mut secrets = ReferencedSecrets::default();
+    if let Some(dir) = &args.secrets {
+        for secret in read_secrets(dir)? {
+            let name = secret.metadata.name.clone().unwrap_or_default();
+            secrets.insert(name, osc::fetch::secret_data(&secret));
+        }
+    }
+    let chain = |e: osc::Error| anyhow::anyhow!(crate::extension::error::chain(&e));
+    match object.spec.purpose {
+        OperatingSystemConfigPurpose::Provision => {
+            osc::reconcile::render_user_data(&object, &secrets).map_err(chain)
+        }
+        OperatingSystemConfigPurpose::Reconcile => {
+            let (secret, _) =
+                osc::reconcile::render_node_agent_secret(&object, &secrets).map_err(chain)?;
+            let manifest = secret
+                .manifest()
+                .map_err(|e| chain(osc::Error::NodeAgent(e)))?;
+            Ok(format!(
+                "# ManagedResource {}\n{manifest}",
+                osc::node_agent_managed_resource(&object)
+            ))
+        }
+    }
+}
+
+/// Every Secret in the YAML/JSON files of `dir` (sorted by file name; several documents per
+/// file allowed).
+fn read_secrets(dir: &Path) -> anyhow::Result<Vec<k8s_openapi::api::core::v1::Secret>> {
+    use serde::Deserialize;
+
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
+        .with_context(|| format!("reading {}", dir.display()))?
+        .filter_map(|entry| entry.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.extension()
+                .is_some_and(|e| e == "yaml" || e == "yml" || e == "json")
+        })
+        .collect();
+    paths.sort();
+    let mut secrets = Vec::new();
+    for path in paths {
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("reading {}", path.display()))?;
+        for document in serde_norway::Deserializer::from_str(&text) {
+            let secret =
+                k8s_openapi::api::core::v1::Secret::deserialize(document).with_context(|| {
+                    format!("{} holds something other than a Secret", path.display())
+                })?;
+            secrets.push(secret);
+        }
+    }
+    Ok(secrets)
 }

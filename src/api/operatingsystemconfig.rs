@@ -116,7 +116,7 @@ pub struct DropIn {
 pub struct File {
     /// Absolute path of the file.
     pub path: String,
-    /// File mode as a decimal number (e.g. 420 for 0644); absent means 0644.
+    /// File mode as a decimal number (e.g. 420 for 0644); absent means 0600 (as the node agent writes files).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(with = "Option<i32>")]
     pub permissions: Option<u32>,

@@ -2,3 +2,5 @@
 //! generic reconciler of [`crate::extension`].
 
 pub mod containerruntime;
+pub mod operatingsystemconfig;
+pub mod worker;

@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 pub use options::{ControllerName, OperatorArgs};
 
 use crate::controllers::containerruntime::{self, GVisorActuator};
+use crate::controllers::operatingsystemconfig::OscActuator;
 use crate::extension::controller::{self, ControllerOptions};
 use crate::extension::error::RetryPolicy;
 use crate::extension::events::EventPublisher;
@@ -120,6 +121,36 @@ pub async fn run_until(args: OperatorArgs, shutdown: CancellationToken) -> anyho
                     &client,
                     actuator,
                     filter(vec![containerruntime::TYPE.to_string()]),
+                    &events,
+                    &metrics,
+                    options,
+                    &shutdown,
+                );
+                controllers.push(task);
+                synced.push(ready);
+            }
+            ControllerName::Operatingsystemconfig => {
+                let actuator =
+                    OscActuator::new(client.clone(), events.clone(), args.node_agent_secrets);
+                let (task, ready) = start_controller(
+                    &client,
+                    actuator,
+                    filter(args.os_types.clone()),
+                    &events,
+                    &metrics,
+                    options,
+                    &shutdown,
+                );
+                controllers.push(task);
+                synced.push(ready);
+            }
+            ControllerName::Worker => {
+                let actuator =
+                    crate::controllers::worker::WorkerActuator::new(client.clone(), events.clone());
+                let (task, ready) = start_controller(
+                    &client,
+                    actuator,
+                    filter(args.worker_types.clone()),
                     &events,
                     &metrics,
                     options,

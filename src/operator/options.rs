@@ -11,6 +11,10 @@ use clap::{ArgAction, Args, ValueEnum};
 pub enum ControllerName {
     /// ContainerRuntime of type gvisor.
     Containerruntime,
+    /// OperatingSystemConfig of the types in `--os-types`.
+    Operatingsystemconfig,
+    /// Worker of the types in `--worker-types`.
+    Worker,
 }
 
 /// Flags of `operator`.
@@ -71,8 +75,31 @@ pub struct OperatorArgs {
     pub gardener_version: Option<String>,
 
     /// Controllers to run.
-    #[arg(long, env = "CONTROLLERS", value_delimiter = ',', value_enum, default_values_t = [ControllerName::Containerruntime])]
+    #[arg(long, env = "CONTROLLERS", value_delimiter = ',', value_enum, default_values_t = [ControllerName::Containerruntime, ControllerName::Operatingsystemconfig, ControllerName::Worker])]
     pub controllers: Vec<ControllerName>,
+
+    /// Worker types (infrastructure providers) the Worker controller handles.
+    #[arg(
+        long,
+        env = "WORKER_TYPES",
+        value_delimiter = ',',
+        default_value = "local"
+    )]
+    pub worker_types: Vec<String>,
+
+    /// OperatingSystemConfig types (machine image names) the OSC controller handles.
+    #[arg(
+        long,
+        env = "OS_TYPES",
+        value_delimiter = ',',
+        default_value = "debian,ubuntu"
+    )]
+    pub os_types: Vec<String>,
+
+    /// Ship the node-agent config secret of each `reconcile` OperatingSystemConfig into the
+    /// shoot (turn off where gardenlet already delivers these secrets).
+    #[arg(long, env = "NODE_AGENT_SECRETS", default_value_t = true, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub node_agent_secrets: bool,
 
     /// Repository of a test installation image; used with `testImageTag` in a gVisor
     /// providerConfig (testing unreleased images only).
@@ -95,7 +122,14 @@ impl OperatorArgs {
             leader_election_id: "gardener-extension-node-leader-election".into(),
             leader_election_namespace: "default".into(),
             gardener_version: None,
-            controllers: vec![ControllerName::Containerruntime],
+            controllers: vec![
+                ControllerName::Containerruntime,
+                ControllerName::Operatingsystemconfig,
+                ControllerName::Worker,
+            ],
+            worker_types: vec![crate::controllers::worker::DEFAULT_TYPE.into()],
+            os_types: vec!["debian".into(), "ubuntu".into()],
+            node_agent_secrets: true,
             gvisor_installation_test_repository: None,
         }
     }

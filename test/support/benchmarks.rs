@@ -20,3 +20,14 @@ pub fn write_section(name: &str, body: &str) {
     };
     std::fs::write(&path, updated).expect("docs/benchmarks.md written");
 }
+
+/// Whether the binary runs under `cargo bench` (which passes `--bench`). `cargo test
+/// --all-targets` also runs bench targets, without that flag; benches then return at once,
+/// so measuring never slows down or rewrites docs from a test run.
+pub fn invoked_by_cargo_bench() -> bool {
+    let bench = std::env::args().any(|a| a == "--bench");
+    if !bench {
+        println!("not measuring: run with `cargo bench --bench <name>`");
+    }
+    bench
+}

@@ -209,6 +209,186 @@ pub fn all_objects_json(namespace: &str) -> Vec<Value> {
         container_runtime_json(namespace, "worker-a"),
         operating_system_config_json(namespace, "osc-provision", "provision"),
         operating_system_config_json(namespace, "osc-reconcile", "reconcile"),
+        operating_system_config_with_image_ref_json(namespace, "osc-image-ref"),
         worker_json(namespace),
+        rendered_machine_deployment_json(namespace),
+        mcm_machine_set_json(
+            namespace,
+            &rendered_machine_deployment_json(namespace),
+            "00000000-0000-0000-0000-000000000001",
+            "md-set",
+            1,
+        ),
+        mcm_machine_json(
+            namespace,
+            &mcm_machine_set_json(
+                namespace,
+                &rendered_machine_deployment_json(namespace),
+                "00000000-0000-0000-0000-000000000001",
+                "md-set",
+                1,
+            ),
+            "00000000-0000-0000-0000-000000000002",
+            "md-set-0",
+        ),
     ]
+}
+
+/// The OSC key of pool `worker-a` as gardenlet computes it for rolling pools
+/// (`gardener-node-agent-<pool>-<16 hex>`); its reconcile OSC is `<key>-original`.
+pub const OSC_KEY: &str = "gardener-node-agent-worker-a-0123456789abcdef";
+
+/// The Secret `example-secret` that the `secretRef` file of [`operating_system_config`]
+/// reads (key `value`).
+pub fn osc_file_secret_json(namespace: &str, value: &str) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "example-secret", "namespace": namespace},
+        "stringData": {"value": value}
+    })
+}
+
+/// [`operating_system_config`] with `purpose: provision` and an extra `imageRef` file, which
+/// a provision OSC cannot carry (a configuration error for the OSC controller).
+pub fn operating_system_config_with_image_ref_json(namespace: &str, name: &str) -> Value {
+    let mut osc = operating_system_config_json(namespace, name, "provision");
+    if let Some(files) = osc["spec"]["files"].as_array_mut() {
+        files.push(json!({
+            "path": "/opt/bin/gardener-node-agent",
+            "permissions": 493,
+            "content": {"imageRef": {
+                "image": "registry.example/gardener-node-agent:v1.150.0",
+                "filePathInImage": "/gardener-node-agent"
+            }}
+        }));
+    }
+    osc
+}
+
+/// The MachineDeployment the Worker controller renders for [`worker`] in the [`cluster`] of
+/// `namespace` (same code path as `render worker`), with 1 replica.
+pub fn rendered_machine_deployment_json(namespace: &str) -> Value {
+    let text = gardener_extension_node::controllers::worker::print::manifests(
+        &worker(namespace),
+        Some(&cluster(namespace)),
+        Some(b"#!/bin/bash\n"),
+    )
+    .expect("worker fixture renders");
+    serde_norway::Deserializer::from_str(&text)
+        .map(|document| <Value as serde::Deserialize>::deserialize(document).expect("yaml"))
+        .find(|object| object["kind"] == "MachineDeployment")
+        .expect("a MachineDeployment is rendered")
+}
+
+/// A MachineSet as machine-controller-manager creates it for `deployment` (a
+/// MachineDeployment as JSON): owned by it, labelled and templated like it.
+pub fn mcm_machine_set_json(
+    namespace: &str,
+    deployment: &Value,
+    deployment_uid: &str,
+    name: &str,
+    replicas: i32,
+) -> Value {
+    let template = deployment["spec"]["template"].clone();
+    json!({
+        "apiVersion": "machine.sapcloud.io/v1alpha1",
+        "kind": "MachineSet",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": template["metadata"]["labels"].clone(),
+            "ownerReferences": [{
+                "apiVersion": "machine.sapcloud.io/v1alpha1",
+                "kind": "MachineDeployment",
+                "name": deployment["metadata"]["name"].clone(),
+                "uid": deployment_uid,
+                "controller": true,
+                "blockOwnerDeletion": true
+            }]
+        },
+        "spec": {
+            "replicas": replicas,
+            "selector": deployment["spec"]["selector"].clone(),
+            "machineClass": template["spec"]["class"].clone(),
+            "template": template,
+        }
+    })
+}
+
+/// A joined Machine as machine-controller-manager creates it for `set` (a MachineSet as
+/// JSON): owned by the set, its Node in label `node` (`node-<name>`), a provider ID.
+pub fn mcm_machine_json(namespace: &str, set: &Value, set_uid: &str, name: &str) -> Value {
+    let mut labels = set["spec"]["template"]["metadata"]["labels"].clone();
+    labels["node"] = json!(format!("node-{name}"));
+    json!({
+        "apiVersion": "machine.sapcloud.io/v1alpha1",
+        "kind": "Machine",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": labels,
+            "ownerReferences": [{
+                "apiVersion": "machine.sapcloud.io/v1alpha1",
+                "kind": "MachineSet",
+                "name": set["metadata"]["name"].clone(),
+                "uid": set_uid,
+                "controller": true,
+                "blockOwnerDeletion": true
+            }]
+        },
+        "spec": {
+            "class": set["spec"]["template"]["spec"]["class"].clone(),
+            "providerID": format!("local:///{namespace}/{name}"),
+        }
+    })
+}
+
+/// The status machine-controller-manager reports for a MachineDeployment whose `replicas`
+/// machines all run the current template.
+pub fn mcm_deployment_status_json(generation: i64, replicas: i32) -> Value {
+    json!({
+        "observedGeneration": generation,
+        "replicas": replicas,
+        "updatedReplicas": replicas,
+        "readyReplicas": replicas,
+        "availableReplicas": replicas,
+        "unavailableReplicas": 0,
+        "conditions": [
+            {"type": "Available", "status": "True", "reason": "MinimumReplicasAvailable",
+             "message": "Deployment has minimum availability."},
+            {"type": "Progressing", "status": "True", "reason": "NewMachineSetAvailable",
+             "message": "MachineSet has successfully progressed."}
+        ]
+    })
+}
+
+/// The status machine-controller-manager reports for a MachineSet with `replicas` ready
+/// machines.
+pub fn mcm_machine_set_status_json(generation: i64, replicas: i32) -> Value {
+    json!({
+        "observedGeneration": generation,
+        "replicas": replicas,
+        "fullyLabeledReplicas": replicas,
+        "readyReplicas": replicas,
+        "availableReplicas": replicas
+    })
+}
+
+/// The `machine-controller-manager` Deployment gardenlet runs in a shoot namespace (the
+/// image is never pulled: the test control plane has no nodes).
+pub fn mcm_deployment_json(namespace: &str, replicas: i32) -> Value {
+    json!({
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "machine-controller-manager", "namespace": namespace},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"role": "machine-controller-manager"}},
+            "template": {
+                "metadata": {"labels": {"role": "machine-controller-manager"}},
+                "spec": {"containers": [{"name": "mcm", "image": "registry.example/mcm:v0"}]}
+            }
+        }
+    })
 }

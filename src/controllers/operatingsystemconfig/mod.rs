@@ -1,0 +1,303 @@
+//! The OperatingSystemConfig controller for the OS types of `--os-types` (the OSC's
+//! `spec.type` is the worker's machine image name; default `debian,ubuntu`).
+//!
+//! Per purpose (`osc-worker-gvisor.md` §1):
+//!
+//! - `provision`: the spec's units and files become a bash user-data script ([`userdata`]),
+//!   stored in the Secret `osc-result-<osc>` (or the one `status.cloudConfig.secretRef`
+//!   already names) under `cloud_config`, controlled by the OSC; the status gets
+//!   `cloudConfig.secretRef`. User data above 16 KiB is reported in the status description
+//!   and as a Warning event.
+//! - `reconcile`: no user data. The status gets the extension units/files of the OS type
+//!   ([`extensions`]), and — unless `--node-agent-secrets=false` — the node-agent config
+//!   secret `kube-system/<key>` ([`nodeagent`]) goes into the shoot through the
+//!   ManagedResource `extension-osc-<key>` (see [`nodeagent::managed_resource_name`] for why
+//!   per key). Both reach gardenlet in one status patch with the Succeeded state.
+//!
+//! Layout: [`content`], [`userdata`], [`extensions`] and [`nodeagent`] are pure; [`fetch`]
+//! reads referenced Secrets; [`reconcile`], [`delete`], [`migrate`], [`restore`] are the
+//! operations (one file each).
+//!
+//! Errors a user must fix carry `ERR_CONFIGURATION_PROBLEM` (bad encoding, `imageRef` in a
+//! provision OSC, invalid paths or unit names, a reconcile OSC without pool label). A missing
+//! referenced Secret or key carries `ERR_RETRYABLE_CONFIGURATION_PROBLEM`: it may still appear
+//! (gardenlet writes such Secrets itself; a restore re-creates them), so it is retried with
+//! backoff instead of failing the shoot at once. API failures carry no code.
+
+pub mod content;
+pub mod delete;
+pub mod extensions;
+pub mod fetch;
+pub mod migrate;
+pub mod nodeagent;
+pub mod reconcile;
+pub mod restore;
+pub mod userdata;
+
+use std::time::Duration;
+
+use kube::Client;
+
+use crate::api::constants::DATA_KEY_CLOUD_CONFIG;
+use crate::api::{ErrorCode, OperatingSystemConfig};
+use crate::extension::events::EventPublisher;
+use crate::extension::managed_resource::{self, ManagedResourceError};
+use crate::extension::{Classify, Outcome, Request};
+
+/// Prefix of the user-data Secret name.
+pub const RESULT_SECRET_PREFIX: &str = "osc-result-";
+/// Data key of the user data (re-exported for readers of this module).
+pub const USER_DATA_KEY: &str = DATA_KEY_CLOUD_CONFIG;
+/// How long an operation waits inline for a ManagedResource to disappear before it hands the
+/// wait over to a requeue.
+const INLINE_DELETE_WAIT: Duration = Duration::from_secs(10);
+/// Requeue delay while a ManagedResource is being deleted.
+const DELETE_RETRY: Duration = Duration::from_secs(5);
+
+/// Errors of the OperatingSystemConfig actuator.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The user data cannot be rendered.
+    #[error("rendering the user data")]
+    UserData(#[source] userdata::UserDataError),
+    /// The node-agent secret cannot be rendered.
+    #[error("rendering the node-agent secret")]
+    NodeAgent(#[source] nodeagent::NodeAgentError),
+    /// A Secret API call failed.
+    #[error("{action} Secret {namespace}/{name}")]
+    Secret {
+        /// What we tried.
+        action: &'static str,
+        /// Namespace.
+        namespace: String,
+        /// Name.
+        name: String,
+        /// Cause.
+        #[source]
+        source: Box<kube::Error>,
+    },
+    /// A ManagedResource operation failed.
+    #[error("managing the node-agent ManagedResource")]
+    ManagedResource(#[source] ManagedResourceError),
+    /// Extension status fields do not serialise (a bug, not the user's).
+    #[error("encoding the extension status")]
+    Status(#[source] serde_json::Error),
+}
+
+impl Classify for Error {
+    fn codes(&self) -> Vec<ErrorCode> {
+        match self {
+            Error::UserData(error) => error.codes(),
+            Error::NodeAgent(error) => error.codes(),
+            Error::ManagedResource(error) => error.codes(),
+            Error::Secret { .. } | Error::Status(_) => Vec::new(),
+        }
+    }
+
+    fn category(&self) -> &'static str {
+        match self {
+            Error::UserData(_) => "user-data",
+            Error::NodeAgent(_) => "node-agent-secret",
+            Error::Secret { .. } => "secret",
+            Error::ManagedResource(_) => "managed-resource",
+            Error::Status(_) => "status",
+        }
+    }
+}
+
+impl From<ManagedResourceError> for Error {
+    fn from(error: ManagedResourceError) -> Self {
+        Error::ManagedResource(error)
+    }
+}
+
+/// The OperatingSystemConfig actuator.
+#[derive(Clone)]
+pub struct OscActuator {
+    client: Client,
+    events: EventPublisher,
+    node_agent_secrets: bool,
+}
+
+impl OscActuator {
+    /// Builds the actuator. `node_agent_secrets` is `--node-agent-secrets`: whether reconcile
+    /// OSCs get their node-agent secret shipped by us (off where gardenlet delivers them).
+    pub fn new(client: Client, events: EventPublisher, node_agent_secrets: bool) -> Self {
+        OscActuator {
+            client,
+            events,
+            node_agent_secrets,
+        }
+    }
+}
+
+/// Name and namespace of the user-data Secret of `osc`: what `status.cloudConfig.secretRef`
+/// names (an empty namespace meaning the OSC's), else `osc-result-<name>` in its namespace.
+pub fn result_secret_ref(osc: &OperatingSystemConfig) -> (String, String) {
+    let own_namespace = osc.metadata.namespace.clone().unwrap_or_default();
+    let reference = osc
+        .status
+        .as_ref()
+        .and_then(|status| status.cloud_config.as_ref())
+        .map(|cloud_config| &cloud_config.secret_ref)
+        .filter(|reference| !reference.name.is_empty());
+    match reference {
+        Some(reference) => (
+            reference.name.clone(),
+            reference
+                .namespace
+                .clone()
+                .filter(|ns| !ns.is_empty())
+                .unwrap_or(own_namespace),
+        ),
+        None => (
+            format!(
+                "{RESULT_SECRET_PREFIX}{}",
+                osc.metadata.name.as_deref().unwrap_or_default()
+            ),
+            own_namespace,
+        ),
+    }
+}
+
+/// Name of the node-agent ManagedResource of `osc`.
+pub fn node_agent_managed_resource(osc: &OperatingSystemConfig) -> String {
+    nodeagent::managed_resource_name(nodeagent::key_of(
+        osc.metadata.name.as_deref().unwrap_or_default(),
+    ))
+}
+
+/// Deletes the MR and its secrets, waits up to [`INLINE_DELETE_WAIT`] (unless `wait` is
+/// false) and reports whether it is gone.
+async fn delete_managed_resource(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    wait: bool,
+) -> Result<bool, Error> {
+    managed_resource::delete(client, namespace, name).await?;
+    if !wait {
+        return Ok(true);
+    }
+    Ok(managed_resource::wait_deleted(client, namespace, name, INLINE_DELETE_WAIT).await?)
+}
+
+fn pending_deletion(what: &str) -> Outcome {
+    Outcome::Pending {
+        reason: format!("waiting until {what} is deleted"),
+        retry_after: DELETE_RETRY,
+    }
+}
+
+impl crate::extension::Actuator for OscActuator {
+    type Object = OperatingSystemConfig;
+    type Error = Error;
+
+    async fn reconcile(
+        &self,
+        request: &Request<'_, OperatingSystemConfig>,
+    ) -> Result<Outcome, Error> {
+        reconcile::reconcile(self, request).await
+    }
+
+    async fn delete(&self, request: &Request<'_, OperatingSystemConfig>) -> Result<Outcome, Error> {
+        delete::delete(self, request, true).await
+    }
+
+    async fn force_delete(
+        &self,
+        request: &Request<'_, OperatingSystemConfig>,
+    ) -> Result<Outcome, Error> {
+        delete::delete(self, request, false).await
+    }
+
+    async fn migrate(
+        &self,
+        request: &Request<'_, OperatingSystemConfig>,
+    ) -> Result<Outcome, Error> {
+        migrate::migrate(self, request).await
+    }
+
+    async fn restore(
+        &self,
+        request: &Request<'_, OperatingSystemConfig>,
+    ) -> Result<Outcome, Error> {
+        restore::restore(self, request).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::common::SecretReference;
+    use crate::api::operatingsystemconfig::{CloudConfig, OperatingSystemConfigStatus};
+
+    fn osc(status: Option<OperatingSystemConfigStatus>) -> OperatingSystemConfig {
+        let mut osc: OperatingSystemConfig = serde_json::from_value(serde_json::json!({
+            "apiVersion": "extensions.gardener.cloud/v1alpha1",
+            "kind": "OperatingSystemConfig",
+            "metadata": {"name": "pool-a-init", "namespace": "shoot--p--s"},
+            "spec": {"type": "debian", "purpose": "provision"}
+        }))
+        .unwrap();
+        osc.status = status;
+        osc
+    }
+
+    fn with_ref(name: &str, namespace: Option<&str>) -> Option<OperatingSystemConfigStatus> {
+        Some(OperatingSystemConfigStatus {
+            cloud_config: Some(CloudConfig {
+                secret_ref: SecretReference {
+                    name: name.into(),
+                    namespace: namespace.map(String::from),
+                },
+            }),
+            ..Default::default()
+        })
+    }
+
+    #[test]
+    fn result_secret_defaults_to_osc_result_name() {
+        assert_eq!(
+            result_secret_ref(&osc(None)),
+            ("osc-result-pool-a-init".into(), "shoot--p--s".into())
+        );
+    }
+
+    #[test]
+    fn result_secret_reuses_the_status_reference() {
+        assert_eq!(
+            result_secret_ref(&osc(with_ref("custom", Some("elsewhere")))),
+            ("custom".into(), "elsewhere".into())
+        );
+        assert_eq!(
+            result_secret_ref(&osc(with_ref("custom", None))),
+            ("custom".into(), "shoot--p--s".into())
+        );
+        assert_eq!(
+            result_secret_ref(&osc(with_ref("", None))).0,
+            "osc-result-pool-a-init"
+        );
+    }
+
+    #[test]
+    fn classification() {
+        let missing = Error::UserData(userdata::UserDataError::Content(
+            content::ContentError::MissingSecret {
+                path: "/x".into(),
+                secret: "s".into(),
+            },
+        ));
+        assert!(!missing.is_configuration_problem());
+        assert_eq!(
+            missing.codes(),
+            vec![ErrorCode::RetryableConfigurationProblem]
+        );
+        let image = Error::UserData(userdata::UserDataError::ImageRef {
+            path: "/x".into(),
+            image: "i".into(),
+        });
+        assert!(image.is_configuration_problem());
+        assert_eq!(image.category(), "user-data");
+    }
+}

@@ -1,0 +1,276 @@
+//! Reconcile, per purpose. Everything is rendered before anything is written, so an OSC with a
+//! configuration error changes neither the user data nor what is in the shoot.
+//!
+//! - `provision`: read referenced Secrets → render the user data → server-side apply the
+//!   result Secret (controller reference to the OSC when in its namespace) → status
+//!   `cloudConfig.secretRef`. Extension status fields are cleared: provision OSCs get none.
+//! - `reconcile`: extension units/files for the OS type → (with `--node-agent-secrets`) read
+//!   referenced Secrets, render the node-agent secret and apply its ManagedResource; (without)
+//!   hand the shoot's secret over to gardenlet by removing our ManagedResource with
+//!   `keepObjects=true` → status `extensionUnits`/`extensionFiles` (null when empty) and
+//!   `inPlaceUpdates: null` (not supported for our OS types).
+//!
+//! The status fields are returned in [`Outcome::Done`], so the generic reconciler writes them
+//! in the same patch as the Succeeded state: gardenlet never sees a ready OSC with stale
+//! extension fields.
+
+use std::collections::BTreeMap;
+
+use chrono::Utc;
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{ObjectMeta, Patch, PatchParams};
+use kube::{Api, Resource, ResourceExt};
+use serde_json::{Map, Value, json};
+
+use super::content::ReferencedSecrets;
+use super::extensions::{self, Extensions};
+use super::{
+    Error, OscActuator, USER_DATA_KEY, fetch, node_agent_managed_resource, nodeagent,
+    result_secret_ref, userdata,
+};
+use crate::api::OperatingSystemConfig;
+use crate::api::operatingsystemconfig::OperatingSystemConfigPurpose;
+use crate::extension::managed_resource::{self, FIELD_MANAGER};
+use crate::extension::{ExtensionKind, Outcome, Request, status};
+
+/// Event reason when the user data exceeds [`userdata::USER_DATA_SIZE_WARNING`].
+pub const REASON_USER_DATA_TOO_LARGE: &str = "UserDataTooLarge";
+
+/// Renders the user data of a provision OSC (pure; also used by `render osc`).
+pub fn render_user_data(
+    osc: &OperatingSystemConfig,
+    secrets: &ReferencedSecrets,
+) -> Result<String, Error> {
+    userdata::render(&osc.spec.units, &osc.spec.files, secrets).map_err(Error::UserData)
+}
+
+/// Renders the node-agent secret of a reconcile OSC with its OS type's extensions (pure; also
+/// used by `render osc`).
+pub fn render_node_agent_secret(
+    osc: &OperatingSystemConfig,
+    secrets: &ReferencedSecrets,
+) -> Result<(nodeagent::NodeAgentSecret, Extensions), Error> {
+    let extensions = extensions::for_os_type(&osc.spec.default.type_);
+    let secret = nodeagent::render(osc, &extensions, secrets).map_err(Error::NodeAgent)?;
+    Ok((secret, extensions))
+}
+
+/// Runs the purpose's reconcile (see the module docs).
+pub async fn reconcile(
+    actuator: &OscActuator,
+    request: &Request<'_, OperatingSystemConfig>,
+) -> Result<Outcome, Error> {
+    match request.object.spec.purpose {
+        OperatingSystemConfigPurpose::Provision => provision(actuator, request).await,
+        OperatingSystemConfigPurpose::Reconcile => original(actuator, request).await,
+    }
+}
+
+async fn provision(
+    actuator: &OscActuator,
+    request: &Request<'_, OperatingSystemConfig>,
+) -> Result<Outcome, Error> {
+    let osc = request.object;
+    let secrets =
+        fetch::referenced_secrets(&actuator.client, request.namespace(), &osc.spec.files).await?;
+    let user_data = render_user_data(osc, &secrets)?;
+    let (name, namespace) = result_secret_ref(osc);
+    apply_result_secret(actuator, osc, &name, &namespace, user_data.as_bytes()).await?;
+    tracing::info!(secret = %name, bytes = user_data.len(), "user data written");
+
+    let mut status = Map::new();
+    status.insert(
+        "cloudConfig".into(),
+        json!({"secretRef": {"name": name, "namespace": namespace}}),
+    );
+    for field in ["extensionUnits", "extensionFiles", "inPlaceUpdates"] {
+        status.insert(field.into(), Value::Null);
+    }
+    if user_data.len() > userdata::USER_DATA_SIZE_WARNING {
+        warn_size(actuator, request, user_data.len(), &mut status).await;
+    }
+    Ok(Outcome::Done { status })
+}
+
+/// The result Secret (pure): key `cloud_config`, controller reference to the OSC when both
+/// live in one namespace (owner references cannot cross namespaces).
+pub fn result_secret(
+    osc: &OperatingSystemConfig,
+    name: &str,
+    namespace: &str,
+    user_data: &[u8],
+) -> Secret {
+    let owner = osc
+        .controller_owner_ref(&())
+        .filter(|_| osc.metadata.namespace.as_deref() == Some(namespace))
+        .map(|mut owner| {
+            owner.block_owner_deletion = Some(true);
+            owner
+        });
+    Secret {
+        metadata: ObjectMeta {
+            name: Some(name.to_string()),
+            namespace: Some(namespace.to_string()),
+            owner_references: owner.map(|owner| vec![owner]),
+            ..Default::default()
+        },
+        type_: Some("Opaque".to_string()),
+        data: Some(BTreeMap::from([(
+            USER_DATA_KEY.to_string(),
+            ByteString(user_data.to_vec()),
+        )])),
+        ..Default::default()
+    }
+}
+
+async fn apply_result_secret(
+    actuator: &OscActuator,
+    osc: &OperatingSystemConfig,
+    name: &str,
+    namespace: &str,
+    user_data: &[u8],
+) -> Result<(), Error> {
+    let secret = result_secret(osc, name, namespace, user_data);
+    let api: Api<Secret> = Api::namespaced(actuator.client.clone(), namespace);
+    api.patch(
+        name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&secret),
+    )
+    .await
+    .map_err(|source| Error::Secret {
+        action: "applying",
+        namespace: namespace.to_string(),
+        name: name.to_string(),
+        source: Box::new(source),
+    })?;
+    Ok(())
+}
+
+/// Warns about oversized user data: a Warning event, and a note in the Succeeded
+/// description. The generic reconciler writes its own `lastOperation` with a fixed
+/// description; a `lastOperation` among the extra status fields replaces it, so this builds
+/// the same one through [`status::success`] and only extends the description.
+async fn warn_size(
+    actuator: &OscActuator,
+    request: &Request<'_, OperatingSystemConfig>,
+    size: usize,
+    status_fields: &mut Map<String, Value>,
+) {
+    let note = format!(
+        "the user data has {size} bytes, more than the {} most infrastructures accept",
+        userdata::USER_DATA_SIZE_WARNING
+    );
+    tracing::warn!(size, "user data exceeds the usual IaaS limit");
+    let object = request.object;
+    actuator
+        .events
+        .warning(
+            &object.object_ref(&()),
+            REASON_USER_DATA_TOO_LARGE,
+            &format!("{:?}", request.operation),
+            note.clone(),
+        )
+        .await;
+    let at = status::last_update_time(Utc::now(), object.annotations());
+    let success = status::success(
+        request.operation,
+        OperatingSystemConfig::KIND,
+        object.metadata.generation,
+        at,
+        Map::new(),
+    );
+    if let Some(Value::Object(mut last_operation)) = success.get("lastOperation").cloned() {
+        let description = last_operation
+            .get("description")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
+        last_operation.insert(
+            "description".into(),
+            Value::String(format!("{description} (warning: {note})")),
+        );
+        status_fields.insert("lastOperation".into(), Value::Object(last_operation));
+    }
+}
+
+async fn original(
+    actuator: &OscActuator,
+    request: &Request<'_, OperatingSystemConfig>,
+) -> Result<Outcome, Error> {
+    let osc = request.object;
+    let namespace = request.namespace();
+    let mr = node_agent_managed_resource(osc);
+    let extensions = if actuator.node_agent_secrets {
+        let files = osc.spec.files.iter();
+        let secrets = fetch::referenced_secrets(&actuator.client, namespace, files).await?;
+        let (secret, extensions) = render_node_agent_secret(osc, &secrets)?;
+        let data = secret.managed_resource_data().map_err(Error::NodeAgent)?;
+        managed_resource::apply_for_shoot(&actuator.client, namespace, &mr, &data, false).await?;
+        tracing::info!(
+            managed_resource = %mr,
+            secret = %secret.name,
+            checksum = %secret.checksum(),
+            "node-agent secret applied"
+        );
+        extensions
+    } else {
+        // gardenlet delivers the node-agent secrets: leave the shoot's copy in place for its
+        // ManagedResource to adopt, and drop ours (if an earlier run created one).
+        managed_resource::set_keep_objects(&actuator.client, namespace, &mr, true).await?;
+        managed_resource::delete(&actuator.client, namespace, &mr).await?;
+        extensions::for_os_type(&osc.spec.default.type_)
+    };
+    let mut status = Map::new();
+    status.insert("extensionUnits".into(), list_or_null(&extensions.units)?);
+    status.insert("extensionFiles".into(), list_or_null(&extensions.files)?);
+    status.insert("inPlaceUpdates".into(), Value::Null);
+    Ok(Outcome::Done { status })
+}
+
+/// The list as JSON, or `null` (clears the field) when empty.
+fn list_or_null<T: serde::Serialize>(items: &[T]) -> Result<Value, Error> {
+    if items.is_empty() {
+        return Ok(Value::Null);
+    }
+    serde_json::to_value(items).map_err(Error::Status)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn osc(namespace: &str) -> OperatingSystemConfig {
+        serde_json::from_value(json!({
+            "apiVersion": "extensions.gardener.cloud/v1alpha1",
+            "kind": "OperatingSystemConfig",
+            "metadata": {"name": "pool-a-init", "namespace": namespace, "uid": "1234"},
+            "spec": {"type": "debian", "purpose": "provision"}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn result_secret_is_controlled_by_the_osc() {
+        let secret = result_secret(&osc("ns"), "osc-result-pool-a-init", "ns", b"#!/bin/bash\n");
+        let owner = &secret.metadata.owner_references.unwrap()[0];
+        assert_eq!(owner.uid, "1234");
+        assert_eq!(owner.kind, "OperatingSystemConfig");
+        assert_eq!(owner.controller, Some(true));
+        assert_eq!(owner.block_owner_deletion, Some(true));
+        assert_eq!(secret.data.unwrap()["cloud_config"].0, b"#!/bin/bash\n");
+    }
+
+    #[test]
+    fn result_secret_in_another_namespace_has_no_owner() {
+        let secret = result_secret(&osc("ns"), "custom", "other", b"x");
+        assert!(secret.metadata.owner_references.is_none());
+    }
+
+    #[test]
+    fn empty_lists_clear_the_status_field() {
+        assert_eq!(list_or_null::<u8>(&[]).unwrap(), Value::Null);
+        assert_eq!(list_or_null(&[1]).unwrap(), json!([1]));
+    }
+}

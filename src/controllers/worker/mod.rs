@@ -1,0 +1,321 @@
+//! The Worker controller: machine classes and machine deployments per pool and zone, for
+//! the Worker types in `--worker-types` (default `local`). machine-controller-manager (MCM)
+//! turns what we write into machines; we own the `machine.sapcloud.io/v1alpha1` objects and
+//! the Worker status. It plugs into [`crate::extension`], which handles the operation
+//! annotations, the finalizer `extensions.gardener.cloud/worker`, `lastOperation`/`lastError`
+//! and retries.
+//!
+//! Pipeline (pure steps first, then thin API I/O):
+//!
+//! 1. [`validate`]: Worker + Cluster → names, hash ([`hash`]), sizes per zone ([`zones`]),
+//!    pool `providerConfig` ([`config`]); every user error stops here;
+//! 2. [`render`]: → class secrets, MachineClasses, MachineDeployments;
+//! 3. [`replicas`]: replicas of each deployment from what exists;
+//! 4. [`rollout`]: is the rollout done, failed or still running;
+//! 5. the operations, one file each: [`reconcile`], [`delete`], [`migrate`], [`restore`];
+//!    bounded waits by requeue ([`wait`]), an event per step ([`steps`]), machine state for
+//!    migration ([`state`]);
+//! 6. [`print`]: the same objects as YAML for `gardener-extension-node render worker`.
+//!
+//! # Reconcile (Gardener's generic actuator, `genericactuator/actuator_reconcile.go`)
+//!
+//! Class secrets and classes are applied, then the deployments (hibernated: replicas 0 and
+//! every Machine labelled `force-deletion=True` first), then `status.machineDeployments` and
+//! `status.machineDeploymentsLastUpdateTime` are written — **before** waiting, because
+//! gardenlet's "worker status updated" step (and with it the cluster-autoscaler) waits for
+//! that timestamp only. Then the rollout is polled every [`Timings::poll`] by returning
+//! `Pending` (at most [`Timings::rollout_timeout`] per series, failing with the machines' own
+//! errors when MCM reports failed machines). Only after the rollout are the deployments,
+//! classes and class secrets that are no longer wanted deleted, in that order, so an old
+//! class outlives the machines that use it. Hibernated shoots finally get the
+//! `machine-controller-manager` Deployment scaled to 0 (when it exists).
+//!
+//! # Delete and force delete
+//!
+//! Every Machine is labelled `force-deletion=True`, every MachineDeployment, MachineClass
+//! and class secret of the namespace is deleted, and the operation waits (bounded by
+//! [`Timings::deletion_timeout`], by requeue) until no machine object and no class secret is
+//! left. Force deletion does the same deletes but never waits. Not done: waiting for MCM's
+//! finalizer on the credentials secret (our tests have no MCM to put it there; deleting the
+//! classes is what makes MCM release it).
+//!
+//! # Migrate and restore: where the machine state lives
+//!
+//! Issue 7 asks Migrate to record the machine state in the Worker's `status.state` and
+//! Restore to recreate deployments, sets and machines from it. Upstream, since GEP-22,
+//! gardenlet computes that state itself during migration (`pkg/utils/gardener/shootstate/`),
+//! stores it in the ShootState, and writes it into the destination Worker's `status.state`
+//! before it sets `restore`; the generic actuator's Migrate is a no-op. We do both sides in a
+//! way that works with either source:
+//!
+//! - Migrate records the state in **gardenlet's own format** ([`state`]: gzip + base64 JSON of
+//!   `machineDeployments` → replicas, machine sets, machines) and deletes nothing. Machines,
+//!   sets, deployments and classes stay; gardenlet's shallow delete removes them after it has
+//!   persisted the ShootState (which then carries the state twice, identically — as machine
+//!   state and as the Worker's extension state).
+//! - Restore reads `status.state` in that format (or the older plain JSON form), whoever wrote
+//!   it: for every wanted deployment with state that does not exist yet it creates the
+//!   MachineSets and Machines with their names, labels (the `node` label is the node
+//!   reference) and `providerID`, then the deployment with the recorded replicas, so MCM
+//!   adopts the machines instead of creating new ones. Then it scales an existing
+//!   `machine-controller-manager` Deployment to 1 (not when hibernated) and reconciles.
+//!   Skipping deployments that already exist keeps a requeued restore from resurrecting
+//!   machines MCM has deleted since.
+//!
+//! gardenlet clears `status.state` itself once the restored Worker is ready; we leave it
+//! alone after a restore.
+//!
+//! The reference notes (extension-contract §10.2) say the extension must not write
+//! `status.state` during migrate because gardenlet's restore would reject it; no such check
+//! was found in the Gardener sources available to us (`RestoreExtensionObjectState` copies
+//! whatever the ShootState holds). Writing gardenlet's own format makes the duplicate
+//! harmless either way.
+
+//!
+//! # Not done (compared with the generic actuator)
+//!
+//! - `status.inPlaceUpdates.workerPoolToHashMap` for in-place update pools (the strategy and
+//!   the template label are rendered, the hash map is not written);
+//! - deleting a stuck machine-controller-manager pod after a rollout timeout, and waiting
+//!   for unwanted deployments to disappear after the cleanup;
+//! - `providerStatus` with resolved machine images (our MachineClass carries the image name
+//!   and version itself, there is nothing to resolve).
+
+pub mod config;
+pub mod delete;
+pub mod hash;
+pub mod migrate;
+mod objects;
+pub mod print;
+pub mod reconcile;
+pub mod render;
+pub mod replicas;
+pub mod restore;
+pub mod rollout;
+pub mod state;
+pub mod steps;
+pub mod validate;
+pub mod wait;
+pub mod zones;
+
+use std::time::Duration;
+
+use kube::Client;
+
+pub use objects::PARALLEL;
+
+use crate::api::{ErrorCode, Worker};
+use crate::extension::events::EventPublisher;
+use crate::extension::{Classify, Outcome, Request};
+
+/// The Worker type handled by default (`--worker-types`).
+pub const DEFAULT_TYPE: &str = "local";
+
+/// Label with a Secret's purpose; [`PURPOSE_MACHINE_CLASS`] on class secrets.
+pub const LABEL_PURPOSE: &str = "gardener.cloud/purpose";
+/// Value of [`LABEL_PURPOSE`] on class secrets.
+pub const PURPOSE_MACHINE_CLASS: &str = "machineclass";
+/// Data key of the user data in class secrets.
+pub const DATA_KEY_USER_DATA: &str = "userData";
+/// Selector/template label of a deployment's machines (= deployment name).
+pub const LABEL_NAME: &str = "name";
+/// Template label with the Worker name (in-place update strategies only).
+pub const LABEL_WORKER_NAME: &str = "worker.gardener.cloud/name";
+/// Label MCM reads to delete a machine without draining.
+pub const LABEL_FORCE_DELETION: &str = "force-deletion";
+/// Value of [`LABEL_FORCE_DELETION`].
+pub const FORCE_DELETION_TRUE: &str = "True";
+/// The MCM Deployment gardenlet runs in the shoot namespace.
+pub const MCM_DEPLOYMENT: &str = "machine-controller-manager";
+/// `minReadySeconds` of every deployment.
+pub const MIN_READY_SECONDS: i32 = 500;
+/// `revisionHistoryLimit` of every deployment.
+pub const REVISION_HISTORY_LIMIT: i32 = 0;
+/// cluster-autoscaler option annotations on deployments.
+pub const ANNOTATION_SCALE_DOWN_UTILIZATION_THRESHOLD: &str =
+    "autoscaler.gardener.cloud/scale-down-utilization-threshold";
+/// See [`ANNOTATION_SCALE_DOWN_UTILIZATION_THRESHOLD`].
+pub const ANNOTATION_SCALE_DOWN_GPU_UTILIZATION_THRESHOLD: &str =
+    "autoscaler.gardener.cloud/scale-down-gpu-utilization-threshold";
+/// See [`ANNOTATION_SCALE_DOWN_UTILIZATION_THRESHOLD`].
+pub const ANNOTATION_SCALE_DOWN_UNNEEDED_TIME: &str =
+    "autoscaler.gardener.cloud/scale-down-unneeded-time";
+/// See [`ANNOTATION_SCALE_DOWN_UTILIZATION_THRESHOLD`].
+pub const ANNOTATION_SCALE_DOWN_UNREADY_TIME: &str =
+    "autoscaler.gardener.cloud/scale-down-unready-time";
+/// See [`ANNOTATION_SCALE_DOWN_UTILIZATION_THRESHOLD`].
+pub const ANNOTATION_MAX_NODE_PROVISION_TIME: &str =
+    "autoscaler.gardener.cloud/max-node-provision-time";
+
+/// Poll interval and bounds of the waits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timings {
+    /// Requeue delay while waiting (upstream polls every 5 s).
+    pub poll: Duration,
+    /// Longest rollout wait per series (upstream: 5 min).
+    pub rollout_timeout: Duration,
+    /// Longest wait for machine objects to disappear per series (upstream: 5 min).
+    pub deletion_timeout: Duration,
+}
+
+impl Default for Timings {
+    fn default() -> Self {
+        Timings {
+            poll: Duration::from_secs(5),
+            rollout_timeout: Duration::from_secs(300),
+            deletion_timeout: Duration::from_secs(300),
+        }
+    }
+}
+
+/// Errors of the Worker actuator.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The Worker is invalid (the user or gardenlet must fix it).
+    #[error("invalid Worker")]
+    Validate(#[source] validate::ValidationError),
+    /// The user data Secret of a pool does not exist.
+    #[error("pool {pool}: user data Secret {namespace}/{secret} not found")]
+    UserDataSecretMissing {
+        /// Pool.
+        pool: String,
+        /// Namespace.
+        namespace: String,
+        /// Secret name.
+        secret: String,
+    },
+    /// The user data Secret lacks the key or it is empty.
+    #[error("pool {pool}: user data Secret {secret} has no data key {key:?} or it is empty")]
+    UserDataKeyMissing {
+        /// Pool.
+        pool: String,
+        /// Secret name.
+        secret: String,
+        /// Key.
+        key: String,
+    },
+    /// An API call failed.
+    #[error("{action} {kind} {name}")]
+    Api {
+        /// What we tried.
+        action: &'static str,
+        /// Kind.
+        kind: &'static str,
+        /// namespace/name (or namespace for lists).
+        name: String,
+        /// Cause.
+        #[source]
+        source: Box<kube::Error>,
+    },
+    /// MCM reports failed machines.
+    #[error("{0}")]
+    MachinesFailed(String),
+    /// A wait exceeded its bound.
+    #[error("timed out after {}s {what}: {last}", waited.as_secs())]
+    WaitTimedOut {
+        /// What we waited for.
+        what: &'static str,
+        /// How long.
+        waited: Duration,
+        /// The last observation.
+        last: String,
+    },
+    /// The machine state in `status.state` cannot be read or written.
+    #[error("machine state")]
+    State(#[source] state::StateError),
+}
+
+impl Classify for Error {
+    fn codes(&self) -> Vec<ErrorCode> {
+        match self {
+            Error::Validate(_) => vec![ErrorCode::ConfigurationProblem],
+            _ => Vec::new(),
+        }
+    }
+
+    fn category(&self) -> &'static str {
+        match self {
+            Error::Validate(_) => "configuration",
+            Error::UserDataSecretMissing { .. } | Error::UserDataKeyMissing { .. } => "user-data",
+            Error::Api { .. } => "api",
+            Error::MachinesFailed(_) => "machines",
+            Error::WaitTimedOut { .. } => "timeout",
+            Error::State(_) => "state",
+        }
+    }
+}
+
+/// The Worker actuator: the seed client, step events and the running waits.
+pub struct WorkerActuator {
+    client: Client,
+    steps: steps::StepEvents,
+    waits: wait::WaitTracker,
+    timings: Timings,
+}
+
+impl std::fmt::Debug for WorkerActuator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WorkerActuator")
+            .field("timings", &self.timings)
+            .finish_non_exhaustive()
+    }
+}
+
+impl WorkerActuator {
+    /// An actuator with the default [`Timings`].
+    pub fn new(client: Client, events: EventPublisher) -> Self {
+        Self::with_timings(client, events, Timings::default())
+    }
+
+    /// An actuator with explicit timings (tests and benchmarks poll faster).
+    pub fn with_timings(client: Client, events: EventPublisher, timings: Timings) -> Self {
+        WorkerActuator {
+            client,
+            steps: steps::StepEvents::new(events),
+            waits: wait::WaitTracker::default(),
+            timings,
+        }
+    }
+
+    /// Ends a series of runs unless the operation is still waiting.
+    fn settle(&self, worker: &Worker, result: Result<Outcome, Error>) -> Result<Outcome, Error> {
+        if !matches!(result, Ok(Outcome::Pending { .. })) {
+            self.steps.forget(worker);
+            self.waits.forget(
+                worker.metadata.namespace.as_deref().unwrap_or_default(),
+                worker.metadata.name.as_deref().unwrap_or_default(),
+            );
+        }
+        result
+    }
+}
+
+impl crate::extension::Actuator for WorkerActuator {
+    type Object = Worker;
+    type Error = Error;
+
+    async fn reconcile(&self, request: &Request<'_, Worker>) -> Result<Outcome, Error> {
+        let result = reconcile::reconcile(self, request).await;
+        self.settle(request.object, result)
+    }
+
+    async fn delete(&self, request: &Request<'_, Worker>) -> Result<Outcome, Error> {
+        let result = delete::delete(self, request, true).await;
+        self.settle(request.object, result)
+    }
+
+    async fn force_delete(&self, request: &Request<'_, Worker>) -> Result<Outcome, Error> {
+        let result = delete::delete(self, request, false).await;
+        self.settle(request.object, result)
+    }
+
+    async fn migrate(&self, request: &Request<'_, Worker>) -> Result<Outcome, Error> {
+        let result = migrate::migrate(self, request).await;
+        self.settle(request.object, result)
+    }
+
+    async fn restore(&self, request: &Request<'_, Worker>) -> Result<Outcome, Error> {
+        let result = restore::restore(self, request).await;
+        self.settle(request.object, result)
+    }
+}

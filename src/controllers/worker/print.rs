@@ -1,0 +1,135 @@
+//! `gardener-extension-node render worker -f worker.yaml [--cluster cluster.yaml]
+//! [--user-data FILE]`: the machine objects the controller would apply, as YAML, without a
+//! cluster. Uses [`super::validate`], [`super::render`] and [`super::replicas`] exactly as
+//! reconcile does, for deployments that do not exist yet (so replicas are the minimum, or 0
+//! when the Cluster says the shoot is hibernated).
+//!
+//! The user data lives in a seed Secret the command cannot read: with `--user-data` its
+//! content is used for every pool, without it the class secrets are printed without data and
+//! a comment says where the data comes from.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::Args;
+use serde::Serialize;
+
+use super::render;
+use super::replicas::{self, ReplicaInputs};
+use super::validate;
+use crate::api::{Cluster, Worker};
+
+/// Flags of `render worker`.
+#[derive(Debug, Args)]
+pub struct RenderWorkerArgs {
+    /// The Worker (YAML or JSON file; `-` for stdin).
+    #[arg(short = 'f', long = "file")]
+    pub file: PathBuf,
+    /// The shoot's Cluster (technical ID, hibernation, CloudProfile zones, container runtimes).
+    #[arg(long)]
+    pub cluster: Option<PathBuf>,
+    /// File whose content is used as every pool's user data.
+    #[arg(long)]
+    pub user_data: Option<PathBuf>,
+}
+
+fn read<T: serde::de::DeserializeOwned>(path: &PathBuf) -> anyhow::Result<T> {
+    let text = if path.as_os_str() == "-" {
+        std::io::read_to_string(std::io::stdin()).context("reading stdin")?
+    } else {
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?
+    };
+    serde_norway::from_str(&text).with_context(|| format!("{} does not decode", path.display()))
+}
+
+impl RenderWorkerArgs {
+    /// Reads the files and renders.
+    pub fn run(&self) -> anyhow::Result<String> {
+        let worker: Worker = read(&self.file)?;
+        let cluster: Option<Cluster> = self.cluster.as_ref().map(read).transpose()?;
+        let user_data = self
+            .user_data
+            .as_ref()
+            .map(|p| std::fs::read(p).with_context(|| format!("reading {}", p.display())))
+            .transpose()?;
+        manifests(&worker, cluster.as_ref(), user_data.as_deref())
+    }
+}
+
+fn document(
+    out: &mut String,
+    comment: Option<String>,
+    object: &impl Serialize,
+) -> anyhow::Result<()> {
+    out.push_str("---\n");
+    if let Some(comment) = comment {
+        out.push_str(&format!("# {comment}\n"));
+    }
+    out.push_str(&serde_norway::to_string(object).context("serialising")?);
+    Ok(())
+}
+
+/// The YAML documents for `worker` (pure).
+pub fn manifests(
+    worker: &Worker,
+    cluster: Option<&Cluster>,
+    user_data: Option<&[u8]>,
+) -> anyhow::Result<String> {
+    let shoot = cluster
+        .map(Cluster::shoot)
+        .transpose()
+        .context("the Cluster's shoot does not decode")?;
+    let namespace = worker
+        .metadata
+        .namespace
+        .clone()
+        .or_else(|| cluster.and_then(|c| c.metadata.name.clone()))
+        .unwrap_or_default();
+    let inputs = validate::validate(
+        worker,
+        &namespace,
+        shoot.as_ref(),
+        cluster.map(|c| &c.spec.cloud_profile),
+    )
+    .map_err(|e| anyhow::anyhow!(crate::extension::error::chain(&e)))?;
+    let data: BTreeMap<String, Vec<u8>> = user_data
+        .map(|d| {
+            inputs
+                .pools
+                .iter()
+                .map(|p| (p.pool.name.clone(), d.to_vec()))
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut out = String::new();
+    for rendered in &render::render(&inputs, &data) {
+        let Some(pool) = inputs
+            .pools
+            .iter()
+            .map(|p| &p.pool)
+            .find(|p| p.name == rendered.pool)
+        else {
+            continue;
+        };
+        let comment = user_data.is_none().then(|| {
+            format!(
+                "userData comes from Secret {}/{} key {:?} at run time",
+                namespace, pool.user_data_secret_ref.name, pool.user_data_secret_ref.key
+            )
+        });
+        document(&mut out, comment, &rendered.class_secret)?;
+        document(&mut out, None, &rendered.class)?;
+        let (replicas, _) = replicas::decide(ReplicaInputs {
+            hibernation_enabled: inputs.hibernation_enabled,
+            autoscaler_used: inputs.autoscaler_used,
+            existing: None,
+            restored: None,
+            all_existing_at_zero: true,
+            minimum: rendered.minimum,
+            maximum: rendered.maximum,
+        });
+        document(&mut out, None, &rendered.deployment_with_replicas(replicas))?;
+    }
+    Ok(out)
+}

@@ -1,0 +1,446 @@
+//! Reconcile (and the second half of restore): classes → deployments → status → wait →
+//! cleanup, as described in [`super`].
+//!
+//! Every run repeats all steps; they are idempotent server-side applies, so a run that
+//! returns `Pending` while the rollout goes on and the next run after [`super::Timings::poll`]
+//! converge on the same objects. Replicas are decided per run from the deployments that
+//! exist ([`super::replicas`]), which is why an autoscaled value survives.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::time::Instant;
+
+use chrono::Utc;
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::Secret;
+use kube::ResourceExt;
+use kube::api::ListParams;
+use serde_json::json;
+
+use super::objects::{self, PARALLEL};
+use super::render::{self, RenderedDeployment};
+use super::replicas::{self, ReplicaInputs};
+use super::rollout::{self, Rollout, Wanted};
+use super::validate::{self, WorkerInputs};
+use super::wait::{WaitKind, WaitState};
+use super::{Error, LABEL_PURPOSE, PURPOSE_MACHINE_CLASS, WorkerActuator};
+use crate::api::machine::{MachineClass, MachineDeployment, MachineSet};
+use crate::api::{Worker, WorkerStatus};
+use crate::extension::{Outcome, Request};
+
+/// A validated and rendered Worker.
+#[derive(Debug, Clone)]
+pub struct Prepared {
+    /// The validated inputs.
+    pub inputs: WorkerInputs,
+    /// The objects of every pool and zone.
+    pub rendered: Vec<RenderedDeployment>,
+}
+
+/// Runs `tasks`, [`PARALLEL`] at a time, stopping at the first error. (Callers collect the
+/// futures into a `Vec` first: a closure held across the await would make the future's
+/// `Send` bound higher-ranked, which the compiler cannot prove.)
+pub(super) async fn run_all<Fut>(tasks: Vec<Fut>) -> Result<(), Error>
+where
+    Fut: Future<Output = Result<(), Error>>,
+{
+    futures::stream::iter(tasks)
+        .buffer_unordered(PARALLEL)
+        .try_collect::<Vec<()>>()
+        .await
+        .map(drop)
+}
+
+/// Validates, reads each pool's user data and renders.
+pub async fn prepare(
+    actuator: &WorkerActuator,
+    request: &Request<'_, Worker>,
+) -> Result<Prepared, Error> {
+    let namespace = request.namespace();
+    let inputs = validate::validate(
+        request.object,
+        namespace,
+        request.cluster.map(|c| &c.shoot),
+        request.cluster.map(|c| &c.cluster.spec.cloud_profile),
+    )
+    .map_err(Error::Validate)?;
+    let mut user_data = BTreeMap::new();
+    for pool in &inputs.pools {
+        let data = objects::user_data(&actuator.client, namespace, &pool.pool).await?;
+        user_data.insert(pool.pool.name.clone(), data);
+    }
+    let rendered = render::render(&inputs, &user_data);
+    Ok(Prepared { inputs, rendered })
+}
+
+/// Applies every class secret, then every class.
+pub async fn deploy_classes(
+    actuator: &WorkerActuator,
+    request: &Request<'_, Worker>,
+    prepared: &Prepared,
+) -> Result<(), Error> {
+    let namespace = request.namespace();
+    let secrets = objects::api::<Secret>(&actuator.client, namespace);
+    let classes = objects::api::<MachineClass>(&actuator.client, namespace);
+    let tasks: Vec<_> = prepared
+        .rendered
+        .iter()
+        .map(|d| async {
+            objects::apply(&secrets, &d.class_secret, "Secret")
+                .await
+                .map(drop)
+        })
+        .collect();
+    run_all(tasks).await?;
+    let tasks: Vec<_> = prepared
+        .rendered
+        .iter()
+        .map(|d| async {
+            objects::apply(&classes, &d.class, "MachineClass")
+                .await
+                .map(drop)
+        })
+        .collect();
+    run_all(tasks).await?;
+    let names: Vec<&str> = prepared
+        .rendered
+        .iter()
+        .map(|d| d.class_name.as_str())
+        .collect();
+    actuator
+        .steps
+        .normal(
+            request.object,
+            request.operation,
+            "MachineClassesDeployed",
+            format!(
+                "Applied {} machine class(es) and their secrets: {}",
+                names.len(),
+                names.join(", ")
+            ),
+        )
+        .await;
+    Ok(())
+}
+
+/// Reconciles from scratch.
+pub async fn reconcile(
+    actuator: &WorkerActuator,
+    request: &Request<'_, Worker>,
+) -> Result<Outcome, Error> {
+    let prepared = prepare(actuator, request).await?;
+    run(actuator, request, &prepared, &BTreeMap::new()).await
+}
+
+/// The reconcile steps on a prepared Worker. `restored` holds the recorded replicas of
+/// deployments that a restore brings back.
+pub async fn run(
+    actuator: &WorkerActuator,
+    request: &Request<'_, Worker>,
+    prepared: &Prepared,
+    restored: &BTreeMap<String, i32>,
+) -> Result<Outcome, Error> {
+    let namespace = request.namespace();
+    let client = &actuator.client;
+    let hibernated = prepared.inputs.hibernation_enabled;
+
+    deploy_classes(actuator, request, prepared).await?;
+
+    let deployments = objects::api::<MachineDeployment>(client, namespace);
+    let existing = objects::list(&deployments, &ListParams::default(), "MachineDeployment").await?;
+    if hibernated {
+        let marked = objects::mark_machines_for_force_deletion(client, namespace).await?;
+        actuator
+            .steps
+            .normal(
+                request.object,
+                request.operation,
+                "MachinesMarkedForForceDeletion",
+                format!("Shoot is hibernated: labelled {marked} machine(s) force-deletion=True"),
+            )
+            .await;
+    }
+    deploy_deployments(actuator, request, prepared, &existing, restored).await?;
+    write_status(actuator, request, prepared).await?;
+
+    if let Some(pending) = wait_for_rollout(actuator, request, prepared).await? {
+        return Ok(pending);
+    }
+    cleanup(actuator, request, prepared).await?;
+    let scaled = if hibernated {
+        objects::scale_machine_controller_manager(client, namespace, 0).await?
+    } else {
+        None
+    };
+    if let Some(previous) = scaled {
+        actuator
+            .steps
+            .normal(
+                request.object,
+                request.operation,
+                "MachineControllerManagerScaled",
+                format!(
+                    "Shoot is hibernated: scaled machine-controller-manager from {previous} to 0"
+                ),
+            )
+            .await;
+    }
+    Ok(Outcome::done())
+}
+
+async fn deploy_deployments(
+    actuator: &WorkerActuator,
+    request: &Request<'_, Worker>,
+    prepared: &Prepared,
+    existing: &[MachineDeployment],
+    restored: &BTreeMap<String, i32>,
+) -> Result<(), Error> {
+    let current: BTreeMap<&str, i32> = existing
+        .iter()
+        .filter_map(|d| {
+            d.metadata
+                .name
+                .as_deref()
+                .map(|n| (n, d.spec.replicas.unwrap_or_default()))
+        })
+        .collect();
+    let all_existing_at_zero = current.values().all(|r| *r == 0);
+    let planned: Vec<(MachineDeployment, String)> = prepared
+        .rendered
+        .iter()
+        .map(|d| {
+            let (replicas, rule) = replicas::decide(ReplicaInputs {
+                hibernation_enabled: prepared.inputs.hibernation_enabled,
+                autoscaler_used: prepared.inputs.autoscaler_used,
+                existing: current.get(d.name.as_str()).copied(),
+                restored: restored.get(&d.name).copied(),
+                all_existing_at_zero,
+                minimum: d.minimum,
+                maximum: d.maximum,
+            });
+            (
+                d.deployment_with_replicas(replicas),
+                format!("{}={replicas} ({})", d.name, rule.as_str()),
+            )
+        })
+        .collect();
+    let api = objects::api::<MachineDeployment>(&actuator.client, request.namespace());
+    let tasks: Vec<_> = planned
+        .iter()
+        .map(|(deployment, _)| async {
+            objects::apply(&api, deployment, "MachineDeployment")
+                .await
+                .map(drop)
+        })
+        .collect();
+    run_all(tasks).await?;
+    let summary: Vec<&str> = planned.iter().map(|(_, s)| s.as_str()).collect();
+    actuator
+        .steps
+        .normal(
+            request.object,
+            request.operation,
+            "MachineDeploymentsDeployed",
+            format!(
+                "Applied {} machine deployment(s): {}",
+                summary.len(),
+                summary.join(", ")
+            ),
+        )
+        .await;
+    Ok(())
+}
+
+async fn write_status(
+    actuator: &WorkerActuator,
+    request: &Request<'_, Worker>,
+    prepared: &Prepared,
+) -> Result<(), Error> {
+    // The generic reconciler hands us the object as returned by its own Processing write
+    // of this run, so this is the latest value (including our writes of earlier runs).
+    let previous = request
+        .object
+        .status
+        .as_ref()
+        .and_then(|s: &WorkerStatus| s.machine_deployments_last_update_time);
+    let at = render::status_update_time(previous, Utc::now());
+    let entries = render::status_entries(&prepared.rendered);
+    objects::patch_worker_status(
+        &actuator.client,
+        request.object,
+        json!({
+            "machineDeployments": entries,
+            "machineDeploymentsLastUpdateTime": at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        }),
+    )
+    .await?;
+    actuator
+        .steps
+        .normal(
+            request.object,
+            request.operation,
+            "MachineDeploymentsReported",
+            format!(
+                "Wrote {} machine deployment(s) to the Worker status",
+                entries.len()
+            ),
+        )
+        .await;
+    Ok(())
+}
+
+/// `None` when the rollout is complete, `Some(Pending)` while it runs.
+async fn wait_for_rollout(
+    actuator: &WorkerActuator,
+    request: &Request<'_, Worker>,
+    prepared: &Prepared,
+) -> Result<Option<Outcome>, Error> {
+    let namespace = request.namespace();
+    let client = &actuator.client;
+    let deployments = objects::list(
+        &objects::api::<MachineDeployment>(client, namespace),
+        &ListParams::default(),
+        "MachineDeployment",
+    )
+    .await?;
+    let sets = objects::list(
+        &objects::api::<MachineSet>(client, namespace),
+        &ListParams::default(),
+        "MachineSet",
+    )
+    .await?;
+    let wanted: Vec<Wanted<'_>> = prepared
+        .rendered
+        .iter()
+        .map(|d| Wanted {
+            name: &d.name,
+            class_name: &d.class_name,
+        })
+        .collect();
+    let message = match rollout::evaluate(
+        &wanted,
+        &deployments,
+        &sets,
+        prepared.inputs.hibernation_enabled,
+    ) {
+        Rollout::Complete => {
+            actuator
+                .steps
+                .normal(
+                    request.object,
+                    request.operation,
+                    "MachinesRolledOut",
+                    if prepared.inputs.hibernation_enabled {
+                        "All machines are hibernated".to_string()
+                    } else {
+                        format!(
+                            "All {} machine deployment(s) are rolled out and healthy",
+                            wanted.len()
+                        )
+                    },
+                )
+                .await;
+            return Ok(None);
+        }
+        Rollout::Failed(message) => return Err(Error::MachinesFailed(message)),
+        Rollout::Waiting(message) => message,
+    };
+    match actuator.waits.waiting(
+        namespace,
+        request.name(),
+        WaitKind::Rollout,
+        request.object.metadata.generation,
+        Instant::now(),
+        actuator.timings.rollout_timeout,
+    ) {
+        WaitState::Within(_) => {
+            actuator
+                .steps
+                .normal(
+                    request.object,
+                    request.operation,
+                    "WaitingForMachines",
+                    message.clone(),
+                )
+                .await;
+            Ok(Some(Outcome::Pending {
+                reason: message,
+                retry_after: actuator.timings.poll,
+            }))
+        }
+        WaitState::Exceeded(waited) => Err(Error::WaitTimedOut {
+            what: "waiting for the machine deployments to roll out",
+            waited,
+            last: message,
+        }),
+    }
+}
+
+/// Deletes deployments, then classes, then class secrets that are no longer wanted.
+async fn cleanup(
+    actuator: &WorkerActuator,
+    request: &Request<'_, Worker>,
+    prepared: &Prepared,
+) -> Result<(), Error> {
+    let namespace = request.namespace();
+    let client = &actuator.client;
+    let wanted_deployments: BTreeSet<&str> =
+        prepared.rendered.iter().map(|d| d.name.as_str()).collect();
+    let wanted_classes: BTreeSet<&str> = prepared
+        .rendered
+        .iter()
+        .map(|d| d.class_name.as_str())
+        .collect();
+
+    let deployments = objects::api::<MachineDeployment>(client, namespace);
+    let mut deleted_deployments = Vec::new();
+    for deployment in
+        objects::list(&deployments, &ListParams::default(), "MachineDeployment").await?
+    {
+        let name = deployment.name_any();
+        if !wanted_deployments.contains(name.as_str())
+            && objects::delete(&deployments, &name, "MachineDeployment").await?
+        {
+            deleted_deployments.push(name);
+        }
+    }
+    let classes = objects::api::<MachineClass>(client, namespace);
+    let mut deleted_classes = Vec::new();
+    for class in objects::list(&classes, &ListParams::default(), "MachineClass").await? {
+        let name = class.name_any();
+        if !wanted_classes.contains(name.as_str())
+            && objects::delete(&classes, &name, "MachineClass").await?
+        {
+            deleted_classes.push(name);
+        }
+    }
+    let secrets = objects::api::<Secret>(client, namespace);
+    let selector =
+        ListParams::default().labels(&format!("{LABEL_PURPOSE}={PURPOSE_MACHINE_CLASS}"));
+    let mut deleted_secrets = Vec::new();
+    for secret in objects::list(&secrets, &selector, "Secret").await? {
+        let name = secret.name_any();
+        if !wanted_classes.contains(name.as_str())
+            && objects::delete(&secrets, &name, "Secret").await?
+        {
+            deleted_secrets.push(name);
+        }
+    }
+    if deleted_deployments.len() + deleted_classes.len() + deleted_secrets.len() > 0 {
+        actuator
+            .steps
+            .normal(
+                request.object,
+                request.operation,
+                "UnwantedObjectsDeleted",
+                format!(
+                    "Deleted machine deployment(s) [{}], machine class(es) [{}], class secret(s) [{}]",
+                    deleted_deployments.join(", "),
+                    deleted_classes.join(", "),
+                    deleted_secrets.join(", ")
+                ),
+            )
+            .await;
+    }
+    Ok(())
+}

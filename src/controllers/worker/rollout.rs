@@ -1,0 +1,364 @@
+//! Is the rollout done? (pure) — the check of Gardener's
+//! `waitUntilWantedMachineDeploymentsAvailable`, evaluated on one snapshot of the
+//! MachineDeployments and MachineSets so the operator can poll it with requeues instead of
+//! blocking a worker thread.
+//!
+//! For every wanted deployment:
+//!
+//! - failed machines in its status fail the operation at once, with the machines' names and
+//!   the errors machine-controller-manager reported for them;
+//! - when hibernated, only the sum of `status.replicas` matters: done when it is 0;
+//! - otherwise a MachineSet of the deployment (owner reference, or label `name` for sets
+//!   restored without owner) must reference the wanted class (machine-controller-manager has
+//!   started the rollout), the deployment must be healthy (`observedGeneration` current,
+//!   `Available=True`, `Progressing` not false, `ReplicaFailure`/`Frozen` not true), and over
+//!   all deployments no replica may be unavailable and every machine must be updated.
+
+use super::LABEL_NAME;
+use crate::api::machine::{MachineDeployment, MachineDeploymentStatus, MachineSet};
+
+/// A wanted deployment and the class it must run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Wanted<'a> {
+    /// Deployment name.
+    pub name: &'a str,
+    /// MachineClass name.
+    pub class_name: &'a str,
+}
+
+/// Result of one evaluation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Rollout {
+    /// Everything is rolled out (or hibernated).
+    Complete,
+    /// Not yet; the text says what is missing.
+    Waiting(String),
+    /// Machines failed; the text lists them with their errors.
+    Failed(String),
+}
+
+/// Whether `set` belongs to the deployment `deployment`.
+pub fn belongs_to(set: &MachineSet, deployment: &str) -> bool {
+    let owners = set.metadata.owner_references.as_deref().unwrap_or_default();
+    if !owners.is_empty() {
+        return owners
+            .iter()
+            .any(|o| o.kind == "MachineDeployment" && o.name == deployment);
+    }
+    set.metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(LABEL_NAME))
+        .is_some_and(|name| name == deployment)
+}
+
+fn set_class(set: &MachineSet) -> Option<&str> {
+    set.spec
+        .template
+        .as_ref()
+        .and_then(|t| t.spec.as_ref())
+        .and_then(|s| s.class.as_ref())
+        .map(|c| c.name.as_str())
+        .or_else(|| set.spec.machine_class.as_ref().map(|c| c.name.as_str()))
+}
+
+/// The failed machines of a deployment, grouped by their error, or `None`.
+pub fn failed_machines(name: &str, status: &MachineDeploymentStatus) -> Option<String> {
+    if status.failed_machines.is_empty() {
+        return None;
+    }
+    let mut by_error: Vec<(String, Vec<String>)> = Vec::new();
+    for machine in &status.failed_machines {
+        let error = machine
+            .last_operation
+            .as_ref()
+            .and_then(|o| o.description.clone())
+            .unwrap_or_else(|| "no description".to_string());
+        let machine_name = format!("{:?}", machine.name.as_deref().unwrap_or("?"));
+        match by_error.iter_mut().find(|(e, _)| *e == error) {
+            Some((_, names)) => names.push(machine_name),
+            None => by_error.push((error, vec![machine_name])),
+        }
+    }
+    let parts: Vec<String> = by_error
+        .into_iter()
+        .map(|(error, names)| format!("{}: {error}", names.join(", ")))
+        .collect();
+    Some(format!("machine(s) of {name} failed: {}", parts.join("; ")))
+}
+
+/// Why a deployment is not healthy, or `Ok`.
+pub fn check_health(deployment: &MachineDeployment) -> Result<(), String> {
+    let status = deployment.status.clone().unwrap_or_default();
+    let generation = deployment.metadata.generation.unwrap_or_default();
+    let observed = status.observed_generation.unwrap_or_default();
+    if observed < generation {
+        return Err(format!(
+            "observed generation outdated ({observed}/{generation})"
+        ));
+    }
+    let condition = |type_: &str| status.conditions.iter().find(|c| c.type_ == type_);
+    match condition("Available") {
+        None => return Err("condition Available is missing".to_string()),
+        Some(c) if c.status != "True" => {
+            return Err(format!(
+                "condition Available is {}: {}",
+                c.status,
+                c.message.as_deref().unwrap_or_default()
+            ));
+        }
+        Some(_) => {}
+    }
+    if let Some(c) = condition("Progressing").filter(|c| c.status != "True") {
+        return Err(format!(
+            "condition Progressing is {}: {}",
+            c.status,
+            c.message.as_deref().unwrap_or_default()
+        ));
+    }
+    for bad in ["ReplicaFailure", "Frozen"] {
+        if let Some(c) = condition(bad).filter(|c| c.status == "True") {
+            return Err(format!(
+                "condition {bad} is True: {}",
+                c.message.as_deref().unwrap_or_default()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Evaluates the rollout of `wanted` on a snapshot of the namespace's deployments and sets.
+pub fn evaluate(
+    wanted: &[Wanted<'_>],
+    deployments: &[MachineDeployment],
+    sets: &[MachineSet],
+    hibernated: bool,
+) -> Rollout {
+    let (mut healthy, mut desired, mut updated, mut available, mut unavailable, mut awake) =
+        (0usize, 0, 0, 0, 0, 0);
+    let mut first_problem: Option<String> = None;
+    for want in wanted {
+        let Some(deployment) = deployments
+            .iter()
+            .find(|d| d.metadata.name.as_deref() == Some(want.name))
+        else {
+            return Rollout::Waiting(format!("MachineDeployment {} not found yet", want.name));
+        };
+        let status = deployment.status.clone().unwrap_or_default();
+        if let Some(failed) = failed_machines(want.name, &status) {
+            return Rollout::Failed(failed);
+        }
+        awake += status.replicas.unwrap_or_default();
+        if hibernated {
+            continue;
+        }
+        let has_new_set = sets
+            .iter()
+            .any(|s| belongs_to(s, want.name) && set_class(s) == Some(want.class_name));
+        if !has_new_set {
+            return Rollout::Waiting(format!(
+                "waiting for machine-controller-manager to create the machine set with class {} for {}",
+                want.class_name, want.name
+            ));
+        }
+        match check_health(deployment) {
+            Ok(()) => healthy += 1,
+            Err(problem) => {
+                first_problem.get_or_insert_with(|| format!("{}: {problem}", want.name));
+            }
+        }
+        desired += deployment.spec.replicas.unwrap_or_default();
+        updated += status.updated_replicas.unwrap_or_default();
+        available += status.available_replicas.unwrap_or_default();
+        unavailable += status.unavailable_replicas.unwrap_or_default();
+    }
+    if hibernated {
+        return if awake == 0 {
+            Rollout::Complete
+        } else {
+            Rollout::Waiting(format!(
+                "waiting until all machines are hibernated ({awake} still awake)"
+            ))
+        };
+    }
+    if unavailable == 0 && updated == awake && healthy == wanted.len() {
+        return Rollout::Complete;
+    }
+    let mut message = format!(
+        "waiting until machines are available ({available}/{desired} desired machine(s) available, {updated}/{awake} machine(s) updated, {unavailable} machine(s) pending, {healthy}/{} machine deployments healthy)",
+        wanted.len()
+    );
+    if let Some(problem) = first_problem {
+        message.push_str("; ");
+        message.push_str(&problem);
+    }
+    Rollout::Waiting(message)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{Value, json};
+
+    fn deployment(name: &str, class: &str, status: Value) -> MachineDeployment {
+        serde_json::from_value(json!({
+            "apiVersion": "machine.sapcloud.io/v1alpha1",
+            "kind": "MachineDeployment",
+            "metadata": {"name": name, "generation": 2},
+            "spec": {"replicas": 2, "template": {"spec": {"class": {"kind": "MachineClass", "name": class}}}},
+            "status": status,
+        }))
+        .unwrap()
+    }
+
+    fn healthy_status() -> Value {
+        json!({
+            "observedGeneration": 2, "replicas": 2, "updatedReplicas": 2,
+            "availableReplicas": 2, "readyReplicas": 2, "unavailableReplicas": 0,
+            "conditions": [
+                {"type": "Available", "status": "True"},
+                {"type": "Progressing", "status": "True"}
+            ]
+        })
+    }
+
+    fn set(name: &str, owner: Option<&str>, label: Option<&str>, class: &str) -> MachineSet {
+        let mut metadata = json!({"name": name});
+        if let Some(owner) = owner {
+            metadata["ownerReferences"] = json!([{
+                "apiVersion": "machine.sapcloud.io/v1alpha1", "kind": "MachineDeployment",
+                "name": owner, "uid": "u"
+            }]);
+        }
+        if let Some(label) = label {
+            metadata["labels"] = json!({"name": label});
+        }
+        serde_json::from_value(json!({
+            "apiVersion": "machine.sapcloud.io/v1alpha1", "kind": "MachineSet",
+            "metadata": metadata,
+            "spec": {"template": {"spec": {"class": {"kind": "MachineClass", "name": class}}}},
+        }))
+        .unwrap()
+    }
+
+    const WANTED: [Wanted<'static>; 1] = [Wanted {
+        name: "md",
+        class_name: "md-new",
+    }];
+
+    #[test]
+    fn complete_when_healthy_and_updated_with_the_new_class() {
+        let mds = [deployment("md", "md-new", healthy_status())];
+        let sets = [set("md-1", Some("md"), None, "md-new")];
+        assert_eq!(evaluate(&WANTED, &mds, &sets, false), Rollout::Complete);
+    }
+
+    #[test]
+    fn restored_sets_count_through_their_name_label() {
+        let mds = [deployment("md", "md-new", healthy_status())];
+        let sets = [set("md-1", None, Some("md"), "md-new")];
+        assert_eq!(evaluate(&WANTED, &mds, &sets, false), Rollout::Complete);
+    }
+
+    #[test]
+    fn waits_for_the_machine_set_of_the_new_class() {
+        let mds = [deployment("md", "md-new", healthy_status())];
+        let sets = [set("md-0", Some("md"), None, "md-old")];
+        match evaluate(&WANTED, &mds, &sets, false) {
+            Rollout::Waiting(text) => assert!(text.contains("class md-new"), "{text}"),
+            other => panic!("{other:?}"),
+        }
+        // A set of another deployment does not count.
+        let sets = [set("x-1", Some("other"), None, "md-new")];
+        assert!(matches!(
+            evaluate(&WANTED, &mds, &sets, false),
+            Rollout::Waiting(_)
+        ));
+    }
+
+    #[test]
+    fn waits_while_old_machines_remain_or_replicas_are_unavailable() {
+        let sets = [set("md-1", Some("md"), None, "md-new")];
+        let mut status = healthy_status();
+        status["replicas"] = json!(3);
+        let mds = [deployment("md", "md-new", status)];
+        match evaluate(&WANTED, &mds, &sets, false) {
+            Rollout::Waiting(text) => assert!(text.contains("2/3 machine(s) updated"), "{text}"),
+            other => panic!("{other:?}"),
+        }
+        let mut status = healthy_status();
+        status["unavailableReplicas"] = json!(1);
+        let mds = [deployment("md", "md-new", status)];
+        assert!(matches!(
+            evaluate(&WANTED, &mds, &sets, false),
+            Rollout::Waiting(_)
+        ));
+    }
+
+    #[test]
+    fn unhealthy_deployments_are_named() {
+        let sets = [set("md-1", Some("md"), None, "md-new")];
+        let mut status = healthy_status();
+        status["observedGeneration"] = json!(1);
+        let mds = [deployment("md", "md-new", status)];
+        match evaluate(&WANTED, &mds, &sets, false) {
+            Rollout::Waiting(text) => {
+                assert!(
+                    text.contains("md: observed generation outdated (1/2)"),
+                    "{text}"
+                )
+            }
+            other => panic!("{other:?}"),
+        }
+        let mut status = healthy_status();
+        status["conditions"][0]["status"] = json!("False");
+        assert!(check_health(&deployment("md", "c", status)).is_err());
+        let mut status = healthy_status();
+        status["conditions"] = json!([
+            {"type": "Available", "status": "True"},
+            {"type": "Frozen", "status": "True", "message": "frozen"}
+        ]);
+        assert_eq!(
+            check_health(&deployment("md", "c", status)),
+            Err("condition Frozen is True: frozen".to_string())
+        );
+    }
+
+    #[test]
+    fn failed_machines_fail_with_their_errors() {
+        let mut status = healthy_status();
+        status["failedMachines"] = json!([
+            {"name": "m1", "lastOperation": {"description": "quota exceeded"}},
+            {"name": "m2", "lastOperation": {"description": "quota exceeded"}},
+            {"name": "m3", "lastOperation": {"description": "bad image"}}
+        ]);
+        let mds = [deployment("md", "md-new", status)];
+        assert_eq!(
+            evaluate(&WANTED, &mds, &[], false),
+            Rollout::Failed(
+                "machine(s) of md failed: \"m1\", \"m2\": quota exceeded; \"m3\": bad image".into()
+            )
+        );
+    }
+
+    #[test]
+    fn hibernation_waits_for_zero_replicas_only() {
+        let mut status = healthy_status();
+        status["replicas"] = json!(1);
+        let mds = [deployment("md", "md-new", status)];
+        assert_eq!(
+            evaluate(&WANTED, &mds, &[], true),
+            Rollout::Waiting("waiting until all machines are hibernated (1 still awake)".into())
+        );
+        let mds = [deployment("md", "md-new", json!({"replicas": 0}))];
+        assert_eq!(evaluate(&WANTED, &mds, &[], true), Rollout::Complete);
+    }
+
+    #[test]
+    fn a_missing_deployment_is_waited_for() {
+        assert!(matches!(
+            evaluate(&WANTED, &[], &[], false),
+            Rollout::Waiting(_)
+        ));
+    }
+}

@@ -1,0 +1,94 @@
+//! Events for the steps of a Worker operation ("machine classes deployed", "waiting for
+//! machines", ...), on top of the generic reconciler's one event per outcome.
+//!
+//! A wait is a series of runs a few seconds apart that repeat the same steps, so a step
+//! event is published once per series: [`StepEvents`] remembers what it published for a
+//! Worker until the operation finishes or fails ([`StepEvents::forget`]). Publishing is best
+//! effort, like [`EventPublisher`] itself.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Mutex;
+
+use kube::Resource;
+
+use crate::api::{LastOperationType, Worker};
+use crate::extension::events::EventPublisher;
+
+/// namespace/name of a Worker.
+type WorkerKey = (String, String);
+/// reason and note of an event.
+type Published = HashSet<(String, String)>;
+
+/// Step event publisher with per-series de-duplication.
+pub struct StepEvents {
+    publisher: EventPublisher,
+    published: Mutex<HashMap<WorkerKey, Published>>,
+}
+
+impl std::fmt::Debug for StepEvents {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StepEvents").finish_non_exhaustive()
+    }
+}
+
+fn key(worker: &Worker) -> WorkerKey {
+    (
+        worker.metadata.namespace.clone().unwrap_or_default(),
+        worker.metadata.name.clone().unwrap_or_default(),
+    )
+}
+
+impl StepEvents {
+    /// Publishes through `publisher`.
+    pub fn new(publisher: EventPublisher) -> Self {
+        StepEvents {
+            publisher,
+            published: Mutex::default(),
+        }
+    }
+
+    fn first_time(&self, worker: &Worker, reason: &str, note: &str) -> bool {
+        let mut published = self.published.lock().unwrap_or_else(|p| p.into_inner());
+        published
+            .entry(key(worker))
+            .or_default()
+            .insert((reason.to_string(), note.to_string()))
+    }
+
+    /// A Normal event for a step of `operation`, unless the same one was published in this
+    /// series.
+    pub async fn normal(
+        &self,
+        worker: &Worker,
+        operation: LastOperationType,
+        reason: &str,
+        note: String,
+    ) {
+        tracing::info!(reason, %note, "step");
+        if self.first_time(worker, reason, &note) {
+            self.publisher
+                .normal(&worker.object_ref(&()), reason, action(operation), note)
+                .await;
+        }
+    }
+
+    /// Forgets the series of `worker` (its operation finished or failed).
+    pub fn forget(&self, worker: &Worker) {
+        self.published
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&key(worker));
+    }
+}
+
+/// The event `action` of an operation.
+pub fn action(operation: LastOperationType) -> &'static str {
+    match operation {
+        LastOperationType::Create => "Create",
+        LastOperationType::Reconcile => "Reconcile",
+        LastOperationType::Delete => "Delete",
+        LastOperationType::Migrate => "Migrate",
+        LastOperationType::Restore => "Restore",
+        LastOperationType::LiveMigrate => "LiveMigrate",
+    }
+}

@@ -1,0 +1,149 @@
+//! Bounded waits without blocking a worker thread.
+//!
+//! A wait (rollout, deletion) is a series of runs that each look once and return
+//! `Outcome::Pending`, so the work queue requeues the Worker. [`WaitTracker`] remembers, per
+//! Worker and wait kind, when the series started; once it has lasted longer than its bound
+//! the run fails instead (and the series restarts with the next run), as Gardener's 5-minute
+//! `retry.UntilTimeout` does. A new `metadata.generation` starts a new series, and so does
+//! any run that ends (done or failed: the actuator forgets the Worker's waits then), just as
+//! every upstream reconcile attempt waits afresh. The start times live in memory: an operator
+//! restart restarts the bound, which only lengthens it.
+//!
+//! Time is passed in, so the bookkeeping is tested without sleeping.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// Which wait.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum WaitKind {
+    /// Until the wanted deployments are rolled out (or hibernated).
+    Rollout,
+    /// Until every machine object is gone.
+    Deletion,
+}
+
+/// namespace/name of a Worker plus the wait kind.
+type Key = (String, String, WaitKind);
+
+/// Start times of running waits.
+#[derive(Debug, Default)]
+pub struct WaitTracker {
+    started: Mutex<HashMap<Key, (Option<i64>, Instant)>>,
+}
+
+/// How a wait stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WaitState {
+    /// Still within the bound; waited so far.
+    Within(Duration),
+    /// The bound is exceeded; waited so far. The series is forgotten.
+    Exceeded(Duration),
+}
+
+impl WaitTracker {
+    fn entries(&self) -> std::sync::MutexGuard<'_, HashMap<Key, (Option<i64>, Instant)>> {
+        self.started.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Notes that the Worker `namespace/name` (at `generation`) is still waiting at `now`.
+    pub fn waiting(
+        &self,
+        namespace: &str,
+        name: &str,
+        kind: WaitKind,
+        generation: Option<i64>,
+        now: Instant,
+        bound: Duration,
+    ) -> WaitState {
+        let key = (namespace.to_string(), name.to_string(), kind);
+        let mut entries = self.entries();
+        let start = match entries.get(&key) {
+            Some((seen, start)) if *seen == generation => *start,
+            _ => {
+                entries.insert(key.clone(), (generation, now));
+                now
+            }
+        };
+        let waited = now.saturating_duration_since(start);
+        if waited > bound {
+            entries.remove(&key);
+            WaitState::Exceeded(waited)
+        } else {
+            WaitState::Within(waited)
+        }
+    }
+
+    /// Forgets every wait of the Worker (it finished or failed).
+    pub fn forget(&self, namespace: &str, name: &str) {
+        self.entries()
+            .retain(|(ns, n, _), _| !(ns == namespace && n == name));
+    }
+
+    /// Number of running waits (for tests and metrics).
+    pub fn len(&self) -> usize {
+        self.entries().len()
+    }
+
+    /// Whether no wait is running.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BOUND: Duration = Duration::from_secs(300);
+
+    #[test]
+    fn a_wait_is_bounded_and_restarts_after_exceeding() {
+        let tracker = WaitTracker::default();
+        let t0 = Instant::now();
+        let at = |secs| t0 + Duration::from_secs(secs);
+        let wait = |now| tracker.waiting("ns", "w", WaitKind::Rollout, Some(1), now, BOUND);
+        assert_eq!(wait(t0), WaitState::Within(Duration::ZERO));
+        assert_eq!(wait(at(120)), WaitState::Within(Duration::from_secs(120)));
+        assert_eq!(wait(at(300)), WaitState::Within(BOUND));
+        assert_eq!(wait(at(301)), WaitState::Exceeded(Duration::from_secs(301)));
+        // The next run starts a new series.
+        assert_eq!(wait(at(302)), WaitState::Within(Duration::ZERO));
+    }
+
+    #[test]
+    fn a_new_generation_or_forget_restarts_the_series() {
+        let tracker = WaitTracker::default();
+        let t0 = Instant::now();
+        let later = t0 + Duration::from_secs(200);
+        tracker.waiting("ns", "w", WaitKind::Rollout, Some(1), t0, BOUND);
+        assert_eq!(
+            tracker.waiting("ns", "w", WaitKind::Rollout, Some(2), later, BOUND),
+            WaitState::Within(Duration::ZERO)
+        );
+        tracker.waiting("ns", "w", WaitKind::Deletion, Some(2), t0, BOUND);
+        tracker.waiting("ns", "other", WaitKind::Deletion, Some(2), t0, BOUND);
+        assert_eq!(tracker.len(), 3);
+        tracker.forget("ns", "w");
+        assert_eq!(tracker.len(), 1);
+    }
+
+    #[test]
+    fn kinds_are_tracked_separately() {
+        let tracker = WaitTracker::default();
+        let t0 = Instant::now();
+        tracker.waiting("ns", "w", WaitKind::Rollout, None, t0, BOUND);
+        assert_eq!(
+            tracker.waiting(
+                "ns",
+                "w",
+                WaitKind::Deletion,
+                None,
+                t0 + Duration::from_secs(400),
+                BOUND
+            ),
+            WaitState::Within(Duration::ZERO)
+        );
+    }
+}

@@ -1,0 +1,1358 @@
+//! Integration: the Worker controller — the real operator binary with `--controllers=worker`
+//! — against a real kube-apiserver with the machine.sapcloud.io CRDs.
+//!
+//! # Who plays machine-controller-manager
+//!
+//! There is no MCM (and no garbage collector) in the test control plane. Its part is played
+//! by [`Mcm`] below, through the same API and in the way MCM does it:
+//!
+//! - for each MachineDeployment it keeps one MachineSet `<deployment>-<class hash>` with the
+//!   deployment's template, owned by the deployment — adopting an unowned set of that name
+//!   (label `name=<deployment>`), as MCM does after a restore;
+//! - it scales that set's Machines to the deployment's `spec.replicas`, adopting unowned
+//!   machines with the deployment's `name` label and class, creating `<set>-<i>` (joined at
+//!   once: label `node=node-<machine>`, a provider ID) or deleting surplus ones;
+//! - sets of other classes of the deployment are deleted with their machines (a rolling
+//!   update that has finished);
+//! - it reports the status MCM reports: on the set `replicas`/`readyReplicas`/…, on the
+//!   deployment `observedGeneration`, `replicas`, `updatedReplicas`, `availableReplicas`,
+//!   `unavailableReplicas: 0` and the conditions `Available=True`, `Progressing=True`;
+//! - once a deployment is gone it deletes its sets and machines (MCM's job through its
+//!   finalizers), remembering the labels each machine had.
+//!
+//! gardenlet's part (annotations, deletion confirmation, `status.state` on restore, the
+//! shallow delete after migrate, hibernation in the Cluster) is played by the tests.
+
+#![allow(clippy::unwrap_used, clippy::panic)] // test crate: failing loudly is the point
+
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
+
+use gardener_extension_node::api::machine::{Machine, MachineClass, MachineDeployment, MachineSet};
+use gardener_extension_node::api::{Cluster, LastOperationState, LastOperationType, Worker};
+use gardener_extension_node::controllers::worker::state;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client, Resource, ResourceExt};
+use serde_json::{Value, json};
+use support::gardener::{annotate, check_ready, confirm_and_delete};
+use support::operator::OperatorProcess;
+use support::{TestEnv, fixtures, wait_for};
+
+const WORKER: &str = "worker";
+const USER_DATA_SECRET: &str = "osc-result-pool-a-init";
+const USER_DATA: &[u8] = b"#!/bin/bash\necho provisioned\n";
+const WAIT: Duration = Duration::from_secs(90);
+
+static OPERATOR: OnceLock<Mutex<OperatorProcess>> = OnceLock::new();
+
+// ---------------------------------------------------------------------------------------
+// Setup
+
+/// A namespace with its Cluster (adjusted by `cluster`), the pool's user data Secret, and the
+/// shared operator running.
+async fn setup(cluster: impl FnOnce(&mut Value)) -> TestEnv {
+    let env = support::env().await;
+    OPERATOR.get_or_init(|| {
+        Mutex::new(OperatorProcess::start(
+            &env.kubeconfig,
+            &["--controllers=worker"],
+        ))
+    });
+    let mut value = fixtures::cluster_json(&env.namespace);
+    cluster(&mut value);
+    Api::<Cluster>::all(env.client.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(value).unwrap(),
+        )
+        .await
+        .unwrap();
+    create_user_data(&env.client, &env.namespace).await;
+    env
+}
+
+async fn create_user_data(client: &Client, namespace: &str) {
+    let secret: Secret = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": USER_DATA_SECRET, "namespace": namespace},
+        "data": {"cloud_config": base64(USER_DATA)}
+    }))
+    .unwrap();
+    Api::<Secret>::namespaced(client.clone(), namespace)
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+}
+
+fn base64(data: &[u8]) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(data)
+}
+
+fn api<K>(env: &TestEnv) -> Api<K>
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>,
+{
+    Api::namespaced(env.client.clone(), &env.namespace)
+}
+
+/// Creates the Worker as gardenlet does: with the `reconcile` annotation and a timestamp.
+async fn create_worker(env: &TestEnv, adjust: impl FnOnce(&mut Value)) {
+    let mut worker = fixtures::worker_json(&env.namespace);
+    worker["metadata"]["annotations"] = json!({
+        "gardener.cloud/operation": "reconcile",
+        "gardener.cloud/timestamp": chrono::Utc::now().to_rfc3339(),
+    });
+    adjust(&mut worker);
+    api::<Worker>(env)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(worker).unwrap(),
+        )
+        .await
+        .unwrap();
+}
+
+async fn patch_worker_spec(env: &TestEnv, spec: Value) {
+    api::<Worker>(env)
+        .patch(
+            WORKER,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": spec})),
+        )
+        .await
+        .unwrap();
+}
+
+/// Patches the pool list (merge patches replace lists, so the whole pool is sent).
+async fn patch_pool(env: &TestEnv, adjust: impl FnOnce(&mut Value)) {
+    let mut pool = fixtures::worker_json(&env.namespace)["spec"]["pools"][0].clone();
+    adjust(&mut pool);
+    patch_worker_spec(env, json!({"pools": [pool]})).await;
+}
+
+async fn names<K>(api: &Api<K>, params: &ListParams) -> BTreeSet<String>
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    api.list(params)
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(|o| o.name_any())
+        .collect()
+}
+
+fn class_secrets() -> ListParams {
+    ListParams::default().labels("gardener.cloud/purpose=machineclass")
+}
+
+fn class_of(deployment: &MachineDeployment) -> String {
+    deployment
+        .spec
+        .template
+        .spec
+        .as_ref()
+        .and_then(|s| s.class.as_ref())
+        .map(|c| c.name.clone())
+        .unwrap_or_default()
+}
+
+fn last_operation(worker: &Worker) -> Option<(LastOperationType, LastOperationState, String)> {
+    worker
+        .status
+        .as_ref()
+        .and_then(|s| s.default.last_operation.as_ref())
+        .map(|l| (l.type_, l.state, l.description.clone()))
+}
+
+/// Waits until gardenlet's readiness check holds for `operation`, letting `mcm` act on
+/// every poll.
+async fn until_ready(env: &TestEnv, mcm: &Mcm, operation: LastOperationType) -> Worker {
+    let workers = api::<Worker>(env);
+    wait_for(
+        &format!("Worker ready after {operation:?}"),
+        WAIT,
+        || async {
+            mcm.sync().await?;
+            let worker = workers.get(WORKER).await.map_err(|e| e.to_string())?;
+            check_ready(&worker, operation).map(|()| worker)
+        },
+    )
+    .await
+}
+
+/// Waits until `lastError` mentions `needle`.
+async fn until_last_error(env: &TestEnv, needle: &str) -> Worker {
+    let workers = api::<Worker>(env);
+    wait_for(&format!("lastError with {needle:?}"), WAIT, || async {
+        let worker = workers.get(WORKER).await.map_err(|e| e.to_string())?;
+        let error = worker
+            .status
+            .as_ref()
+            .and_then(|s| s.default.last_error.clone())
+            .ok_or("no lastError")?;
+        if error.description.contains(needle) {
+            Ok(worker)
+        } else {
+            Err(error.description)
+        }
+    })
+    .await
+}
+
+async fn event_reasons(env: &TestEnv) -> BTreeSet<String> {
+    api::<Event>(env)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|e| e.reason)
+        .collect()
+}
+
+// ---------------------------------------------------------------------------------------
+// machine-controller-manager stand-in (see the module docs)
+
+struct Mcm {
+    client: Client,
+    namespace: String,
+    /// Labels of every machine deleted because its deployment was gone.
+    deleted_machine_labels: Mutex<Vec<BTreeMap<String, String>>>,
+}
+
+fn err(e: impl std::fmt::Display) -> String {
+    e.to_string()
+}
+
+fn owned_by<K: Resource>(object: &K, kind: &str, name: &str) -> bool {
+    object
+        .meta()
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.kind == kind && o.name == name)
+}
+
+fn unowned_with_name<K: Resource>(object: &K, deployment: &str) -> bool {
+    object
+        .meta()
+        .owner_references
+        .as_deref()
+        .unwrap_or_default()
+        .is_empty()
+        && object
+            .meta()
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("name"))
+            .is_some_and(|n| n == deployment)
+}
+
+fn owner(kind: &str, name: &str, uid: &str) -> Value {
+    json!([{
+        "apiVersion": "machine.sapcloud.io/v1alpha1", "kind": kind, "name": name, "uid": uid,
+        "controller": true, "blockOwnerDeletion": true
+    }])
+}
+
+impl Mcm {
+    fn new(env: &TestEnv) -> Self {
+        Mcm {
+            client: env.client.clone(),
+            namespace: env.namespace.clone(),
+            deleted_machine_labels: Mutex::default(),
+        }
+    }
+
+    fn api<K>(&self) -> Api<K>
+    where
+        K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>,
+    {
+        Api::namespaced(self.client.clone(), &self.namespace)
+    }
+
+    /// One pass over every deployment, as MCM's controllers would do it.
+    async fn sync(&self) -> Result<(), String> {
+        let deployments: Api<MachineDeployment> = self.api();
+        for deployment in deployments
+            .list(&ListParams::default())
+            .await
+            .map_err(err)?
+        {
+            if deployment.metadata.deletion_timestamp.is_none() {
+                self.sync_deployment(&deployment).await?;
+            }
+        }
+        self.sync_deleted().await
+    }
+
+    async fn sync_deployment(&self, deployment: &MachineDeployment) -> Result<(), String> {
+        let name = deployment.name_any();
+        let uid = deployment.uid().unwrap_or_default();
+        let class = class_of(deployment);
+        let replicas = deployment.spec.replicas.unwrap_or_default();
+        let hash = class.rsplit('-').next().unwrap_or_default();
+        let set_name = format!("{name}-{hash}");
+        let sets: Api<MachineSet> = self.api();
+        let machines: Api<Machine> = self.api();
+
+        // Sets of older classes: a finished rolling update removes them with their machines.
+        for set in sets.list(&ListParams::default()).await.map_err(err)? {
+            let mine = owned_by(&set, "MachineDeployment", &name) || unowned_with_name(&set, &name);
+            if mine && set.name_any() != set_name {
+                for machine in machines.list(&ListParams::default()).await.map_err(err)? {
+                    if owned_by(&machine, "MachineSet", &set.name_any()) {
+                        delete(&machines, &machine.name_any()).await?;
+                    }
+                }
+                delete(&sets, &set.name_any()).await?;
+            }
+        }
+
+        // The set of the current class: create or adopt, then scale.
+        let deployment_json = serde_json::to_value(deployment).map_err(err)?;
+        let set = match sets.get_opt(&set_name).await.map_err(err)? {
+            None => {
+                let value = fixtures::mcm_machine_set_json(
+                    &self.namespace,
+                    &deployment_json,
+                    &uid,
+                    &set_name,
+                    replicas,
+                );
+                sets.create(
+                    &PostParams::default(),
+                    &serde_json::from_value(value).map_err(err)?,
+                )
+                .await
+                .map_err(err)?
+            }
+            Some(_) => {
+                let body = json!({
+                    "metadata": {"ownerReferences": owner("MachineDeployment", &name, &uid)},
+                    "spec": {"replicas": replicas}
+                });
+                sets.patch(&set_name, &PatchParams::default(), &Patch::Merge(body))
+                    .await
+                    .map_err(err)?
+            }
+        };
+        let set_uid = set.uid().unwrap_or_default();
+        let set_json = serde_json::to_value(&set).map_err(err)?;
+
+        let mut current: Vec<String> = Vec::new();
+        for machine in machines.list(&ListParams::default()).await.map_err(err)? {
+            let machine_class = machine
+                .spec
+                .class
+                .as_ref()
+                .map(|c| c.name.clone())
+                .unwrap_or_default();
+            if owned_by(&machine, "MachineSet", &set_name) {
+                current.push(machine.name_any());
+            } else if unowned_with_name(&machine, &name) && machine_class == class {
+                let body = json!({"metadata": {"ownerReferences": owner("MachineSet", &set_name, &set_uid)}});
+                machines
+                    .patch(
+                        &machine.name_any(),
+                        &PatchParams::default(),
+                        &Patch::Merge(body),
+                    )
+                    .await
+                    .map_err(err)?;
+                current.push(machine.name_any());
+            }
+        }
+        current.sort();
+        let wanted = usize::try_from(replicas).unwrap_or_default();
+        let mut index = 0;
+        while current.len() < wanted {
+            let machine_name = format!("{set_name}-{index}");
+            index += 1;
+            if current.contains(&machine_name) {
+                continue;
+            }
+            let value =
+                fixtures::mcm_machine_json(&self.namespace, &set_json, &set_uid, &machine_name);
+            machines
+                .create(
+                    &PostParams::default(),
+                    &serde_json::from_value(value).map_err(err)?,
+                )
+                .await
+                .map_err(err)?;
+            current.push(machine_name);
+        }
+        while current.len() > wanted {
+            let surplus = current.pop().unwrap_or_default();
+            delete(&machines, &surplus).await?;
+        }
+
+        let generation = set.metadata.generation.unwrap_or_default();
+        sets.patch_status(
+            &set_name,
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"status": fixtures::mcm_machine_set_status_json(generation, replicas)}),
+            ),
+        )
+        .await
+        .map_err(err)?;
+        let deployments: Api<MachineDeployment> = self.api();
+        let status = fixtures::mcm_deployment_status_json(
+            deployment.metadata.generation.unwrap_or_default(),
+            replicas,
+        );
+        deployments
+            .patch_status(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": status})),
+            )
+            .await
+            .map_err(err)?;
+        Ok(())
+    }
+
+    /// Deletes sets and machines whose deployment is gone.
+    async fn sync_deleted(&self) -> Result<(), String> {
+        let deployments: Api<MachineDeployment> = self.api();
+        let live: BTreeSet<String> = names(&deployments, &ListParams::default()).await;
+        let sets: Api<MachineSet> = self.api();
+        let machines: Api<Machine> = self.api();
+        let all_machines = machines
+            .list(&ListParams::default())
+            .await
+            .map_err(err)?
+            .items;
+        for set in sets.list(&ListParams::default()).await.map_err(err)? {
+            let deployment = set.labels().get("name").cloned().unwrap_or_default();
+            if live.contains(&deployment) {
+                continue;
+            }
+            for machine in all_machines
+                .iter()
+                .filter(|m| owned_by(*m, "MachineSet", &set.name_any()))
+            {
+                self.deleted_machine_labels
+                    .lock()
+                    .unwrap()
+                    .push(machine.labels().clone());
+                delete(&machines, &machine.name_any()).await?;
+            }
+            delete(&sets, &set.name_any()).await?;
+        }
+        Ok(())
+    }
+
+    /// Reports failed machines on a deployment, as MCM does when it cannot create them.
+    async fn fail(&self, deployment: &str, machine: &str, description: &str) {
+        let body = json!({"status": {"failedMachines": [{
+            "name": machine,
+            "providerID": format!("local:///{machine}"),
+            "ownerRef": format!("{deployment}-set"),
+            "lastOperation": {
+                "description": description, "state": "Failed", "type": "Create",
+                "lastUpdateTime": "2026-11-30T08:00:00Z"
+            }
+        }]}});
+        self.api::<MachineDeployment>()
+            .patch_status(deployment, &PatchParams::default(), &Patch::Merge(body))
+            .await
+            .unwrap();
+    }
+}
+
+async fn delete<K>(api: &Api<K>, name: &str) -> Result<(), String>
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    match api.delete(name, &DeleteParams::default()).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Tests
+
+#[tokio::test]
+async fn create_writes_classes_secrets_deployments_and_status_before_the_machines_are_ready() {
+    let env = setup(|_| {}).await;
+    create_worker(&env, |w| {
+        let pool = &mut w["spec"]["pools"][0];
+        pool["annotations"] = json!({"node.example/annotated": "yes"});
+        pool["clusterAutoscaler"] = json!({"scaleDownUtilizationThreshold": "0.4"});
+        pool["machineControllerManager"] =
+            json!({"machineDrainTimeout": "1h0m0s", "nodeConditions": ["A", "B"]});
+        pool["nodeTemplate"] = json!({"capacity": {"cpu": "2", "memory": "4Gi"}});
+    })
+    .await;
+
+    // Without MCM the rollout cannot finish, yet the status is already written.
+    let worker = wait_for(
+        "status.machineDeployments while Processing",
+        WAIT,
+        || async {
+            let worker = api::<Worker>(&env).get(WORKER).await.map_err(err)?;
+            let status = worker.status.clone().ok_or("no status")?;
+            let processing = matches!(
+                last_operation(&worker),
+                Some((_, LastOperationState::Processing, _))
+            );
+            if !status.machine_deployments.is_empty()
+                && status.machine_deployments_last_update_time.is_some()
+                && processing
+            {
+                Ok(worker)
+            } else {
+                Err(format!(
+                    "{:?} {:?}",
+                    status.machine_deployments,
+                    last_operation(&worker)
+                ))
+            }
+        },
+    )
+    .await;
+    let (_, _, description) = last_operation(&worker).unwrap();
+    assert!(
+        description.contains("waiting for machine-controller-manager"),
+        "{description}"
+    );
+    let status = worker.status.unwrap();
+    let md_name = format!("{}-worker-a-z1", env.namespace);
+    assert_eq!(status.machine_deployments.len(), 1);
+    assert_eq!(status.machine_deployments[0].name, md_name);
+    assert_eq!(
+        (
+            status.machine_deployments[0].minimum,
+            status.machine_deployments[0].maximum
+        ),
+        (1, 3)
+    );
+
+    let deployment = api::<MachineDeployment>(&env).get(&md_name).await.unwrap();
+    let class_name = class_of(&deployment);
+    assert!(
+        class_name.starts_with(&format!("{md_name}-")) && class_name.len() == md_name.len() + 6
+    );
+    assert_eq!(
+        deployment.spec.replicas,
+        Some(1),
+        "new deployment starts at minimum"
+    );
+    assert_eq!(
+        deployment.labels()["worker.gardener.cloud/pool"],
+        "worker-a"
+    );
+    assert_eq!(
+        deployment.annotations()["autoscaler.gardener.cloud/scale-down-utilization-threshold"],
+        "0.4"
+    );
+    let spec = &deployment.spec;
+    assert_eq!(spec.min_ready_seconds, Some(500));
+    assert_eq!(spec.revision_history_limit, Some(0));
+    assert_eq!(
+        spec.strategy.as_ref().unwrap().type_.as_deref(),
+        Some("RollingUpdate")
+    );
+    let machine = spec.template.spec.as_ref().unwrap();
+    assert_eq!(
+        machine.configuration.drain_timeout.as_deref(),
+        Some("1h0m0s")
+    );
+    assert_eq!(
+        machine.configuration.node_conditions.as_deref(),
+        Some("A,B")
+    );
+    let node = machine.node_template.as_ref().unwrap();
+    let labels = &node.metadata.as_ref().unwrap().labels;
+    assert_eq!(
+        labels["containerruntime.worker.gardener.cloud/gvisor"],
+        "true"
+    );
+    assert_eq!(
+        labels["worker.gardener.cloud/gardener-node-agent-secret-name"],
+        "gardener-node-agent-worker-a-0123456789abcdef"
+    );
+    assert_eq!(
+        node.metadata.as_ref().unwrap().annotations["node.example/annotated"],
+        "yes"
+    );
+    assert_eq!(node.spec.as_ref().unwrap().taints[0].key, "dedicated");
+
+    let class = api::<MachineClass>(&env).get(&class_name).await.unwrap();
+    assert_eq!(class.spec.provider.as_deref(), Some("local"));
+    assert_eq!(class.spec.provider_spec["zone"], "0");
+    assert_eq!(class.spec.provider_spec["machineType"], "local");
+    assert_eq!(class.spec.provider_spec["image"]["name"], "debian");
+    assert_eq!(class.spec.secret_ref.as_ref().unwrap().name, class_name);
+    assert_eq!(
+        class.spec.credentials_secret_ref.as_ref().unwrap().name,
+        "cloudprovider"
+    );
+    assert_eq!(
+        class.spec.node_template.as_ref().unwrap().instance_type,
+        "local"
+    );
+    let secret = api::<Secret>(&env).get(&class_name).await.unwrap();
+    assert_eq!(secret.labels()["gardener.cloud/purpose"], "machineclass");
+    assert_eq!(secret.data.unwrap()["userData"].0, USER_DATA);
+
+    // MCM arrives: the rollout completes and the Worker is ready.
+    let mcm = Mcm::new(&env);
+    let worker = until_ready(&env, &mcm, LastOperationType::Create).await;
+    assert!(
+        worker
+            .finalizers()
+            .contains(&"extensions.gardener.cloud/worker".to_string())
+    );
+    let reasons = event_reasons(&env).await;
+    for reason in [
+        "MachineClassesDeployed",
+        "MachineDeploymentsDeployed",
+        "MachineDeploymentsReported",
+        "WaitingForMachines",
+        "MachinesRolledOut",
+        "Reconciled",
+    ] {
+        assert!(
+            reasons.contains(reason),
+            "event {reason} missing in {reasons:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn scaling_within_limits_keeps_the_autoscalers_replicas_and_limits_clamp_it() {
+    let env = setup(|_| {}).await;
+    create_worker(&env, |_| {}).await;
+    let mcm = Mcm::new(&env);
+    until_ready(&env, &mcm, LastOperationType::Create).await;
+    let md_name = format!("{}-worker-a-z1", env.namespace);
+
+    // The cluster-autoscaler scales up through the scale subresource (another field manager).
+    api::<MachineDeployment>(&env)
+        .patch_scale(
+            &md_name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 3}})),
+        )
+        .await
+        .unwrap();
+    annotate(&api::<Worker>(&env), WORKER, "reconcile").await;
+    until_ready(&env, &mcm, LastOperationType::Reconcile).await;
+    let replicas = api::<MachineDeployment>(&env)
+        .get(&md_name)
+        .await
+        .unwrap()
+        .spec
+        .replicas;
+    assert_eq!(
+        replicas,
+        Some(3),
+        "the autoscaler's value within [min, max] stays"
+    );
+    assert_eq!(
+        names(&api::<Machine>(&env), &ListParams::default())
+            .await
+            .len(),
+        3
+    );
+
+    // A lower maximum clamps it.
+    patch_pool(&env, |p| p["maximum"] = json!(2)).await;
+    annotate(&api::<Worker>(&env), WORKER, "reconcile").await;
+    let worker = until_ready(&env, &mcm, LastOperationType::Reconcile).await;
+    let replicas = api::<MachineDeployment>(&env)
+        .get(&md_name)
+        .await
+        .unwrap()
+        .spec
+        .replicas;
+    assert_eq!(replicas, Some(2));
+    assert_eq!(worker.status.unwrap().machine_deployments[0].maximum, 2);
+}
+
+#[tokio::test]
+async fn a_new_node_agent_secret_rolls_to_a_new_class_and_cleans_up_only_after_the_rollout() {
+    let env = setup(|_| {}).await;
+    create_worker(&env, |_| {}).await;
+    let mcm = Mcm::new(&env);
+    until_ready(&env, &mcm, LastOperationType::Create).await;
+    let md_name = format!("{}-worker-a-z1", env.namespace);
+    let old_class = class_of(&api::<MachineDeployment>(&env).get(&md_name).await.unwrap());
+    let old_machines = names(&api::<Machine>(&env), &ListParams::default()).await;
+
+    // Labels/taints alone do not roll.
+    patch_pool(&env, |p| p["labels"]["extra"] = json!("label")).await;
+    annotate(&api::<Worker>(&env), WORKER, "reconcile").await;
+    until_ready(&env, &mcm, LastOperationType::Reconcile).await;
+    let deployment = api::<MachineDeployment>(&env).get(&md_name).await.unwrap();
+    assert_eq!(
+        class_of(&deployment),
+        old_class,
+        "a label change keeps the class"
+    );
+    assert_eq!(
+        names(&api::<Machine>(&env), &ListParams::default()).await,
+        old_machines
+    );
+
+    patch_pool(&env, |p| {
+        p["labels"]["extra"] = json!("label");
+        p["nodeAgentSecretName"] = json!("gardener-node-agent-worker-a-fedcba9876543210");
+    })
+    .await;
+    annotate(&api::<Worker>(&env), WORKER, "reconcile").await;
+    let new_class = wait_for("deployment on a new class", WAIT, || async {
+        let deployment = api::<MachineDeployment>(&env)
+            .get(&md_name)
+            .await
+            .map_err(err)?;
+        let class = class_of(&deployment);
+        if class != old_class {
+            Ok(class)
+        } else {
+            Err(class)
+        }
+    })
+    .await;
+    assert!(
+        api::<MachineClass>(&env)
+            .get_opt(&new_class)
+            .await
+            .unwrap()
+            .is_some()
+    );
+    // MCM has not rolled yet: the operator waits and keeps the old class and secret.
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    let worker = api::<Worker>(&env).get(WORKER).await.unwrap();
+    let (_, state, description) = last_operation(&worker).unwrap();
+    assert_eq!(state, LastOperationState::Processing, "{description}");
+    assert!(
+        api::<MachineClass>(&env)
+            .get_opt(&old_class)
+            .await
+            .unwrap()
+            .is_some()
+    );
+    assert!(
+        api::<Secret>(&env)
+            .get_opt(&old_class)
+            .await
+            .unwrap()
+            .is_some()
+    );
+
+    // MCM rolls the machines; then the old class and its secret go.
+    until_ready(&env, &mcm, LastOperationType::Reconcile).await;
+    let classes = names(&api::<MachineClass>(&env), &ListParams::default()).await;
+    assert_eq!(classes, BTreeSet::from([new_class.clone()]));
+    let secrets = names(&api::<Secret>(&env), &class_secrets()).await;
+    assert_eq!(secrets, BTreeSet::from([new_class.clone()]));
+    let machines = names(&api::<Machine>(&env), &ListParams::default()).await;
+    assert!(
+        machines.is_disjoint(&old_machines),
+        "machines were replaced: {machines:?}"
+    );
+}
+
+#[tokio::test]
+async fn hibernation_scales_to_zero_marks_machines_and_waking_up_returns_to_the_minimum() {
+    let env = setup(|_| {}).await;
+    api::<Deployment>(&env)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(fixtures::mcm_deployment_json(&env.namespace, 1)).unwrap(),
+        )
+        .await
+        .unwrap();
+    create_worker(&env, |_| {}).await;
+    let mcm = Mcm::new(&env);
+    until_ready(&env, &mcm, LastOperationType::Create).await;
+    let md_name = format!("{}-worker-a-z1", env.namespace);
+    let machine = names(&api::<Machine>(&env), &ListParams::default())
+        .await
+        .into_iter()
+        .next()
+        .unwrap();
+
+    let clusters: Api<Cluster> = Api::all(env.client.clone());
+    let hibernate =
+        |enabled: bool| json!({"spec": {"shoot": {"spec": {"hibernation": {"enabled": enabled}}}}});
+    clusters
+        .patch(
+            &env.namespace,
+            &PatchParams::default(),
+            &Patch::Merge(hibernate(true)),
+        )
+        .await
+        .unwrap();
+    annotate(&api::<Worker>(&env), WORKER, "reconcile").await;
+    // Before MCM acts: replicas 0 and the machine labelled for forceful deletion.
+    wait_for("replicas 0 and force-deletion label", WAIT, || async {
+        let deployment = api::<MachineDeployment>(&env)
+            .get(&md_name)
+            .await
+            .map_err(err)?;
+        let machine = api::<Machine>(&env).get(&machine).await.map_err(err)?;
+        let label = machine.labels().get("force-deletion").cloned();
+        if deployment.spec.replicas == Some(0) && label.as_deref() == Some("True") {
+            Ok(())
+        } else {
+            Err(format!("{:?} {label:?}", deployment.spec.replicas))
+        }
+    })
+    .await;
+    until_ready(&env, &mcm, LastOperationType::Reconcile).await;
+    assert!(
+        names(&api::<Machine>(&env), &ListParams::default())
+            .await
+            .is_empty()
+    );
+    let mcm_replicas = api::<Deployment>(&env)
+        .get("machine-controller-manager")
+        .await
+        .unwrap()
+        .spec
+        .unwrap()
+        .replicas;
+    assert_eq!(
+        mcm_replicas,
+        Some(0),
+        "machine-controller-manager scaled down"
+    );
+
+    clusters
+        .patch(
+            &env.namespace,
+            &PatchParams::default(),
+            &Patch::Merge(hibernate(false)),
+        )
+        .await
+        .unwrap();
+    annotate(&api::<Worker>(&env), WORKER, "reconcile").await;
+    until_ready(&env, &mcm, LastOperationType::Reconcile).await;
+    let replicas = api::<MachineDeployment>(&env)
+        .get(&md_name)
+        .await
+        .unwrap()
+        .spec
+        .replicas;
+    assert_eq!(replicas, Some(1), "waking up goes to the minimum");
+    assert_eq!(
+        names(&api::<Machine>(&env), &ListParams::default())
+            .await
+            .len(),
+        1
+    );
+}
+
+#[tokio::test]
+async fn delete_removes_every_machine_object_and_then_the_finalizer() {
+    let env = setup(|_| {}).await;
+    create_worker(&env, |w| w["spec"]["pools"][0]["minimum"] = json!(2)).await;
+    let mcm = Mcm::new(&env);
+    until_ready(&env, &mcm, LastOperationType::Create).await;
+    assert_eq!(
+        names(&api::<Machine>(&env), &ListParams::default())
+            .await
+            .len(),
+        2
+    );
+
+    confirm_and_delete(&api::<Worker>(&env), WORKER).await;
+    wait_for("Worker deleted", WAIT, || async {
+        mcm.sync_deleted().await?;
+        match api::<Worker>(&env).get_opt(WORKER).await.map_err(err)? {
+            None => Ok(()),
+            Some(w) => Err(format!("{:?}", last_operation(&w))),
+        }
+    })
+    .await;
+    assert!(
+        names(&api::<MachineDeployment>(&env), &ListParams::default())
+            .await
+            .is_empty()
+    );
+    assert!(
+        names(&api::<MachineSet>(&env), &ListParams::default())
+            .await
+            .is_empty()
+    );
+    assert!(
+        names(&api::<Machine>(&env), &ListParams::default())
+            .await
+            .is_empty()
+    );
+    assert!(
+        names(&api::<MachineClass>(&env), &ListParams::default())
+            .await
+            .is_empty()
+    );
+    assert!(
+        names(&api::<Secret>(&env), &class_secrets())
+            .await
+            .is_empty()
+    );
+    assert!(
+        api::<Secret>(&env)
+            .get_opt(USER_DATA_SECRET)
+            .await
+            .unwrap()
+            .is_some(),
+        "the user data Secret is gardenlet's, not ours"
+    );
+    let deleted = mcm.deleted_machine_labels.lock().unwrap().clone();
+    assert_eq!(deleted.len(), 2);
+    assert!(
+        deleted
+            .iter()
+            .all(|l| l.get("force-deletion").map(String::as_str) == Some("True")),
+        "machines were marked for forceful deletion first: {deleted:?}"
+    );
+}
+
+#[tokio::test]
+async fn migrate_records_the_state_and_restore_elsewhere_brings_back_the_same_machines() {
+    // Source seed.
+    let source = setup(|_| {}).await;
+    let two_zones = |w: &mut Value| {
+        let pool = &mut w["spec"]["pools"][0];
+        pool["zones"] = json!(["0", "1"]);
+        pool["minimum"] = json!(2);
+        pool["maximum"] = json!(4);
+    };
+    create_worker(&source, two_zones).await;
+    let source_mcm = Mcm::new(&source);
+    until_ready(&source, &source_mcm, LastOperationType::Create).await;
+    let z1 = format!("{}-worker-a-z1", source.namespace);
+    // The autoscaler has scaled zone 1 up; the state must carry that.
+    api::<MachineDeployment>(&source)
+        .patch_scale(
+            &z1,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 2}})),
+        )
+        .await
+        .unwrap();
+    source_mcm.sync().await.unwrap();
+    let machines_before: Vec<Machine> = api::<Machine>(&source)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items;
+    assert_eq!(machines_before.len(), 3);
+    let objects_before = (
+        names(&api::<MachineDeployment>(&source), &ListParams::default()).await,
+        names(&api::<MachineClass>(&source), &ListParams::default()).await,
+        names(&api::<Secret>(&source), &class_secrets()).await,
+        names(&api::<MachineSet>(&source), &ListParams::default()).await,
+    );
+
+    annotate(&api::<Worker>(&source), WORKER, "migrate").await;
+    let migrated = wait_for("Migrate succeeded", WAIT, || async {
+        let worker = api::<Worker>(&source).get(WORKER).await.map_err(err)?;
+        match last_operation(&worker) {
+            Some((LastOperationType::Migrate, LastOperationState::Succeeded, _))
+                if !worker
+                    .annotations()
+                    .contains_key("gardener.cloud/operation") =>
+            {
+                Ok(worker)
+            }
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    assert!(
+        !migrated
+            .finalizers()
+            .contains(&"extensions.gardener.cloud/worker".to_string()),
+        "our finalizer is removed after migrate"
+    );
+    // Nothing was deleted by us.
+    assert_eq!(
+        (
+            names(&api::<MachineDeployment>(&source), &ListParams::default()).await,
+            names(&api::<MachineClass>(&source), &ListParams::default()).await,
+            names(&api::<Secret>(&source), &class_secrets()).await,
+            names(&api::<MachineSet>(&source), &ListParams::default()).await,
+        ),
+        objects_before
+    );
+    assert_eq!(
+        api::<Machine>(&source)
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .len(),
+        3
+    );
+    // The state is in gardenlet's format and complete.
+    let recorded_value = migrated
+        .status
+        .as_ref()
+        .unwrap()
+        .default
+        .state
+        .clone()
+        .unwrap();
+    assert!(recorded_value["state"].is_string(), "{recorded_value}");
+    let recorded = state::decode(Some(&recorded_value)).unwrap();
+    assert_eq!(recorded.counts(), (2, 2, 3));
+    assert_eq!(recorded.machine_deployments[&z1].replicas, 2);
+    let recorded_machines: BTreeMap<String, (String, String)> = machines_before
+        .iter()
+        .map(|m| {
+            (
+                m.name_any(),
+                (
+                    m.node_name().unwrap().to_string(),
+                    m.spec.provider_id.clone().unwrap(),
+                ),
+            )
+        })
+        .collect();
+
+    // gardenlet: persist the ShootState, delete the Worker, shallow-delete the machine objects.
+    confirm_and_delete(&api::<Worker>(&source), WORKER).await;
+    support::gardener::wait_gone(&api::<Worker>(&source), WORKER).await;
+    for name in names(&api::<Machine>(&source), &ListParams::default()).await {
+        delete(&api::<Machine>(&source), &name).await.unwrap();
+    }
+    for name in objects_before.3 {
+        delete(&api::<MachineSet>(&source), &name).await.unwrap();
+    }
+    for name in objects_before.0 {
+        delete(&api::<MachineDeployment>(&source), &name)
+            .await
+            .unwrap();
+    }
+
+    // Destination seed: another namespace of the same shoot (same technical ID).
+    let technical_id = source.namespace.clone();
+    let destination =
+        setup(|c| c["spec"]["shoot"]["status"]["technicalID"] = json!(technical_id)).await;
+    api::<Deployment>(&destination)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(fixtures::mcm_deployment_json(&destination.namespace, 0))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    let mut worker = fixtures::worker_json(&destination.namespace);
+    two_zones(&mut worker);
+    worker["metadata"]["annotations"] = json!({"gardener.cloud/operation": "wait-for-state"});
+    let workers = api::<Worker>(&destination);
+    workers
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(worker).unwrap(),
+        )
+        .await
+        .unwrap();
+    workers
+        .patch_status(
+            WORKER,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"state": recorded_value}})),
+        )
+        .await
+        .unwrap();
+    annotate(&workers, WORKER, "restore").await;
+
+    // The machines come back before MCM does anything, with names and node references.
+    let destination_machines = |machines: Vec<Machine>| -> BTreeMap<String, (String, String)> {
+        machines
+            .iter()
+            .map(|m| {
+                (
+                    m.name_any(),
+                    (
+                        m.node_name().unwrap_or_default().to_string(),
+                        m.spec.provider_id.clone().unwrap_or_default(),
+                    ),
+                )
+            })
+            .collect()
+    };
+    wait_for("machines restored", WAIT, || async {
+        let machines = api::<Machine>(&destination)
+            .list(&ListParams::default())
+            .await
+            .map_err(err)?
+            .items;
+        let restored = destination_machines(machines);
+        if restored == recorded_machines {
+            Ok(())
+        } else {
+            Err(format!("{restored:?}"))
+        }
+    })
+    .await;
+    let z1_replicas = wait_for("zone 1 deployment", WAIT, || async {
+        let deployment = api::<MachineDeployment>(&destination)
+            .get_opt(&z1)
+            .await
+            .map_err(err)?
+            .ok_or("not yet")?;
+        deployment
+            .spec
+            .replicas
+            .ok_or_else(|| "no replicas".to_string())
+    })
+    .await;
+    assert_eq!(z1_replicas, 2, "the recorded replicas, not the minimum");
+
+    let destination_mcm = Mcm::new(&destination);
+    let restored = until_ready(&destination, &destination_mcm, LastOperationType::Restore).await;
+    assert!(
+        restored
+            .finalizers()
+            .contains(&"extensions.gardener.cloud/worker".to_string())
+    );
+    let after = api::<Machine>(&destination)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items;
+    assert_eq!(
+        destination_machines(after),
+        recorded_machines,
+        "no machine was recreated"
+    );
+    let mcm_replicas = api::<Deployment>(&destination)
+        .get("machine-controller-manager")
+        .await
+        .unwrap()
+        .spec
+        .unwrap()
+        .replicas;
+    assert_eq!(
+        mcm_replicas,
+        Some(1),
+        "machine-controller-manager scaled up after restore"
+    );
+    assert!(
+        event_reasons(&destination)
+            .await
+            .contains("MachinesRestored")
+    );
+}
+
+#[tokio::test]
+async fn failed_machines_fail_the_reconcile_with_their_errors() {
+    let env = setup(|_| {}).await;
+    create_worker(&env, |_| {}).await;
+    let md_name = format!("{}-worker-a-z1", env.namespace);
+    wait_for("deployment", WAIT, || async {
+        api::<MachineDeployment>(&env)
+            .get_opt(&md_name)
+            .await
+            .map_err(err)?
+            .map(drop)
+            .ok_or_else(|| "not yet".to_string())
+    })
+    .await;
+    let mcm = Mcm::new(&env);
+    mcm.fail(
+        &md_name,
+        "machine-x",
+        "quota exceeded for instance type local",
+    )
+    .await;
+    let worker = until_last_error(&env, "quota exceeded for instance type local").await;
+    let error = worker.status.unwrap().default.last_error.unwrap();
+    assert!(
+        error
+            .description
+            .contains(&format!("machine(s) of {md_name} failed: \"machine-x\"")),
+        "{}",
+        error.description
+    );
+}
+
+/// Every bad input ends in a `lastError` that names it, and a configuration error writes no
+/// machine object.
+#[tokio::test]
+async fn bad_inputs_are_reported_in_last_error() {
+    struct Case {
+        name: &'static str,
+        cluster: fn(&mut Value),
+        worker: fn(&mut Value),
+        expected: &'static str,
+        configuration: bool,
+    }
+    let cases = [
+        Case {
+            name: "unknown zone",
+            cluster: |c| {
+                c["spec"]["cloudProfile"]["spec"] =
+                    json!({"regions": [{"name": "local", "zones": [{"name": "0"}, {"name": "1"}]}]})
+            },
+            worker: |w| w["spec"]["pools"][0]["zones"] = json!(["0", "9"]),
+            expected: "zone \"9\" is not a zone of region \"local\" in the CloudProfile (zones: 0, 1)",
+            configuration: true,
+        },
+        Case {
+            name: "missing user data secret",
+            cluster: |_| {},
+            worker: |w| w["spec"]["pools"][0]["userDataSecretRef"]["name"] = json!("osc-missing"),
+            expected: "pool worker-a: user data Secret",
+            configuration: false,
+        },
+        Case {
+            name: "missing user data key",
+            cluster: |_| {},
+            worker: |w| w["spec"]["pools"][0]["userDataSecretRef"]["key"] = json!("other"),
+            expected: "has no data key \"other\" or it is empty",
+            configuration: false,
+        },
+        Case {
+            name: "bad providerConfig",
+            cluster: |_| {},
+            worker: |w| {
+                w["spec"]["pools"][0]["providerConfig"] = json!({
+                    "apiVersion": "node.extensions.config.gardener.cloud/v1alpha1",
+                    "kind": "WorkerConfig",
+                    "imageName": "x"
+                })
+            },
+            expected: "pool worker-a: invalid providerConfig: providerConfig has unknown field \"imageName\"",
+            configuration: true,
+        },
+        Case {
+            name: "min > max",
+            cluster: |_| {},
+            worker: |w| {
+                w["spec"]["pools"][0]["minimum"] = json!(4);
+                w["spec"]["pools"][0]["maximum"] = json!(2);
+            },
+            expected: "pool worker-a: minimum 4 is greater than maximum 2",
+            configuration: true,
+        },
+        Case {
+            name: "missing nodeAgentSecretName",
+            cluster: |_| {},
+            worker: |w| {
+                w["spec"]["pools"][0]
+                    .as_object_mut()
+                    .unwrap()
+                    .remove("nodeAgentSecretName");
+            },
+            expected: "pool worker-a: nodeAgentSecretName is not set",
+            configuration: true,
+        },
+    ];
+    let runs = cases.iter().map(|case| async move {
+        let env = setup(case.cluster).await;
+        create_worker(&env, case.worker).await;
+        let worker = until_last_error(&env, case.expected).await;
+        let status = worker.status.unwrap().default;
+        let error = status.last_error.unwrap();
+        let codes: Vec<&str> = error.codes.iter().map(|c| c.as_str()).collect();
+        assert_eq!(
+            codes.contains(&"ERR_CONFIGURATION_PROBLEM"),
+            case.configuration,
+            "{}: codes {codes:?}",
+            case.name
+        );
+        assert_eq!(
+            status.last_operation.unwrap().state,
+            LastOperationState::Error,
+            "{}",
+            case.name
+        );
+        if case.configuration {
+            assert!(
+                names(&api::<MachineDeployment>(&env), &ListParams::default())
+                    .await
+                    .is_empty()
+                    && names(&api::<MachineClass>(&env), &ListParams::default())
+                        .await
+                        .is_empty(),
+                "{}: nothing is written for a configuration error",
+                case.name
+            );
+        }
+    });
+    futures::future::join_all(runs).await;
+}
+
+#[test]
+fn render_worker_prints_the_machine_objects_without_a_cluster() {
+    let dir = tempfile::tempdir().unwrap();
+    let worker = dir.path().join("worker.yaml");
+    let cluster = dir.path().join("cluster.yaml");
+    std::fs::write(
+        &worker,
+        serde_norway::to_string(&fixtures::worker_json("shoot--dev--a")).unwrap(),
+    )
+    .unwrap();
+    std::fs::write(
+        &cluster,
+        serde_norway::to_string(&fixtures::cluster_json("shoot--dev--a")).unwrap(),
+    )
+    .unwrap();
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_gardener-extension-node"))
+        .args(["render", "worker", "-f"])
+        .arg(&worker)
+        .arg("--cluster")
+        .arg(&cluster)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let text = String::from_utf8(output.stdout).unwrap();
+    let documents: Vec<Value> = serde_norway::Deserializer::from_str(&text)
+        .map(|d| <Value as serde::Deserialize>::deserialize(d).unwrap())
+        .collect();
+    let kinds: Vec<&str> = documents
+        .iter()
+        .map(|d| d["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["Secret", "MachineClass", "MachineDeployment"]);
+    assert_eq!(
+        documents[2]["metadata"]["name"],
+        "shoot--dev--a-worker-a-z1"
+    );
+    assert_eq!(documents[2]["spec"]["replicas"], 1);
+    assert!(
+        text.contains("# userData comes from Secret shoot--dev--a/osc-result-pool-a-init"),
+        "{text}"
+    );
+
+    // A bad Worker fails with the reason.
+    let mut bad = fixtures::worker_json("shoot--dev--a");
+    bad["spec"]["pools"][0]["minimum"] = json!(9);
+    std::fs::write(&worker, serde_norway::to_string(&bad).unwrap()).unwrap();
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_gardener-extension-node"))
+        .args(["render", "worker", "-f"])
+        .arg(&worker)
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("minimum 9 is greater than maximum 3"),
+        "{stderr}"
+    );
+}
