@@ -3,7 +3,7 @@
 #   make start           run the operator: against dev/kubeconfig if present, else a local control plane
 #   make test            everything CI runs: dependencies, format, lint, unit + integration tests
 #   make fmt | lint      format / check format and clippy
-#   make generate        regenerate crds/ from the Rust types
+#   make generate        regenerate crds/ from the Rust types and example/controller-registration.yaml
 #   make check-generate  fail if generated files are out of date
 #   make envtest         build (once) kube-apiserver and etcd and print their folder
 
@@ -39,16 +39,18 @@ lint:
 
 generate:
 	$(CARGO) run --quiet -- crds --output-dir crds
+	hack/generate-controller-registration.sh
 
 check-generate: generate
-	@if [[ -n "$$(git status --porcelain -- crds)" ]]; then \
-	  git status --porcelain -- crds; git diff -- crds | head -50; \
+	@if [[ -n "$$(git status --porcelain -- crds example)" ]]; then \
+	  git status --porcelain -- crds example; git diff --stat -- crds example; \
 	  echo "generated files are out of date: run 'make generate' and commit"; exit 1; \
 	fi
 
 test: deps
 	@assets="$$(hack/envtest.sh)"; \
 	  $(MAKE) --no-print-directory lint; \
+	  $(MAKE) --no-print-directory check-generate; \
 	  ENVTEST_ASSETS="$$assets" $(CARGO) test --lib --bins --tests; \
 	  $(MAKE) --no-print-directory check-orphans
 

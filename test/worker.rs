@@ -4,7 +4,7 @@
 //! # Who plays machine-controller-manager
 //!
 //! There is no MCM (and no garbage collector) in the test control plane. Its part is played
-//! by [`Mcm`] below, through the same API and in the way MCM does it:
+//! by `support::mcm::Mcm`, through the same API and in the way MCM does it:
 //!
 //! - for each MachineDeployment it keeps one MachineSet `<deployment>-<class hash>` with the
 //!   deployment's template, owned by the deployment — adopting an unowned set of that name
@@ -37,10 +37,11 @@ use gardener_extension_node::controllers::worker::state;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::events::v1::Event;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::{Value, json};
 use support::gardener::{annotate, check_ready, confirm_and_delete};
+use support::mcm::{Mcm, class_of, delete, err, names};
 use support::operator::OperatorProcess;
 use support::{TestEnv, fixtures, wait_for};
 
@@ -137,32 +138,8 @@ async fn patch_pool(env: &TestEnv, adjust: impl FnOnce(&mut Value)) {
     patch_worker_spec(env, json!({"pools": [pool]})).await;
 }
 
-async fn names<K>(api: &Api<K>, params: &ListParams) -> BTreeSet<String>
-where
-    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    api.list(params)
-        .await
-        .unwrap()
-        .items
-        .iter()
-        .map(|o| o.name_any())
-        .collect()
-}
-
 fn class_secrets() -> ListParams {
     ListParams::default().labels("gardener.cloud/purpose=machineclass")
-}
-
-fn class_of(deployment: &MachineDeployment) -> String {
-    deployment
-        .spec
-        .template
-        .spec
-        .as_ref()
-        .and_then(|s| s.class.as_ref())
-        .map(|c| c.name.clone())
-        .unwrap_or_default()
 }
 
 fn last_operation(worker: &Worker) -> Option<(LastOperationType, LastOperationState, String)> {
@@ -220,270 +197,6 @@ async fn event_reasons(env: &TestEnv) -> BTreeSet<String> {
 }
 
 // ---------------------------------------------------------------------------------------
-// machine-controller-manager stand-in (see the module docs)
-
-struct Mcm {
-    client: Client,
-    namespace: String,
-    /// Labels of every machine deleted because its deployment was gone.
-    deleted_machine_labels: Mutex<Vec<BTreeMap<String, String>>>,
-}
-
-fn err(e: impl std::fmt::Display) -> String {
-    e.to_string()
-}
-
-fn owned_by<K: Resource>(object: &K, kind: &str, name: &str) -> bool {
-    object
-        .meta()
-        .owner_references
-        .iter()
-        .flatten()
-        .any(|o| o.kind == kind && o.name == name)
-}
-
-fn unowned_with_name<K: Resource>(object: &K, deployment: &str) -> bool {
-    object
-        .meta()
-        .owner_references
-        .as_deref()
-        .unwrap_or_default()
-        .is_empty()
-        && object
-            .meta()
-            .labels
-            .as_ref()
-            .and_then(|l| l.get("name"))
-            .is_some_and(|n| n == deployment)
-}
-
-fn owner(kind: &str, name: &str, uid: &str) -> Value {
-    json!([{
-        "apiVersion": "machine.sapcloud.io/v1alpha1", "kind": kind, "name": name, "uid": uid,
-        "controller": true, "blockOwnerDeletion": true
-    }])
-}
-
-impl Mcm {
-    fn new(env: &TestEnv) -> Self {
-        Mcm {
-            client: env.client.clone(),
-            namespace: env.namespace.clone(),
-            deleted_machine_labels: Mutex::default(),
-        }
-    }
-
-    fn api<K>(&self) -> Api<K>
-    where
-        K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>,
-    {
-        Api::namespaced(self.client.clone(), &self.namespace)
-    }
-
-    /// One pass over every deployment, as MCM's controllers would do it.
-    async fn sync(&self) -> Result<(), String> {
-        let deployments: Api<MachineDeployment> = self.api();
-        for deployment in deployments
-            .list(&ListParams::default())
-            .await
-            .map_err(err)?
-        {
-            if deployment.metadata.deletion_timestamp.is_none() {
-                self.sync_deployment(&deployment).await?;
-            }
-        }
-        self.sync_deleted().await
-    }
-
-    async fn sync_deployment(&self, deployment: &MachineDeployment) -> Result<(), String> {
-        let name = deployment.name_any();
-        let uid = deployment.uid().unwrap_or_default();
-        let class = class_of(deployment);
-        let replicas = deployment.spec.replicas.unwrap_or_default();
-        let hash = class.rsplit('-').next().unwrap_or_default();
-        let set_name = format!("{name}-{hash}");
-        let sets: Api<MachineSet> = self.api();
-        let machines: Api<Machine> = self.api();
-
-        // Sets of older classes: a finished rolling update removes them with their machines.
-        for set in sets.list(&ListParams::default()).await.map_err(err)? {
-            let mine = owned_by(&set, "MachineDeployment", &name) || unowned_with_name(&set, &name);
-            if mine && set.name_any() != set_name {
-                for machine in machines.list(&ListParams::default()).await.map_err(err)? {
-                    if owned_by(&machine, "MachineSet", &set.name_any()) {
-                        delete(&machines, &machine.name_any()).await?;
-                    }
-                }
-                delete(&sets, &set.name_any()).await?;
-            }
-        }
-
-        // The set of the current class: create or adopt, then scale.
-        let deployment_json = serde_json::to_value(deployment).map_err(err)?;
-        let set = match sets.get_opt(&set_name).await.map_err(err)? {
-            None => {
-                let value = fixtures::mcm_machine_set_json(
-                    &self.namespace,
-                    &deployment_json,
-                    &uid,
-                    &set_name,
-                    replicas,
-                );
-                sets.create(
-                    &PostParams::default(),
-                    &serde_json::from_value(value).map_err(err)?,
-                )
-                .await
-                .map_err(err)?
-            }
-            Some(_) => {
-                let body = json!({
-                    "metadata": {"ownerReferences": owner("MachineDeployment", &name, &uid)},
-                    "spec": {"replicas": replicas}
-                });
-                sets.patch(&set_name, &PatchParams::default(), &Patch::Merge(body))
-                    .await
-                    .map_err(err)?
-            }
-        };
-        let set_uid = set.uid().unwrap_or_default();
-        let set_json = serde_json::to_value(&set).map_err(err)?;
-
-        let mut current: Vec<String> = Vec::new();
-        for machine in machines.list(&ListParams::default()).await.map_err(err)? {
-            let machine_class = machine
-                .spec
-                .class
-                .as_ref()
-                .map(|c| c.name.clone())
-                .unwrap_or_default();
-            if owned_by(&machine, "MachineSet", &set_name) {
-                current.push(machine.name_any());
-            } else if unowned_with_name(&machine, &name) && machine_class == class {
-                let body = json!({"metadata": {"ownerReferences": owner("MachineSet", &set_name, &set_uid)}});
-                machines
-                    .patch(
-                        &machine.name_any(),
-                        &PatchParams::default(),
-                        &Patch::Merge(body),
-                    )
-                    .await
-                    .map_err(err)?;
-                current.push(machine.name_any());
-            }
-        }
-        current.sort();
-        let wanted = usize::try_from(replicas).unwrap_or_default();
-        let mut index = 0;
-        while current.len() < wanted {
-            let machine_name = format!("{set_name}-{index}");
-            index += 1;
-            if current.contains(&machine_name) {
-                continue;
-            }
-            let value =
-                fixtures::mcm_machine_json(&self.namespace, &set_json, &set_uid, &machine_name);
-            machines
-                .create(
-                    &PostParams::default(),
-                    &serde_json::from_value(value).map_err(err)?,
-                )
-                .await
-                .map_err(err)?;
-            current.push(machine_name);
-        }
-        while current.len() > wanted {
-            let surplus = current.pop().unwrap_or_default();
-            delete(&machines, &surplus).await?;
-        }
-
-        let generation = set.metadata.generation.unwrap_or_default();
-        sets.patch_status(
-            &set_name,
-            &PatchParams::default(),
-            &Patch::Merge(
-                json!({"status": fixtures::mcm_machine_set_status_json(generation, replicas)}),
-            ),
-        )
-        .await
-        .map_err(err)?;
-        let deployments: Api<MachineDeployment> = self.api();
-        let status = fixtures::mcm_deployment_status_json(
-            deployment.metadata.generation.unwrap_or_default(),
-            replicas,
-        );
-        deployments
-            .patch_status(
-                &name,
-                &PatchParams::default(),
-                &Patch::Merge(json!({"status": status})),
-            )
-            .await
-            .map_err(err)?;
-        Ok(())
-    }
-
-    /// Deletes sets and machines whose deployment is gone.
-    async fn sync_deleted(&self) -> Result<(), String> {
-        let deployments: Api<MachineDeployment> = self.api();
-        let live: BTreeSet<String> = names(&deployments, &ListParams::default()).await;
-        let sets: Api<MachineSet> = self.api();
-        let machines: Api<Machine> = self.api();
-        let all_machines = machines
-            .list(&ListParams::default())
-            .await
-            .map_err(err)?
-            .items;
-        for set in sets.list(&ListParams::default()).await.map_err(err)? {
-            let deployment = set.labels().get("name").cloned().unwrap_or_default();
-            if live.contains(&deployment) {
-                continue;
-            }
-            for machine in all_machines
-                .iter()
-                .filter(|m| owned_by(*m, "MachineSet", &set.name_any()))
-            {
-                self.deleted_machine_labels
-                    .lock()
-                    .unwrap()
-                    .push(machine.labels().clone());
-                delete(&machines, &machine.name_any()).await?;
-            }
-            delete(&sets, &set.name_any()).await?;
-        }
-        Ok(())
-    }
-
-    /// Reports failed machines on a deployment, as MCM does when it cannot create them.
-    async fn fail(&self, deployment: &str, machine: &str, description: &str) {
-        let body = json!({"status": {"failedMachines": [{
-            "name": machine,
-            "providerID": format!("local:///{machine}"),
-            "ownerRef": format!("{deployment}-set"),
-            "lastOperation": {
-                "description": description, "state": "Failed", "type": "Create",
-                "lastUpdateTime": "2026-11-30T08:00:00Z"
-            }
-        }]}});
-        self.api::<MachineDeployment>()
-            .patch_status(deployment, &PatchParams::default(), &Patch::Merge(body))
-            .await
-            .unwrap();
-    }
-}
-
-async fn delete<K>(api: &Api<K>, name: &str) -> Result<(), String>
-where
-    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    match api.delete(name, &DeleteParams::default()).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
-        Err(e) => Err(e.to_string()),
-    }
-}
-
-// ---------------------------------------------------------------------------------------
 // Tests
 
 #[tokio::test]
@@ -506,9 +219,11 @@ async fn create_writes_classes_secrets_deployments_and_status_before_the_machine
         || async {
             let worker = api::<Worker>(&env).get(WORKER).await.map_err(err)?;
             let status = worker.status.clone().ok_or("no status")?;
+            // The machine deployments are written first, then the Processing status that
+            // says what the run waits for; wait for both.
             let processing = matches!(
                 last_operation(&worker),
-                Some((_, LastOperationState::Processing, _))
+                Some((_, LastOperationState::Processing, ref d)) if d.contains("waiting for")
             );
             if !status.machine_deployments.is_empty()
                 && status.machine_deployments_last_update_time.is_some()

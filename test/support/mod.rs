@@ -13,6 +13,7 @@
 pub mod benchmarks;
 pub mod fixtures;
 pub mod gardener;
+pub mod mcm;
 pub mod nspawn;
 pub mod operator;
 
