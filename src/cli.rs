@@ -28,7 +28,7 @@ pub enum Command {
     /// Run the seed-side controllers (ContainerRuntime gvisor, OperatingSystemConfig, Worker).
     Operator(crate::operator::OperatorArgs),
     /// Run the on-node agent that applies the OperatingSystemConfig of its node.
-    Agent,
+    Agent(crate::agent::AgentArgs),
     /// Install gVisor (runsc) into the node's containerd; run by the installation DaemonSet.
     GvisorInstall(crate::gvisor_install::GvisorInstallArgs),
     /// Print the manifests the operator would create for an object, without a cluster.
@@ -55,13 +55,9 @@ impl Command {
             Command::Operator(args) => crate::operator::run(args).await,
             Command::Crds(args) => crate::crds::run(args),
             Command::LocalEnv(args) => crate::devenv::run_local_env(args).await,
-            Command::Agent => not_implemented("agent"),
+            Command::Agent(args) => Ok(crate::agent::run(args).await?),
             Command::GvisorInstall(args) => Ok(crate::gvisor_install::run(args).await?),
             Command::Render(command) => command.run(),
         }
     }
-}
-
-fn not_implemented(name: &str) -> anyhow::Result<()> {
-    anyhow::bail!("`{name}` is not implemented yet")
 }

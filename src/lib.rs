@@ -10,9 +10,12 @@
 //! - [`devenv`]: a local control plane (etcd + kube-apiserver) for `make start` and the tests.
 //! - [`crds`]: generation of `crds/` from the types in [`api`].
 //! - [`gvisor_install`]: the `gvisor-install` subcommand the installation DaemonSet runs.
+//! - [`agent`]: the on-node agent (`agent` subcommand) that applies a node's
+//!   OperatingSystemConfig through systemd (see `docs/agent.md`).
 //! - [`containerd`], [`systemd`]: node-side building blocks shared by the installer and the
 //!   agent (TOML-preserving containerd config edits; a systemd D-Bus client).
 
+pub mod agent;
 pub mod api;
 pub mod cli;
 pub mod containerd;

@@ -137,6 +137,45 @@ impl ContainerdConfig {
         )
     }
 
+    /// Makes sure a table exists at `path` (creating missing tables; the last one gets a
+    /// `[header]` even while empty). Returns whether anything was created. Fails with
+    /// [`Error::NotATable`] if a key on the way or at `path` holds a non-table, leaving the
+    /// document unchanged.
+    pub fn ensure_table(&mut self, path: &[&str]) -> Result<bool, Error> {
+        if path.is_empty() || self.has_table(path) {
+            return Ok(false);
+        }
+        self.check_path(path)?;
+        let mut table = TableMut::Standard(self.document.as_table_mut());
+        for (depth, key) in path.iter().enumerate() {
+            table = table
+                .child(key, true, &path[..=depth])?
+                .ok_or_else(|| not_a_table(&path[..=depth], "nothing"))?;
+        }
+        if let TableMut::Standard(table) = table {
+            table.set_implicit(false);
+        }
+        Ok(true)
+    }
+
+    /// The keys of the table at `path` (any spelling), in file order; empty if there is none.
+    pub fn table_keys(&self, path: &[&str]) -> Vec<String> {
+        let table = if path.is_empty() {
+            Some(self.document.as_table() as &dyn toml_edit::TableLike)
+        } else {
+            self.get(path).and_then(Item::as_table_like)
+        };
+        table
+            .map(|table| {
+                table
+                    .iter()
+                    .filter(|(_, item)| !item.is_none())
+                    .map(|(key, _)| key.to_string())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
     /// Fails if a key on `path` holds something other than a table.
     fn check_path(&self, path: &[&str]) -> Result<(), Error> {
         let mut table: &dyn toml_edit::TableLike = self.document.as_table();

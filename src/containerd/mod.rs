@@ -12,6 +12,8 @@
 //!   Pure.
 //! - [`runtime`]: registering and removing a CRI runtime handler (e.g. `runsc`) under the key
 //!   the file's version needs, repairing entries under another version's key. Pure.
+//! - [`cri`]: the node agent's `criConfig` settings (sandbox image, cgroup driver, registry
+//!   hosts dir, `conf.d` imports, CNI dir, plugin add/remove) and registry `hosts.toml`. Pure.
 //! - [`files`]: reading and atomically writing files (temp file, fsync, rename, fsync of the
 //!   folder), and comparing their content. The only module here that does I/O.
 //!
@@ -19,6 +21,7 @@
 //! the rendered text byte-identical, so callers restart containerd only for real changes.
 
 pub mod config;
+pub mod cri;
 pub mod files;
 pub mod runtime;
 pub mod version;
@@ -52,6 +55,12 @@ pub enum Error {
         path: String,
         /// What the file has there instead (`string`, `array`, ...).
         found: &'static str,
+    },
+    /// A `criConfig.containerd.plugins` entry with `values` that are not an object.
+    #[error("containerd plugin config for `{path}`: values must be a JSON object")]
+    InvalidPluginValues {
+        /// The dotted path of the plugin entry.
+        path: String,
     },
     /// Reading, writing or comparing a file failed.
     #[error("{action} {path}")]

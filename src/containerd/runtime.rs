@@ -114,8 +114,9 @@ impl ContainerdConfig {
         Ok(removed)
     }
 
-    /// Defines `runc` when the default runtime is `runc` and the file does not define it.
-    fn ensure_default_runtime(&mut self) -> Result<Option<String>, Error> {
+    /// Defines `runc` when the default runtime is `runc` and the file does not define it;
+    /// returns the name it defined.
+    pub fn ensure_default_runtime(&mut self) -> Result<Option<String>, Error> {
         let runtimes = self.version().runtimes_path();
         let default_name = self
             .get_str(&[

@@ -1,0 +1,232 @@
+//! Benchmark of the node agent in a real systemd (systemd-nspawn) against a real
+//! kube-apiserver on loopback, the agent built in the bench (release) profile and running as
+//! `gardener-node-agent.service` with RBAC-limited credentials:
+//!
+//! 1. first apply of an OSC with 200 files and 50 units (secret created → Node reports the
+//!    checksum), no last-applied state on the node;
+//! 2. change-to-applied latency: one file changed per round (its one unit restarted), no
+//!    reconciliation-delay annotation, timed from the secret update to the Node annotation as
+//!    seen by a watch; p50/p90/max over the rounds;
+//! 3. the agent's idle RSS (VmRSS after 10 s without work) and peak (VmHWM).
+//!
+//! Writes its section of `docs/benchmarks.md`. Run: `cargo bench --bench agent`.
+
+#![allow(clippy::unwrap_used, clippy::panic, dead_code)] // a measuring tool, not a controller
+
+#[path = "../test/agent_support.rs"]
+mod agent_support;
+#[path = "../test/support/mod.rs"]
+mod support;
+
+use std::time::{Duration, Instant};
+
+use agent_support::*;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Node;
+use kube::Api;
+use kube::runtime::{WatchStreamExt, watcher};
+use serde_json::{Value, json};
+
+const BIN: &str = env!("CARGO_BIN_EXE_gardener-extension-node");
+const FILES: usize = 200;
+const UNITS: usize = 50;
+const ROUNDS: usize = 25;
+
+fn osc(round: usize) -> String {
+    let files: Vec<Value> = (0..FILES)
+        .map(|i| {
+            let body = format!(
+                "# file {i}, round {}\n{}\n",
+                if i == 0 { round } else { 0 },
+                "x".repeat(1024)
+            );
+            plain_file(&format!("/etc/bench/f{i:03}.conf"), &body, Some(0o644))
+        })
+        .collect();
+    let units: Vec<Value> = (0..UNITS)
+        .map(|i| {
+            let mut unit = service(&format!("bench-{i:02}.service"), &format!("bench unit {i}"));
+            unit["filePaths"] = json!([format!("/etc/bench/f{:03}.conf", i * (FILES / UNITS))]);
+            unit["dropIns"] = json!([{"name": "10-bench.conf", "content": format!("[Service]\nEnvironment=BENCH={i}\n")}]);
+            unit
+        })
+        .collect();
+    osc_yaml(&units, &files, None)
+}
+
+/// When the watch saw the Node report `checksum`.
+async fn wait_applied(
+    rx: &mut tokio::sync::mpsc::UnboundedReceiver<(String, Instant)>,
+    checksum: &str,
+) -> Instant {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(300);
+    loop {
+        let (seen, at) = tokio::time::timeout_at(deadline, rx.recv())
+            .await
+            .expect("applied in time")
+            .expect("watch runs");
+        if seen == checksum {
+            return at;
+        }
+    }
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[index.min(sorted.len() - 1)]
+}
+
+fn proc_status_kib(agent: &AgentMachine, field: &str) -> u64 {
+    let pid = agent.machine.unit_property(AGENT_UNIT, "MainPID");
+    let status = agent
+        .machine
+        .run(&["cat", &format!("/proc/{pid}/status")])
+        .stdout;
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix(field))
+        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {field} in\n{status}"))
+}
+
+#[tokio::main]
+async fn main() {
+    if !support::benchmarks::invoked_by_cargo_bench() {
+        return;
+    }
+    let env = support::env().await;
+    let machine = boot(BIN);
+    let node = machine.name().to_string();
+    create_node(&env.client, &node).await;
+    let secret = format!("gardener-node-agent-bench-{}", std::process::id());
+    let kubeconfig = limited_kubeconfig(&env, &node, &[&secret]).await;
+    let agent = AgentMachine::start(
+        machine,
+        &AgentSetup {
+            secret_name: secret.clone(),
+            kubeconfig,
+            server_url: env.server_url.clone(),
+            ca_pem: env.ca_pem.clone(),
+            drift_interval: "10m".into(),
+            token_sync: vec![],
+            binary_in_machine: BIN_IN_MACHINE.to_string(),
+        },
+    );
+    // Let the agent start, find its Node and go idle (no secret yet).
+    support::wait_for("agent ready", Duration::from_secs(60), || async {
+        let body = try_http_get(agent.metrics_port, "/readyz")
+            .map_err(|error| format!("not serving yet: {error}"))?;
+        if body.trim() == "ok" {
+            Ok(())
+        } else {
+            Err(body)
+        }
+    })
+    .await;
+
+    // Memory after start-up, before any OSC.
+    let start_kib = proc_status_kib(&agent, "VmRSS:");
+    let start_anon_kib = proc_status_kib(&agent, "RssAnon:");
+    // Watch the Node so applied times are taken when the API server has the annotation.
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(String, Instant)>();
+    let api = Api::<Node>::all(env.client.clone());
+    let watch_node = node.clone();
+    tokio::spawn(async move {
+        let stream = watcher(
+            api,
+            watcher::Config::default().fields(&format!("metadata.name={watch_node}")),
+        )
+        .applied_objects();
+        futures::pin_mut!(stream);
+        while let Some(Ok(node)) = stream.next().await {
+            if let Some(checksum) = node
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(NODE_CHECKSUM))
+            {
+                let _ = tx.send((checksum.clone(), Instant::now()));
+            }
+        }
+    });
+    // 1. First apply.
+    let started = Instant::now();
+    let checksum = put_osc(&env.client, &secret, &osc(0)).await;
+    let first_apply = wait_applied(&mut rx, &checksum).await - started;
+    for i in 0..UNITS {
+        agent
+            .machine
+            .wait_for_unit_state(
+                &format!("bench-{i:02}.service"),
+                "active",
+                Duration::from_secs(30),
+            )
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+    println!("first apply: {first_apply:?}");
+
+    // 2. Change-to-applied latency.
+    let mut latencies = Vec::new();
+    for round in 1..=ROUNDS {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let started = Instant::now();
+        let checksum = put_osc(&env.client, &secret, &osc(round)).await;
+        latencies.push(wait_applied(&mut rx, &checksum).await - started);
+    }
+    latencies.sort();
+    let (p50, p90, max) = (
+        percentile(&latencies, 0.5),
+        percentile(&latencies, 0.9),
+        latencies[latencies.len() - 1],
+    );
+    println!("change → applied: p50 {p50:?}, p90 {p90:?}, max {max:?}");
+
+    // 3. Idle memory.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let idle_kib = proc_status_kib(&agent, "VmRSS:");
+    let peak_kib = proc_status_kib(&agent, "VmHWM:");
+    println!("idle RSS {idle_kib} KiB, peak {peak_kib} KiB");
+    let anon_kib = proc_status_kib(&agent, "RssAnon:");
+    let file_kib = proc_status_kib(&agent, "RssFile:");
+    let binary_mib = std::fs::metadata(BIN).map(|m| m.len()).unwrap_or(0) as f64 / 1024.0 / 1024.0;
+
+    let section = format!(
+        "## Node agent: {FILES} files and {UNITS} units in a real systemd\n\n\
+         Command: `cargo bench --bench agent` (agent built in the bench profile, running as \
+         `gardener-node-agent.service` in systemd-nspawn with RBAC-limited credentials; real \
+         kube-apiserver {kube} + etcd on loopback; {cores} cores). Times are taken from the \
+         secret write to the Node's `checksum/cloud-config-data` annotation as seen by a watch. \
+         Each unit is a service with a drop-in and one file in `filePaths`.\n\n\
+         | measure | result | target |\n|---|---|---|\n\
+         | first apply: {FILES} files + {UNITS} units written, enabled, started; Node reports the checksum | {first_apply:.2?} | — |\n\
+         | change one file → applied (its unit restarted), p50 over {ROUNDS} rounds | {p50:.0?} | < 1 s |\n\
+         | same, p90 / max | {p90:.0?} / {max:.0?} | — |\n\
+         | agent idle RSS (VmRSS, 10 s idle after the rounds) | {idle:.1} MiB | < 15 MiB (missed) |\n\
+         | — of it anonymous (heap, stacks: RssAnon) / file-backed (binary and libraries: RssFile) | {anon:.1} MiB / {file:.1} MiB | — |\n\
+         | agent RSS right after start, before any OSC (anonymous part) | {start:.1} MiB ({start_anon:.1} MiB) | — |\n\
+         | agent peak RSS (VmHWM) | {peak:.1} MiB | — |\n\n\
+         The idle target is missed because of the file-backed part: the agent is the \
+         {binary:.0} MiB `gardener-extension-node` binary shared by all subcommands, and the \
+         pages of its code and read-only data that are mapped (the kernel maps file pages \
+         around each one touched, up to 64 KiB at a time) count as resident even though they \
+         are clean, shared with the page cache and reclaimable. The agent's own allocations \
+         are the anonymous part; after the rounds with a {osc_kib} KiB `osc.yaml` it includes \
+         what the allocator kept from them.\n\n\
+         Measured on {date}.\n",
+        kube = "v1.36.3",
+        cores = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(0),
+        idle = idle_kib as f64 / 1024.0,
+        anon = anon_kib as f64 / 1024.0,
+        file = file_kib as f64 / 1024.0,
+        start = start_kib as f64 / 1024.0,
+        start_anon = start_anon_kib as f64 / 1024.0,
+        binary = binary_mib,
+        osc_kib = osc(0).len() / 1024,
+        peak = peak_kib as f64 / 1024.0,
+        date = chrono::Utc::now().format("%Y-%m-%d"),
+    );
+    println!("{section}");
+    support::benchmarks::write_section("agent", &section);
+}

@@ -1,0 +1,1080 @@
+//! Applying one OperatingSystemConfig to the node (§6.3 steps 7–24 of the node-agent
+//! reference), through [`Host`], resumable after a crash at any point.
+//!
+//! Order, each step completing items of the [`Journal`] and rewriting it after every item:
+//!
+//! 1. Load the journal if it is for this checksum, else compute it ([`changes::compute`])
+//!    and write it before anything else.
+//! 2. containerd (when `criConfig.containerd` is set): folders, `config.toml` from
+//!    `containerd config default` when missing, the `criConfig` settings; a config whose
+//!    text changed marks containerd for restart.
+//! 3. The agent's own unit in the command list becomes `mustRestartNodeAgent`.
+//! 4. Changed files: inline and `secretRef` content, then `imageRef` extraction.
+//! 5. Registry `hosts.toml` files.
+//! 6. Changed units: unit file, drop-ins, enable/disable.
+//! 7. Deleted units: with content → disable, stop, delete; drop-in only → delete its
+//!    drop-ins and restart it (if systemd knows it).
+//! 8. `daemon-reload` (always; cheap, and a resumed run may have written unit files).
+//! 9. `mustRestartNodeAgent` → clear it and return [`Outcome::RestartSelf`]; the caller exits
+//!    and the next process resumes from the journal.
+//! 10. Unit commands in parallel, each waiting for its job; containerd restarted after them
+//!     when its config changed and no command restarted it.
+//! 11. Removed registries, then removed files.
+//! 12. `last-applied-osc.yaml`.
+//!
+//! The journal carries the items themselves (gardener-node-agent's format), so a resumed
+//! run — ours or gardener-node-agent's — needs nothing but the journal and the secret.
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use crate::api::operatingsystemconfig::{DropIn, File, UnitCommand};
+use crate::containerd::cri::{self, CriSettings};
+use crate::containerd::{ContainerdConfig, DEFAULT_CONFIG};
+
+use super::changes::{self, Side};
+use super::host::{Host, HostError};
+use super::journal::{self, CommandEntry, Journal};
+use super::osc::{self, Effective, NodeOsc};
+use super::paths::{Paths, STATE_FILE_MODE};
+
+/// Mode of files without `permissions`.
+pub const DEFAULT_FILE_MODE: u32 = 0o600;
+/// Mode of unit files and drop-ins.
+pub const UNIT_FILE_MODE: u32 = 0o600;
+/// Mode of containerd's config and registry files.
+pub const CONTAINERD_FILE_MODE: u32 = 0o644;
+/// The containerd unit.
+pub const CONTAINERD_UNIT: &str = "containerd.service";
+/// The drop-in that puts container runtime binaries on containerd's `PATH`.
+pub const CONTAINERD_PATH_DROP_IN: &str = "30-env_config.conf";
+
+/// Reads `secretRef` file content (a GET of `kube-system/<name>` on a node).
+pub trait Secrets: Send + Sync {
+    /// The bytes under `key` of secret `name`.
+    fn secret_data(
+        &self,
+        name: &str,
+        key: &str,
+    ) -> impl std::future::Future<Output = Result<Vec<u8>, String>> + Send;
+}
+
+/// Why an apply stopped. The journal keeps what is left; the next attempt resumes there.
+#[derive(Debug, thiserror::Error)]
+pub enum ApplyError {
+    /// A host operation failed.
+    #[error("{step}")]
+    Host {
+        /// The step.
+        step: String,
+        /// Cause.
+        #[source]
+        source: HostError,
+    },
+    /// A `secretRef` could not be read.
+    #[error("file {path}: reading secret {secret} key {key}: {message}")]
+    Secret {
+        /// The file.
+        path: String,
+        /// The secret name.
+        secret: String,
+        /// The data key.
+        key: String,
+        /// What went wrong.
+        message: String,
+    },
+    /// The journal or the last-applied OSC could not be serialised.
+    #[error("serialising {what}: {message}")]
+    Encode {
+        /// What.
+        what: &'static str,
+        /// The serde message.
+        message: String,
+    },
+    /// containerd's config could not be edited (invalid TOML, unknown version, ...).
+    #[error("containerd config {path}: {source}")]
+    Containerd {
+        /// The file.
+        path: String,
+        /// Cause.
+        #[source]
+        source: crate::containerd::Error,
+    },
+    /// Unit jobs failed; they stay in the journal.
+    #[error("unit jobs failed: {}", .0.iter().map(|(unit, error)| format!("{unit}: {error}")).collect::<Vec<_>>().join("; "))]
+    Commands(Vec<(String, String)>),
+}
+
+impl ApplyError {
+    /// Short label for metrics.
+    pub fn category(&self) -> &'static str {
+        match self {
+            ApplyError::Host { .. } => "host",
+            ApplyError::Secret { .. } => "secret",
+            ApplyError::Encode { .. } => "encode",
+            ApplyError::Containerd { .. } => "containerd-config",
+            ApplyError::Commands(_) => "unit-job",
+        }
+    }
+}
+
+/// What an apply did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Summary {
+    /// The journal on disk was for this checksum and was continued.
+    pub resumed: bool,
+    /// Files written.
+    pub files_written: Vec<String>,
+    /// Files deleted.
+    pub files_deleted: Vec<String>,
+    /// Units whose file, drop-ins or enablement were written.
+    pub units_written: Vec<String>,
+    /// Units removed.
+    pub units_deleted: Vec<String>,
+    /// Jobs that ran, in completion order.
+    pub commands: Vec<CommandEntry>,
+    /// containerd's config.toml was rewritten.
+    pub containerd_config_written: bool,
+}
+
+/// The result of [`apply`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Everything is applied and `last-applied-osc.yaml` written.
+    Applied(Summary),
+    /// The agent's own unit changed: daemon-reload is done, the process must exit now so
+    /// systemd starts the new one, which resumes from the journal.
+    RestartSelf(Summary),
+}
+
+/// What to apply.
+#[derive(Debug, Clone, Copy)]
+pub struct Input<'a> {
+    /// The secret's `checksum/data-script`.
+    pub checksum: &'a str,
+    /// The OSC (with the agent's injected drop-ins), validated.
+    pub osc: &'a NodeOsc,
+    /// Its merged view.
+    pub effective: &'a Effective,
+    /// The last applied OSC and its merged view, if any.
+    pub last_applied: Option<(&'a NodeOsc, &'a Effective)>,
+    /// The agent's own unit (changing it means exiting after daemon-reload).
+    pub own_unit: &'a str,
+    /// Where state and units go.
+    pub paths: &'a Paths,
+}
+
+/// Adds the agent's `containerd.service` drop-in to an OSC with containerd configuration:
+/// `PATH` starts with `/var/bin/containerruntimes`, where runtime binaries (e.g. runsc's
+/// shim) are installed. A fixed rest of the `PATH` keeps the drop-in identical on every
+/// node and run.
+pub fn inject_containerd_drop_in(osc: &mut NodeOsc) {
+    if changes::containerd_config(osc).is_none() {
+        return;
+    }
+    let content = format!(
+        "[Service]\nEnvironment=\"PATH={}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\"\n",
+        crate::api::constants::CONTAINER_RUNTIME_BINARY_PATH
+    );
+    osc::inject_drop_in(
+        osc,
+        CONTAINERD_UNIT,
+        DropIn {
+            name: CONTAINERD_PATH_DROP_IN.to_string(),
+            content,
+        },
+    );
+}
+
+/// Applies `input` (see the module docs). Idempotent: an OSC that is already applied
+/// resumes an empty journal and changes nothing.
+pub async fn apply<H: Host, S: Secrets>(
+    host: &H,
+    secrets: &S,
+    input: Input<'_>,
+) -> Result<Outcome, ApplyError> {
+    let paths = input.paths;
+    let mut summary = Summary::default();
+
+    // 1. Journal.
+    let on_disk = host
+        .read(&paths.journal())
+        .map_err(host_error("reading the journal"))?;
+    let on_disk = on_disk.map(|bytes| String::from_utf8_lossy(&bytes).into_owned());
+    let journal = match journal::resumable(on_disk.as_deref(), input.checksum) {
+        Some(journal) => {
+            summary.resumed = true;
+            journal
+        }
+        None => {
+            let old = input
+                .last_applied
+                .map(|(osc, effective)| Side { osc, effective });
+            let journal = changes::compute(
+                old,
+                Side {
+                    osc: input.osc,
+                    effective: input.effective,
+                },
+                input.checksum,
+            );
+            persist(host, paths, &journal)?;
+            journal
+        }
+    };
+    let journal = Mutex::new(journal);
+    let update = |change: &dyn Fn(&mut Journal)| -> Result<(), ApplyError> {
+        let mut guard = journal.lock().unwrap_or_else(|e| e.into_inner());
+        change(&mut guard);
+        persist(host, paths, &guard)
+    };
+    let snapshot = || journal.lock().unwrap_or_else(|e| e.into_inner()).clone();
+
+    // 2. containerd.
+    if changes::containerd_config(input.osc).is_some()
+        && ensure_containerd_config(host, input.osc).await?
+    {
+        summary.containerd_config_written = true;
+        update(&|j| j.containerd.config_file_changed = true)?;
+    }
+
+    // 3. The agent's own unit.
+    if snapshot()
+        .units
+        .commands
+        .iter()
+        .any(|c| c.name == input.own_unit)
+    {
+        update(&|j| {
+            j.take_command(input.own_unit);
+            j.must_restart_node_agent = true;
+        })?;
+    }
+
+    // 4. Files: inline and secretRef first, then imageRef (the slow ones).
+    for images in [false, true] {
+        for file in snapshot().files.changed {
+            if file.content.image_ref.is_some() != images {
+                continue;
+            }
+            write_file(host, secrets, &file).await?;
+            summary.files_written.push(file.path.clone());
+            update(&|j| j.complete_file_changed(&file.path))?;
+        }
+    }
+
+    // 5. Registries.
+    for registry in snapshot().containerd.registries.desired {
+        let path = Path::new(cri::CERTS_DIR)
+            .join(&registry.upstream)
+            .join("hosts.toml");
+        host.write(
+            &path,
+            cri::render_hosts_toml(&registry).as_bytes(),
+            CONTAINERD_FILE_MODE,
+        )
+        .map_err(host_error(format!("writing {}", path.display())))?;
+        update(&|j| j.complete_registry_desired(&registry.upstream))?;
+    }
+
+    // 6. Changed units.
+    for changed in snapshot().units.changed {
+        let name = changed.unit.name.as_str();
+        // gardener-node-agent removes completed drop-ins from the journal's unit, so whether
+        // the unit has drop-ins is taken from the OSC itself when it is there.
+        let unit = input.effective.unit(name).unwrap_or(&changed.unit);
+        if let Some(content) = &unit.content {
+            write_if_different(
+                host,
+                &paths.unit_file(name),
+                content.as_bytes(),
+                UNIT_FILE_MODE,
+            )?;
+        }
+        for drop_in in &changed.drop_ins_changes.changed {
+            write_if_different(
+                host,
+                &paths.drop_in(name, &drop_in.name),
+                drop_in.content.as_bytes(),
+                UNIT_FILE_MODE,
+            )?;
+            update(&|j| j.complete_drop_in_changed(name, &drop_in.name))?;
+        }
+        for drop_in in &changed.drop_ins_changes.deleted {
+            let path = paths.drop_in(name, &drop_in.name);
+            host.remove_file(&path)
+                .map_err(host_error(format!("removing {}", path.display())))?;
+            update(&|j| j.complete_drop_in_deleted(name, &drop_in.name))?;
+        }
+        if unit.drop_ins.is_empty() {
+            let dir = paths.drop_in_dir(name);
+            host.remove_dir_if_empty(&dir)
+                .map_err(host_error(format!("removing {}", dir.display())))?;
+        }
+        if name == input.own_unit || unit.enable != Some(false) {
+            host.enable_unit(name)
+                .await
+                .map_err(host_error(format!("enabling {name}")))?;
+        } else {
+            host.disable_unit(name)
+                .await
+                .map_err(host_error(format!("disabling {name}")))?;
+        }
+        summary.units_written.push(name.to_string());
+        update(&|j| j.complete_unit_changed(name))?;
+    }
+
+    // 7. Deleted units.
+    for old in snapshot().units.deleted {
+        let name = old.name.as_str();
+        let unit_file = paths.unit_file(name);
+        let has_file = old.content.is_some()
+            && host
+                .read(&unit_file)
+                .map_err(host_error(format!("reading {}", unit_file.display())))?
+                .is_some();
+        if has_file {
+            host.disable_unit(name)
+                .await
+                .map_err(host_error(format!("disabling {name}")))?;
+            host.unit_job(name, UnitCommand::Stop)
+                .await
+                .map_err(host_error(format!("stopping {name}")))?;
+            host.remove_file(&unit_file)
+                .map_err(host_error(format!("removing {}", unit_file.display())))?;
+        }
+        for drop_in in &old.drop_ins {
+            let path = paths.drop_in(name, &drop_in.name);
+            host.remove_file(&path)
+                .map_err(host_error(format!("removing {}", path.display())))?;
+        }
+        let dir = paths.drop_in_dir(name);
+        host.remove_dir_if_empty(&dir)
+            .map_err(host_error(format!("removing {}", dir.display())))?;
+        // A unit we only added drop-ins to stays, but must run without them. (Upstream
+        // restarts it only when its file is in /etc/systemd/system; any unit systemd knows
+        // is restarted here.)
+        let then = if old.content.is_none()
+            && !old.drop_ins.is_empty()
+            && host
+                .unit_known(name)
+                .await
+                .map_err(host_error(format!("looking up {name}")))?
+        {
+            Some(CommandEntry {
+                name: name.to_string(),
+                command: UnitCommand::Restart,
+            })
+        } else {
+            None
+        };
+        summary.units_deleted.push(name.to_string());
+        update(&|j| j.complete_unit_deleted(name, then.clone()))?;
+    }
+
+    // 8. Reload.
+    host.daemon_reload()
+        .await
+        .map_err(host_error("daemon-reload"))?;
+
+    // 9. Our own unit changed: exit, the next process continues.
+    if snapshot().must_restart_node_agent {
+        update(&|j| j.must_restart_node_agent = false)?;
+        return Ok(Outcome::RestartSelf(summary));
+    }
+
+    // 10. Unit jobs, in parallel.
+    let commands = snapshot().units.commands;
+    let jobs = commands.iter().map(|command| async {
+        let result = host.unit_job(&command.name, command.command).await;
+        if result.is_ok() {
+            update(&|j| j.complete_command(&command.name))?;
+        }
+        Ok::<_, ApplyError>((command.clone(), result))
+    });
+    let mut failures = Vec::new();
+    for outcome in futures::future::join_all(jobs).await {
+        let (command, result) = outcome?;
+        match result {
+            Ok(()) => summary.commands.push(command),
+            Err(error) => failures.push((command.name, super::error_chain(&error))),
+        }
+    }
+    if !failures.is_empty() {
+        return Err(ApplyError::Commands(failures));
+    }
+    if snapshot().containerd.config_file_changed {
+        if !commands.iter().any(|c| c.name == CONTAINERD_UNIT) {
+            host.unit_job(CONTAINERD_UNIT, UnitCommand::Restart)
+                .await
+                .map_err(|error| {
+                    ApplyError::Commands(vec![(
+                        CONTAINERD_UNIT.to_string(),
+                        super::error_chain(&error),
+                    )])
+                })?;
+            summary.commands.push(CommandEntry {
+                name: CONTAINERD_UNIT.to_string(),
+                command: UnitCommand::Restart,
+            });
+        }
+        update(&|j| j.containerd.config_file_changed = false)?;
+    }
+
+    // 11. Removed registries, then removed files.
+    for registry in snapshot().containerd.registries.deleted {
+        let dir = Path::new(cri::CERTS_DIR).join(&registry.upstream);
+        host.remove_dir_all(&dir)
+            .map_err(host_error(format!("removing {}", dir.display())))?;
+        update(&|j| j.complete_registry_deleted(&registry.upstream))?;
+    }
+    for file in snapshot().files.deleted {
+        host.remove_file(Path::new(&file.path))
+            .map_err(host_error(format!("removing {}", file.path)))?;
+        summary.files_deleted.push(file.path.clone());
+        update(&|j| j.complete_file_deleted(&file.path))?;
+    }
+
+    // 12. Record.
+    let text = osc::encode(input.osc).map_err(|error| ApplyError::Encode {
+        what: "last-applied-osc.yaml",
+        message: error.to_string(),
+    })?;
+    host.write(&paths.last_applied(), text.as_bytes(), STATE_FILE_MODE)
+        .map_err(host_error("writing last-applied-osc.yaml"))?;
+    Ok(Outcome::Applied(summary))
+}
+
+/// The bytes a file should have; `None` for `imageRef` files (extracted, not computed).
+pub async fn file_content<S: Secrets>(
+    secrets: &S,
+    file: &File,
+) -> Result<Option<Vec<u8>>, ApplyError> {
+    if let Some(inline) = &file.content.inline {
+        // Validated before apply; a decode error here would be a bug, reported as such.
+        return osc::decode_inline(inline)
+            .map(Some)
+            .map_err(|message| ApplyError::Encode {
+                what: "inline content",
+                message,
+            });
+    }
+    if let Some(reference) = &file.content.secret_ref {
+        return secrets
+            .secret_data(&reference.name, &reference.data_key)
+            .await
+            .map(Some)
+            .map_err(|message| ApplyError::Secret {
+                path: file.path.clone(),
+                secret: reference.name.clone(),
+                key: reference.data_key.clone(),
+                message,
+            });
+    }
+    Ok(None)
+}
+
+/// The mode a file gets.
+pub fn file_mode(file: &File) -> u32 {
+    file.permissions.unwrap_or(DEFAULT_FILE_MODE) & 0o7777
+}
+
+/// Writes one OSC file from its source.
+pub async fn write_file<H: Host, S: Secrets>(
+    host: &H,
+    secrets: &S,
+    file: &File,
+) -> Result<(), ApplyError> {
+    let path = PathBuf::from(&file.path);
+    let mode = file_mode(file);
+    match file_content(secrets, file).await? {
+        Some(content) => host
+            .write(&path, &content, mode)
+            .map_err(host_error(format!("writing {}", file.path))),
+        None => match &file.content.image_ref {
+            Some(image) => host
+                .extract_image_file(&image.image, &image.file_path_in_image, &path, mode)
+                .await
+                .map_err(host_error(format!(
+                    "extracting {} from {}",
+                    image.file_path_in_image, image.image
+                ))),
+            None => Ok(()),
+        },
+    }
+}
+
+/// Writes a unit file or drop-in unless it has those bytes; sets the mode either way.
+pub fn write_if_different<H: Host>(
+    host: &H,
+    path: &Path,
+    content: &[u8],
+    mode: u32,
+) -> Result<bool, ApplyError> {
+    let what = || format!("writing {}", path.display());
+    let current = host.read(path).map_err(host_error(what()))?;
+    if current.as_deref() == Some(content) {
+        if host.mode(path).map_err(host_error(what()))? != Some(mode) {
+            host.set_mode(path, mode).map_err(host_error(what()))?;
+        }
+        return Ok(false);
+    }
+    host.write(path, content, mode)
+        .map_err(host_error(what()))?;
+    Ok(true)
+}
+
+/// Brings `config.toml` in line with `criConfig` (§6.8); returns whether it was rewritten.
+pub async fn ensure_containerd_config<H: Host>(
+    host: &H,
+    osc: &NodeOsc,
+) -> Result<bool, ApplyError> {
+    let Some(containerd) = changes::containerd_config(osc) else {
+        return Ok(false);
+    };
+    for dir in [
+        crate::api::constants::CONTAINER_RUNTIME_BINARY_PATH,
+        "/etc/containerd",
+        cri::CONF_D_DIR,
+        cri::CERTS_DIR,
+    ] {
+        host.create_dir_all(Path::new(dir))
+            .map_err(host_error(format!("creating {dir}")))?;
+    }
+    let config_path = Path::new(cri::CONFIG_FILE);
+    let current = host
+        .read(config_path)
+        .map_err(host_error("reading containerd's config"))?
+        .map(|bytes| String::from_utf8_lossy(&bytes).into_owned());
+    let base = match current.as_deref() {
+        Some(text) if !text.trim().is_empty() => text.to_string(),
+        _ => match host.containerd_default_config().await {
+            Ok(text) if !text.trim().is_empty() => text,
+            Ok(_) => DEFAULT_CONFIG.to_string(),
+            Err(error) => {
+                tracing::warn!(%error, "`containerd config default` failed; starting from a minimal config");
+                DEFAULT_CONFIG.to_string()
+            }
+        },
+    };
+    let containerd_error = |source| ApplyError::Containerd {
+        path: cri::CONFIG_FILE.to_string(),
+        source,
+    };
+    let mut config = ContainerdConfig::parse(&base).map_err(containerd_error)?;
+    let cni_bin_dirs = host
+        .containerd_version()
+        .await
+        .is_some_and(|version| version >= (2, 2));
+    let systemd_cgroup = osc
+        .spec
+        .cri_config
+        .as_ref()
+        .and_then(|c| c.cgroup_driver)
+        .map(|driver| driver == crate::api::operatingsystemconfig::CgroupDriver::Systemd);
+    let edits = config
+        .apply_cri(&CriSettings {
+            sandbox_image: &containerd.sandbox_image,
+            systemd_cgroup,
+            plugins: &containerd.plugins,
+            cni_bin_dirs,
+        })
+        .map_err(containerd_error)?;
+    let rendered = config.render();
+    if current.as_deref() == Some(rendered.as_str()) {
+        return Ok(false);
+    }
+    host.write(config_path, rendered.as_bytes(), CONTAINERD_FILE_MODE)
+        .map_err(host_error("writing containerd's config"))?;
+    tracing::info!(
+        path = cri::CONFIG_FILE,
+        ?edits,
+        created = current.is_none(),
+        "containerd config written"
+    );
+    Ok(true)
+}
+
+fn persist<H: Host>(host: &H, paths: &Paths, journal: &Journal) -> Result<(), ApplyError> {
+    let text = journal.render().map_err(|error| ApplyError::Encode {
+        what: "the journal",
+        message: error.to_string(),
+    })?;
+    host.write(&paths.journal(), text.as_bytes(), STATE_FILE_MODE)
+        .map_err(host_error("writing the journal"))
+}
+
+fn host_error(step: impl Into<String>) -> impl FnOnce(HostError) -> ApplyError {
+    let step = step.into();
+    move |source| ApplyError::Host { step, source }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::agent::journal::ChangedUnit;
+    use crate::agent::osc::effective;
+    use crate::agent::testing::{
+        FakeHost, MapSecrets, Op, drop_in, inline_file, secret_file, unit,
+    };
+    use crate::api::operatingsystemconfig::{
+        CgroupDriver, ContainerdConfig as OscContainerd, CriConfig, CriName,
+    };
+
+    const OWN: &str = "gardener-node-agent.service";
+
+    fn paths() -> Paths {
+        Paths::new("/var/lib/gardener-node-agent")
+    }
+
+    fn secrets() -> MapSecrets {
+        MapSecrets(
+            [(
+                ("creds".to_string(), "token".to_string()),
+                b"s3cret".to_vec(),
+            )]
+            .into(),
+        )
+    }
+
+    /// An OSC with a file per content kind, a unit with a drop-in reading one file, and a
+    /// stopped unit.
+    fn base_osc() -> NodeOsc {
+        let mut osc = NodeOsc::default();
+        let mut plain = inline_file("/etc/app/plain.conf", "plain $HOME");
+        plain.permissions = Some(0o644);
+        osc.spec.files.push(plain);
+        let mut b64 = inline_file("/etc/app/b64.bin", "aGVsbG8=");
+        if let Some(inline) = b64.content.inline.as_mut() {
+            inline.encoding = "b64".into();
+        }
+        osc.spec.files.push(b64);
+        osc.spec
+            .files
+            .push(secret_file("/etc/app/token", "creds", "token"));
+        let mut app = unit("app.service");
+        app.content = Some("[Service]\nExecStart=/bin/app\n".into());
+        app.drop_ins
+            .push(drop_in("10-env.conf", "[Service]\nEnvironment=A=1\n"));
+        app.file_paths.push("/etc/app/plain.conf".into());
+        osc.spec.units.push(app);
+        let mut other = unit("other.service");
+        other.content = Some("[Service]\nExecStart=/bin/other\n".into());
+        other.file_paths.push("/etc/app/b64.bin".into());
+        osc.spec.units.push(other);
+        let mut stopped = unit("stopped.service");
+        stopped.content = Some("[Service]\nExecStart=/bin/stopped\n".into());
+        stopped.enable = Some(false);
+        osc.spec.units.push(stopped);
+        osc
+    }
+
+    async fn run(
+        host: &FakeHost,
+        osc: &NodeOsc,
+        checksum: &str,
+        last: Option<&NodeOsc>,
+    ) -> Result<Outcome, ApplyError> {
+        let effective_new = effective(osc, "node");
+        let last_effective = last.map(|osc| effective(osc, "node"));
+        let paths = paths();
+        apply(
+            host,
+            &secrets(),
+            Input {
+                checksum,
+                osc,
+                effective: &effective_new,
+                last_applied: last.zip(last_effective.as_ref()),
+                own_unit: OWN,
+                paths: &paths,
+            },
+        )
+        .await
+    }
+
+    fn journal_on(host: &FakeHost) -> Journal {
+        Journal::parse(
+            &host
+                .content("/var/lib/gardener-node-agent/last-computed-osc-changes.yaml")
+                .unwrap(),
+        )
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn first_apply_writes_everything_and_records_it() {
+        let host = FakeHost::default();
+        let osc = base_osc();
+        let Outcome::Applied(summary) = run(&host, &osc, "c1", None).await.unwrap() else {
+            panic!("no self-restart expected");
+        };
+        assert!(!summary.resumed);
+        assert_eq!(
+            host.content("/etc/app/plain.conf").as_deref(),
+            Some("plain $HOME")
+        );
+        assert_eq!(host.file_mode("/etc/app/plain.conf"), Some(0o644));
+        assert_eq!(host.content("/etc/app/b64.bin").as_deref(), Some("hello"));
+        assert_eq!(
+            host.file_mode("/etc/app/b64.bin"),
+            Some(0o600),
+            "default mode"
+        );
+        assert_eq!(host.content("/etc/app/token").as_deref(), Some("s3cret"));
+        assert_eq!(
+            host.content("/etc/systemd/system/app.service").as_deref(),
+            Some("[Service]\nExecStart=/bin/app\n")
+        );
+        assert_eq!(
+            host.file_mode("/etc/systemd/system/app.service"),
+            Some(0o600)
+        );
+        assert!(
+            host.content("/etc/systemd/system/app.service.d/10-env.conf")
+                .is_some()
+        );
+        let ops = host.take_ops();
+        assert!(ops.contains(&Op::Enable("app.service".into())));
+        assert!(ops.contains(&Op::Disable("stopped.service".into())));
+        let reload = ops.iter().position(|op| *op == Op::Reload).unwrap();
+        let first_job = ops.iter().position(|op| matches!(op, Op::Job(..))).unwrap();
+        assert!(reload < first_job, "jobs run after daemon-reload: {ops:?}");
+        assert_eq!(
+            FakeHost::jobs(&ops),
+            [
+                ("app.service".to_string(), UnitCommand::Restart),
+                ("other.service".to_string(), UnitCommand::Restart),
+                ("stopped.service".to_string(), UnitCommand::Stop)
+            ]
+        );
+        assert!(journal_on(&host).is_empty());
+        assert_eq!(journal_on(&host).operating_system_config_checksum, "c1");
+        let recorded = osc::decode(
+            host.content("/var/lib/gardener-node-agent/last-applied-osc.yaml")
+                .unwrap()
+                .as_bytes(),
+        )
+        .unwrap();
+        assert_eq!(recorded.spec, osc.spec);
+
+        // The same checksum again: nothing is written or restarted.
+        host.take_writes();
+        let Outcome::Applied(again) = run(&host, &osc, "c1", Some(&osc)).await.unwrap() else {
+            panic!()
+        };
+        assert!(again.resumed && again.commands.is_empty() && again.files_written.is_empty());
+        assert_eq!(FakeHost::jobs(&host.take_ops()), []);
+        assert_eq!(
+            host.take_writes(),
+            [PathBuf::from(
+                "/var/lib/gardener-node-agent/last-applied-osc.yaml"
+            )]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_changed_file_restarts_only_its_units() {
+        let host = FakeHost::default();
+        let old = base_osc();
+        run(&host, &old, "c1", None).await.unwrap();
+        host.take_ops();
+        let mut new = old.clone();
+        new.spec.files[0] = inline_file("/etc/app/plain.conf", "changed");
+        let Outcome::Applied(summary) = run(&host, &new, "c2", Some(&old)).await.unwrap() else {
+            panic!()
+        };
+        assert_eq!(summary.files_written, ["/etc/app/plain.conf"]);
+        assert_eq!(
+            FakeHost::jobs(&host.take_ops()),
+            [("app.service".to_string(), UnitCommand::Restart)]
+        );
+        assert_eq!(
+            host.file_mode("/etc/app/plain.conf"),
+            Some(0o600),
+            "permissions dropped → default"
+        );
+    }
+
+    #[tokio::test]
+    async fn removed_units_and_files() {
+        let host = FakeHost::default();
+        let mut old = base_osc();
+        let mut drop_in_only = unit("os.service");
+        drop_in_only
+            .drop_ins
+            .push(drop_in("50-x.conf", "[Service]\n"));
+        old.spec.units.push(drop_in_only);
+        run(&host, &old, "c1", None).await.unwrap();
+        host.take_ops();
+        host.known_units.lock().unwrap().insert("os.service".into());
+
+        let mut new = old.clone();
+        new.spec
+            .units
+            .retain(|u| u.name != "other.service" && u.name != "os.service");
+        new.spec.files.retain(|f| f.path != "/etc/app/token");
+        let Outcome::Applied(summary) = run(&host, &new, "c2", Some(&old)).await.unwrap() else {
+            panic!()
+        };
+        assert_eq!(summary.units_deleted, ["other.service", "os.service"]);
+        assert_eq!(summary.files_deleted, ["/etc/app/token"]);
+        assert!(host.content("/etc/app/token").is_none());
+        assert!(host.content("/etc/systemd/system/other.service").is_none());
+        assert!(
+            host.content("/etc/systemd/system/os.service.d/50-x.conf")
+                .is_none()
+        );
+        let ops = host.take_ops();
+        let disable = ops
+            .iter()
+            .position(|op| *op == Op::Disable("other.service".into()))
+            .unwrap();
+        let stop = ops
+            .iter()
+            .position(|op| *op == Op::Job("other.service".into(), UnitCommand::Stop))
+            .unwrap();
+        assert!(disable < stop);
+        assert_eq!(
+            FakeHost::jobs(&ops),
+            [
+                ("os.service".to_string(), UnitCommand::Restart),
+                ("other.service".to_string(), UnitCommand::Stop)
+            ],
+            "the drop-in-only unit is restarted without its drop-in: {ops:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn resumes_only_what_the_journal_has_left() {
+        let host = FakeHost::default();
+        let osc = base_osc();
+        // A previous process wrote every file and unit, then died during the jobs: only
+        // other.service is left.
+        let left = Journal {
+            operating_system_config_checksum: "c1".into(),
+            units: crate::agent::journal::UnitChanges {
+                commands: vec![CommandEntry {
+                    name: "other.service".into(),
+                    command: UnitCommand::Restart,
+                }],
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        host.put(
+            "/var/lib/gardener-node-agent/last-computed-osc-changes.yaml",
+            &left.render().unwrap(),
+            0o600,
+        );
+        let Outcome::Applied(summary) = run(&host, &osc, "c1", None).await.unwrap() else {
+            panic!()
+        };
+        assert!(summary.resumed);
+        assert!(summary.files_written.is_empty(), "no file rewritten");
+        assert!(host.content("/etc/app/plain.conf").is_none());
+        assert_eq!(
+            FakeHost::jobs(&host.take_ops()),
+            [("other.service".to_string(), UnitCommand::Restart)]
+        );
+        assert!(journal_on(&host).is_empty());
+    }
+
+    /// A journal gardener-node-agent left behind (its own unit replaced by ours): the rest of
+    /// its work is done from the journal alone.
+    #[tokio::test]
+    async fn finishes_what_gardener_node_agent_started() {
+        let host = FakeHost::default();
+        let go_journal = "containerd:\n  configFileChanged: false\n  registries: {}\nfiles:\n  changed:\n  - content:\n      inline:\n        data: bGVmdA==\n        encoding: b64\n    path: /etc/app/b64.bin\ninPlaceUpdates:\n  operatingSystem: false\nmustRestartNodeAgent: false\noperatingSystemConfigChecksum: c1\nunits:\n  commands:\n  - command: restart\n    name: other.service\n";
+        host.put(
+            "/var/lib/gardener-node-agent/last-computed-osc-changes.yaml",
+            go_journal,
+            0o600,
+        );
+        let Outcome::Applied(summary) = run(&host, &base_osc(), "c1", None).await.unwrap() else {
+            panic!()
+        };
+        assert!(summary.resumed);
+        assert_eq!(summary.files_written, ["/etc/app/b64.bin"]);
+        assert_eq!(host.content("/etc/app/b64.bin").as_deref(), Some("left"));
+        assert_eq!(
+            FakeHost::jobs(&host.take_ops()),
+            [("other.service".to_string(), UnitCommand::Restart)]
+        );
+        assert!(journal_on(&host).is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_journal_for_another_checksum_is_replaced() {
+        let host = FakeHost::default();
+        let stale = Journal {
+            operating_system_config_checksum: "old".into(),
+            units: crate::agent::journal::UnitChanges {
+                changed: vec![ChangedUnit {
+                    unit: unit("ghost.service"),
+                    drop_ins_changes: Default::default(),
+                }],
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        host.put(
+            "/var/lib/gardener-node-agent/last-computed-osc-changes.yaml",
+            &stale.render().unwrap(),
+            0o600,
+        );
+        let Outcome::Applied(summary) = run(&host, &base_osc(), "c1", None).await.unwrap() else {
+            panic!()
+        };
+        assert!(!summary.resumed);
+        assert_eq!(summary.files_written.len(), 3);
+        assert!(
+            !host
+                .take_ops()
+                .contains(&Op::Enable("ghost.service".into()))
+        );
+    }
+
+    #[tokio::test]
+    async fn a_failed_job_stays_in_the_journal_and_is_retried_alone() {
+        let host = FakeHost::default();
+        host.failing_jobs
+            .lock()
+            .unwrap()
+            .insert("other.service".into());
+        let osc = base_osc();
+        let error = run(&host, &osc, "c1", None).await.unwrap_err();
+        assert!(
+            matches!(&error, ApplyError::Commands(failed) if failed.len() == 1 && failed[0].0 == "other.service"),
+            "{error}"
+        );
+        assert_eq!(error.category(), "unit-job");
+        let journal = journal_on(&host);
+        assert_eq!(journal.remaining(), 1, "{journal:?}");
+        assert!(
+            host.content("/var/lib/gardener-node-agent/last-applied-osc.yaml")
+                .is_none(),
+            "not recorded as applied"
+        );
+        host.take_ops();
+        host.failing_jobs.lock().unwrap().clear();
+        run(&host, &osc, "c1", None).await.unwrap();
+        let ops = host.take_ops();
+        assert_eq!(ops[0], Op::Reload, "retry reloads first: {ops:?}");
+        assert_eq!(
+            FakeHost::jobs(&ops),
+            [("other.service".to_string(), UnitCommand::Restart)]
+        );
+    }
+
+    #[tokio::test]
+    async fn own_unit_change_exits_after_reload_and_the_next_run_finishes() {
+        let host = FakeHost::default();
+        let mut osc = base_osc();
+        let mut own = unit(OWN);
+        own.content = Some("[Service]\nExecStart=/opt/bin/agent\n".into());
+        osc.spec.units.push(own);
+        let Outcome::RestartSelf(_) = run(&host, &osc, "c1", None).await.unwrap() else {
+            panic!("expected a self-restart");
+        };
+        let ops = host.take_ops();
+        assert_eq!(ops.last(), Some(&Op::Reload));
+        assert!(FakeHost::jobs(&ops).is_empty(), "no job before the restart");
+        let journal = journal_on(&host);
+        assert!(!journal.must_restart_node_agent);
+        assert!(!journal.units.commands.iter().any(|c| c.name == OWN));
+        assert_eq!(journal.units.commands.len(), 3);
+
+        // The new process resumes: the remaining jobs run, the own unit is not restarted.
+        let Outcome::Applied(summary) = run(&host, &osc, "c1", None).await.unwrap() else {
+            panic!()
+        };
+        assert!(summary.resumed);
+        let jobs = FakeHost::jobs(&host.take_ops());
+        assert_eq!(jobs.len(), 3);
+        assert!(!jobs.iter().any(|(name, _)| name == OWN));
+    }
+
+    #[tokio::test]
+    async fn containerd_config_is_created_and_containerd_restarted_once() {
+        let host = FakeHost {
+            default_containerd_config: "version = 2\n".into(),
+            ..FakeHost::default()
+        };
+        let mut osc = base_osc();
+        osc.spec.cri_config = Some(CriConfig {
+            name: CriName::Containerd,
+            cgroup_driver: Some(CgroupDriver::Systemd),
+            containerd: Some(OscContainerd {
+                registries: vec![],
+                sandbox_image: "pause:3.10".into(),
+                plugins: vec![],
+            }),
+        });
+        inject_containerd_drop_in(&mut osc);
+        run(&host, &osc, "c1", None).await.unwrap();
+        let config = host.content("/etc/containerd/config.toml").unwrap();
+        assert!(
+            config.contains("sandbox_image = \"pause:3.10\""),
+            "{config}"
+        );
+        assert!(config.contains("SystemdCgroup = true"), "{config}");
+        assert!(
+            host.content("/etc/systemd/system/containerd.service.d/30-env_config.conf")
+                .unwrap()
+                .contains("/var/bin/containerruntimes")
+        );
+        let jobs = FakeHost::jobs(&host.take_ops());
+        assert_eq!(
+            jobs.iter()
+                .filter(|(name, _)| name == CONTAINERD_UNIT)
+                .count(),
+            1,
+            "{jobs:?}"
+        );
+
+        // Unchanged: no rewrite, no restart. Changed sandbox image: rewrite and restart.
+        run(&host, &osc, "c1", Some(&osc)).await.unwrap();
+        assert!(FakeHost::jobs(&host.take_ops()).is_empty());
+        let mut new = osc.clone();
+        if let Some(c) = new
+            .spec
+            .cri_config
+            .as_mut()
+            .and_then(|c| c.containerd.as_mut())
+        {
+            c.sandbox_image = "pause:3.11".into();
+        }
+        run(&host, &new, "c2", Some(&osc)).await.unwrap();
+        assert!(
+            host.content("/etc/containerd/config.toml")
+                .unwrap()
+                .contains("pause:3.11")
+        );
+        assert_eq!(
+            FakeHost::jobs(&host.take_ops()),
+            [(CONTAINERD_UNIT.to_string(), UnitCommand::Restart)]
+        );
+    }
+
+    #[tokio::test]
+    async fn missing_secret_fails_before_recording() {
+        let host = FakeHost::default();
+        let mut osc = base_osc();
+        osc.spec
+            .files
+            .push(secret_file("/etc/missing", "nope", "k"));
+        let error = run(&host, &osc, "c1", None).await.unwrap_err();
+        assert!(
+            error.to_string().contains("reading secret nope key k"),
+            "{error}"
+        );
+        assert!(
+            journal_on(&host)
+                .files
+                .changed
+                .iter()
+                .any(|f| f.path == "/etc/missing")
+        );
+    }
+}

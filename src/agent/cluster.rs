@@ -1,0 +1,276 @@
+//! The agent's API calls, all narrowly scoped so that a role allowing only the node's own
+//! objects is enough (§12 of the node-agent reference):
+//!
+//! | what | request |
+//! |---|---|
+//! | find the Node | `LIST nodes?labelSelector=kubernetes.io/hostname=<host>` (once, until found) |
+//! | watch the Node | `LIST/WATCH nodes?fieldSelector=metadata.name=<node>` |
+//! | watch the OSC secret | `LIST/WATCH secrets -n kube-system?fieldSelector=metadata.name=<secret>` |
+//! | `secretRef` files, token sync | `GET secrets/<name> -n kube-system` |
+//! | report | `PATCH nodes/<node>` (merge), `POST events` (events.k8s.io, namespace `default`) |
+//! | lease | `GET/POST/PUT leases/gardener-node-agent-<node> -n kube-system` |
+//!
+//! Nothing lists or watches a resource without a selector naming the object.
+
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::core::v1::{Node, ObjectReference, Secret};
+use kube::api::{ListParams, Patch, PatchParams};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, Resource, ResourceExt};
+use serde_json::json;
+
+use super::apply::Secrets;
+
+/// Namespace of the OSC secret, the token secrets and the lease.
+pub const NAMESPACE: &str = "kube-system";
+/// Node label the Node is found by.
+pub const LABEL_HOSTNAME: &str = "kubernetes.io/hostname";
+/// Secret annotation with the OSC checksum.
+pub const ANNOTATION_SECRET_CHECKSUM: &str = "checksum/data-script";
+/// Node annotation the agent sets to the applied checksum (what gardenlet waits for).
+pub const ANNOTATION_NODE_CHECKSUM: &str = "checksum/cloud-config-data";
+/// Node label with the kubelet's Kubernetes version.
+pub const LABEL_KUBERNETES_VERSION: &str = "worker.gardener.cloud/kubernetes-version";
+/// Node role label of worker nodes.
+pub const LABEL_ROLE_WORKER: &str = "node-role.kubernetes.io/worker";
+/// Node role label of control-plane nodes.
+pub const LABEL_ROLE_CONTROL_PLANE: &str = "node-role.kubernetes.io/control-plane";
+/// The file whose presence makes a node a control-plane node.
+pub const KUBE_APISERVER_MANIFEST: &str = "/etc/kubernetes/manifests/kube-apiserver.yaml";
+/// Events are reported as this controller.
+pub const REPORTING_CONTROLLER: &str = "gardener-extension-node-agent";
+
+/// Why finding the Node failed.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeLookupError {
+    /// The list failed.
+    #[error("listing nodes with {LABEL_HOSTNAME}={0}")]
+    List(String, #[source] kube::Error),
+    /// Two nodes claim this host.
+    #[error("{count} nodes have {LABEL_HOSTNAME}={hostname}; refusing to guess")]
+    Ambiguous {
+        /// The host name.
+        hostname: String,
+        /// How many.
+        count: usize,
+    },
+}
+
+/// The Node whose `kubernetes.io/hostname` label is `hostname`; `None` if there is none yet.
+pub async fn find_node(client: &Client, hostname: &str) -> Result<Option<Node>, NodeLookupError> {
+    let list = Api::<Node>::all(client.clone())
+        .list(&ListParams::default().labels(&format!("{LABEL_HOSTNAME}={hostname}")))
+        .await
+        .map_err(|error| NodeLookupError::List(hostname.to_string(), error))?;
+    match list.items.len() {
+        0 | 1 => Ok(list.items.into_iter().next()),
+        count => Err(NodeLookupError::Ambiguous {
+            hostname: hostname.to_string(),
+            count,
+        }),
+    }
+}
+
+/// The OSC secret, and nothing else, as a stream of watch events (retrying with backoff).
+pub fn watch_secret(
+    client: &Client,
+    name: &str,
+) -> impl Stream<Item = watcher::Result<watcher::Event<Secret>>> + Send + use<> {
+    let api = Api::<Secret>::namespaced(client.clone(), NAMESPACE);
+    watcher(
+        api,
+        watcher::Config::default().fields(&format!("metadata.name={name}")),
+    )
+    .default_backoff()
+}
+
+/// The own Node, and nothing else, as a stream of watch events (retrying with backoff).
+pub fn watch_node(
+    client: &Client,
+    name: &str,
+) -> impl Stream<Item = watcher::Result<watcher::Event<Node>>> + Send + use<> {
+    let api = Api::<Node>::all(client.clone());
+    watcher(
+        api,
+        watcher::Config::default().fields(&format!("metadata.name={name}")),
+    )
+    .default_backoff()
+}
+
+/// The latest state of a single watched object: `Some(object)`, or `None` when it is gone.
+/// Folds the watcher's initial list into one update.
+pub fn latest<K: Clone + Send + 'static>(
+    stream: impl Stream<Item = watcher::Result<watcher::Event<K>>> + Send,
+    on_error: impl Fn(&watcher::Error) + Send + 'static,
+) -> impl Stream<Item = Option<K>> + Send {
+    let mut initial: Option<K> = None;
+    stream.filter_map(move |event| {
+        let update = match event {
+            Ok(watcher::Event::Init) => {
+                initial = None;
+                None
+            }
+            Ok(watcher::Event::InitApply(object)) => {
+                initial = Some(object);
+                None
+            }
+            Ok(watcher::Event::InitDone) => Some(initial.take()),
+            Ok(watcher::Event::Apply(object)) => Some(Some(object)),
+            Ok(watcher::Event::Delete(_)) => Some(None),
+            Err(error) => {
+                on_error(&error);
+                None
+            }
+        };
+        futures::future::ready(update)
+    })
+}
+
+/// Marks the Node as up to date with `checksum` (merge patch of the annotation, the
+/// kubernetes-version label and the role label).
+pub async fn mark_applied(
+    client: &Client,
+    node: &str,
+    checksum: &str,
+    kubernetes_version: Option<&str>,
+    control_plane: bool,
+) -> Result<Node, kube::Error> {
+    let role = if control_plane {
+        LABEL_ROLE_CONTROL_PLANE
+    } else {
+        LABEL_ROLE_WORKER
+    };
+    let mut labels = serde_json::Map::new();
+    labels.insert(role.to_string(), json!(""));
+    if let Some(version) = kubernetes_version {
+        labels.insert(LABEL_KUBERNETES_VERSION.to_string(), json!(version));
+    }
+    let patch = json!({
+        "metadata": {
+            "annotations": { ANNOTATION_NODE_CHECKSUM: checksum },
+            "labels": labels,
+        }
+    });
+    Api::<Node>::all(client.clone())
+        .patch(node, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+}
+
+/// `secretRef` content from `kube-system`, read with a direct GET (no cache, no list).
+#[derive(Clone)]
+pub struct ApiSecrets {
+    api: Api<Secret>,
+}
+
+impl ApiSecrets {
+    /// Reads from `kube-system` with `client`.
+    pub fn new(client: &Client) -> Self {
+        ApiSecrets {
+            api: Api::namespaced(client.clone(), NAMESPACE),
+        }
+    }
+
+    /// The secret `name`.
+    pub async fn get(&self, name: &str) -> Result<Secret, kube::Error> {
+        self.api.get(name).await
+    }
+}
+
+impl Secrets for ApiSecrets {
+    async fn secret_data(&self, name: &str, key: &str) -> Result<Vec<u8>, String> {
+        let secret = self
+            .api
+            .get(name)
+            .await
+            .map_err(|error| error.to_string())?;
+        secret
+            .data
+            .as_ref()
+            .and_then(|data| data.get(key))
+            .map(|value| value.0.clone())
+            .ok_or_else(|| format!("secret {NAMESPACE}/{name} has no key {key}"))
+    }
+}
+
+/// Events on the own Node (best effort: a failed write is logged, never fatal).
+///
+/// Repeats of the same reason and note are folded into one event series (kube's
+/// [`Recorder`] patches the count); a new note for a reason starts a new event, because the
+/// recorder would otherwise keep the first note on the series.
+pub struct NodeEvents {
+    client: Client,
+    reporter: Reporter,
+    state: tokio::sync::Mutex<(Recorder, std::collections::HashMap<String, String>)>,
+}
+
+impl NodeEvents {
+    /// Reports as [`REPORTING_CONTROLLER`], instance = host name.
+    pub fn new(client: &Client, hostname: &str) -> Self {
+        let reporter = Reporter {
+            controller: REPORTING_CONTROLLER.to_string(),
+            instance: Some(hostname.to_string()),
+        };
+        NodeEvents {
+            state: tokio::sync::Mutex::new((
+                Recorder::new(client.clone(), reporter.clone()),
+                std::collections::HashMap::new(),
+            )),
+            client: client.clone(),
+            reporter,
+        }
+    }
+
+    /// Publishes a Normal event.
+    pub async fn normal(&self, node: &Node, reason: &str, note: String) -> Result<(), kube::Error> {
+        self.publish(node, EventType::Normal, reason, note).await
+    }
+
+    /// Publishes a Warning event.
+    pub async fn warning(
+        &self,
+        node: &Node,
+        reason: &str,
+        note: String,
+    ) -> Result<(), kube::Error> {
+        self.publish(node, EventType::Warning, reason, note).await
+    }
+
+    async fn publish(
+        &self,
+        node: &Node,
+        type_: EventType,
+        reason: &str,
+        mut note: String,
+    ) -> Result<(), kube::Error> {
+        // The events API caps notes at 1 KiB.
+        if note.len() > 1000 {
+            let mut cut = 1000;
+            while !note.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            note.truncate(cut);
+        }
+        let reference = ObjectReference {
+            api_version: Some(Node::api_version(&()).to_string()),
+            kind: Some(Node::kind(&()).to_string()),
+            name: Some(node.name_any()),
+            uid: node.metadata.uid.clone(),
+            ..ObjectReference::default()
+        };
+        let mut state = self.state.lock().await;
+        let (recorder, last_notes) = &mut *state;
+        if last_notes.get(reason).is_some_and(|last| *last != note) {
+            *recorder = Recorder::new(self.client.clone(), self.reporter.clone());
+        }
+        last_notes.insert(reason.to_string(), note.clone());
+        let event = Event {
+            type_,
+            reason: reason.to_string(),
+            note: Some(note),
+            action: "Reconcile".to_string(),
+            secondary: None,
+        };
+        recorder.publish(&event, &reference).await
+    }
+}

@@ -1,0 +1,415 @@
+//! The agent's settings: command-line flags ([`AgentArgs`]) plus the NodeAgentConfiguration
+//! file gardenlet (or our operator) writes into `--config-dir`, resolved once at start into
+//! [`Settings`].
+//!
+//! Which config file: gardener-node-agent reads `config-<its own version>.yaml`, a name it
+//! derives from the version baked into its binary. This agent is not that binary, so it takes
+//! `--config-file` when given, otherwise the most recently written `config-*.yaml` (or
+//! `config.yaml`) in the folder ([`choose_config_file`]): after an update gardenlet writes the
+//! new version's file next to the old one, and the newest one is the one it means.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use clap::Args;
+
+use crate::api::nodeagent::{NodeAgentConfiguration, TokenSecretSyncConfig};
+
+use super::delay::parse_go_duration;
+use super::paths::{DEFAULT_BASE_DIR, Paths};
+
+/// The unit gardenlet's OSC installs the node agent as.
+pub const DEFAULT_UNIT_NAME: &str = "gardener-node-agent.service";
+/// Shortest period upstream accepts for its controllers.
+const MIN_SYNC_PERIOD: Duration = Duration::from_secs(15);
+
+/// Flags of `gardener-extension-node agent`.
+#[derive(Debug, Clone, Args)]
+pub struct AgentArgs {
+    /// Folder with the configuration, credentials and the agent's state.
+    #[arg(long, env = "NODE_AGENT_CONFIG_DIR", default_value = DEFAULT_BASE_DIR)]
+    pub config_dir: PathBuf,
+
+    /// The NodeAgentConfiguration file [default: the newest config-*.yaml in --config-dir].
+    #[arg(long, env = "NODE_AGENT_CONFIG_FILE")]
+    pub config_file: Option<PathBuf>,
+
+    /// Kubeconfig of the shoot API server; overrides clientConnection.kubeconfig and
+    /// credentials/ in --config-dir.
+    #[arg(long, env = "KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// How often the files and unit files of the last applied OSC are compared with the disk
+    /// and repaired (Go duration, e.g. 10m, 30s).
+    #[arg(long, env = "DRIFT_CHECK_INTERVAL", default_value = "10m", value_parser = parse_interval)]
+    pub drift_check_interval: Duration,
+
+    /// Address of /metrics and /healthz [default: 127.0.0.1 and the configuration's
+    /// server.metrics.port (2752)].
+    #[arg(long, env = "METRICS_BIND_ADDRESS")]
+    pub metrics_bind_address: Option<SocketAddr>,
+
+    /// Host name the Node is looked up by (label kubernetes.io/hostname) [default: the
+    /// kernel's host name, lower-cased].
+    #[arg(long, env = "NODE_AGENT_HOSTNAME")]
+    pub hostname: Option<String>,
+
+    /// The agent's own systemd unit: when the OSC changes it, the agent exits after
+    /// daemon-reload so systemd starts the new one.
+    #[arg(long, env = "NODE_AGENT_UNIT", default_value = DEFAULT_UNIT_NAME)]
+    pub unit_name: String,
+
+    /// D-Bus address of the system bus (systemd).
+    #[arg(
+        long,
+        env = "SYSTEM_BUS_ADDRESS",
+        default_value = "unix:path=/run/dbus/system_bus_socket"
+    )]
+    pub system_bus_address: String,
+
+    /// How long a unit start/stop/restart job is waited for (Go duration).
+    #[arg(long, env = "UNIT_JOB_TIMEOUT", default_value = "60s", value_parser = parse_interval)]
+    pub unit_job_timeout: Duration,
+
+    /// containerd socket, for extracting imageRef files.
+    #[arg(
+        long,
+        env = "CONTAINERD_ADDRESS",
+        default_value = "/run/containerd/containerd.sock"
+    )]
+    pub containerd_address: String,
+
+    /// containerd namespace images are pulled into.
+    #[arg(long, env = "CONTAINERD_NAMESPACE", default_value = "default")]
+    pub containerd_namespace: String,
+}
+
+/// A Go duration flag that must be positive.
+fn parse_interval(text: &str) -> Result<Duration, String> {
+    let parsed = parse_go_duration(text).map_err(|error| error.to_string())?;
+    if parsed.negative || parsed.magnitude.is_zero() {
+        return Err(format!("`{text}` must be a positive duration"));
+    }
+    Ok(parsed.magnitude)
+}
+
+/// Why the configuration cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// No config file in the folder.
+    #[error(
+        "no config-*.yaml or config.yaml in {0}; is the node provisioned? (or pass --config-file)"
+    )]
+    NotFound(String),
+    /// The folder or file could not be read.
+    #[error("reading {path}")]
+    Read {
+        /// The path.
+        path: String,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is not a NodeAgentConfiguration.
+    #[error("{path} is not a valid NodeAgentConfiguration")]
+    Parse {
+        /// The file.
+        path: String,
+        /// Cause.
+        #[source]
+        source: serde_norway::Error,
+    },
+    /// A required or constrained value is wrong.
+    #[error("{path}: {problem}")]
+    Invalid {
+        /// The file.
+        path: String,
+        /// What is wrong.
+        problem: String,
+    },
+    /// The host name could not be read.
+    #[error("reading the host name")]
+    Hostname(#[source] std::io::Error),
+}
+
+/// Everything the agent runs with, resolved at start.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// State and unit paths.
+    pub paths: Paths,
+    /// The configuration file that was read.
+    pub config_file: PathBuf,
+    /// Its content, defaulted.
+    pub config: NodeAgentConfiguration,
+    /// The OSC secret in `kube-system`.
+    pub secret_name: String,
+    /// Written to the Node label `worker.gardener.cloud/kubernetes-version`.
+    pub kubernetes_version: Option<String>,
+    /// Re-check of the OSC even without events.
+    pub sync_period: Duration,
+    /// Token secrets to copy to files.
+    pub token_sync_configs: Vec<TokenSecretSyncConfig>,
+    /// Period of the token copies.
+    pub token_sync_period: Duration,
+    /// Period of the drift check.
+    pub drift_check_interval: Duration,
+    /// Where /metrics and /healthz listen.
+    pub metrics_address: SocketAddr,
+    /// This host's name (lower case).
+    pub hostname: String,
+    /// The agent's own unit.
+    pub own_unit: String,
+    /// The system bus.
+    pub system_bus_address: String,
+    /// Unit job timeout.
+    pub unit_job_timeout: Duration,
+    /// containerd socket.
+    pub containerd_address: String,
+    /// containerd namespace.
+    pub containerd_namespace: String,
+    /// `--kubeconfig`.
+    pub kubeconfig_flag: Option<PathBuf>,
+}
+
+/// Picks the config file among `(file name, modification time)` entries: names
+/// `config.yaml` or `config-<anything>.yaml`, newest first, then the greatest name.
+pub fn choose_config_file(entries: &[(String, SystemTime)]) -> Option<String> {
+    entries
+        .iter()
+        .filter(|(name, _)| {
+            name == "config.yaml"
+                || (name.starts_with("config-")
+                    && name.ends_with(".yaml")
+                    && name.len() > "config-.yaml".len())
+        })
+        .max_by(|a, b| a.1.cmp(&b.1).then_with(|| a.0.cmp(&b.0)))
+        .map(|(name, _)| name.clone())
+}
+
+/// Reads the flags and the config file into [`Settings`].
+pub fn load(args: AgentArgs) -> Result<Settings, ConfigError> {
+    let AgentArgs {
+        config_dir,
+        config_file,
+        kubeconfig,
+        drift_check_interval,
+        metrics_bind_address,
+        hostname,
+        unit_name,
+        system_bus_address,
+        unit_job_timeout,
+        containerd_address,
+        containerd_namespace,
+    } = args;
+    let config_file = match config_file {
+        Some(file) => file,
+        None => find_config_file(&config_dir)?,
+    };
+    let display = config_file.display().to_string();
+    let text = std::fs::read_to_string(&config_file).map_err(|source| ConfigError::Read {
+        path: display.clone(),
+        source,
+    })?;
+    let config = NodeAgentConfiguration::from_yaml(&text).map_err(|source| ConfigError::Parse {
+        path: display.clone(),
+        source,
+    })?;
+    let invalid = |problem: String| ConfigError::Invalid {
+        path: display.clone(),
+        problem,
+    };
+    let osc = &config.controllers.operating_system_config;
+    if osc.secret_name.is_empty() {
+        return Err(invalid(
+            "controllers.operatingSystemConfig.secretName is required".into(),
+        ));
+    }
+    let period = |value: Option<kube::core::Duration>, field: &str, default: Duration| {
+        let period = value.map_or(default, Duration::from);
+        if period < MIN_SYNC_PERIOD {
+            return Err(invalid(format!("{field} must be at least 15s")));
+        }
+        Ok(period)
+    };
+    let sync_period = period(
+        osc.sync_period,
+        "controllers.operatingSystemConfig.syncPeriod",
+        Duration::from_secs(600),
+    )?;
+    let token = &config.controllers.token;
+    let token_sync_period = period(
+        token.sync_period,
+        "controllers.token.syncPeriod",
+        Duration::from_secs(3600),
+    )?;
+    let mut seen = std::collections::BTreeSet::new();
+    for sync in &token.sync_configs {
+        if sync.secret_name.is_empty() || sync.path.is_empty() {
+            return Err(invalid(
+                "controllers.token.syncConfigs need secretName and path".into(),
+            ));
+        }
+        super::osc::check_path(&sync.path).map_err(|problem| {
+            invalid(format!(
+                "controllers.token.syncConfigs path {}: {problem}",
+                sync.path
+            ))
+        })?;
+        if !seen.insert(sync.path.clone()) {
+            return Err(invalid(format!(
+                "controllers.token.syncConfigs path {} is used twice",
+                sync.path
+            )));
+        }
+    }
+    let metrics_address = metrics_bind_address.unwrap_or_else(|| {
+        let server = config.server.metrics.clone().unwrap_or_default();
+        let ip = server
+            .bind_address
+            .parse::<IpAddr>()
+            .unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST));
+        SocketAddr::new(ip, server.port)
+    });
+    let hostname = match hostname {
+        Some(name) => name,
+        None => {
+            std::fs::read_to_string("/proc/sys/kernel/hostname").map_err(ConfigError::Hostname)?
+        }
+    }
+    .trim()
+    .to_lowercase();
+    Ok(Settings {
+        paths: Paths::new(config_dir),
+        config_file,
+        secret_name: osc.secret_name.clone(),
+        kubernetes_version: osc.kubernetes_version.clone().filter(|v| !v.is_empty()),
+        sync_period,
+        token_sync_configs: token.sync_configs.clone(),
+        token_sync_period,
+        drift_check_interval,
+        metrics_address,
+        hostname,
+        own_unit: unit_name,
+        system_bus_address,
+        unit_job_timeout,
+        containerd_address,
+        containerd_namespace,
+        kubeconfig_flag: kubeconfig,
+        config,
+    })
+}
+
+fn find_config_file(dir: &Path) -> Result<PathBuf, ConfigError> {
+    let read_error = |source| ConfigError::Read {
+        path: dir.display().to_string(),
+        source,
+    };
+    let mut entries = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(read_error)? {
+        let entry = entry.map_err(read_error)?;
+        let Ok(metadata) = entry.metadata() else {
+            continue;
+        };
+        if !metadata.is_file() {
+            continue;
+        }
+        let modified = metadata.modified().unwrap_or(SystemTime::UNIX_EPOCH);
+        entries.push((entry.file_name().to_string_lossy().into_owned(), modified));
+    }
+    choose_config_file(&entries)
+        .map(|name| dir.join(name))
+        .ok_or_else(|| ConfigError::NotFound(dir.display().to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn newest_config_file_wins() {
+        let t = |secs| SystemTime::UNIX_EPOCH + Duration::from_secs(secs);
+        let entries = vec![
+            ("config-v1.110.0.yaml".to_string(), t(10)),
+            ("config-v1.111.0.yaml".to_string(), t(20)),
+            ("config.yaml.bak".to_string(), t(30)),
+            ("cluster-ca.crt".to_string(), t(40)),
+            ("config-.yaml".to_string(), t(50)),
+            ("last-applied-osc.yaml".to_string(), t(60)),
+        ];
+        assert_eq!(
+            choose_config_file(&entries).as_deref(),
+            Some("config-v1.111.0.yaml")
+        );
+        let tie = vec![
+            ("config-a.yaml".to_string(), t(1)),
+            ("config-b.yaml".to_string(), t(1)),
+            ("config.yaml".to_string(), t(0)),
+        ];
+        assert_eq!(choose_config_file(&tie).as_deref(), Some("config-b.yaml"));
+        assert_eq!(choose_config_file(&[]), None);
+    }
+
+    fn args(dir: &Path) -> AgentArgs {
+        AgentArgs {
+            config_dir: dir.to_path_buf(),
+            config_file: None,
+            kubeconfig: None,
+            drift_check_interval: Duration::from_secs(600),
+            metrics_bind_address: None,
+            hostname: Some("Node-A".into()),
+            unit_name: DEFAULT_UNIT_NAME.into(),
+            system_bus_address: String::new(),
+            unit_job_timeout: Duration::from_secs(60),
+            containerd_address: String::new(),
+            containerd_namespace: String::new(),
+        }
+    }
+
+    #[test]
+    fn loads_and_validates_the_gardenlet_config() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("config-v1.120.0.yaml"),
+            "apiVersion: nodeagent.config.gardener.cloud/v1alpha1\nkind: NodeAgentConfiguration\napiServer:\n  server: https://api\ncontrollers:\n  operatingSystemConfig:\n    secretName: gardener-node-agent-pool\n    kubernetesVersion: 1.33.1\n  token:\n    syncPeriod: 12h\n    syncConfigs:\n    - secretName: gardener-valitail\n      path: /var/lib/valitail/auth-token\n",
+        )
+        .unwrap();
+        let settings = load(args(dir.path())).unwrap();
+        assert_eq!(settings.secret_name, "gardener-node-agent-pool");
+        assert_eq!(settings.kubernetes_version.as_deref(), Some("1.33.1"));
+        assert_eq!(settings.sync_period, Duration::from_secs(600));
+        assert_eq!(settings.token_sync_period, Duration::from_secs(12 * 3600));
+        assert_eq!(settings.metrics_address, "127.0.0.1:2752".parse().unwrap());
+        assert_eq!(settings.hostname, "node-a");
+
+        std::fs::write(dir.path().join("config-v1.121.0.yaml"), "controllers: {}\n").unwrap();
+        let error = load(args(dir.path())).unwrap_err();
+        assert!(
+            error.to_string().contains("secretName is required"),
+            "{error}"
+        );
+
+        std::fs::write(
+            dir.path().join("config-v1.122.0.yaml"),
+            "controllers:\n  operatingSystemConfig:\n    secretName: s\n    syncPeriod: 1s\n",
+        )
+        .unwrap();
+        let error = load(args(dir.path())).unwrap_err();
+        assert!(error.to_string().contains("at least 15s"), "{error}");
+
+        let empty = tempfile::tempdir().unwrap();
+        assert!(matches!(
+            load(args(empty.path())),
+            Err(ConfigError::NotFound(_))
+        ));
+    }
+
+    #[test]
+    fn intervals_must_be_positive_go_durations() {
+        assert_eq!(parse_interval("2s"), Ok(Duration::from_secs(2)));
+        assert_eq!(parse_interval("1m30s"), Ok(Duration::from_secs(90)));
+        assert!(parse_interval("0s").is_err());
+        assert!(parse_interval("-1s").is_err());
+        assert!(parse_interval("10").is_err());
+    }
+}

@@ -1,0 +1,608 @@
+//! The agent's main loop: one task that owns the OSC apply and the drift check, fed by the
+//! secret and Node watches, plus side tasks for the lease, the token sync, node discovery and
+//! the metrics server.
+//!
+//! When the OSC is applied (§6.2, §6.3):
+//! - the first sight of the secret after start, and a secret that reappears, apply at once;
+//! - a changed `osc.yaml` applies after the Node's reconciliation delay (a later change does
+//!   not push an earlier due time back);
+//! - the Node becoming known applies at once (to report the checksum);
+//! - otherwise every `syncPeriod` (a no-op while the Node reports the checksum);
+//! - after a failure: 2 s, doubling up to 5 min.
+//!
+//! A reconcile: decode and validate `osc.yaml` (invalid → Warning event, nothing touched,
+//! retried only when the secret changes or on the sync period); if the Node already reports
+//! the checksum and the journal is done, stop; else [`apply`] it, then patch the Node
+//! (checksum annotation, kubernetes-version and role labels) and publish `OSCApplied`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Node, Secret};
+use kube::{Client, ResourceExt};
+use sha2::Digest;
+use tokio::sync::{Notify, mpsc, watch};
+use tokio::time::Instant;
+use tracing::{info, warn};
+
+use super::apply::{self, ApplyError, Input, Outcome};
+use super::cluster::{
+    self, ANNOTATION_NODE_CHECKSUM, ANNOTATION_SECRET_CHECKSUM, ApiSecrets, NodeEvents,
+};
+use super::config::Settings;
+use super::delay;
+use super::drift;
+use super::error_chain;
+use super::host::Host;
+use super::journal::Journal;
+use super::metrics::Metrics;
+use super::osc::{self, InvalidOsc, NodeOsc};
+use crate::api::constants::DATA_KEY_OPERATING_SYSTEM_CONFIG;
+
+/// First retry after a failed apply.
+const FIRST_RETRY: Duration = Duration::from_secs(2);
+/// Longest wait between retries.
+const MAX_RETRY: Duration = Duration::from_secs(300);
+/// How often an unknown Node is looked up again.
+const NODE_LOOKUP_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Why a reconcile did not finish.
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    /// The OSC is invalid; nothing was touched.
+    #[error(transparent)]
+    Invalid(#[from] InvalidOsc),
+    /// Applying failed part-way; the journal has the rest.
+    #[error(transparent)]
+    Apply(#[from] ApplyError),
+    /// Reporting on the Node failed.
+    #[error("patching node {0}")]
+    Node(String, #[source] kube::Error),
+}
+
+impl ReconcileError {
+    fn category(&self) -> &'static str {
+        match self {
+            ReconcileError::Invalid(_) => "invalid-osc",
+            ReconcileError::Apply(error) => error.category(),
+            ReconcileError::Node(..) => "node-patch",
+        }
+    }
+}
+
+/// What a reconcile ended with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reconciled {
+    /// No secret.
+    NoSecret,
+    /// The Node already reports this checksum.
+    UpToDate,
+    /// Applied (and reported when the Node is known).
+    Applied,
+    /// The agent's own unit changed: exit so systemd starts the new one.
+    RestartSelf,
+}
+
+/// Shared pieces of the running agent.
+pub struct Agent<H: Host> {
+    /// Settings.
+    pub settings: Settings,
+    /// API client.
+    pub client: Client,
+    /// The node.
+    pub host: Arc<H>,
+    /// Metrics.
+    pub metrics: Metrics,
+    /// Events on the Node.
+    pub events: NodeEvents,
+    /// `secretRef` and token reads.
+    pub secrets: ApiSecrets,
+    /// Wakes the token sync.
+    pub token_trigger: Arc<Notify>,
+}
+
+/// State of the main loop.
+struct LoopState {
+    secret: Option<Secret>,
+    /// sha256 of the last seen `osc.yaml` (a digest, not a copy: it can be large).
+    seen_data: Option<[u8; 32]>,
+    due: Option<Instant>,
+    retry: Duration,
+    last_delay: Duration,
+    drift_due: Instant,
+    reported_invalid: Option<String>,
+}
+
+impl<H: Host + 'static> Agent<H> {
+    /// Runs until SIGTERM/SIGINT (returns `Ok`) or until the agent must restart itself
+    /// (returns `Ok` too: systemd's `Restart=always` starts the new process).
+    pub async fn run(
+        self: Arc<Self>,
+        ready: crate::http::Readiness,
+    ) -> Result<(), super::AgentError> {
+        let (node_tx, node_rx) = watch::channel::<Option<Node>>(None);
+        let (secret_tx, mut secret_rx) = mpsc::channel::<Option<Secret>>(16);
+
+        let mut tasks = tokio::task::JoinSet::new();
+        {
+            let agent = self.clone();
+            tasks.spawn(async move { agent.track_node(node_tx).await });
+        }
+        {
+            let client = self.client.clone();
+            let name = self.settings.secret_name.clone();
+            let metrics = self.metrics.clone();
+            tasks.spawn(async move {
+                let stream = cluster::latest(cluster::watch_secret(&client, &name), move |error| {
+                    metrics.error("watch", "secret");
+                    warn!(error = %error_chain(error), secret = %name, "watching the OSC secret failed; retrying");
+                });
+                futures::pin_mut!(stream);
+                while let Some(update) = stream.next().await {
+                    if secret_tx.send(update).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+        tasks.spawn(super::lease::run(
+            self.client.clone(),
+            node_rx.clone(),
+            self.metrics.clone(),
+        ));
+        {
+            let agent = self.clone();
+            tasks.spawn(async move {
+                super::token::run(
+                    agent.secrets.clone(),
+                    agent.host.as_ref(),
+                    agent.settings.token_sync_configs.clone(),
+                    agent.settings.token_sync_period,
+                    &agent.token_trigger,
+                    agent.metrics.clone(),
+                )
+                .await;
+            });
+        }
+
+        let result = self.main_loop(&mut secret_rx, node_rx, ready).await;
+        tasks.abort_all();
+        result
+    }
+
+    async fn main_loop(
+        &self,
+        secret_rx: &mut mpsc::Receiver<Option<Secret>>,
+        mut node_rx: watch::Receiver<Option<Node>>,
+        ready: crate::http::Readiness,
+    ) -> Result<(), super::AgentError> {
+        let mut terminate =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+                .map_err(super::AgentError::Signal)?;
+        let mut state = LoopState {
+            secret: None,
+            seen_data: None,
+            due: None,
+            retry: FIRST_RETRY,
+            last_delay: Duration::ZERO,
+            drift_due: Instant::now() + self.settings.drift_check_interval,
+            reported_invalid: None,
+        };
+        let mut node_known = false;
+        loop {
+            let wake = match state.due {
+                Some(due) => due.min(state.drift_due),
+                None => state.drift_due,
+            };
+            tokio::select! {
+                update = secret_rx.recv() => {
+                    let Some(update) = update else { return Ok(()) };
+                    ready.set_ready();
+                    self.on_secret(&mut state, update, node_rx.borrow().as_ref());
+                }
+                changed = node_rx.changed() => {
+                    if changed.is_err() { return Ok(()); }
+                    let known = node_rx.borrow_and_update().is_some();
+                    if known && !node_known {
+                        info!(node = %node_rx.borrow().as_ref().map(ResourceExt::name_any).unwrap_or_default(), "node known; reporting");
+                        state.due = Some(Instant::now());
+                    }
+                    node_known = known;
+                }
+                () = tokio::time::sleep_until(wake) => {
+                    let now = Instant::now();
+                    if state.due.is_some_and(|due| due <= now) {
+                        state.due = None;
+                        let node = node_rx.borrow().clone();
+                        if self.reconcile_and_schedule(&mut state, node).await == Reconciled::RestartSelf {
+                            info!(unit = %self.settings.own_unit, "own unit changed; exiting so systemd starts the new agent");
+                            return Ok(());
+                        }
+                    }
+                    if state.drift_due <= Instant::now() {
+                        let node = node_rx.borrow().clone();
+                        self.drift_check(node.as_ref()).await;
+                        state.drift_due = Instant::now() + self.settings.drift_check_interval;
+                    }
+                }
+                _ = terminate.recv() => {
+                    info!("SIGTERM; stopping");
+                    return Ok(());
+                }
+                result = tokio::signal::ctrl_c() => {
+                    result.map_err(super::AgentError::Signal)?;
+                    info!("interrupted; stopping");
+                    return Ok(());
+                }
+            }
+        }
+    }
+
+    /// Schedules work for a secret update (create → now, changed data → after the delay).
+    fn on_secret(&self, state: &mut LoopState, update: Option<Secret>, node: Option<&Node>) {
+        let Some(secret) = update else {
+            if state.secret.is_some() {
+                info!(secret = %self.settings.secret_name, "OSC secret deleted; keeping the node as it is");
+            }
+            state.secret = None;
+            state.seen_data = None;
+            return;
+        };
+        let digest: [u8; 32] = sha2::Sha256::digest(osc_data(&secret).unwrap_or_default()).into();
+        let now = Instant::now();
+        let due = match delay::trigger(state.seen_data.as_ref(), &digest) {
+            delay::Trigger::Now => Some(now),
+            delay::Trigger::Nothing => None,
+            delay::Trigger::AfterDelay => {
+                let (delay, error) = delay::reconciliation_delay(
+                    node.and_then(|n| n.metadata.annotations.as_ref()),
+                    state.last_delay,
+                );
+                if let Some(error) = error {
+                    warn!(%error, annotation = delay::ANNOTATION_RECONCILIATION_DELAY, "unparsable reconciliation delay; using the last good one");
+                }
+                state.last_delay = delay;
+                info!(delay = ?delay, "OSC changed; applying after the reconciliation delay");
+                Some(now + delay)
+            }
+        };
+        // Remember the data even when it is absent, so a later key is seen as a change.
+        state.seen_data = Some(digest);
+        state.secret = Some(secret);
+        if let Some(due) = due {
+            state.due = Some(delay::earliest(state.due, due));
+            state.retry = FIRST_RETRY;
+        }
+    }
+
+    async fn reconcile_and_schedule(
+        &self,
+        state: &mut LoopState,
+        node: Option<Node>,
+    ) -> Reconciled {
+        let secret = state.secret.clone();
+        let started = std::time::Instant::now();
+        let result = self.reconcile(secret.as_ref(), node.as_ref()).await;
+        let elapsed = started.elapsed();
+        let sync = Some(Instant::now() + self.settings.sync_period);
+        match result {
+            Ok(outcome) => {
+                let label = match outcome {
+                    Reconciled::NoSecret => "no-secret",
+                    Reconciled::UpToDate => "up-to-date",
+                    Reconciled::Applied => "applied",
+                    Reconciled::RestartSelf => "restart-self",
+                };
+                self.metrics.apply_result(label);
+                state.retry = FIRST_RETRY;
+                state.reported_invalid = None;
+                state.due = state.due.or(sync);
+                if outcome == Reconciled::Applied {
+                    info!(elapsed_ms = elapsed.as_millis() as u64, "OSC applied");
+                }
+                outcome
+            }
+            Err(ReconcileError::Invalid(error)) => {
+                self.metrics.apply_result("invalid");
+                self.metrics.error("apply", "invalid-osc");
+                let checksum = secret.as_ref().map(checksum_of).unwrap_or_default();
+                warn!(%error, secret = %self.settings.secret_name, %checksum, "OSC rejected; nothing on the node was changed");
+                if state.reported_invalid.as_deref() != Some(checksum.as_str()) {
+                    if let Some(node) = &node {
+                        self.event(node, true, "OSCInvalid", format!("OSC secret {} (checksum {checksum}) rejected, nothing changed on the node: {error}", self.settings.secret_name)).await;
+                    }
+                    state.reported_invalid = Some(checksum);
+                }
+                state.due = state.due.or(sync);
+                Reconciled::NoSecret
+            }
+            Err(error) => {
+                self.metrics.apply_result("error");
+                self.metrics.error("apply", error.category());
+                let retry = state.retry;
+                warn!(error = %error_chain(&error), retry_in = ?retry, "applying the OSC failed; the journal keeps the remaining work");
+                if let Some(node) = &node {
+                    self.event(node, true, "OSCApplyFailed", error_chain(&error))
+                        .await;
+                }
+                state.due = Some(Instant::now() + retry);
+                state.retry = (retry * 2).min(MAX_RETRY);
+                Reconciled::NoSecret
+            }
+        }
+    }
+
+    /// One reconcile (see the module docs).
+    pub async fn reconcile(
+        &self,
+        secret: Option<&Secret>,
+        node: Option<&Node>,
+    ) -> Result<Reconciled, ReconcileError> {
+        let Some(secret) = secret else {
+            return Ok(Reconciled::NoSecret);
+        };
+        let data =
+            osc_data(secret).ok_or(InvalidOsc::MissingData(DATA_KEY_OPERATING_SYSTEM_CONFIG))?;
+        let checksum = checksum_of(secret);
+        let mut osc = osc::decode(data)?;
+        osc::validate(&osc)?;
+        apply::inject_containerd_drop_in(&mut osc);
+
+        let paths = &self.settings.paths;
+        let host = self.host.as_ref();
+        let journal_done = host
+            .read(&paths.journal())
+            .ok()
+            .flatten()
+            .and_then(|bytes| Journal::parse(&String::from_utf8_lossy(&bytes)))
+            .is_some_and(|journal| {
+                journal.operating_system_config_checksum == checksum && journal.is_empty()
+            });
+        let reported = node
+            .and_then(|n| n.metadata.annotations.as_ref())
+            .and_then(|a| a.get(ANNOTATION_NODE_CHECKSUM))
+            .is_some_and(|value| *value == checksum);
+        if reported && journal_done && host.read(&paths.last_applied()).ok().flatten().is_some() {
+            return Ok(Reconciled::UpToDate);
+        }
+
+        let effective = osc::effective(&osc, &self.settings.hostname);
+        let last = self.last_applied();
+        let last_effective = last
+            .as_ref()
+            .map(|last| osc::effective(last, &self.settings.hostname));
+        let outcome = apply::apply(
+            host,
+            &self.secrets,
+            Input {
+                checksum: &checksum,
+                osc: &osc,
+                effective: &effective,
+                last_applied: last.as_ref().zip(last_effective.as_ref()),
+                own_unit: &self.settings.own_unit,
+                paths,
+            },
+        )
+        .await?;
+        let summary = match outcome {
+            Outcome::RestartSelf(summary) => {
+                self.record(&summary);
+                return Ok(Reconciled::RestartSelf);
+            }
+            Outcome::Applied(summary) => summary,
+        };
+        self.record(&summary);
+        info!(
+            %checksum,
+            resumed = summary.resumed,
+            files_written = summary.files_written.len(),
+            files_deleted = summary.files_deleted.len(),
+            units_written = summary.units_written.len(),
+            units_deleted = summary.units_deleted.len(),
+            jobs = ?summary.commands.iter().map(|c| format!("{}:{:?}", c.name, c.command)).collect::<Vec<_>>(),
+            containerd_config_written = summary.containerd_config_written,
+            "OSC applied to the node"
+        );
+        self.metrics
+            .last_applied_seconds
+            .set(chrono::Utc::now().timestamp());
+        if summary.files_deleted.iter().any(|path| {
+            self.settings
+                .token_sync_configs
+                .iter()
+                .any(|c| &c.path == path)
+        }) {
+            self.token_trigger.notify_one();
+        }
+        if let Some(node) = node {
+            let control_plane = effective.file(cluster::KUBE_APISERVER_MANIFEST).is_some();
+            let name = node.name_any();
+            cluster::mark_applied(
+                &self.client,
+                &name,
+                &checksum,
+                self.settings.kubernetes_version.as_deref(),
+                control_plane,
+            )
+            .await
+            .map_err(|error| ReconcileError::Node(name.clone(), error))?;
+            let restarted: Vec<_> = summary.commands.iter().map(|c| c.name.as_str()).collect();
+            self.event(
+                node,
+                false,
+                "OSCApplied",
+                format!(
+                    "applied OSC {checksum}; unit jobs: {}",
+                    if restarted.is_empty() {
+                        "none".to_string()
+                    } else {
+                        restarted.join(", ")
+                    }
+                ),
+            )
+            .await;
+        } else {
+            info!("node not registered yet; the checksum is reported once it is");
+        }
+        Ok(Reconciled::Applied)
+    }
+
+    fn record(&self, summary: &apply::Summary) {
+        self.metrics
+            .files_written
+            .inc_by(summary.files_written.len() as u64);
+        for command in &summary.commands {
+            let name = match command.command {
+                crate::api::operatingsystemconfig::UnitCommand::Start => "start",
+                crate::api::operatingsystemconfig::UnitCommand::Restart => "restart",
+                crate::api::operatingsystemconfig::UnitCommand::Stop => "stop",
+            };
+            self.metrics.unit_job(name, "apply");
+        }
+    }
+
+    /// The last applied OSC, if it is there and decodes.
+    fn last_applied(&self) -> Option<NodeOsc> {
+        let bytes = self
+            .host
+            .read(&self.settings.paths.last_applied())
+            .ok()
+            .flatten()?;
+        match osc::decode(&bytes) {
+            Ok(osc) => Some(osc),
+            Err(error) => {
+                warn!(%error, "last-applied-osc.yaml does not decode; applying everything as new");
+                None
+            }
+        }
+    }
+
+    /// Compares the node with the last applied OSC and repairs drift (skipped while an
+    /// apply has work left).
+    async fn drift_check(&self, node: Option<&Node>) {
+        let paths = &self.settings.paths;
+        let Some(last) = self.last_applied() else {
+            return;
+        };
+        let journal = self
+            .host
+            .read(&paths.journal())
+            .ok()
+            .flatten()
+            .and_then(|bytes| Journal::parse(&String::from_utf8_lossy(&bytes)));
+        if journal.is_some_and(|journal| !journal.is_empty()) {
+            return;
+        }
+        self.metrics.drift_checks.inc();
+        let effective = osc::effective(&last, &self.settings.hostname);
+        match drift::check_and_repair(
+            self.host.as_ref(),
+            &self.secrets,
+            &effective,
+            paths,
+            &self.settings.own_unit,
+        )
+        .await
+        {
+            Ok(report) if report.repairs() == 0 => tracing::debug!("no drift"),
+            Ok(report) => {
+                self.metrics.drift("file", report.files.len());
+                self.metrics.drift("mode", report.modes.len());
+                self.metrics.drift("unit-file", report.unit_files.len());
+                for _ in &report.restarted {
+                    self.metrics.unit_job("restart", "drift");
+                }
+                warn!(files = ?report.files, modes = ?report.modes, unit_files = ?report.unit_files, restarted = ?report.restarted, "drift repaired");
+                if let Some(node) = node {
+                    self.event(
+                        node,
+                        true,
+                        "DriftRepaired",
+                        format!(
+                            "restored {} file(s), {} mode(s), {} unit file(s); restarted: {}",
+                            report.files.len(),
+                            report.modes.len(),
+                            report.unit_files.len(),
+                            report.restarted.join(", ")
+                        ),
+                    )
+                    .await;
+                }
+            }
+            Err(error) => {
+                self.metrics.error("drift", error.category());
+                warn!(error = %error_chain(&error), "drift check failed");
+            }
+        }
+    }
+
+    async fn event(&self, node: &Node, warning: bool, reason: &str, note: String) {
+        let result = if warning {
+            self.events.warning(node, reason, note).await
+        } else {
+            self.events.normal(node, reason, note).await
+        };
+        if let Err(error) = result {
+            self.metrics.error("event", "api");
+            warn!(%error, reason, "publishing an event failed");
+        }
+    }
+
+    /// Finds the Node by host name (retrying until it exists), then follows it with a watch
+    /// scoped to its name.
+    async fn track_node(&self, node_tx: watch::Sender<Option<Node>>) {
+        let hostname = &self.settings.hostname;
+        let node = loop {
+            match cluster::find_node(&self.client, hostname).await {
+                Ok(Some(node)) => break node,
+                Ok(None) => tracing::debug!(%hostname, "no node for this host yet"),
+                Err(error) => {
+                    self.metrics.error("node", "lookup");
+                    warn!(error = %error_chain(&error), "looking up the node failed");
+                }
+            }
+            tokio::time::sleep(NODE_LOOKUP_INTERVAL).await;
+        };
+        let name = node.name_any();
+        info!(node = %name, %hostname, "found the node");
+        let _ = node_tx.send(Some(node));
+        let metrics = self.metrics.clone();
+        let stream = cluster::latest(cluster::watch_node(&self.client, &name), move |error| {
+            metrics.error("watch", "node");
+            warn!(error = %error_chain(error), "watching the node failed; retrying");
+        });
+        futures::pin_mut!(stream);
+        while let Some(update) = stream.next().await {
+            // A deleted Node is kept as last seen: the agent stays on its host.
+            if let Some(node) = update
+                && node_tx.send(Some(node)).is_err()
+            {
+                return;
+            }
+        }
+    }
+}
+
+/// The `osc.yaml` bytes of the secret.
+fn osc_data(secret: &Secret) -> Option<&[u8]> {
+    secret
+        .data
+        .as_ref()
+        .and_then(|data| data.get(DATA_KEY_OPERATING_SYSTEM_CONFIG))
+        .map(|value| value.0.as_slice())
+}
+
+/// The secret's `checksum/data-script`, verbatim; sha256 of `osc.yaml` when it is missing.
+pub fn checksum_of(secret: &Secret) -> String {
+    if let Some(checksum) = secret
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(ANNOTATION_SECRET_CHECKSUM))
+        .filter(|c| !c.is_empty())
+    {
+        return checksum.clone();
+    }
+    hex::encode(sha2::Sha256::digest(osc_data(secret).unwrap_or_default()))
+}

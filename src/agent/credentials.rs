@@ -1,0 +1,269 @@
+//! How the agent authenticates to the shoot's API server.
+//!
+//! Supported, in this order of precedence:
+//!
+//! 1. `--kubeconfig` (or `$KUBECONFIG`);
+//! 2. `clientConnection.kubeconfig` of the configuration;
+//! 3. `<config-dir>/credentials/kubeconfig` — where gardener-node-agent keeps the kubeconfig of
+//!    its client certificate, and where a provisioning script can put one;
+//! 4. `<config-dir>/credentials/token` — a bearer token file (gardener-node-agent's pre-v1.108
+//!    credentials), used with `apiServer.server` and the CA from `apiServer.caFile`,
+//!    `apiServer.caBundle` or `<config-dir>/cluster-ca.crt`. The file is re-read while the
+//!    agent runs, so a token rotated by the token sync takes effect without a restart.
+//!
+//! Not supported: the bootstrap-token → CertificateSigningRequest flow gardener-node-agent
+//! runs on first boot (`credentials/bootstrap-token`, §3.1 of the reference). A node that only
+//! has a bootstrap token is reported with an error naming the files the agent looks for, so a
+//! provisioning that relies on the CSR flow fails loudly instead of half-working.
+
+use std::path::{Path, PathBuf};
+
+use base64::Engine;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+
+use crate::api::nodeagent::NodeAgentConfiguration;
+
+use super::paths::Paths;
+
+/// Where the credentials come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    /// A kubeconfig file.
+    Kubeconfig(PathBuf),
+    /// A bearer token file plus `apiServer` from the configuration.
+    TokenFile(PathBuf),
+}
+
+/// Why no client could be built.
+#[derive(Debug, thiserror::Error)]
+pub enum CredentialsError {
+    /// Only a bootstrap token is there.
+    #[error(
+        "only {0} exists: the bootstrap-token/CSR flow is not supported by this agent; provision credentials/kubeconfig (or credentials/token) in the config dir"
+    )]
+    BootstrapOnly(String),
+    /// Nothing usable.
+    #[error(
+        "no credentials: none of --kubeconfig, clientConnection.kubeconfig, {kubeconfig}, {token} exists"
+    )]
+    Missing {
+        /// The kubeconfig path looked at.
+        kubeconfig: String,
+        /// The token path looked at.
+        token: String,
+    },
+    /// `apiServer.server` is empty but a token file needs it.
+    #[error("credentials/token needs apiServer.server in the configuration")]
+    NoServer,
+    /// A file could not be read.
+    #[error("reading {path}")]
+    Read {
+        /// The file.
+        path: String,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The kubeconfig does not load.
+    #[error("loading kubeconfig {path}")]
+    Kubeconfig {
+        /// The file.
+        path: String,
+        /// Cause.
+        #[source]
+        source: kube::config::KubeconfigError,
+    },
+}
+
+/// Chooses the credentials by the precedence in the module docs; `exists` tells which files
+/// are there.
+pub fn choose(
+    flag: Option<&Path>,
+    configured: &str,
+    paths: &Paths,
+    exists: impl Fn(&Path) -> bool,
+) -> Result<Source, CredentialsError> {
+    if let Some(flag) = flag {
+        return Ok(Source::Kubeconfig(flag.to_path_buf()));
+    }
+    if !configured.is_empty() {
+        return Ok(Source::Kubeconfig(PathBuf::from(configured)));
+    }
+    let kubeconfig = paths.kubeconfig();
+    if exists(&kubeconfig) {
+        return Ok(Source::Kubeconfig(kubeconfig));
+    }
+    let token = paths.token();
+    if exists(&token) {
+        return Ok(Source::TokenFile(token));
+    }
+    let bootstrap = paths.bootstrap_token();
+    if exists(&bootstrap) {
+        return Err(CredentialsError::BootstrapOnly(
+            bootstrap.display().to_string(),
+        ));
+    }
+    Err(CredentialsError::Missing {
+        kubeconfig: kubeconfig.display().to_string(),
+        token: token.display().to_string(),
+    })
+}
+
+/// The kubeconfig (YAML) for a token file: server from the configuration, CA inline.
+pub fn token_kubeconfig(server: &str, ca_pem: Option<&[u8]>, token_file: &Path) -> String {
+    let server = if server.contains("://") {
+        server.to_string()
+    } else {
+        format!("https://{server}")
+    };
+    let ca = ca_pem
+        .map(|pem| {
+            format!(
+                "    certificate-authority-data: {}\n",
+                base64::engine::general_purpose::STANDARD.encode(pem)
+            )
+        })
+        .unwrap_or_default();
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: node-agent\n  cluster:\n    server: {server}\n{ca}users:\n- name: node-agent\n  user:\n    tokenFile: {}\ncontexts:\n- name: node-agent\n  context:\n    cluster: node-agent\n    user: node-agent\ncurrent-context: node-agent\n",
+        token_file.display()
+    )
+}
+
+/// Builds the client configuration from `source`.
+pub async fn client_config(
+    source: &Source,
+    config: &NodeAgentConfiguration,
+    paths: &Paths,
+) -> Result<kube::Config, CredentialsError> {
+    let (kubeconfig, path) = match source {
+        Source::Kubeconfig(path) => {
+            let display = path.display().to_string();
+            let kubeconfig =
+                Kubeconfig::read_from(path).map_err(|source| CredentialsError::Kubeconfig {
+                    path: display.clone(),
+                    source,
+                })?;
+            (kubeconfig, display)
+        }
+        Source::TokenFile(token) => {
+            if config.api_server.server.is_empty() {
+                return Err(CredentialsError::NoServer);
+            }
+            let ca = ca_bundle(config, paths)?;
+            let yaml = token_kubeconfig(&config.api_server.server, ca.as_deref(), token);
+            let display = token.display().to_string();
+            let kubeconfig =
+                Kubeconfig::from_yaml(&yaml).map_err(|source| CredentialsError::Kubeconfig {
+                    path: display.clone(),
+                    source,
+                })?;
+            (kubeconfig, display)
+        }
+    };
+    kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .map_err(|source| CredentialsError::Kubeconfig { path, source })
+}
+
+/// The API server CA: `apiServer.caFile`, else `apiServer.caBundle`, else `cluster-ca.crt`.
+fn ca_bundle(
+    config: &NodeAgentConfiguration,
+    paths: &Paths,
+) -> Result<Option<Vec<u8>>, CredentialsError> {
+    let read = |path: &Path| {
+        std::fs::read(path).map_err(|source| CredentialsError::Read {
+            path: path.display().to_string(),
+            source,
+        })
+    };
+    if let Some(file) = config
+        .api_server
+        .ca_file
+        .as_deref()
+        .filter(|f| !f.is_empty())
+    {
+        return read(Path::new(file)).map(Some);
+    }
+    if let Some(bundle) = &config.api_server.ca_bundle {
+        return Ok(Some(bundle.0.clone()));
+    }
+    let default = paths.cluster_ca();
+    if default.exists() {
+        return read(&default).map(Some);
+    }
+    Ok(None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeSet;
+
+    fn choose_with(
+        flag: Option<&str>,
+        configured: &str,
+        present: &[&str],
+    ) -> Result<Source, CredentialsError> {
+        let paths = Paths::new("/var/lib/gardener-node-agent");
+        let present: BTreeSet<PathBuf> = present
+            .iter()
+            .map(|name| paths.credentials().join(name))
+            .collect();
+        choose(flag.map(Path::new), configured, &paths, |path| {
+            present.contains(path)
+        })
+    }
+
+    #[test]
+    fn precedence() {
+        let all = ["kubeconfig", "token", "bootstrap-token"];
+        assert_eq!(
+            choose_with(Some("/k"), "/c", &all).unwrap(),
+            Source::Kubeconfig("/k".into())
+        );
+        assert_eq!(
+            choose_with(None, "/c", &all).unwrap(),
+            Source::Kubeconfig("/c".into())
+        );
+        assert_eq!(
+            choose_with(None, "", &all).unwrap(),
+            Source::Kubeconfig("/var/lib/gardener-node-agent/credentials/kubeconfig".into())
+        );
+        assert_eq!(
+            choose_with(None, "", &["token", "bootstrap-token"]).unwrap(),
+            Source::TokenFile("/var/lib/gardener-node-agent/credentials/token".into())
+        );
+        let error = choose_with(None, "", &["bootstrap-token"]).unwrap_err();
+        assert!(
+            error.to_string().contains("CSR flow is not supported"),
+            "{error}"
+        );
+        assert!(matches!(
+            choose_with(None, "", &[]),
+            Err(CredentialsError::Missing { .. })
+        ));
+    }
+
+    #[tokio::test]
+    async fn token_file_kubeconfig_loads() {
+        let dir = tempfile::tempdir().unwrap();
+        let token = dir.path().join("token");
+        std::fs::write(&token, "abc").unwrap();
+        let yaml = token_kubeconfig("api.example:6443", Some(b"not-a-real-pem"), &token);
+        assert!(
+            yaml.contains("server: https://api.example:6443\n"),
+            "{yaml}"
+        );
+        let kubeconfig = Kubeconfig::from_yaml(&yaml).unwrap();
+        assert_eq!(
+            kubeconfig.auth_infos[0]
+                .auth_info
+                .as_ref()
+                .unwrap()
+                .token_file
+                .as_deref(),
+            Some(token.to_str().unwrap())
+        );
+    }
+}

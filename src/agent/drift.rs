@@ -1,0 +1,279 @@
+//! Drift repair (our addition; gardener-node-agent only reports drift once at start): every
+//! `--drift-check-interval` the files, unit files and drop-ins of the last applied OSC are
+//! compared with the disk; whatever differs is rewritten from the OSC, the units it affects
+//! are restarted, and the repairs are counted and logged.
+//!
+//! What counts as drift:
+//! - an inline or `secretRef` file whose bytes differ or that is missing (rewritten; units
+//!   listing it in `filePaths` restarted); a `secretRef` is read again for the comparison;
+//! - an `imageRef` file that is missing (extracted again); its bytes are not compared,
+//!   which would mean pulling and mounting the image every interval;
+//! - any OSC file whose mode differs (mode set; nothing restarted);
+//! - a unit file or drop-in whose bytes differ or that is missing (rewritten, then
+//!   daemon-reload and a restart of that unit).
+//!
+//! Units the OSC wants stopped (`enable: false` or `command: stop`) are never restarted by a
+//! repair. Enablement is not checked.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use crate::api::operatingsystemconfig::UnitCommand;
+
+use super::apply::{self, ApplyError, Secrets, UNIT_FILE_MODE};
+use super::changes::command_for;
+use super::host::Host;
+use super::osc::Effective;
+use super::paths::Paths;
+
+/// What one check found and did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Report {
+    /// Files rewritten (content differed or missing).
+    pub files: Vec<String>,
+    /// Files whose mode was set back.
+    pub modes: Vec<String>,
+    /// Unit files and drop-ins rewritten (paths).
+    pub unit_files: Vec<String>,
+    /// Units restarted because of the repairs.
+    pub restarted: Vec<String>,
+}
+
+impl Report {
+    /// Number of repairs (files, modes, unit files).
+    pub fn repairs(&self) -> usize {
+        self.files.len() + self.modes.len() + self.unit_files.len()
+    }
+}
+
+/// The units a repair must restart: those whose unit file or drop-ins were rewritten and
+/// those listing a rewritten file, except units meant to be stopped. Sorted, unique.
+pub fn units_to_restart(
+    effective: &Effective,
+    rewritten_files: &[String],
+    rewritten_units: &BTreeSet<String>,
+) -> Vec<String> {
+    effective
+        .units
+        .iter()
+        .filter(|unit| {
+            rewritten_units.contains(&unit.name)
+                || unit
+                    .file_paths
+                    .iter()
+                    .any(|path| rewritten_files.contains(path))
+        })
+        .filter(|unit| command_for(unit) == UnitCommand::Restart)
+        .map(|unit| unit.name.clone())
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect()
+}
+
+/// Checks the node against `effective` (the last applied OSC) and repairs what drifted.
+/// `own_unit` is never restarted (a repaired agent unit takes effect on its next restart).
+pub async fn check_and_repair<H: Host, S: Secrets>(
+    host: &H,
+    secrets: &S,
+    effective: &Effective,
+    paths: &Paths,
+    own_unit: &str,
+) -> Result<Report, ApplyError> {
+    let mut report = Report::default();
+    let host_error = |step: String| move |source| ApplyError::Host { step, source };
+    for file in &effective.files {
+        let path = Path::new(&file.path);
+        let mode = apply::file_mode(file);
+        let current = host
+            .read(path)
+            .map_err(host_error(format!("reading {}", file.path)))?;
+        let rewrite = match (apply::file_content(secrets, file).await?, &current) {
+            (_, None) => true,
+            (Some(desired), Some(current)) => desired != *current,
+            (None, Some(_)) => false,
+        };
+        if rewrite {
+            apply::write_file(host, secrets, file).await?;
+            report.files.push(file.path.clone());
+        } else if host
+            .mode(path)
+            .map_err(host_error(format!("inspecting {}", file.path)))?
+            != Some(mode)
+        {
+            host.set_mode(path, mode)
+                .map_err(host_error(format!("changing the mode of {}", file.path)))?;
+            report.modes.push(file.path.clone());
+        }
+    }
+    let mut rewritten_units = BTreeSet::new();
+    for unit in &effective.units {
+        let mut targets = Vec::new();
+        if let Some(content) = &unit.content {
+            targets.push((paths.unit_file(&unit.name), content.as_str()));
+        }
+        for drop_in in &unit.drop_ins {
+            targets.push((
+                paths.drop_in(&unit.name, &drop_in.name),
+                drop_in.content.as_str(),
+            ));
+        }
+        for (path, content) in targets {
+            let current = host
+                .read(&path)
+                .map_err(host_error(format!("reading {}", path.display())))?;
+            if current.as_deref() != Some(content.as_bytes()) {
+                apply::write_if_different(host, &path, content.as_bytes(), UNIT_FILE_MODE)?;
+                report.unit_files.push(path.display().to_string());
+                rewritten_units.insert(unit.name.clone());
+            }
+        }
+    }
+    if !rewritten_units.is_empty() {
+        host.daemon_reload()
+            .await
+            .map_err(host_error("daemon-reload".to_string()))?;
+    }
+    let restart: Vec<String> = units_to_restart(effective, &report.files, &rewritten_units)
+        .into_iter()
+        .filter(|unit| unit != own_unit)
+        .collect();
+    let jobs = restart.iter().map(|unit| async move {
+        (
+            unit.clone(),
+            host.unit_job(unit, UnitCommand::Restart).await,
+        )
+    });
+    let mut failures = Vec::new();
+    for (unit, result) in futures::future::join_all(jobs).await {
+        match result {
+            Ok(()) => report.restarted.push(unit),
+            Err(error) => failures.push((unit, super::error_chain(&error))),
+        }
+    }
+    if !failures.is_empty() {
+        return Err(ApplyError::Commands(failures));
+    }
+    Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::agent::osc::{NodeOsc, effective};
+    use crate::agent::testing::{
+        FakeHost, MapSecrets, Op, drop_in, inline_file, secret_file, unit,
+    };
+
+    fn osc() -> NodeOsc {
+        let mut osc = NodeOsc::default();
+        let mut conf = inline_file("/etc/app.conf", "v1");
+        conf.permissions = Some(0o644);
+        osc.spec.files.push(conf);
+        osc.spec.files.push(secret_file("/etc/token", "s", "k"));
+        let mut app = unit("app.service");
+        app.content = Some("[Service]\n".into());
+        app.drop_ins.push(drop_in("10.conf", "[Service]\nA=1\n"));
+        app.file_paths.push("/etc/app.conf".into());
+        let mut stopped = unit("stopped.service");
+        stopped.enable = Some(false);
+        stopped.file_paths.push("/etc/app.conf".into());
+        let mut token_user = unit("token.service");
+        token_user.file_paths.push("/etc/token".into());
+        osc.spec.units.extend([app, stopped, token_user]);
+        osc
+    }
+
+    fn secrets() -> MapSecrets {
+        MapSecrets([(("s".to_string(), "k".to_string()), b"tok".to_vec())].into())
+    }
+
+    fn in_sync(host: &FakeHost) {
+        host.put("/etc/app.conf", "v1", 0o644);
+        host.put("/etc/token", "tok", 0o600);
+        host.put("/etc/systemd/system/app.service", "[Service]\n", 0o600);
+        host.put(
+            "/etc/systemd/system/app.service.d/10.conf",
+            "[Service]\nA=1\n",
+            0o600,
+        );
+    }
+
+    async fn check(host: &FakeHost) -> Report {
+        let osc = osc();
+        let effective = effective(&osc, "node");
+        check_and_repair(
+            host,
+            &secrets(),
+            &effective,
+            &Paths::new("/var/lib/gardener-node-agent"),
+            "gardener-node-agent.service",
+        )
+        .await
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn nothing_to_do_when_in_sync() {
+        let host = FakeHost::default();
+        in_sync(&host);
+        assert_eq!(check(&host).await, Report::default());
+        assert!(host.take_ops().is_empty());
+    }
+
+    #[tokio::test]
+    async fn edited_file_is_restored_and_its_running_units_restarted() {
+        let host = FakeHost::default();
+        in_sync(&host);
+        host.put("/etc/app.conf", "edited by hand", 0o644);
+        let report = check(&host).await;
+        assert_eq!(report.files, ["/etc/app.conf"]);
+        assert_eq!(
+            report.restarted,
+            ["app.service"],
+            "stopped.service stays stopped"
+        );
+        assert_eq!(host.content("/etc/app.conf").as_deref(), Some("v1"));
+        assert_eq!(
+            host.take_ops(),
+            [Op::Job("app.service".into(), UnitCommand::Restart)],
+            "no reload for plain files"
+        );
+    }
+
+    #[tokio::test]
+    async fn missing_secret_file_and_mode_drift() {
+        let host = FakeHost::default();
+        in_sync(&host);
+        host.files.lock().unwrap().remove(Path::new("/etc/token"));
+        host.put("/etc/app.conf", "v1", 0o666);
+        let report = check(&host).await;
+        assert_eq!(report.files, ["/etc/token"]);
+        assert_eq!(report.modes, ["/etc/app.conf"]);
+        assert_eq!(report.restarted, ["token.service"]);
+        assert_eq!(host.file_mode("/etc/app.conf"), Some(0o644));
+        assert_eq!(report.repairs(), 2);
+    }
+
+    #[tokio::test]
+    async fn drifted_drop_in_reloads_and_restarts_its_unit() {
+        let host = FakeHost::default();
+        in_sync(&host);
+        host.put(
+            "/etc/systemd/system/app.service.d/10.conf",
+            "[Service]\nA=2\n",
+            0o600,
+        );
+        let report = check(&host).await;
+        assert_eq!(
+            report.unit_files,
+            ["/etc/systemd/system/app.service.d/10.conf"]
+        );
+        assert_eq!(
+            host.take_ops(),
+            [
+                Op::Reload,
+                Op::Job("app.service".into(), UnitCommand::Restart)
+            ]
+        );
+    }
+}

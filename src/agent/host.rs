@@ -1,0 +1,364 @@
+//! Everything the agent does to the node, behind one trait ([`Host`]): files, systemd jobs
+//! and unit files, containerd's default config and image extraction. The apply and drift
+//! logic only talks to this trait, so it runs in unit tests against an in-memory host, and on
+//! a node against [`SystemHost`] (the real file system, systemd over D-Bus with
+//! [`crate::systemd`], containerd through its `ctr` client).
+//!
+//! File writes are crash-safe: a temporary file in the target's folder is written, fsynced,
+//! given its exact mode and renamed over the target, then the folder is fsynced
+//! ([`crate::containerd::files`]). Missing parent folders are created with mode 0755;
+//! existing folders are left as they are.
+
+use std::fs::DirBuilder;
+use std::future::Future;
+use std::io;
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::process::Command;
+use tokio::sync::OnceCell;
+
+use crate::api::operatingsystemconfig::UnitCommand;
+use crate::containerd::{self, files};
+use crate::systemd::{self, Systemd};
+
+/// Mode of folders the agent creates.
+pub const DIR_MODE: u32 = 0o755;
+
+/// Why a host operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum HostError {
+    /// A file operation failed.
+    #[error(transparent)]
+    File(#[from] containerd::Error),
+    /// A folder could not be created or removed.
+    #[error("{action} {path}")]
+    Dir {
+        /// What was being done.
+        action: &'static str,
+        /// The folder.
+        path: String,
+        /// Cause.
+        #[source]
+        source: io::Error,
+    },
+    /// A systemd call failed.
+    #[error(transparent)]
+    Systemd(#[from] systemd::Error),
+    /// A helper program failed.
+    #[error("`{command}` failed ({status}): {stderr}")]
+    Command {
+        /// The command line.
+        command: String,
+        /// Exit status or spawn error.
+        status: String,
+        /// The end of its error output.
+        stderr: String,
+    },
+}
+
+/// The node, as the apply and drift logic see it.
+pub trait Host: Send + Sync {
+    /// A file's content; `None` if it does not exist.
+    fn read(&self, path: &Path) -> Result<Option<Vec<u8>>, HostError>;
+    /// Atomically replaces or creates a file with exactly `mode`; creates parents (0755).
+    fn write(&self, path: &Path, content: &[u8], mode: u32) -> Result<(), HostError>;
+    /// A file's permission bits; `None` if it does not exist.
+    fn mode(&self, path: &Path) -> Result<Option<u32>, HostError>;
+    /// Sets a file's permission bits.
+    fn set_mode(&self, path: &Path, mode: u32) -> Result<(), HostError>;
+    /// Removes a file; returns whether it existed.
+    fn remove_file(&self, path: &Path) -> Result<bool, HostError>;
+    /// Removes a folder if it is empty; returns whether it did.
+    fn remove_dir_if_empty(&self, path: &Path) -> Result<bool, HostError>;
+    /// Removes a folder with everything in it; returns whether it existed.
+    fn remove_dir_all(&self, path: &Path) -> Result<bool, HostError>;
+    /// Creates a folder and its parents (0755) unless it exists.
+    fn create_dir_all(&self, path: &Path) -> Result<(), HostError>;
+
+    /// `systemctl daemon-reload`.
+    fn daemon_reload(&self) -> impl Future<Output = Result<(), HostError>> + Send;
+    /// Enables a unit file (persistent, replacing conflicting links).
+    fn enable_unit(&self, unit: &str) -> impl Future<Output = Result<(), HostError>> + Send;
+    /// Disables a unit file.
+    fn disable_unit(&self, unit: &str) -> impl Future<Output = Result<(), HostError>> + Send;
+    /// Runs a job for the unit and waits for its result.
+    fn unit_job(
+        &self,
+        unit: &str,
+        command: UnitCommand,
+    ) -> impl Future<Output = Result<(), HostError>> + Send;
+    /// True when systemd has the unit loaded (it exists somewhere in its search path).
+    fn unit_known(&self, unit: &str) -> impl Future<Output = Result<bool, HostError>> + Send;
+
+    /// `containerd config default`.
+    fn containerd_default_config(&self) -> impl Future<Output = Result<String, HostError>> + Send;
+    /// containerd's `(major, minor)` version, if it can be told.
+    fn containerd_version(&self) -> impl Future<Output = Option<(u64, u64)>> + Send;
+    /// Copies `path_in_image` out of `image` (pulled if not present) to `target` with `mode`.
+    fn extract_image_file(
+        &self,
+        image: &str,
+        path_in_image: &str,
+        target: &Path,
+        mode: u32,
+    ) -> impl Future<Output = Result<(), HostError>> + Send;
+}
+
+/// The real node: local file system, systemd on a system bus, containerd via `ctr`.
+#[derive(Debug)]
+pub struct SystemHost {
+    bus_address: String,
+    job_timeout: Duration,
+    systemd: OnceCell<Systemd>,
+    containerd_address: String,
+    containerd_namespace: String,
+    temp_dir: PathBuf,
+}
+
+impl SystemHost {
+    /// A host whose systemd is on `bus_address`; jobs wait up to `job_timeout`. Image files
+    /// are mounted below `temp_dir`.
+    pub fn new(
+        bus_address: String,
+        job_timeout: Duration,
+        containerd_address: String,
+        containerd_namespace: String,
+        temp_dir: PathBuf,
+    ) -> Self {
+        SystemHost {
+            bus_address,
+            job_timeout,
+            systemd: OnceCell::new(),
+            containerd_address,
+            containerd_namespace,
+            temp_dir,
+        }
+    }
+
+    /// One connection for the agent's lifetime (jobs are cheap on it; zbus reconnects are not
+    /// needed because systemd keeps the bus up).
+    async fn systemd(&self) -> Result<&Systemd, HostError> {
+        self.systemd
+            .get_or_try_init(|| async {
+                Ok::<_, HostError>(
+                    Systemd::connect(&self.bus_address)
+                        .await?
+                        .with_job_timeout(self.job_timeout),
+                )
+            })
+            .await
+    }
+
+    async fn ctr(&self, args: &[&str]) -> Result<String, HostError> {
+        let mut full = vec![
+            "--address",
+            self.containerd_address.as_str(),
+            "--namespace",
+            self.containerd_namespace.as_str(),
+        ];
+        full.extend_from_slice(args);
+        run("ctr", &full).await
+    }
+}
+
+/// Runs a program and returns its standard output; non-zero exit is an error.
+async fn run(program: &str, args: &[&str]) -> Result<String, HostError> {
+    let command_line = format!("{program} {}", args.join(" "));
+    let output = Command::new(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .map_err(|error| HostError::Command {
+            command: command_line.clone(),
+            status: error.to_string(),
+            stderr: String::new(),
+        })?;
+    if !output.status.success() {
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let tail: String = stderr
+            .trim()
+            .chars()
+            .rev()
+            .take(500)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect();
+        return Err(HostError::Command {
+            command: command_line,
+            status: output.status.to_string(),
+            stderr: tail,
+        });
+    }
+    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
+fn dir_error(action: &'static str, path: &Path) -> impl FnOnce(io::Error) -> HostError + use<> {
+    let path = path.display().to_string();
+    move |source| HostError::Dir {
+        action,
+        path,
+        source,
+    }
+}
+
+impl Host for SystemHost {
+    fn read(&self, path: &Path) -> Result<Option<Vec<u8>>, HostError> {
+        Ok(files::read_optional(path)?)
+    }
+
+    fn write(&self, path: &Path, content: &[u8], mode: u32) -> Result<(), HostError> {
+        if let Some(parent) = path.parent() {
+            self.create_dir_all(parent)?;
+        }
+        Ok(files::write_atomic(path, content, mode)?)
+    }
+
+    fn mode(&self, path: &Path) -> Result<Option<u32>, HostError> {
+        Ok(files::mode_of(path)?)
+    }
+
+    fn set_mode(&self, path: &Path, mode: u32) -> Result<(), HostError> {
+        Ok(files::set_mode(path, mode)?)
+    }
+
+    fn remove_file(&self, path: &Path) -> Result<bool, HostError> {
+        Ok(files::remove_if_exists(path)?)
+    }
+
+    fn remove_dir_if_empty(&self, path: &Path) -> Result<bool, HostError> {
+        match std::fs::remove_dir(path) {
+            Ok(()) => Ok(true),
+            Err(error)
+                if matches!(
+                    error.kind(),
+                    io::ErrorKind::NotFound | io::ErrorKind::DirectoryNotEmpty
+                ) =>
+            {
+                Ok(false)
+            }
+            Err(error) => Err(dir_error("removing the folder", path)(error)),
+        }
+    }
+
+    fn remove_dir_all(&self, path: &Path) -> Result<bool, HostError> {
+        match std::fs::remove_dir_all(path) {
+            Ok(()) => Ok(true),
+            Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(false),
+            Err(error) => Err(dir_error("removing the folder", path)(error)),
+        }
+    }
+
+    fn create_dir_all(&self, path: &Path) -> Result<(), HostError> {
+        if path.is_dir() {
+            return Ok(());
+        }
+        DirBuilder::new()
+            .recursive(true)
+            .mode(DIR_MODE)
+            .create(path)
+            .map_err(dir_error("creating the folder", path))
+    }
+
+    async fn daemon_reload(&self) -> Result<(), HostError> {
+        Ok(self.systemd().await?.daemon_reload().await?)
+    }
+
+    async fn enable_unit(&self, unit: &str) -> Result<(), HostError> {
+        self.systemd().await?.enable_unit_files(&[unit]).await?;
+        Ok(())
+    }
+
+    async fn disable_unit(&self, unit: &str) -> Result<(), HostError> {
+        self.systemd().await?.disable_unit_files(&[unit]).await?;
+        Ok(())
+    }
+
+    async fn unit_job(&self, unit: &str, command: UnitCommand) -> Result<(), HostError> {
+        let systemd = self.systemd().await?;
+        let result = match command {
+            UnitCommand::Start => systemd.start_unit(unit).await,
+            UnitCommand::Restart => systemd.restart_unit(unit).await,
+            UnitCommand::Stop => systemd.stop_unit(unit).await,
+        };
+        match result {
+            // Like gardener-node-agent: a job still running after the timeout is not retried
+            // (a retry would restart a slow unit again and again); it is logged.
+            Err(systemd::Error::JobTimeout {
+                operation,
+                unit,
+                timeout,
+            }) => {
+                tracing::warn!(%unit, %operation, ?timeout, "unit job still running after the timeout; not waiting longer");
+                Ok(())
+            }
+            other => Ok(other?),
+        }
+    }
+
+    async fn unit_known(&self, unit: &str) -> Result<bool, HostError> {
+        let status = self.systemd().await?.unit_status(unit).await?;
+        Ok(status.load_state == "loaded")
+    }
+
+    async fn containerd_default_config(&self) -> Result<String, HostError> {
+        run("containerd", &["config", "default"]).await
+    }
+
+    async fn containerd_version(&self) -> Option<(u64, u64)> {
+        let output = run("containerd", &["--version"]).await.ok()?;
+        containerd::cri::parse_containerd_version(&output)
+    }
+
+    async fn extract_image_file(
+        &self,
+        image: &str,
+        path_in_image: &str,
+        target: &Path,
+        mode: u32,
+    ) -> Result<(), HostError> {
+        // Pull only what is missing: an image an operator (or a previous run) put there is
+        // used as it is, so nodes without registry access work with pre-loaded images.
+        let present = self
+            .ctr(&["images", "ls", "--quiet", &format!("name=={image}")])
+            .await?;
+        if !present.lines().any(|line| line.trim() == image) {
+            self.ctr(&[
+                "images",
+                "pull",
+                "--hosts-dir",
+                containerd::cri::CERTS_DIR,
+                image,
+            ])
+            .await?;
+        }
+        static MOUNTS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let mount = self.temp_dir.join(format!(
+            "mount-image-{}-{}",
+            std::process::id(),
+            MOUNTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        ));
+        self.create_dir_all(&mount)?;
+        let mount_path = mount.display().to_string();
+        let mounted = self.ctr(&["images", "mount", image, &mount_path]).await;
+        if let Err(error) = mounted {
+            let _ = self.remove_dir_if_empty(&mount);
+            return Err(error);
+        }
+        let source = mount.join(path_in_image.trim_start_matches('/'));
+        let copied = match target.parent() {
+            Some(parent) => self.create_dir_all(parent),
+            None => Ok(()),
+        }
+        .and_then(|()| files::copy_atomic(&source, target, mode).map_err(HostError::from));
+        let unmounted = self.ctr(&["images", "unmount", "--rm", &mount_path]).await;
+        let _ = self.remove_dir_if_empty(&mount);
+        copied?;
+        unmounted?;
+        Ok(())
+    }
+}

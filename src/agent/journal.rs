@@ -1,0 +1,495 @@
+//! The crash-safe journal `last-computed-osc-changes.yaml` (§6.5): the work one OSC apply
+//! still has to do. Pure apart from (de)serialisation; the apply step persists it through the
+//! host (atomically) after every completed item.
+//!
+//! The format is gardener-node-agent's, field for field, so either agent can finish what
+//! the other started — which happens by design when an OSC replaces the agent's own unit or
+//! binary (the old process exits after daemon-reload, the new one resumes here):
+//!
+//! ```yaml
+//! operatingSystemConfigChecksum: 3f1c…        # the secret's checksum/data-script
+//! files:
+//!   changed: [{path: /etc/a, permissions: 420, content: {inline: …}}]   # to write
+//!   deleted: [{path: /etc/old, content: …}]                           # to remove (last)
+//! units:
+//!   changed:                                  # unit file, drop-ins, enablement to write
+//!   - name: kubelet.service                   # the whole unit …
+//!     content: …
+//!     dropInsChanges: {changed: [{name: 10-a.conf, content: …}], deleted: [{name: 20-old.conf, …}]}
+//!   commands:                                 # after daemon-reload, in parallel
+//!   - {name: kubelet.service, command: restart}
+//!   deleted: [{name: old.service, content: …}]   # stop/disable/remove (or drop-ins only)
+//! containerd:
+//!   configFileChanged: true                   # restart containerd at the end
+//!   registries: {desired: [{upstream: docker.io, …}], deleted: [{upstream: quay.io, …}]}
+//! mustRestartNodeAgent: false                 # exit after daemon-reload, resume here
+//! inPlaceUpdates: {operatingSystem: false, …} # written for compatibility; not acted on
+//! ```
+//!
+//! A journal whose checksum matches the secret is resumed as it is, whatever is left in it;
+//! one for another checksum is replaced by a freshly computed one before anything is done.
+//! After a successful apply the file stays, with empty lists, as the record that this
+//! checksum is done.
+
+use serde::{Deserialize, Serialize};
+
+use crate::api::operatingsystemconfig::{DropIn, File, RegistryConfig, Unit, UnitCommand};
+
+/// Remaining work of one apply.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Journal {
+    /// Checksum of the OSC this work belongs to.
+    #[serde(default)]
+    pub operating_system_config_checksum: String,
+    /// Unit work.
+    #[serde(default)]
+    pub units: UnitChanges,
+    /// File work.
+    #[serde(default)]
+    pub files: FileChanges,
+    /// containerd work.
+    #[serde(default)]
+    pub containerd: ContainerdChanges,
+    /// The agent's own unit changed: exit after daemon-reload so systemd starts the new one.
+    #[serde(default)]
+    pub must_restart_node_agent: bool,
+    /// In-place update flags (gardener-node-agent's; this agent does no in-place updates and
+    /// writes them all `false`).
+    #[serde(default)]
+    pub in_place_updates: InPlaceUpdateFlags,
+}
+
+/// Files to write and to delete.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct FileChanges {
+    /// Files to (re)write.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub changed: Vec<File>,
+    /// Files to delete.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deleted: Vec<File>,
+}
+
+/// Units to write, commands to run, units to remove.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct UnitChanges {
+    /// Units whose file, drop-ins or enablement must be written.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub changed: Vec<ChangedUnit>,
+    /// Jobs to run after daemon-reload.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub commands: Vec<CommandEntry>,
+    /// Units no longer in the OSC.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deleted: Vec<Unit>,
+}
+
+/// A unit to write: the unit and its drop-in work.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ChangedUnit {
+    /// The unit.
+    #[serde(flatten)]
+    pub unit: Unit,
+    /// Its drop-in work.
+    #[serde(default)]
+    pub drop_ins_changes: DropInChanges,
+}
+
+/// Drop-ins of one unit to write and to delete.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct DropInChanges {
+    /// Drop-ins to write.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub changed: Vec<DropIn>,
+    /// Drop-ins to delete.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deleted: Vec<DropIn>,
+}
+
+/// One unit job.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct CommandEntry {
+    /// Unit name.
+    pub name: String,
+    /// `restart` or `stop` (a `start` in the OSC is run as restart, as upstream does).
+    pub command: UnitCommand,
+}
+
+/// containerd work.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ContainerdChanges {
+    /// config.toml changed: restart containerd after the unit commands.
+    #[serde(default)]
+    pub config_file_changed: bool,
+    /// Registry `hosts.toml` work.
+    #[serde(default)]
+    pub registries: RegistryChanges,
+}
+
+/// Registry work.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RegistryChanges {
+    /// Upstreams gardener-node-agent would probe before writing (this agent does not probe;
+    /// kept so a journal written by gardener-node-agent round-trips).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub upstreams_to_probe: Vec<String>,
+    /// Registries whose `hosts.toml` must be written.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub desired: Vec<RegistryConfig>,
+    /// Registries whose folder must be removed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deleted: Vec<RegistryConfig>,
+}
+
+/// gardener-node-agent's in-place update flags.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct InPlaceUpdateFlags {
+    /// OS update pending.
+    #[serde(default)]
+    pub operating_system: bool,
+    /// kubelet flags.
+    #[serde(default)]
+    pub kubelet: KubeletFlags,
+    /// CA rotation flags.
+    #[serde(default)]
+    pub certificate_authorities_rotation: CaRotationFlags,
+    /// Service account key rotation pending.
+    #[serde(default)]
+    pub service_account_key_rotation: bool,
+}
+
+/// kubelet in-place flags.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct KubeletFlags {
+    /// Minor version bump.
+    #[serde(default)]
+    pub minor_version: bool,
+    /// Config change.
+    #[serde(default)]
+    pub config: bool,
+    /// CPU manager policy change.
+    #[serde(default)]
+    pub cpu_manager_policy: bool,
+}
+
+/// CA rotation flags.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct CaRotationFlags {
+    /// kubelet.
+    #[serde(default)]
+    pub kubelet: bool,
+    /// The node agent.
+    #[serde(default)]
+    pub node_agent: bool,
+}
+
+impl Journal {
+    /// An empty journal for `checksum` (nothing to do).
+    pub fn done(checksum: &str) -> Self {
+        Journal {
+            operating_system_config_checksum: checksum.to_string(),
+            ..Journal::default()
+        }
+    }
+
+    /// True when no work this agent does is left (in-place flags are not its work).
+    pub fn is_empty(&self) -> bool {
+        self.remaining() == 0
+    }
+
+    /// Parses a journal file; `None` when it does not parse (it is then recomputed).
+    pub fn parse(text: &str) -> Option<Self> {
+        serde_norway::from_str(text).ok()
+    }
+
+    /// The YAML written to disk.
+    pub fn render(&self) -> Result<String, serde_norway::Error> {
+        serde_norway::to_string(self)
+    }
+
+    /// How many items are left (for logs).
+    pub fn remaining(&self) -> usize {
+        let drop_ins: usize = self
+            .units
+            .changed
+            .iter()
+            .map(|u| u.drop_ins_changes.changed.len() + u.drop_ins_changes.deleted.len())
+            .sum();
+        self.files.changed.len()
+            + self.files.deleted.len()
+            + self.units.changed.len()
+            + drop_ins
+            + self.units.commands.len()
+            + self.units.deleted.len()
+            + usize::from(self.containerd.config_file_changed)
+            + self.containerd.registries.desired.len()
+            + self.containerd.registries.deleted.len()
+            + usize::from(self.must_restart_node_agent)
+    }
+
+    /// A file was written.
+    pub fn complete_file_changed(&mut self, path: &str) {
+        self.files.changed.retain(|f| f.path != path);
+    }
+
+    /// A file was deleted.
+    pub fn complete_file_deleted(&mut self, path: &str) {
+        self.files.deleted.retain(|f| f.path != path);
+    }
+
+    /// A drop-in of a changed unit was written.
+    pub fn complete_drop_in_changed(&mut self, unit: &str, drop_in: &str) {
+        if let Some(entry) = self.units.changed.iter_mut().find(|u| u.unit.name == unit) {
+            entry.drop_ins_changes.changed.retain(|d| d.name != drop_in);
+        }
+    }
+
+    /// A drop-in of a changed unit was deleted.
+    pub fn complete_drop_in_deleted(&mut self, unit: &str, drop_in: &str) {
+        if let Some(entry) = self.units.changed.iter_mut().find(|u| u.unit.name == unit) {
+            entry.drop_ins_changes.deleted.retain(|d| d.name != drop_in);
+        }
+    }
+
+    /// A changed unit is fully written (file, drop-ins, enablement).
+    pub fn complete_unit_changed(&mut self, unit: &str) {
+        self.units.changed.retain(|u| u.unit.name != unit);
+    }
+
+    /// A deleted unit is gone; `then` is a job that must still run for it (a drop-in-only
+    /// unit that lost its drop-ins is restarted), recorded in the same write.
+    pub fn complete_unit_deleted(&mut self, unit: &str, then: Option<CommandEntry>) {
+        self.units.deleted.retain(|u| u.name != unit);
+        if let Some(command) = then
+            && !self.units.commands.iter().any(|c| c.name == command.name)
+        {
+            self.units.commands.push(command);
+        }
+    }
+
+    /// A unit job finished.
+    pub fn complete_command(&mut self, unit: &str) {
+        self.units.commands.retain(|c| c.name != unit);
+    }
+
+    /// Removes the command for `unit` (the agent's own unit: restarting it is done by exiting).
+    pub fn take_command(&mut self, unit: &str) -> Option<CommandEntry> {
+        let index = self.units.commands.iter().position(|c| c.name == unit)?;
+        Some(self.units.commands.remove(index))
+    }
+
+    /// A registry `hosts.toml` was written.
+    pub fn complete_registry_desired(&mut self, upstream: &str) {
+        self.containerd
+            .registries
+            .desired
+            .retain(|r| r.upstream != upstream);
+    }
+
+    /// A registry folder was removed.
+    pub fn complete_registry_deleted(&mut self, upstream: &str) {
+        self.containerd
+            .registries
+            .deleted
+            .retain(|r| r.upstream != upstream);
+    }
+}
+
+/// The journal to resume for the secret's `checksum`: the one on disk if it parses and is
+/// for that checksum (§6.5); `None` means compute a new one.
+pub fn resumable(on_disk: Option<&str>, checksum: &str) -> Option<Journal> {
+    on_disk
+        .and_then(Journal::parse)
+        .filter(|journal| journal.operating_system_config_checksum == checksum)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::agent::testing::{drop_in, inline_file, unit};
+
+    fn registry(upstream: &str) -> RegistryConfig {
+        RegistryConfig {
+            upstream: upstream.into(),
+            server: None,
+            hosts: Vec::new(),
+            readiness_probe: None,
+        }
+    }
+
+    fn sample() -> Journal {
+        let mut kubelet = unit("a.service");
+        kubelet.content = Some("[Service]\n".into());
+        kubelet.drop_ins.push(drop_in("10-a.conf", "x"));
+        Journal {
+            operating_system_config_checksum: "abc".into(),
+            files: FileChanges {
+                changed: vec![inline_file("/etc/a", "1"), inline_file("/etc/b", "2")],
+                deleted: vec![inline_file("/etc/old", "0")],
+            },
+            units: UnitChanges {
+                changed: vec![ChangedUnit {
+                    unit: kubelet,
+                    drop_ins_changes: DropInChanges {
+                        changed: vec![drop_in("10-a.conf", "x")],
+                        deleted: vec![drop_in("20-b.conf", "y")],
+                    },
+                }],
+                commands: vec![
+                    CommandEntry {
+                        name: "a.service".into(),
+                        command: UnitCommand::Restart,
+                    },
+                    CommandEntry {
+                        name: "b.service".into(),
+                        command: UnitCommand::Stop,
+                    },
+                ],
+                deleted: vec![unit("old.service")],
+            },
+            containerd: ContainerdChanges {
+                config_file_changed: true,
+                registries: RegistryChanges {
+                    upstreams_to_probe: Vec::new(),
+                    desired: vec![registry("docker.io")],
+                    deleted: vec![],
+                },
+            },
+            must_restart_node_agent: false,
+            in_place_updates: InPlaceUpdateFlags::default(),
+        }
+    }
+
+    #[test]
+    fn renders_and_parses_gardener_node_agents_format() {
+        let text = sample().render().unwrap();
+        assert!(
+            text.starts_with("operatingSystemConfigChecksum: abc\n"),
+            "{text}"
+        );
+        for expected in [
+            "  changed:\n  - name: a.service\n    content: |\n      [Service]\n",
+            "    dropInsChanges:\n      changed:\n      - name: 10-a.conf\n",
+            "  commands:\n  - name: a.service\n    command: restart\n",
+            "  deleted:\n  - name: old.service\n",
+            "files:\n  changed:\n  - path: /etc/a\n",
+            "configFileChanged: true",
+            "mustRestartNodeAgent: false",
+            "inPlaceUpdates:\n  operatingSystem: false\n",
+        ] {
+            assert!(text.contains(expected), "missing {expected:?} in\n{text}");
+        }
+        assert_eq!(Journal::parse(&text), Some(sample()));
+        assert!(Journal::done("abc").is_empty());
+        assert!(!sample().is_empty());
+        assert_eq!(sample().remaining(), 11);
+    }
+
+    /// What gardener-node-agent (Go, sigs.k8s.io/yaml) writes mid-apply and when done.
+    #[test]
+    fn reads_what_gardener_node_agent_writes() {
+        let go_mid_apply = r#"containerd:
+  configFileChanged: false
+  registries: {}
+files:
+  changed:
+  - content:
+      inline:
+        data: aGVsbG8=
+        encoding: b64
+    path: /etc/hello
+    permissions: 420
+inPlaceUpdates:
+  certificateAuthoritiesRotation:
+    kubelet: false
+    nodeAgent: false
+  kubelet:
+    config: false
+    cpuManagerPolicy: false
+    minorVersion: false
+  operatingSystem: false
+  serviceAccountKeyRotation: false
+mustRestartNodeAgent: true
+operatingSystemConfigChecksum: 5e1f
+units:
+  changed:
+  - content: |
+      [Service]
+    dropInsChanges: {}
+    enable: true
+    name: kubelet.service
+  commands:
+  - command: restart
+    name: kubelet.service
+"#;
+        let journal = resumable(Some(go_mid_apply), "5e1f").unwrap();
+        assert_eq!(journal.files.changed[0].permissions, Some(0o644));
+        assert_eq!(journal.units.changed[0].unit.enable, Some(true));
+        assert!(journal.must_restart_node_agent);
+        assert_eq!(journal.remaining(), 4);
+        let go_done = "containerd:\n  configFileChanged: false\n  registries: {}\nfiles: {}\ninPlaceUpdates:\n  operatingSystem: false\nmustRestartNodeAgent: false\noperatingSystemConfigChecksum: 5e1f\nunits: {}\n";
+        assert!(resumable(Some(go_done), "5e1f").unwrap().is_empty());
+    }
+
+    #[test]
+    fn resumes_only_the_same_checksum() {
+        let text = sample().render().unwrap();
+        assert_eq!(resumable(Some(&text), "abc"), Some(sample()));
+        assert_eq!(resumable(Some(&text), "other"), None);
+        assert_eq!(resumable(None, "abc"), None);
+        assert_eq!(resumable(Some("{{ torn write"), "abc"), None);
+        // Journal writes are atomic (temp + fsync + rename), so a torn file never reaches
+        // here from our own writes; if one did, it must not resume with a wrong meaning.
+        let truncated = &text[..text.len() / 2];
+        if let Some(journal) = resumable(Some(truncated), "abc") {
+            assert_eq!(journal.operating_system_config_checksum, "abc");
+        }
+    }
+
+    #[test]
+    fn completing_items_removes_exactly_them() {
+        let mut journal = sample();
+        journal.complete_file_changed("/etc/a");
+        assert_eq!(journal.files.changed, [inline_file("/etc/b", "2")]);
+        journal.complete_drop_in_changed("a.service", "10-a.conf");
+        journal.complete_drop_in_deleted("a.service", "20-b.conf");
+        assert_eq!(
+            journal.units.changed[0].drop_ins_changes,
+            DropInChanges::default()
+        );
+        journal.complete_unit_changed("a.service");
+        assert!(journal.units.changed.is_empty());
+        journal.complete_unit_deleted(
+            "old.service",
+            Some(CommandEntry {
+                name: "old.service".into(),
+                command: UnitCommand::Restart,
+            }),
+        );
+        assert!(journal.units.deleted.is_empty());
+        assert_eq!(journal.units.commands.len(), 3);
+        journal.complete_command("a.service");
+        journal.complete_command("b.service");
+        assert_eq!(
+            journal.take_command("old.service").map(|c| c.command),
+            Some(UnitCommand::Restart)
+        );
+        assert_eq!(journal.take_command("old.service"), None);
+        journal.complete_file_changed("/etc/b");
+        journal.complete_file_deleted("/etc/old");
+        journal.complete_registry_desired("docker.io");
+        journal.containerd.config_file_changed = false;
+        assert!(journal.is_empty(), "{journal:?}");
+    }
+}

@@ -1,0 +1,146 @@
+//! The on-node agent, `gardener-extension-node agent`: applies the node's
+//! OperatingSystemConfig through systemd, as a drop-in for gardener-node-agent (same config
+//! file, same secret, same on-node paths, same Node annotation and labels; reference:
+//! `node-agent.md` §6–§9, §12, §15).
+//!
+//! Pipeline of one OSC apply, each step its own module:
+//!
+//! 1. [`osc`]: decode `osc.yaml` from the secret, validate it (nothing touches the disk
+//!    before this passes), merge spec and status. Pure.
+//! 2. [`changes`]: diff against `last-applied-osc.yaml` into a [`journal::Journal`]. Pure.
+//! 3. [`apply`]: work through the journal on the [`host::Host`] — files, containerd config
+//!    ([`crate::containerd::cri`]), units, daemon-reload, parallel unit jobs, deletions —
+//!    rewriting the journal after every item, so a killed agent resumes where it stopped.
+//! 4. [`controller`]: report on the Node (checksum annotation, labels, events).
+//!
+//! Around it: [`config`] (flags + NodeAgentConfiguration), [`credentials`] (which kubeconfig
+//! or token), [`cluster`] (the narrowly scoped API calls), [`delay`] (reconciliation delay),
+//! [`lease`] (heartbeat), [`token`] (token sync), [`drift`] (drift repair), [`metrics`].
+//! See `docs/agent.md` for the node layout and the supported bootstrap path.
+
+pub mod apply;
+pub mod changes;
+pub mod cluster;
+pub mod config;
+pub mod controller;
+pub mod credentials;
+pub mod delay;
+pub mod drift;
+pub mod host;
+pub mod journal;
+pub mod lease;
+pub mod metrics;
+pub mod osc;
+pub mod paths;
+pub mod token;
+
+#[cfg(test)]
+pub(crate) mod testing;
+
+use std::sync::Arc;
+
+use tracing::info;
+
+pub use config::AgentArgs;
+
+use crate::http::{Readiness, ServerState};
+
+/// Why the agent could not start or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    /// Flags or config file.
+    #[error(transparent)]
+    Config(#[from] config::ConfigError),
+    /// No usable credentials.
+    #[error(transparent)]
+    Credentials(#[from] credentials::CredentialsError),
+    /// The API client could not be built.
+    #[error("building the API client")]
+    Client(#[source] kube::Error),
+    /// The metrics server could not bind.
+    #[error("serving metrics on {address}")]
+    Metrics {
+        /// The address.
+        address: std::net::SocketAddr,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Signal handling could not be set up.
+    #[error("installing signal handlers")]
+    Signal(#[source] std::io::Error),
+}
+
+/// An error and its causes on one line (for log fields and event notes).
+pub fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+/// Runs the agent until it is stopped or must restart itself.
+pub async fn run(args: AgentArgs) -> Result<(), AgentError> {
+    let settings = config::load(args)?;
+    info!(
+        config = %settings.config_file.display(),
+        secret = %settings.secret_name,
+        hostname = %settings.hostname,
+        drift_check_interval = ?settings.drift_check_interval,
+        "starting the node agent"
+    );
+    let source = credentials::choose(
+        settings.kubeconfig_flag.as_deref(),
+        &settings.config.client_connection.kubeconfig,
+        &settings.paths,
+        |path| path.exists(),
+    )?;
+    info!(credentials = ?source, "credentials");
+    let client_config =
+        credentials::client_config(&source, &settings.config, &settings.paths).await?;
+    let client = kube::Client::try_from(client_config).map_err(AgentError::Client)?;
+
+    let mut registry = crate::metrics::new_registry();
+    let metrics = metrics::Metrics::register(&mut registry);
+    let readiness = Readiness::default();
+    let listener = tokio::net::TcpListener::bind(settings.metrics_address)
+        .await
+        .map_err(|source| AgentError::Metrics {
+            address: settings.metrics_address,
+            source,
+        })?;
+    let state = ServerState {
+        registry: Arc::new(registry),
+        readiness: readiness.clone(),
+    };
+    info!(address = %settings.metrics_address, "serving /metrics, /healthz and /readyz");
+    let server = tokio::spawn(async move {
+        if let Err(error) = axum::serve(listener, crate::http::router(state)).await {
+            tracing::error!(%error, "metrics server stopped");
+        }
+    });
+
+    let host = host::SystemHost::new(
+        settings.system_bus_address.clone(),
+        settings.unit_job_timeout,
+        settings.containerd_address.clone(),
+        settings.containerd_namespace.clone(),
+        settings.paths.temp(),
+    );
+    let agent = Arc::new(controller::Agent {
+        events: cluster::NodeEvents::new(&client, &settings.hostname),
+        secrets: cluster::ApiSecrets::new(&client),
+        client,
+        host: Arc::new(host),
+        metrics,
+        token_trigger: Arc::new(tokio::sync::Notify::new()),
+        settings,
+    });
+    let result = agent.run(readiness).await;
+    server.abort();
+    result
+}

@@ -1,0 +1,674 @@
+//! The OperatingSystemConfig as the node sees it: decoding the `osc.yaml` of the node-agent
+//! secret, checking it before anything touches the disk, and merging spec and status into the
+//! units and files to apply (§6.3 steps 1–3, §6.4 first two bullets). Pure.
+//!
+//! The secret holds a serialised OSC with only `spec.{units,files,criConfig,inPlaceUpdates}`
+//! and `status.{extensionUnits,extensionFiles,inPlaceUpdates}`. gardenlet's Go encoder writes
+//! `type: ""` and `purpose: ""` (fields without `omitempty`) and `creationTimestamp: null`,
+//! which the seed-side CRD type would reject, so the node decodes into [`NodeOsc`]: the same
+//! unit/file types from [`crate::api::operatingsystemconfig`], nothing else, unknown fields
+//! ignored.
+//!
+//! [`validate`] rejects what must never reach the disk: relative paths, paths with `.`/`..`
+//! components, unknown inline encodings, base64 that does not decode, files with zero or
+//! several content sources, unit and drop-in names that are not plain file names. Unknown unit
+//! commands and other type errors already fail in [`decode`].
+
+use base64::Engine;
+use serde::{Deserialize, Serialize};
+
+use crate::api::operatingsystemconfig::{
+    CriConfig, DropIn, File, FileContentInline, InPlaceUpdates, InPlaceUpdatesStatus, Unit,
+};
+
+/// `apiVersion` written into `last-applied-osc.yaml`.
+pub const OSC_API_VERSION: &str = "extensions.gardener.cloud/v1alpha1";
+/// `kind` written into `last-applied-osc.yaml`.
+pub const OSC_KIND: &str = "OperatingSystemConfig";
+/// Encoding value for base64 inline content.
+pub const ENCODING_BASE64: &str = "b64";
+
+/// Unit name suffixes systemd knows.
+const UNIT_SUFFIXES: [&str; 11] = [
+    ".service",
+    ".socket",
+    ".timer",
+    ".path",
+    ".mount",
+    ".automount",
+    ".swap",
+    ".target",
+    ".slice",
+    ".scope",
+    ".device",
+];
+
+/// The parts of an OperatingSystemConfig a node applies.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeOsc {
+    /// `extensions.gardener.cloud/v1alpha1` when written by us.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub api_version: String,
+    /// `OperatingSystemConfig` when written by us.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub kind: String,
+    /// Units, files and CRI configuration. Required: an empty document must not read as
+    /// "no units, no files" and make the agent remove everything it applied.
+    pub spec: NodeOscSpec,
+    /// Units and files the OS extension added.
+    #[serde(default)]
+    pub status: NodeOscStatus,
+}
+
+/// Spec part of a [`NodeOsc`].
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeOscSpec {
+    /// systemd units.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub units: Vec<Unit>,
+    /// Files.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub files: Vec<File>,
+    /// Container runtime configuration.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cri_config: Option<CriConfig>,
+    /// In-place update information (carried along, not acted on).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub in_place_updates: Option<InPlaceUpdates>,
+}
+
+/// Status part of a [`NodeOsc`].
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeOscStatus {
+    /// Units added by the OS extension.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub extension_units: Vec<Unit>,
+    /// Files added by the OS extension.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub extension_files: Vec<File>,
+    /// In-place update instructions (carried along, not acted on).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub in_place_updates: Option<InPlaceUpdatesStatus>,
+}
+
+/// Units and files after merging spec and status: what the node must look like.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Effective {
+    /// Units merged by name, in order of first appearance.
+    pub units: Vec<Unit>,
+    /// Files of spec then status, without files meant for other hosts.
+    pub files: Vec<File>,
+}
+
+impl Effective {
+    /// The unit called `name`.
+    pub fn unit(&self, name: &str) -> Option<&Unit> {
+        self.units.iter().find(|unit| unit.name == name)
+    }
+
+    /// The (first) file at `path`.
+    pub fn file(&self, path: &str) -> Option<&File> {
+        self.files.iter().find(|file| file.path == path)
+    }
+}
+
+/// Why an OSC is refused. A configuration problem: retrying does not help, a new secret does.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidOsc {
+    /// The secret has no `osc.yaml` key.
+    #[error("the secret has no `{0}` data key")]
+    MissingData(&'static str),
+    /// `osc.yaml` is not YAML of the expected shape (includes unknown unit commands,
+    /// cgroup drivers and other enum values).
+    #[error("osc.yaml does not decode: {0}")]
+    Decode(String),
+    /// One or more entries are invalid; every problem is listed.
+    #[error("osc.yaml is invalid: {}", .0.join("; "))]
+    Invalid(Vec<String>),
+}
+
+/// Decodes `osc.yaml`.
+pub fn decode(bytes: &[u8]) -> Result<NodeOsc, InvalidOsc> {
+    serde_norway::from_slice(bytes).map_err(|error| InvalidOsc::Decode(error.to_string()))
+}
+
+/// Serialises an OSC for `last-applied-osc.yaml` (with apiVersion and kind).
+pub fn encode(osc: &NodeOsc) -> Result<String, serde_norway::Error> {
+    let mut osc = osc.clone();
+    OSC_API_VERSION.clone_into(&mut osc.api_version);
+    OSC_KIND.clone_into(&mut osc.kind);
+    serde_norway::to_string(&osc)
+}
+
+/// Checks every unit, drop-in and file; lists all problems at once.
+pub fn validate(osc: &NodeOsc) -> Result<(), InvalidOsc> {
+    let mut problems = Vec::new();
+    let units = osc.spec.units.iter().chain(&osc.status.extension_units);
+    for unit in units {
+        if let Err(problem) = check_unit_name(&unit.name) {
+            problems.push(format!("unit `{}`: {problem}", unit.name));
+        }
+        for drop_in in &unit.drop_ins {
+            if let Err(problem) = check_file_name(&drop_in.name) {
+                problems.push(format!(
+                    "unit `{}` drop-in `{}`: {problem}",
+                    unit.name, drop_in.name
+                ));
+            }
+        }
+        for path in &unit.file_paths {
+            if let Err(problem) = check_path(path) {
+                problems.push(format!(
+                    "unit `{}` filePaths `{path}`: {problem}",
+                    unit.name
+                ));
+            }
+        }
+    }
+    let files = osc.spec.files.iter().chain(&osc.status.extension_files);
+    for file in files {
+        if let Err(problem) = check_path(&file.path) {
+            problems.push(format!("file `{}`: {problem}", file.path));
+        }
+        if let Err(problem) = check_content(file) {
+            problems.push(format!("file `{}`: {problem}", file.path));
+        }
+        if let Some(mode) = file.permissions
+            && mode > 0o7777
+        {
+            problems.push(format!(
+                "file `{}`: permissions {mode} are more than mode bits (max 4095 = 07777)",
+                file.path
+            ));
+        }
+    }
+    if let Some(containerd) = osc
+        .spec
+        .cri_config
+        .as_ref()
+        .and_then(|c| c.containerd.as_ref())
+    {
+        for plugin in &containerd.plugins {
+            if plugin.path.is_empty() || plugin.path.iter().any(String::is_empty) {
+                problems.push(format!(
+                    "criConfig.containerd.plugins: path {:?} must be non-empty keys",
+                    plugin.path
+                ));
+            }
+            if let Some(values) = &plugin.values
+                && !values.is_object()
+            {
+                problems.push(format!(
+                    "criConfig.containerd.plugins {:?}: values must be an object",
+                    plugin.path
+                ));
+            }
+        }
+        for registry in &containerd.registries {
+            if let Err(problem) = check_file_name(&registry.upstream) {
+                problems.push(format!(
+                    "criConfig.containerd.registries upstream `{}`: {problem}",
+                    registry.upstream
+                ));
+            }
+        }
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(InvalidOsc::Invalid(problems))
+    }
+}
+
+/// An absolute path without `.`/`..` components, empty components or NUL bytes, and not `/`.
+pub fn check_path(path: &str) -> Result<(), String> {
+    if path.is_empty() {
+        return Err("path is empty".into());
+    }
+    if path.contains('\0') {
+        return Err("path contains a NUL byte".into());
+    }
+    if !path.starts_with('/') {
+        return Err("path must be absolute".into());
+    }
+    if path.ends_with('/') {
+        return Err("path must name a file, not end with `/`".into());
+    }
+    // Path::components hides `.` and repeated slashes; check the raw segments.
+    for segment in path.split('/').skip(1) {
+        match segment {
+            "" => return Err("path has an empty component (`//`)".into()),
+            "." | ".." => return Err(format!("path must not contain `{segment}`")),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// A plain file name: non-empty, no `/`, not `.` or `..`, no NUL.
+fn check_file_name(name: &str) -> Result<(), String> {
+    match name {
+        "" => Err("name is empty".into()),
+        "." | ".." => Err(format!("name must not be `{name}`")),
+        _ if name.contains('/') => Err("name must not contain `/`".into()),
+        _ if name.contains('\0') => Err("name contains a NUL byte".into()),
+        _ => Ok(()),
+    }
+}
+
+/// A unit name: a plain file name with a suffix systemd knows.
+fn check_unit_name(name: &str) -> Result<(), String> {
+    check_file_name(name)?;
+    let known = UNIT_SUFFIXES
+        .iter()
+        .any(|suffix| name.len() > suffix.len() && name.ends_with(suffix));
+    if !known {
+        return Err(format!(
+            "unit name needs a systemd unit suffix ({})",
+            UNIT_SUFFIXES.join(", ")
+        ));
+    }
+    Ok(())
+}
+
+/// Exactly one content source; inline content with a known encoding that decodes.
+fn check_content(file: &File) -> Result<(), String> {
+    let content = &file.content;
+    let sources = usize::from(content.inline.is_some())
+        + usize::from(content.secret_ref.is_some())
+        + usize::from(content.image_ref.is_some());
+    if sources != 1 {
+        return Err(format!(
+            "content needs exactly one of inline, secretRef, imageRef (has {sources})"
+        ));
+    }
+    if let Some(inline) = &content.inline {
+        decode_inline(inline)?;
+    }
+    if let Some(secret_ref) = &content.secret_ref
+        && (secret_ref.name.is_empty() || secret_ref.data_key.is_empty())
+    {
+        return Err("secretRef needs name and dataKey".into());
+    }
+    if let Some(image_ref) = &content.image_ref {
+        if image_ref.image.is_empty() {
+            return Err("imageRef needs an image".into());
+        }
+        check_path(&image_ref.file_path_in_image)
+            .map_err(|problem| format!("imageRef filePathInImage: {problem}"))?;
+    }
+    Ok(())
+}
+
+/// The bytes of inline content: `encoding` `""` is the data as-is, `b64` is standard base64
+/// (line breaks ignored, as Go's decoder does); anything else is an error.
+pub fn decode_inline(inline: &FileContentInline) -> Result<Vec<u8>, String> {
+    match inline.encoding.as_str() {
+        "" => Ok(inline.data.clone().into_bytes()),
+        ENCODING_BASE64 => {
+            let compact: String = inline
+                .data
+                .chars()
+                .filter(|c| *c != '\n' && *c != '\r')
+                .collect();
+            base64::engine::general_purpose::STANDARD
+                .decode(compact)
+                .map_err(|error| format!("inline data is not valid base64: {error}"))
+        }
+        other => Err(format!(
+            "unknown inline encoding `{other}` (supported: \"\" for plain, \"b64\")"
+        )),
+    }
+}
+
+/// Merges spec and status (§6.4): files of both lists minus those whose `hostName` names
+/// another host; units merged by name, a later entry overriding `enable`, `command` and
+/// `content` when it sets them and appending its drop-ins and file paths.
+pub fn effective(osc: &NodeOsc, hostname: &str) -> Effective {
+    let files = osc
+        .spec
+        .files
+        .iter()
+        .chain(&osc.status.extension_files)
+        .filter(|file| match file.host_name.as_deref() {
+            None | Some("") => true,
+            Some(host) => host.eq_ignore_ascii_case(hostname),
+        })
+        .cloned()
+        .collect();
+    let mut units: Vec<Unit> = Vec::new();
+    for unit in osc.spec.units.iter().chain(&osc.status.extension_units) {
+        match units.iter_mut().find(|existing| existing.name == unit.name) {
+            None => units.push(unit.clone()),
+            Some(existing) => {
+                if unit.enable.is_some() {
+                    existing.enable = unit.enable;
+                }
+                if unit.command.is_some() {
+                    existing.command = unit.command;
+                }
+                if unit.content.is_some() {
+                    existing.content.clone_from(&unit.content);
+                }
+                existing.drop_ins.extend(unit.drop_ins.iter().cloned());
+                existing.file_paths.extend(unit.file_paths.iter().cloned());
+            }
+        }
+    }
+    Effective { units, files }
+}
+
+/// Adds a drop-in to unit `unit` in the spec (creating a drop-in-only unit when missing),
+/// replacing a drop-in of the same name. Used to inject the agent's own drop-ins (containerd
+/// `PATH`) so they are diffed, journaled and recorded like every other drop-in.
+pub fn inject_drop_in(osc: &mut NodeOsc, unit: &str, drop_in: DropIn) {
+    let units = &mut osc.spec.units;
+    let index = match units.iter().position(|u| u.name == unit) {
+        Some(index) => index,
+        None => {
+            units.push(Unit {
+                name: unit.to_string(),
+                command: None,
+                enable: None,
+                content: None,
+                drop_ins: Vec::new(),
+                file_paths: Vec::new(),
+            });
+            units.len() - 1
+        }
+    };
+    let drop_ins = &mut units[index].drop_ins;
+    drop_ins.retain(|existing| existing.name != drop_in.name);
+    drop_ins.push(drop_in);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::operatingsystemconfig::{
+        FileContent, FileContentImageRef, FileContentSecretRef, UnitCommand,
+    };
+
+    pub(crate) fn inline_file(path: &str, data: &str) -> File {
+        File {
+            path: path.into(),
+            permissions: None,
+            host_name: None,
+            content: FileContent {
+                inline: Some(FileContentInline {
+                    encoding: String::new(),
+                    data: data.into(),
+                }),
+                ..FileContent::default()
+            },
+        }
+    }
+
+    fn unit(name: &str) -> Unit {
+        Unit {
+            name: name.into(),
+            command: None,
+            enable: None,
+            content: None,
+            drop_ins: Vec::new(),
+            file_paths: Vec::new(),
+        }
+    }
+
+    const GARDENLET_OSC_YAML: &str = r#"apiVersion: extensions.gardener.cloud/v1alpha1
+kind: OperatingSystemConfig
+metadata:
+  creationTimestamp: null
+spec:
+  criConfig:
+    cgroupDriver: systemd
+    containerd:
+      sandboxImage: registry.k8s.io/pause:3.10
+    name: containerd
+  files:
+  - content:
+      inline:
+        data: aGVsbG8=
+        encoding: b64
+    path: /etc/hello
+    permissions: 420
+  purpose: ""
+  type: ""
+  units:
+  - content: |
+      [Service]
+      ExecStart=/bin/true
+    enable: true
+    name: hello.service
+status:
+  extensionUnits:
+  - dropIns:
+    - content: "[Service]\nEnvironment=A=1"
+      name: 10-a.conf
+    name: hello.service
+"#;
+
+    #[test]
+    fn decodes_what_gardenlet_writes() {
+        let osc = decode(GARDENLET_OSC_YAML.as_bytes()).unwrap();
+        assert_eq!(osc.spec.files[0].permissions, Some(0o644));
+        assert_eq!(osc.spec.units[0].enable, Some(true));
+        assert_eq!(osc.status.extension_units[0].drop_ins[0].name, "10-a.conf");
+        validate(&osc).unwrap();
+        let text = encode(&osc).unwrap();
+        assert!(
+            text.starts_with(
+                "apiVersion: extensions.gardener.cloud/v1alpha1\nkind: OperatingSystemConfig\n"
+            ),
+            "{text}"
+        );
+        assert_eq!(decode(text.as_bytes()).unwrap().spec, osc.spec);
+    }
+
+    #[test]
+    fn undecodable_input_is_a_decode_error() {
+        for bad in [
+            "spec: [not, a, map]",
+            "spec:\n  units:\n  - name: a.service\n    command: reboot\n",
+            "spec:\n  files:\n  - path: /a\n    permissions: -1\n    content: {}\n",
+            "::: not yaml",
+            "",
+            "status: {}\n",
+        ] {
+            assert!(
+                matches!(decode(bad.as_bytes()), Err(InvalidOsc::Decode(_))),
+                "{bad}"
+            );
+        }
+        let error =
+            decode(b"spec:\n  units:\n  - name: a.service\n    command: reboot\n").unwrap_err();
+        assert!(error.to_string().contains("reboot"), "{error}");
+    }
+
+    #[test]
+    fn path_rules() {
+        for good in ["/etc/a", "/var/lib/x/y.conf", "/a..b", "/.hidden"] {
+            assert_eq!(check_path(good), Ok(()), "{good}");
+        }
+        for bad in [
+            "",
+            "etc/a",
+            "./a",
+            "/etc/../shadow",
+            "/etc/./a",
+            "/etc//a",
+            "/",
+            "/etc/",
+            "/a\0b",
+            "/..",
+        ] {
+            assert!(check_path(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn validation_lists_every_problem() {
+        let mut osc = NodeOsc::default();
+        osc.spec.files.push(inline_file("relative/path", "x"));
+        osc.spec.files.push(inline_file("/etc/../etc/passwd", "x"));
+        let mut unknown_encoding = inline_file("/etc/enc", "x");
+        if let Some(inline) = unknown_encoding.content.inline.as_mut() {
+            inline.encoding = "gzip".into();
+        }
+        osc.spec.files.push(unknown_encoding);
+        let mut bad_b64 = inline_file("/etc/b64", "not base64!");
+        if let Some(inline) = bad_b64.content.inline.as_mut() {
+            inline.encoding = "b64".into();
+        }
+        osc.status.extension_files.push(bad_b64);
+        let mut two_sources = inline_file("/etc/two", "x");
+        two_sources.content.secret_ref = Some(FileContentSecretRef {
+            name: "s".into(),
+            data_key: "k".into(),
+        });
+        osc.spec.files.push(two_sources);
+        let mut image = inline_file("/opt/bin/x", "");
+        image.content.inline = None;
+        image.content.image_ref = Some(FileContentImageRef {
+            image: "img".into(),
+            file_path_in_image: "x".into(),
+        });
+        osc.spec.files.push(image);
+        let mut big_mode = inline_file("/etc/mode", "x");
+        big_mode.permissions = Some(0o17777);
+        osc.spec.files.push(big_mode);
+        osc.spec.units.push(unit("no-suffix"));
+        osc.spec.units.push(unit("../evil.service"));
+        let mut with_drop_in = unit("ok.service");
+        with_drop_in.drop_ins.push(DropIn {
+            name: "../x.conf".into(),
+            content: String::new(),
+        });
+        with_drop_in.file_paths.push("rel".into());
+        osc.spec.units.push(with_drop_in);
+
+        let Err(InvalidOsc::Invalid(problems)) = validate(&osc) else {
+            panic!("expected problems");
+        };
+        let expected = [
+            "file `relative/path`: path must be absolute",
+            "file `/etc/../etc/passwd`: path must not contain `..`",
+            "file `/etc/enc`: unknown inline encoding `gzip`",
+            "file `/etc/b64`: inline data is not valid base64",
+            "file `/etc/two`: content needs exactly one of inline, secretRef, imageRef (has 2)",
+            "file `/opt/bin/x`: imageRef filePathInImage: path must be absolute",
+            "file `/etc/mode`: permissions 8191",
+            "unit `no-suffix`: unit name needs a systemd unit suffix",
+            "unit `../evil.service`: name must not contain `/`",
+            "unit `ok.service` drop-in `../x.conf`: name must not contain `/`",
+            "unit `ok.service` filePaths `rel`: path must be absolute",
+        ];
+        for want in expected {
+            assert!(
+                problems.iter().any(|p| p.starts_with(want)),
+                "missing `{want}` in {problems:#?}"
+            );
+        }
+        assert_eq!(problems.len(), expected.len(), "{problems:#?}");
+    }
+
+    #[test]
+    fn inline_decoding() {
+        let inline = |encoding: &str, data: &str| FileContentInline {
+            encoding: encoding.into(),
+            data: data.into(),
+        };
+        assert_eq!(
+            decode_inline(&inline("", "a $HOME `x`")).unwrap(),
+            b"a $HOME `x`"
+        );
+        assert_eq!(
+            decode_inline(&inline("b64", "aGVs\nbG8=\n")).unwrap(),
+            b"hello"
+        );
+        assert!(decode_inline(&inline("base64", "aGVsbG8=")).is_err());
+    }
+
+    #[test]
+    fn merge_overrides_set_fields_and_concatenates_lists() {
+        let mut osc = NodeOsc::default();
+        let mut spec_unit = unit("a.service");
+        spec_unit.enable = Some(true);
+        spec_unit.command = Some(UnitCommand::Start);
+        spec_unit.content = Some("spec".into());
+        spec_unit.drop_ins.push(DropIn {
+            name: "1.conf".into(),
+            content: "1".into(),
+        });
+        spec_unit.file_paths.push("/f1".into());
+        osc.spec.units.push(spec_unit);
+        osc.spec.units.push(unit("b.service"));
+        let mut status_unit = unit("a.service");
+        status_unit.enable = Some(false);
+        status_unit.drop_ins.push(DropIn {
+            name: "2.conf".into(),
+            content: "2".into(),
+        });
+        status_unit.file_paths.push("/f2".into());
+        osc.status.extension_units.push(status_unit);
+        let mut status_content = unit("a.service");
+        status_content.content = Some("status".into());
+        osc.status.extension_units.push(status_content);
+
+        let merged = effective(&osc, "host");
+        assert_eq!(merged.units.len(), 2);
+        let a = merged.unit("a.service").unwrap();
+        assert_eq!(a.enable, Some(false), "later enable wins");
+        assert_eq!(
+            a.command,
+            Some(UnitCommand::Start),
+            "unset command keeps the earlier"
+        );
+        assert_eq!(a.content.as_deref(), Some("status"), "later content wins");
+        assert_eq!(
+            a.drop_ins
+                .iter()
+                .map(|d| d.name.as_str())
+                .collect::<Vec<_>>(),
+            ["1.conf", "2.conf"]
+        );
+        assert_eq!(a.file_paths, ["/f1", "/f2"]);
+        assert_eq!(
+            merged.units[1].name, "b.service",
+            "order of first appearance"
+        );
+    }
+
+    #[test]
+    fn merge_filters_files_of_other_hosts() {
+        let mut osc = NodeOsc::default();
+        osc.spec.files.push(inline_file("/all", "x"));
+        let mut mine = inline_file("/mine", "x");
+        mine.host_name = Some("Node-1".into());
+        osc.spec.files.push(mine);
+        let mut other = inline_file("/other", "x");
+        other.host_name = Some("node-2".into());
+        osc.status.extension_files.push(other);
+        osc.status.extension_files.push(inline_file("/status", "x"));
+        let merged = effective(&osc, "node-1");
+        let paths: Vec<_> = merged.files.iter().map(|f| f.path.as_str()).collect();
+        assert_eq!(paths, ["/all", "/mine", "/status"]);
+    }
+
+    #[test]
+    fn inject_drop_in_creates_or_replaces() {
+        let mut osc = NodeOsc::default();
+        let drop_in = |content: &str| DropIn {
+            name: "30-env_config.conf".into(),
+            content: content.into(),
+        };
+        inject_drop_in(&mut osc, "containerd.service", drop_in("1"));
+        inject_drop_in(&mut osc, "containerd.service", drop_in("2"));
+        assert_eq!(osc.spec.units.len(), 1);
+        assert_eq!(osc.spec.units[0].drop_ins, [drop_in("2")]);
+        assert!(osc.spec.units[0].content.is_none());
+    }
+}

@@ -1,0 +1,934 @@
+//! e2e: the node agent as a systemd service in a real systemd (systemd-nspawn, see
+//! `support/nspawn.rs`) against the real kube-apiserver on host loopback, with credentials a
+//! Role/ClusterRole limits to its OSC secret (and the secrets it references), its Node, its
+//! Lease and events (`agent_support::limited_kubeconfig`). The tests play kubelet (they
+//! create the Node) and gardenlet (they write the OSC secret).
+//!
+//! One test per acceptance item of issue 6; each boots its own machine.
+
+#![allow(clippy::unwrap_used, clippy::panic)]
+
+#[path = "agent_support.rs"]
+mod agent_support;
+mod support;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use agent_support::*;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Node, Secret};
+use kube::Api;
+use kube::api::{ListParams, Patch, PatchParams};
+use serde_json::{Value, json};
+
+const BIN: &str = env!("CARGO_BIN_EXE_gardener-extension-node");
+const APPLY_TIMEOUT: Duration = Duration::from_secs(60);
+static COUNTER: AtomicUsize = AtomicUsize::new(0);
+
+/// Names unique to one test.
+struct Names {
+    secret: String,
+    creds: String,
+    token: String,
+}
+
+fn names() -> Names {
+    let n = COUNTER.fetch_add(1, Ordering::SeqCst);
+    let pid = std::process::id();
+    Names {
+        secret: format!("gardener-node-agent-e2e-{pid}-{n}"),
+        creds: format!("e2e-creds-{pid}-{n}"),
+        token: format!("e2e-token-{pid}-{n}"),
+    }
+}
+
+const PLAIN: &str = "/etc/e2e/app.conf";
+const B64: &str = "/etc/e2e/other.bin";
+const SECRET_FILE: &str = "/etc/e2e/credentials";
+const TOKEN_FILE: &str = "/var/lib/e2e/auth-token";
+/// Content that a shell would expand, and bytes that are not UTF-8.
+const PLAIN_CONTENT: &str = "listen = $HOME `id` \"quoted\"\n";
+const B64_CONTENT: &[u8] = &[0, 159, 146, 150, 255, b'\n'];
+
+/// The OSC of item 1: files of each kind, units with a drop-in and `filePaths`, an enabled
+/// and a stopped unit, containerd configuration with a plugin.
+fn base_units() -> Vec<Value> {
+    let mut app = service("app.service", "reads app.conf");
+    app["dropIns"] = json!([{"name": "10-env.conf", "content": "[Service]\nEnvironment=E2E=1\n"}]);
+    app["filePaths"] = json!([PLAIN]);
+    let mut other = service("other.service", "reads other.bin");
+    other["filePaths"] = json!([B64]);
+    let mut stopped = service("stopped.service", "must stay stopped");
+    stopped["enable"] = json!(false);
+    stopped["command"] = json!("stop");
+    vec![app, other, stopped]
+}
+
+fn base_files(names: &Names) -> Vec<Value> {
+    vec![
+        plain_file(PLAIN, PLAIN_CONTENT, Some(0o644)),
+        b64_file(B64, B64_CONTENT, Some(0o640)),
+        secret_ref_file(SECRET_FILE, &names.creds, "password"),
+        plain_file("/etc/e2e/deep/nested/dir/file", "nested\n", None),
+    ]
+}
+
+fn cri_config() -> Value {
+    json!({
+        "name": "containerd",
+        "cgroupDriver": "systemd",
+        "containerd": {
+            "sandboxImage": "registry.k8s.io/pause:3.10",
+            "plugins": [{
+                "path": ["io.containerd.grpc.v1.cri", "containerd", "runtimes", "runsc"],
+                "values": {"runtime_type": "io.containerd.runsc.v1"}
+            }]
+        }
+    })
+}
+
+/// A machine with the agent running against `osc`, its Node and secrets in place; returns
+/// the machine and the checksum of `osc` once the Node reports it.
+async fn start_agent(
+    env: &support::TestEnv,
+    names: &Names,
+    osc: &str,
+    drift: &str,
+) -> (AgentMachine, String) {
+    let machine = boot(BIN);
+    let node = machine.name().to_string();
+    create_node(&env.client, &node).await;
+    put_secret(&env.client, &names.creds, &[("password", b"s3cr3t\n")]).await;
+    put_secret(&env.client, &names.token, &[("token", b"token-1")]).await;
+    let checksum = put_osc(&env.client, &names.secret, osc).await;
+    let kubeconfig =
+        limited_kubeconfig(env, &node, &[&names.secret, &names.creds, &names.token]).await;
+    let agent = AgentMachine::start(
+        machine,
+        &AgentSetup {
+            secret_name: names.secret.clone(),
+            kubeconfig,
+            server_url: env.server_url.clone(),
+            ca_pem: env.ca_pem.clone(),
+            drift_interval: drift.to_string(),
+            token_sync: vec![(names.token.clone(), TOKEN_FILE.to_string())],
+            binary_in_machine: BIN_IN_MACHINE.to_string(),
+        },
+    );
+    wait_for_checksum(&env.client, &agent, &checksum, APPLY_TIMEOUT).await;
+    (agent, checksum)
+}
+
+/// The value of one metric series (0 when absent).
+fn metric(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find_map(|line| line.strip_prefix(series).map(str::trim))
+        .and_then(|value| value.parse().ok())
+        .unwrap_or(0.0)
+}
+
+fn read(agent: &AgentMachine, path: &str) -> Vec<u8> {
+    agent
+        .machine
+        .read_file(path)
+        .unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn item1_first_apply_files_units_containerd_and_node_report() {
+    let env = support::env().await;
+    let names = names();
+    let osc = osc_yaml(&base_units(), &base_files(&names), Some(cri_config()));
+    let (agent, checksum) = start_agent(&env, &names, &osc, "10m").await;
+    let m = &agent.machine;
+
+    // Files: byte-identical, modes as given (0600 when unset), parents created 0755.
+    assert_eq!(read(&agent, PLAIN), PLAIN_CONTENT.as_bytes());
+    assert_eq!(agent.mode(PLAIN), "644");
+    assert_eq!(read(&agent, B64), B64_CONTENT);
+    assert_eq!(agent.mode(B64), "640");
+    assert_eq!(read(&agent, SECRET_FILE), b"s3cr3t\n");
+    assert_eq!(agent.mode(SECRET_FILE), "600");
+    assert_eq!(read(&agent, "/etc/e2e/deep/nested/dir/file"), b"nested\n");
+    assert_eq!(agent.mode("/etc/e2e/deep/nested/dir"), "755");
+
+    // Units: files, drop-in, states, enablement.
+    assert_eq!(
+        String::from_utf8(read(
+            &agent,
+            "/etc/systemd/system/app.service.d/10-env.conf"
+        ))
+        .unwrap(),
+        "[Service]\nEnvironment=E2E=1\n"
+    );
+    assert_eq!(agent.mode("/etc/systemd/system/app.service"), "600");
+    for unit in ["app.service", "other.service"] {
+        m.wait_for_unit_state(unit, "active", Duration::from_secs(10))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(agent.enablement(unit), "enabled", "{unit}");
+    }
+    assert_eq!(
+        m.unit_property("app.service", "Environment"),
+        "E2E=1",
+        "drop-in loaded"
+    );
+    assert_eq!(
+        m.unit_property("stopped.service", "ActiveState"),
+        "inactive"
+    );
+    assert_eq!(agent.enablement("stopped.service"), "disabled");
+
+    // containerd: config written from `containerd config default`, settings and plugin in,
+    // PATH drop-in, containerd running with it.
+    let config = String::from_utf8(read(&agent, "/etc/containerd/config.toml")).unwrap();
+    for expected in [
+        "sandbox_image = \"registry.k8s.io/pause:3.10\"",
+        "SystemdCgroup = true",
+        "config_path = \"/etc/containerd/certs.d\"",
+        "\"/etc/containerd/conf.d/*.toml\"",
+        "[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runsc]",
+    ] {
+        assert!(config.contains(expected), "missing {expected} in\n{config}");
+    }
+    m.wait_for_unit_state("containerd.service", "active", Duration::from_secs(30))
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        m.unit_property("containerd.service", "Environment")
+            .contains("PATH=/var/bin/containerruntimes:")
+    );
+    let dump = m
+        .run(&["containerd", "config", "dump"])
+        .expect_success("config dump")
+        .stdout;
+    assert!(
+        dump.contains("runsc"),
+        "running containerd has the plugin:\n{dump}"
+    );
+
+    // Node: checksum verbatim, version and role labels, OSCApplied event.
+    let node = Api::<Node>::all(env.client.clone())
+        .get(&agent.node)
+        .await
+        .unwrap();
+    let labels = node.metadata.labels.unwrap();
+    assert_eq!(
+        labels["worker.gardener.cloud/kubernetes-version"],
+        KUBERNETES_VERSION
+    );
+    assert_eq!(labels["node-role.kubernetes.io/worker"], "");
+    assert_eq!(node.metadata.annotations.unwrap()[NODE_CHECKSUM], checksum);
+    assert!(
+        !node_events(&env.client, &agent.node, "OSCApplied")
+            .await
+            .is_empty()
+    );
+
+    // On-node state in upstream's layout.
+    let last = String::from_utf8(read(
+        &agent,
+        "/var/lib/gardener-node-agent/last-applied-osc.yaml",
+    ))
+    .unwrap();
+    assert!(
+        last.contains("app.service") && last.contains("30-env_config.conf"),
+        "{last}"
+    );
+    assert_eq!(
+        agent.mode("/var/lib/gardener-node-agent/last-applied-osc.yaml"),
+        "600"
+    );
+    let journal = String::from_utf8(read(
+        &agent,
+        "/var/lib/gardener-node-agent/last-computed-osc-changes.yaml",
+    ))
+    .unwrap();
+    assert!(
+        journal.contains(&format!("operatingSystemConfigChecksum: {checksum}")),
+        "{journal}"
+    );
+
+    // Lease and token sync.
+    let lease_api = Api::<Lease>::namespaced(env.client.clone(), "kube-system");
+    let lease_name = format!("gardener-node-agent-{}", agent.node);
+    let lease = support::wait_for("lease", Duration::from_secs(30), || async {
+        lease_api
+            .get_opt(&lease_name)
+            .await
+            .map_err(|e| e.to_string())?
+            .ok_or_else(|| "none".to_string())
+    })
+    .await;
+    let spec = lease.spec.unwrap();
+    assert_eq!(spec.holder_identity.as_deref(), Some(lease_name.as_str()));
+    assert_eq!(spec.lease_duration_seconds, Some(40));
+    assert_eq!(lease.metadata.owner_references.unwrap()[0].name, agent.node);
+    support::wait_for("token file", Duration::from_secs(30), || async {
+        match agent.machine.read_file(TOKEN_FILE) {
+            Ok(bytes) if bytes == b"token-1" => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    assert_eq!(agent.mode(TOKEN_FILE), "640");
+
+    // The credentials really are narrow: no unscoped secret list, no other node.
+    let limited = client_for(
+        &std::fs::read_to_string(
+            agent
+                .machine
+                .host_path("/var/lib/gardener-node-agent/credentials/kubeconfig"),
+        )
+        .unwrap(),
+    )
+    .await;
+    let secrets = Api::<Secret>::namespaced(limited.clone(), "kube-system");
+    assert!(
+        secrets.list(&ListParams::default()).await.is_err(),
+        "unscoped secret list must be forbidden"
+    );
+    assert!(
+        Api::<Node>::all(limited)
+            .patch(
+                "some-other-node",
+                &PatchParams::default(),
+                &Patch::Merge(json!({}))
+            )
+            .await
+            .is_err()
+    );
+
+    // Metrics on the localhost port.
+    let metrics = agent.metrics();
+    assert!(
+        metric(
+            &metrics,
+            "gardener_extension_node_agent_applies_total{result=\"applied\"}"
+        ) >= 1.0,
+        "{metrics}"
+    );
+    assert_eq!(
+        metric(
+            &metrics,
+            "gardener_extension_node_agent_unit_jobs_total{command=\"stop\",reason=\"apply\"}"
+        ),
+        1.0,
+        "{metrics}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn item2_a_changed_file_restarts_exactly_the_units_that_list_it() {
+    let env = support::env().await;
+    let names = names();
+    let units = base_units();
+    let mut files = base_files(&names);
+    let (agent, first) = start_agent(&env, &names, &osc_yaml(&units, &files, None), "10m").await;
+    let m = &agent.machine;
+    for unit in ["app.service", "other.service"] {
+        m.wait_for_unit_state(unit, "active", Duration::from_secs(10))
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+    let before: Vec<String> = ["app.service", "other.service", "stopped.service"]
+        .iter()
+        .map(|u| agent.invocation(u))
+        .collect();
+    assert_eq!(before[0].len(), 32);
+
+    // The Node asks for a reconciliation delay: the change must not land before it.
+    let delay = Duration::from_millis(1500);
+    Api::<Node>::all(env.client.clone())
+        .patch(&agent.node, &PatchParams::default(), &Patch::Merge(json!({"metadata": {"annotations": {"node-agent.gardener.cloud/reconciliation-delay": "1.5s"}}})))
+        .await
+        .unwrap();
+    // Let the agent see the annotation before the secret changes.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    files[1] = b64_file(B64, b"changed\n", Some(0o640));
+    let changed_at = std::time::Instant::now();
+    let second = put_osc(&env.client, &names.secret, &osc_yaml(&units, &files, None)).await;
+    assert_ne!(first, second);
+    wait_for_checksum(&env.client, &agent, &second, APPLY_TIMEOUT).await;
+    let took = changed_at.elapsed();
+    assert!(
+        took >= delay,
+        "applied after {took:?}, before the {delay:?} delay"
+    );
+
+    assert_eq!(read(&agent, B64), b"changed\n");
+    let after: Vec<String> = ["app.service", "other.service", "stopped.service"]
+        .iter()
+        .map(|u| agent.invocation(u))
+        .collect();
+    assert_eq!(
+        after[0], before[0],
+        "app.service does not list the file: not restarted"
+    );
+    assert_ne!(
+        after[1], before[1],
+        "other.service lists the file: restarted"
+    );
+    assert_eq!(after[2], before[2], "stopped.service untouched");
+    assert_eq!(
+        m.unit_property("stopped.service", "ActiveState"),
+        "inactive"
+    );
+    m.wait_for_unit_state("other.service", "active", Duration::from_secs(10))
+        .unwrap_or_else(|e| panic!("{e}"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn item3_removing_a_unit_stops_disables_deletes_it_and_removing_a_file_deletes_it() {
+    let env = support::env().await;
+    let names = names();
+    let mut units = base_units();
+    let mut files = base_files(&names);
+    let (agent, _) = start_agent(&env, &names, &osc_yaml(&units, &files, None), "10m").await;
+    let m = &agent.machine;
+    m.wait_for_unit_state("other.service", "active", Duration::from_secs(10))
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(agent.enablement("other.service"), "enabled");
+    let app = agent.invocation("app.service");
+
+    units.retain(|u| u["name"] != "other.service");
+    files.retain(|f| f["path"] != B64 && f["path"] != SECRET_FILE);
+    let checksum = put_osc(&env.client, &names.secret, &osc_yaml(&units, &files, None)).await;
+    wait_for_checksum(&env.client, &agent, &checksum, APPLY_TIMEOUT).await;
+
+    assert!(
+        !m.exists("/etc/systemd/system/other.service"),
+        "unit file deleted"
+    );
+    assert_eq!(
+        m.unit_property("other.service", "ActiveState"),
+        "inactive",
+        "stopped"
+    );
+    assert_eq!(
+        m.unit_property("other.service", "LoadState"),
+        "not-found",
+        "gone after daemon-reload"
+    );
+    assert!(
+        !m.exists("/etc/systemd/system/multi-user.target.wants/other.service"),
+        "disabled"
+    );
+    assert!(!m.exists(B64) && !m.exists(SECRET_FILE), "files deleted");
+    assert!(m.exists(PLAIN));
+    assert_eq!(
+        agent.invocation("app.service"),
+        app,
+        "unrelated unit untouched"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn item4_sigkill_in_the_middle_of_an_apply_then_restart_converges() {
+    let env = support::env().await;
+    let names = names();
+    let units = base_units();
+    let files = base_files(&names);
+    let (agent, _) = start_agent(&env, &names, &osc_yaml(&units, &files, None), "10m").await;
+    let m = &agent.machine;
+
+    // Second OSC: 100 more files of 4 KiB (etcd caps the secret at 1.5 MiB) and a unit whose
+    // restart job takes 4 s, so the agent is certainly in the middle of the apply when it is
+    // killed.
+    let mut big_files = files.clone();
+    let blob = |i: usize| -> Vec<u8> { (0..4096).map(|j| ((i * 31 + j) % 251) as u8).collect() };
+    for i in 0..100 {
+        big_files.push(b64_file(
+            &format!("/var/lib/e2e/blobs/{i:03}.bin"),
+            &blob(i),
+            Some(0o644),
+        ));
+    }
+    let mut slow_units = units.clone();
+    slow_units.push(json!({
+        "name": "slow.service",
+        "enable": true,
+        "content": "[Service]\nType=oneshot\nRemainAfterExit=yes\nExecStart=/bin/sleep 4\n[Install]\nWantedBy=multi-user.target\n",
+        "filePaths": ["/var/lib/e2e/blobs/000.bin"],
+    }));
+    let agent_pid = m.unit_property(AGENT_UNIT, "MainPID");
+    let checksum = put_osc(
+        &env.client,
+        &names.secret,
+        &osc_yaml(&slow_units, &big_files, None),
+    )
+    .await;
+
+    // Kill once the journal for the new checksum shows the slow job pending.
+    let journal_path = "/var/lib/gardener-node-agent/last-computed-osc-changes.yaml";
+    support::wait_for(
+        "the slow job to be running",
+        Duration::from_secs(60),
+        || async {
+            let journal = String::from_utf8(m.read_file(journal_path).unwrap_or_default())
+                .unwrap_or_default();
+            let started = m.unit_property("slow.service", "ActiveState") == "activating";
+            if journal.contains(&checksum) && journal.contains("slow.service") && started {
+                Ok(())
+            } else {
+                Err(journal.chars().take(300).collect::<String>())
+            }
+        },
+    )
+    .await;
+    m.run(&["kill", "-KILL", &agent_pid])
+        .expect_success("SIGKILL the agent");
+
+    wait_for_checksum(&env.client, &agent, &checksum, APPLY_TIMEOUT).await;
+    assert_ne!(
+        m.unit_property(AGENT_UNIT, "MainPID"),
+        agent_pid,
+        "a new agent process finished the apply"
+    );
+    for i in 0..100 {
+        assert_eq!(
+            read(&agent, &format!("/var/lib/e2e/blobs/{i:03}.bin")),
+            blob(i),
+            "file {i} complete"
+        );
+    }
+    m.wait_for_unit_state("slow.service", "active", Duration::from_secs(30))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let log = agent.log();
+    assert!(
+        log.contains("\"resumed\":true"),
+        "the new process resumed the journal:\n{log}"
+    );
+    let journal = String::from_utf8(read(&agent, journal_path)).unwrap();
+    assert!(!journal.contains("slow.service"), "nothing left: {journal}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn item5_an_invalid_osc_changes_nothing_and_warns_on_the_node() {
+    let env = support::env().await;
+    let names = names();
+    let units = base_units();
+    let files = base_files(&names);
+    let (agent, applied) = start_agent(&env, &names, &osc_yaml(&units, &files, None), "10m").await;
+    let m = &agent.machine;
+    let snapshot = |agent: &AgentMachine| {
+        let files: Vec<Vec<u8>> = [
+            PLAIN,
+            B64,
+            SECRET_FILE,
+            "/var/lib/gardener-node-agent/last-applied-osc.yaml",
+            "/etc/systemd/system/app.service",
+        ]
+        .iter()
+        .map(|path| read(agent, path))
+        .collect();
+        let units: Vec<String> = ["app.service", "other.service"]
+            .iter()
+            .map(|u| agent.invocation(u))
+            .collect();
+        (files, units)
+    };
+    m.wait_for_unit_state("other.service", "active", Duration::from_secs(10))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let before = snapshot(&agent);
+
+    let mut bad_cases: Vec<(&str, String)> = Vec::new();
+    let mut relative = files.clone();
+    relative[0] = plain_file("etc/relative", "x", None);
+    bad_cases.push(("relative path", osc_yaml(&units, &relative, None)));
+    let mut dotdot = files.clone();
+    dotdot[0] = plain_file("/etc/e2e/../passwd", "x", None);
+    bad_cases.push(("path with ..", osc_yaml(&units, &dotdot, None)));
+    let mut encoding = files.clone();
+    encoding[0] = json!({"path": PLAIN, "content": {"inline": {"encoding": "gzip", "data": "x"}}});
+    bad_cases.push(("unknown encoding", osc_yaml(&units, &encoding, None)));
+    let mut command = units.clone();
+    command[0]["command"] = json!("reboot");
+    bad_cases.push(("unknown unit command", osc_yaml(&command, &files, None)));
+    bad_cases.push(("undecodable", "spec: [this is not, an osc]\n".to_string()));
+
+    for (case, yaml) in bad_cases {
+        let checksum = put_osc(&env.client, &names.secret, &yaml).await;
+        let event = support::wait_for(
+            &format!("OSCInvalid event for {case}"),
+            Duration::from_secs(30),
+            || async {
+                node_events(&env.client, &agent.node, "OSCInvalid")
+                    .await
+                    .into_iter()
+                    .find(|e| e.note.as_deref().is_some_and(|n| n.contains(&checksum)))
+                    .ok_or_else(|| "none yet".to_string())
+            },
+        )
+        .await;
+        assert_eq!(event.type_.as_deref(), Some("Warning"), "{case}");
+        assert_eq!(
+            node_checksum(&env.client, &agent.node).await.as_deref(),
+            Some(applied.as_str()),
+            "{case}: checksum kept"
+        );
+        assert_eq!(snapshot(&agent), before, "{case}: disk and units unchanged");
+        let log = agent.log();
+        assert!(
+            log.contains("OSC rejected; nothing on the node was changed")
+                && log.contains(&checksum),
+            "{case}: clear log line\n{log}"
+        );
+    }
+
+    // A valid OSC afterwards is applied normally.
+    let checksum = put_osc(
+        &env.client,
+        &names.secret,
+        &osc_yaml(&units, &files[..3], None),
+    )
+    .await;
+    wait_for_checksum(&env.client, &agent, &checksum, APPLY_TIMEOUT).await;
+    assert!(!m.exists("/etc/e2e/deep/nested/dir/file"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn item6_a_file_edited_by_hand_is_restored_within_the_drift_interval() {
+    let env = support::env().await;
+    let names = names();
+    let (agent, _) = start_agent(
+        &env,
+        &names,
+        &osc_yaml(&base_units(), &base_files(&names), None),
+        "2s",
+    )
+    .await;
+    let m = &agent.machine;
+    m.wait_for_unit_state("app.service", "active", Duration::from_secs(10))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let app = agent.invocation("app.service");
+    let other = agent.invocation("other.service");
+
+    m.write_file(PLAIN, b"edited by hand\n", 0o666).unwrap();
+    m.write_file(
+        "/etc/systemd/system/other.service.d/99-rogue.conf",
+        b"[Service]\nEnvironment=ROGUE=1\n",
+        0o644,
+    )
+    .unwrap();
+    let edited = std::time::Instant::now();
+    support::wait_for("the file restored", Duration::from_secs(20), || async {
+        match m.read_file(PLAIN) {
+            Ok(bytes) if bytes == PLAIN_CONTENT.as_bytes() => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    assert!(
+        edited.elapsed() < Duration::from_secs(10),
+        "restored within a few drift intervals: {:?}",
+        edited.elapsed()
+    );
+    assert_eq!(agent.mode(PLAIN), "644", "mode restored");
+    support::wait_for("app.service restarted", Duration::from_secs(20), || async {
+        let now = agent.invocation("app.service");
+        if now != app && now.len() == 32 {
+            Ok(())
+        } else {
+            Err(now)
+        }
+    })
+    .await;
+    assert_eq!(
+        agent.invocation("other.service"),
+        other,
+        "unaffected unit not restarted"
+    );
+    let metrics = agent.metrics();
+    assert!(
+        metric(
+            &metrics,
+            "gardener_extension_node_agent_drift_repairs_total{kind=\"file\"}"
+        ) >= 1.0,
+        "{metrics}"
+    );
+    assert!(agent.log().contains("drift repaired"));
+    assert!(
+        !node_events(&env.client, &agent.node, "DriftRepaired")
+            .await
+            .is_empty()
+    );
+}
+
+/// Builds an OCI image archive in the machine with `/bin/tool` = `payload` and imports it
+/// into containerd as `image` (namespace `default`), so no registry is needed.
+fn import_image(m: &support::nspawn::Machine, image: &str, payload: &str) {
+    let arch = match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        other => other,
+    };
+    let script = format!(
+        r#"set -eu
+d=$(mktemp -d)
+mkdir -p "$d/rootfs/bin" "$d/oci/blobs/sha256"
+printf '%s' '{payload}' > "$d/rootfs/bin/tool"
+chmod 755 "$d/rootfs/bin/tool"
+tar -C "$d/rootfs" -cf "$d/layer.tar" .
+blob() {{ sha=$(sha256sum "$1" | cut -d' ' -f1); cp "$1" "$d/oci/blobs/sha256/$sha"; echo "$sha $(stat -c %s "$1")"; }}
+set -- $(blob "$d/layer.tar"); layer=$1; layer_size=$2
+printf '%s' '{{"architecture":"{arch}","os":"linux","rootfs":{{"type":"layers","diff_ids":["sha256:'"$layer"'"]}},"config":{{}}}}' > "$d/config.json"
+set -- $(blob "$d/config.json"); config=$1; config_size=$2
+printf '%s' '{{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{{"mediaType":"application/vnd.oci.image.config.v1+json","digest":"sha256:'"$config"'","size":'"$config_size"'}},"layers":[{{"mediaType":"application/vnd.oci.image.layer.v1.tar","digest":"sha256:'"$layer"'","size":'"$layer_size"'}}]}}' > "$d/manifest.json"
+set -- $(blob "$d/manifest.json"); manifest=$1; manifest_size=$2
+printf '%s' '{{"schemaVersion":2,"manifests":[{{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":"sha256:'"$manifest"'","size":'"$manifest_size"',"annotations":{{"io.containerd.image.name":"{image}","org.opencontainers.image.ref.name":"v1"}}}}]}}' > "$d/oci/index.json"
+printf '%s' '{{"imageLayoutVersion":"1.0.0"}}' > "$d/oci/oci-layout"
+tar -C "$d/oci" -cf "$d/image.tar" .
+ctr --namespace default images import "$d/image.tar"
+"#
+    );
+    m.sh(&script).expect_success("import the test image");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn image_ref_files_are_extracted_through_containerd() {
+    let env = support::env().await;
+    let names = names();
+    let machine = boot(BIN);
+    machine
+        .run(&["systemctl", "start", "containerd.service"])
+        .expect_success("start containerd");
+    machine
+        .wait_for_unit_state("containerd.service", "active", Duration::from_secs(30))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let image = "registry.example.test/e2e/tools:v1";
+    import_image(&machine, image, "tool-binary-v1");
+    let node = machine.name().to_string();
+    create_node(&env.client, &node).await;
+    let mut tool_user = service("tool.service", "uses the extracted tool");
+    tool_user["filePaths"] = json!(["/opt/bin/tool"]);
+    let files = vec![json!({
+        "path": "/opt/bin/tool",
+        "permissions": 0o755,
+        "content": {"imageRef": {"image": image, "filePathInImage": "/bin/tool"}}
+    })];
+    let checksum = put_osc(
+        &env.client,
+        &names.secret,
+        &osc_yaml(&[tool_user], &files, None),
+    )
+    .await;
+    let kubeconfig = limited_kubeconfig(&env, &node, &[&names.secret]).await;
+    let agent = AgentMachine::start(
+        machine,
+        &AgentSetup {
+            secret_name: names.secret.clone(),
+            kubeconfig,
+            server_url: env.server_url.clone(),
+            ca_pem: env.ca_pem.clone(),
+            drift_interval: "10m".into(),
+            token_sync: vec![],
+            binary_in_machine: BIN_IN_MACHINE.to_string(),
+        },
+    );
+    wait_for_checksum(&env.client, &agent, &checksum, APPLY_TIMEOUT).await;
+    assert_eq!(read(&agent, "/opt/bin/tool"), b"tool-binary-v1");
+    assert_eq!(agent.mode("/opt/bin/tool"), "755");
+    let leftovers = agent
+        .machine
+        .sh("ls -A /var/lib/gardener-node-agent/tmp; mount | grep -c mount-image || true")
+        .stdout;
+    assert_eq!(
+        leftovers.trim(),
+        "0",
+        "mount point removed and unmounted: {leftovers}"
+    );
+}
+
+/// The agent's unit as a provision OSC (and, like gardenlet's, the reconcile OSC) carries it.
+fn agent_unit_in_osc(metrics_port: u16) -> String {
+    format!(
+        "[Unit]\nDescription=gardener-extension-node agent\nAfter=network-online.target\n[Service]\nEnvironment=RUST_LOG=info,gardener_extension_node=debug\nExecStart={BIN_IN_MACHINE} --log-format json agent --config-dir={CONFIG_DIR} --metrics-bind-address=127.0.0.1:{metrics_port}\nRestart=always\nRestartSec=1\n[Install]\nWantedBy=multi-user.target\n"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn item7_full_chain_user_data_boots_the_agent_and_the_operators_secret_is_applied() {
+    use base64::Engine;
+    use gardener_extension_node::api::{Cluster, ManagedResource, OperatingSystemConfig};
+    use kube::api::PostParams;
+
+    let env = support::env().await;
+    let ns = env.namespace.clone();
+    let key = format!("gardener-node-agent-chain-{}", std::process::id());
+    let machine = boot(BIN);
+    let node = machine.name().to_string();
+    let metrics_port = free_port();
+    let token = limited_token(&env, &node, &[&key]).await;
+    let mut operator = support::operator::OperatorProcess::start(
+        &env.kubeconfig,
+        &["--controllers=operatingsystemconfig"],
+    );
+    let cluster: Cluster = serde_json::from_value(support::fixtures::cluster_json(&ns)).unwrap();
+    Api::<Cluster>::all(env.client.clone())
+        .create(&PostParams::default(), &cluster)
+        .await
+        .unwrap();
+
+    // gardenlet's part: the two OSCs of a pool. The provision one carries the agent's
+    // configuration, the CA, the token placeholder MCM fills in and the agent's unit; the
+    // reconcile one what the node must run, including the agent's own unit (so the agent
+    // restarts itself once, as with gardenlet's OSCs).
+    let b64 = |text: &str| base64::engine::general_purpose::STANDARD.encode(text);
+    let config = format!(
+        "apiVersion: nodeagent.config.gardener.cloud/v1alpha1\nkind: NodeAgentConfiguration\napiServer:\n  server: {}\n  caFile: {CONFIG_DIR}/cluster-ca.crt\ncontrollers:\n  operatingSystemConfig:\n    secretName: {key}\n    kubernetesVersion: {KUBERNETES_VERSION}\n",
+        env.server_url
+    );
+    let config_path = format!("{CONFIG_DIR}/config-v1.120.0.yaml");
+    let agent_unit = json!({
+        "name": AGENT_UNIT, "enable": true, "command": "start",
+        "content": agent_unit_in_osc(metrics_port),
+        "filePaths": [config_path],
+    });
+    let osc = |name: &str, purpose: &str, spec: Value| -> OperatingSystemConfig {
+        let mut value = json!({
+            "apiVersion": "extensions.gardener.cloud/v1alpha1",
+            "kind": "OperatingSystemConfig",
+            "metadata": {"name": name, "namespace": ns,
+                         "labels": {"worker.gardener.cloud/pool": "worker-a"},
+                         "annotations": {"gardener.cloud/operation": "reconcile"}},
+            "spec": spec,
+        });
+        value["spec"]["type"] = json!("debian");
+        value["spec"]["purpose"] = json!(purpose);
+        serde_json::from_value(value).unwrap()
+    };
+    let config_file = json!({"path": config_path, "permissions": 0o600, "content": {"inline": {"encoding": "b64", "data": b64(&config)}}});
+    let provision = osc(
+        &format!("{key}-init"),
+        "provision",
+        json!({
+            "criConfig": {"name": "containerd"},
+            "files": [
+                config_file,
+                {"path": format!("{CONFIG_DIR}/cluster-ca.crt"), "permissions": 0o644, "content": {"inline": {"encoding": "b64", "data": b64(&env.ca_pem)}}},
+                {"path": format!("{CONFIG_DIR}/credentials/token"), "permissions": 0o600, "content": {"transmitUnencoded": true, "inline": {"encoding": "", "data": "<<BOOTSTRAP_TOKEN>>"}}},
+                {"path": format!("{CONFIG_DIR}/machine-name"), "permissions": 0o640, "content": {"transmitUnencoded": true, "inline": {"encoding": "", "data": "<<MACHINE_NAME>>"}}},
+            ],
+            "units": [agent_unit],
+        }),
+    );
+    let mut app = service("chain-app.service", "a workload of the reconcile OSC");
+    app["filePaths"] = json!(["/etc/chain/app.conf"]);
+    let reconcile = osc(
+        &format!("{key}-original"),
+        "reconcile",
+        json!({
+            "criConfig": {"name": "containerd", "cgroupDriver": "systemd", "containerd": {"sandboxImage": "registry.k8s.io/pause:3.10"}},
+            "files": [config_file, plain_file("/etc/chain/app.conf", "from the reconcile OSC\n", Some(0o644))],
+            "units": [agent_unit, app],
+        }),
+    );
+    let oscs = Api::<OperatingSystemConfig>::namespaced(env.client.clone(), &ns);
+    oscs.create(&PostParams::default(), &provision)
+        .await
+        .unwrap();
+    oscs.create(&PostParams::default(), &reconcile)
+        .await
+        .unwrap();
+
+    // The operator's outputs: user data and the ManagedResource with the node-agent secret.
+    let seed_secrets = Api::<Secret>::namespaced(env.client.clone(), &ns);
+    let result_name = format!("osc-result-{key}-init");
+    let user_data = support::wait_for("user data", APPLY_TIMEOUT, || async {
+        let secret = seed_secrets
+            .get_opt(&result_name)
+            .await
+            .map_err(|e| e.to_string())?
+            .ok_or("no result secret yet")?;
+        let data = secret
+            .data
+            .and_then(|d| d.get("cloud_config").cloned())
+            .ok_or("no cloud_config")?;
+        Ok::<_, String>(String::from_utf8(data.0).unwrap())
+    })
+    .await;
+    let managed = Api::<ManagedResource>::namespaced(env.client.clone(), &ns);
+    let shipped: Secret =
+        support::wait_for("node-agent ManagedResource", APPLY_TIMEOUT, || async {
+            let mr = managed
+                .get_opt(&format!("extension-osc-{key}"))
+                .await
+                .map_err(|e| e.to_string())?
+                .ok_or("no MR yet")?;
+            let holder = mr.spec.secret_refs.first().ok_or("no secret ref")?;
+            let data = seed_secrets
+                .get(&holder.name)
+                .await
+                .map_err(|e| e.to_string())?
+                .data
+                .unwrap_or_default();
+            data.values()
+                .filter_map(|manifest| serde_norway::from_slice::<Secret>(&manifest.0).ok())
+                .find(|secret| secret.metadata.name.as_deref() == Some(key.as_str()))
+                .ok_or_else(|| "no node-agent secret in the MR".to_string())
+        })
+        .await;
+    let checksum = shipped.metadata.annotations.as_ref().unwrap()["checksum/data-script"].clone();
+
+    // MCM's part: fill in the placeholders; cloud-init's part: run the user data as root.
+    let user_data = user_data
+        .replace("<<BOOTSTRAP_TOKEN>>", &token)
+        .replace("<<MACHINE_NAME>>", &node);
+    machine
+        .write_file("/root/user-data", user_data.as_bytes(), 0o700)
+        .unwrap();
+    machine
+        .run(&["bash", "/root/user-data"])
+        .expect_success("run the user data");
+    let agent = AgentMachine {
+        machine,
+        node: node.clone(),
+        metrics_port,
+    };
+    agent
+        .machine
+        .wait_for_unit_state(AGENT_UNIT, "active", Duration::from_secs(30))
+        .unwrap_or_else(|e| panic!("{e}"));
+
+    // kubelet's part: the Node; gardener-resource-manager's part: the secret in the shoot.
+    create_node(&env.client, &node).await;
+    let mut in_shoot = shipped.clone();
+    in_shoot.metadata.resource_version = None;
+    Api::<Secret>::namespaced(env.client.clone(), "kube-system")
+        .create(&PostParams::default(), &in_shoot)
+        .await
+        .unwrap();
+
+    wait_for_checksum(&env.client, &agent, &checksum, Duration::from_secs(120)).await;
+    let m = &agent.machine;
+    assert_eq!(
+        read(&agent, "/etc/chain/app.conf"),
+        b"from the reconcile OSC\n"
+    );
+    m.wait_for_unit_state("chain-app.service", "active", Duration::from_secs(30))
+        .unwrap_or_else(|e| panic!("{e}"));
+    // The OS extension's status unit (containerd limits) and the agent's PATH drop-in.
+    m.wait_for_unit_state("containerd.service", "active", Duration::from_secs(30))
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        m.unit_property("containerd.service", "LimitNOFILE"),
+        "1048576"
+    );
+    assert!(
+        m.unit_property("containerd.service", "Environment")
+            .contains("PATH=/var/bin/containerruntimes:")
+    );
+    assert!(
+        String::from_utf8(read(&agent, "/etc/containerd/config.toml"))
+            .unwrap()
+            .contains("registry.k8s.io/pause:3.10")
+    );
+    // The agent replaced its own unit and restarted itself to run it, then finished.
+    let log = agent.log();
+    assert!(log.contains("own unit changed; exiting"), "{log}");
+    assert!(log.contains("\"resumed\":true"), "{log}");
+    assert!(
+        m.read_file("/var/lib/osc/provision-osc-applied").is_ok(),
+        "the user data's run-once guard"
+    );
+    operator.kill();
+}
