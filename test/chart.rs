@@ -563,7 +563,8 @@ async fn operator_with_only_the_charts_rbac_runs_every_lifecycle_without_a_403()
     let log = operator.log_text();
     let denied: Vec<&str> = log
         .lines()
-        .filter(|l| l.contains("forbidden") || l.contains("403"))
+        // kube reports a denial as `... is forbidden: User ... cannot ...` with `code: 403`.
+        .filter(|l| l.to_lowercase().contains("forbidden") || l.contains("code: 403"))
         .collect();
     assert!(
         denied.is_empty(),
