@@ -6,6 +6,8 @@
 #   make generate        regenerate crds/ from the Rust types and example/controller-registration.yaml
 #   make check-generate  fail if generated files are out of date
 #   make envtest         build (once) kube-apiserver and etcd and print their folder
+#   make test-resilience the fault-injection tests at full counts (docs/reliability.md)
+#   make fuzz            every cargo-fuzz target for FUZZ_SECONDS (default 60) each
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -13,6 +15,12 @@ CARGO ?= cargo
 KUBECONFIG_DEV := dev/kubeconfig
 
 .PHONY: start test fmt lint generate check-generate envtest deps unit integration check-orphans
+.PHONY: test-resilience fuzz
+
+# The fault-injection binaries; `make test` runs them at reduced counts.
+RESILIENCE_TESTS := --test resilience_apiserver --test resilience_etcd \
+  --test resilience_operator_kill --test resilience_conflicts --test resilience_agent
+FUZZ_SECONDS ?= 60
 
 start:
 	@if [[ -f $(KUBECONFIG_DEV) ]]; then \
@@ -56,3 +64,11 @@ test: deps
 
 check-orphans:
 	@hack/check-orphans.sh
+
+test-resilience: deps
+	@assets="$$(hack/envtest.sh)"; \
+	  ENVTEST_ASSETS="$$assets" RESILIENCE_FULL=1 $(CARGO) test $(RESILIENCE_TESTS) -- --nocapture; \
+	  $(MAKE) --no-print-directory check-orphans
+
+fuzz:
+	@hack/fuzz.sh $(FUZZ_SECONDS)

@@ -230,6 +230,14 @@ pub async fn apply<H: Host, S: Secrets>(
     };
     let snapshot = || journal.lock().unwrap_or_else(|e| e.into_inner()).clone();
 
+    // Referenced Secrets before anything on the node changes: a missing Secret or key fails
+    // the apply here instead of after some files were already written.
+    for file in snapshot().files.changed {
+        if file.content.secret_ref.is_some() {
+            file_content(secrets, &file).await?;
+        }
+    }
+
     // 2. containerd.
     if changes::containerd_config(input.osc).is_some()
         && ensure_containerd_config(host, input.osc).await?
@@ -1055,6 +1063,30 @@ mod tests {
             FakeHost::jobs(&host.take_ops()),
             [(CONTAINERD_UNIT.to_string(), UnitCommand::Restart)]
         );
+    }
+
+    /// Regression (found by `test/resilience_agent.rs`, bad-input row "secretRef to a missing
+    /// Secret"): the files before the secretRef file were written, then the apply failed,
+    /// leaving the node half on the new OSC.
+    #[tokio::test]
+    async fn a_missing_secret_fails_before_any_file_is_written() {
+        let host = FakeHost::default();
+        let mut osc = base_osc();
+        osc.spec
+            .files
+            .push(secret_file("/etc/missing", "nope", "k"));
+        assert!(run(&host, &osc, "c1", None).await.is_err());
+        let written: Vec<PathBuf> = host
+            .take_writes()
+            .into_iter()
+            .filter(|p| !p.starts_with("/var/lib/gardener-node-agent"))
+            .collect();
+        assert!(
+            written.is_empty(),
+            "written before the failure: {written:?}"
+        );
+        assert!(host.content("/etc/app/plain.conf").is_none());
+        assert!(FakeHost::jobs(&host.take_ops()).is_empty());
     }
 
     #[tokio::test]

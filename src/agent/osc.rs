@@ -14,6 +14,8 @@
 //! several content sources, unit and drop-in names that are not plain file names. Unknown unit
 //! commands and other type errors already fail in [`decode`].
 
+use std::collections::BTreeSet;
+
 use base64::Engine;
 use serde::{Deserialize, Serialize};
 
@@ -163,6 +165,32 @@ pub fn validate(osc: &NodeOsc) -> Result<(), InvalidOsc> {
             if let Err(problem) = check_path(path) {
                 problems.push(format!(
                     "unit `{}` filePaths `{path}`: {problem}",
+                    unit.name
+                ));
+            }
+        }
+    }
+    // Each path once per host (files with different `hostName`s may share one), and every
+    // unit `filePaths` entry names one of the files: otherwise which content wins, or which
+    // change restarts the unit, is undefined.
+    let mut seen = BTreeSet::new();
+    for file in osc.spec.files.iter().chain(&osc.status.extension_files) {
+        if !seen.insert((
+            file.path.as_str(),
+            file.host_name.as_deref().unwrap_or_default(),
+        )) {
+            problems.push(format!(
+                "file `{}`: the path appears more than once",
+                file.path
+            ));
+        }
+    }
+    let known: BTreeSet<&str> = seen.iter().map(|(path, _)| *path).collect();
+    for unit in osc.spec.units.iter().chain(&osc.status.extension_units) {
+        for path in &unit.file_paths {
+            if check_path(path).is_ok() && !known.contains(path.as_str()) {
+                problems.push(format!(
+                    "unit `{}` filePaths `{path}`: names no file of this OSC",
                     unit.name
                 ));
             }
@@ -450,6 +478,40 @@ status:
       name: 10-a.conf
     name: hello.service
 "#;
+
+    /// Regression (found by `test/resilience_agent.rs`, bad-input rows): duplicate paths and
+    /// `filePaths` naming no file were applied (the last duplicate won) instead of refused.
+    #[test]
+    fn duplicate_paths_and_dangling_file_paths_are_refused() {
+        let mut osc = NodeOsc::default();
+        osc.spec.files = vec![inline_file("/etc/a", "1"), inline_file("/etc/a", "2")];
+        let problems = validate(&osc).unwrap_err().to_string();
+        assert!(
+            problems.contains("file `/etc/a`: the path appears more than once"),
+            "{problems}"
+        );
+
+        // Per host: the same path for two hosts is fine.
+        let mut per_host = NodeOsc::default();
+        let mut a = inline_file("/etc/a", "1");
+        a.host_name = Some("node-0".into());
+        let mut b = inline_file("/etc/a", "2");
+        b.host_name = Some("node-1".into());
+        per_host.spec.files = vec![a, b];
+        validate(&per_host).unwrap();
+
+        let mut dangling = NodeOsc::default();
+        dangling.spec.files = vec![inline_file("/etc/a", "1")];
+        let mut reader = unit("a.service");
+        reader.file_paths = vec!["/etc/a".into(), "/etc/absent".into()];
+        dangling.spec.units = vec![reader];
+        let problems = validate(&dangling).unwrap_err().to_string();
+        assert!(
+            problems.contains("filePaths `/etc/absent`: names no file"),
+            "{problems}"
+        );
+        assert!(!problems.contains("/etc/a`"), "{problems}");
+    }
 
     #[test]
     fn decodes_what_gardenlet_writes() {

@@ -120,7 +120,22 @@ impl ContainerdConfig {
                 .child(parent, true, &parents[..=depth])?
                 .ok_or_else(|| not_a_table(&parents[..=depth], "nothing"))?;
         }
-        Ok(table.set(key, value))
+        let changed = table.set(key, value);
+        self.pin_new_tables();
+        Ok(changed)
+    }
+
+    /// toml_edit renders a table without a position (one we created) right after the table
+    /// it visited before it, depth first. When a sub-table of a parent was written above the
+    /// parent's own `[header]` in the file, a table we create under that parent would then be
+    /// rendered above the parent's header; if the parent defines keys of it with dotted keys
+    /// (`containerd.snapshotter = …`), that file is invalid TOML (toml-lang/toml#846) and a
+    /// strict parser — containerd's — refuses it. Found by the `containerd_toml` fuzz target.
+    /// Pinning such tables to their nearest positioned ancestor renders them after its
+    /// section; tables already rendered after it keep their place.
+    fn pin_new_tables(&mut self) {
+        let mut last = 0;
+        pin_positions(self.document.as_table_mut(), None, &mut last);
     }
 
     /// Removes the item at `path` with everything under it, then every table on the way that
@@ -155,6 +170,7 @@ impl ContainerdConfig {
         if let TableMut::Standard(table) = table {
             table.set_implicit(false);
         }
+        self.pin_new_tables();
         Ok(true)
     }
 
@@ -190,6 +206,39 @@ impl ContainerdConfig {
             }
         }
         Ok(())
+    }
+}
+
+/// Walks the tables in toml_edit's rendering order (see [`ContainerdConfig::pin_new_tables`]),
+/// tracking the position each table would be sorted by (`last`).
+fn pin_positions(table: &mut Table, ancestor: Option<isize>, last: &mut isize) {
+    let mut ancestor = ancestor;
+    if !table.is_dotted() {
+        match table.position() {
+            Some(position) => {
+                *last = position;
+                ancestor = Some(position);
+            }
+            None => {
+                if let Some(position) = ancestor
+                    && *last < position
+                {
+                    table.set_position(Some(position));
+                    *last = position;
+                }
+            }
+        }
+    }
+    for (_, item) in table.iter_mut() {
+        match item {
+            Item::Table(child) => pin_positions(child, ancestor, last),
+            Item::ArrayOfTables(array) => {
+                for child in array.iter_mut() {
+                    pin_positions(child, ancestor, last);
+                }
+            }
+            _ => {}
+        }
     }
 }
 
@@ -368,6 +417,37 @@ fn not_a_table(path: &[&str], found: &'static str) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Regression (found by the `containerd_toml` fuzz target): with a CRI sub-table written
+    /// above the CRI plugin's own header, which sets `containerd.*` with dotted keys, the new
+    /// runtime tables were rendered above that header — invalid TOML for strict parsers.
+    #[test]
+    fn new_tables_render_after_a_parent_with_dotted_keys() {
+        let text = "version = 2\n\n[plugins.\"io.containerd.grpc.v1.cri\".registry.mirrors.\"docker.io\"]\n  endpoint = [\"https://mirror.example\"]\n\n[plugins.\"io.containerd.grpc.v1.cri\"]\n  containerd.snapshotter = \"overlayfs\"\n";
+        let mut config = ContainerdConfig::parse(text).unwrap_or_else(|e| panic!("{e}"));
+        let runtime_type = with_key(&RUNSC, "runtime_type");
+        config
+            .set_value(&runtime_type, Value::from("io.containerd.runsc.v1"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let out = config.render();
+        let parent = out
+            .find("[plugins.\"io.containerd.grpc.v1.cri\"]\n")
+            .unwrap_or_else(|| panic!("{out}"));
+        let runsc = out
+            .find("[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runsc]")
+            .unwrap_or_else(|| panic!("{out}"));
+        assert!(parent < runsc, "runsc above its parent's header:\n{out}");
+        assert!(
+            out.starts_with(text),
+            "the file's own text is unchanged:\n{out}"
+        );
+        let again = ContainerdConfig::parse(&out).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            again.get_str(&runtime_type),
+            Some("io.containerd.runsc.v1"),
+            "{out}"
+        );
+    }
 
     const RUNSC: [&str; 5] = [
         "plugins",

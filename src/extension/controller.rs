@@ -11,6 +11,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use futures::{StreamExt, TryStreamExt};
+use kube::api::{ApiResource, DynamicObject};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, ResourceExt};
@@ -22,8 +23,7 @@ use super::predicate::{self, Fingerprint};
 use super::queue::WorkQueue;
 use super::reconciler::{Next, Reconciler};
 use super::{Actuator, ExtensionKind};
-use crate::api::{Cluster, ExtensionObject};
-use kube::Resource;
+use crate::api::{Cluster, DefaultSpec, LastOperation};
 
 /// namespace/name of an object.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -140,6 +140,34 @@ fn key_of<K: kube::Resource>(object: &K) -> ObjectKey {
     }
 }
 
+/// The parts of a watched object the queue rules need, read leniently: an object the CRD
+/// admitted but our types cannot decode (e.g. an unknown unit `command` under Gardener's
+/// CRDs) must neither break the watch for every other object of the kind (a typed list fails
+/// as a whole, so the controller would never sync again after a restart) nor be dropped: it
+/// is queued like any other object, and the run reports why it does not decode.
+struct Watched {
+    meta: kube::api::ObjectMeta,
+    spec: DefaultSpec,
+    last: Option<LastOperation>,
+}
+
+impl Watched {
+    /// `None` when not even `spec.type`/`spec.class` decode (then no filter can accept it).
+    fn of(object: DynamicObject) -> Option<Self> {
+        let spec = serde_json::from_value(object.data.get("spec")?.clone()).ok()?;
+        let last = object
+            .data
+            .get("status")
+            .and_then(|s| s.get("lastOperation"))
+            .and_then(|l| serde_json::from_value(l.clone()).ok());
+        Some(Watched {
+            meta: object.metadata,
+            spec,
+            last,
+        })
+    }
+}
+
 async fn watch_objects<A: Actuator>(
     reconciler: Arc<Reconciler<A>>,
     queue: Arc<WorkQueue<ObjectKey>>,
@@ -147,7 +175,8 @@ async fn watch_objects<A: Actuator>(
     synced: oneshot::Sender<()>,
 ) {
     let kind = A::Object::KIND;
-    let api: Api<A::Object> = Api::all(reconciler.client.clone());
+    let resource = ApiResource::erase::<A::Object>(&());
+    let api: Api<DynamicObject> = Api::all_with(reconciler.client.clone(), &resource);
     let mut stream = watcher::watcher(api, watcher::Config::default())
         .default_backoff()
         .boxed();
@@ -169,7 +198,7 @@ async fn watch_objects<A: Actuator>(
                 if let Some(seen) = relisted.as_mut() {
                     seen.insert(key_of(&object));
                 }
-                observe(&reconciler, &queue, &fingerprints, &object);
+                observe(&reconciler, &queue, &fingerprints, object);
             }
             Event::InitDone => {
                 if let Some(seen) = relisted.take() {
@@ -180,7 +209,7 @@ async fn watch_objects<A: Actuator>(
                     let _ = sender.send(());
                 }
             }
-            Event::Apply(object) => observe(&reconciler, &queue, &fingerprints, &object),
+            Event::Apply(object) => observe(&reconciler, &queue, &fingerprints, object),
             Event::Delete(object) => {
                 lock(&fingerprints).remove(&key_of(&object));
             }
@@ -193,21 +222,20 @@ fn observe<A: Actuator>(
     reconciler: &Reconciler<A>,
     queue: &WorkQueue<ObjectKey>,
     fingerprints: &Fingerprints,
-    object: &A::Object,
+    object: DynamicObject,
 ) {
-    if !reconciler.filter.accepts(object.default_spec()) {
+    let key = key_of(&object);
+    let Some(object) = Watched::of(object) else {
+        tracing::warn!(namespace = %key.namespace, name = %key.name, "object without a readable spec.type; ignored");
+        return;
+    };
+    if !reconciler.filter.accepts(&object.spec) {
         return;
     }
-    let key = key_of(object);
-    let meta = object.meta();
+    let meta = &object.meta;
     let previous = lock(fingerprints).insert(key.clone(), Fingerprint::of(meta));
     let enqueue = match previous {
-        None => {
-            let last = object
-                .default_status()
-                .and_then(|s| s.last_operation.as_ref());
-            predicate::on_create(&reconciler.filter, meta, last)
-        }
+        None => predicate::on_create(&reconciler.filter, meta, object.last.as_ref()),
         Some(old) => predicate::on_update(&reconciler.filter, &old, meta),
     };
     if enqueue {

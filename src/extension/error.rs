@@ -83,11 +83,31 @@ pub enum ReconcilerError {
         #[source]
         source: Box<kube::Error>,
     },
+    /// The object is stored (the CRD admitted it) but does not decode as our type, e.g. a
+    /// unit `command` other than start/restart/stop under Gardener's CRDs.
+    #[error("{kind} {name} does not decode; fix the spec")]
+    Decode {
+        /// Kind.
+        kind: &'static str,
+        /// namespace/name.
+        name: String,
+        /// Cause.
+        #[source]
+        source: serde_json::Error,
+    },
 }
 
 impl Classify for ReconcilerError {
+    fn codes(&self) -> Vec<ErrorCode> {
+        match self {
+            ReconcilerError::Decode { .. } => vec![ErrorCode::ConfigurationProblem],
+            _ => Vec::new(),
+        }
+    }
+
     fn category(&self) -> &'static str {
         match self {
+            ReconcilerError::Decode { .. } => "decode",
             ReconcilerError::Get { .. } => "get",
             ReconcilerError::Cluster { .. } | ReconcilerError::ShootDecode { .. } => "cluster",
             ReconcilerError::Namespace { .. } => "namespace",

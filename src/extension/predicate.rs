@@ -89,6 +89,26 @@ pub fn on_create(filter: &Filter, meta: &ObjectMeta, last: Option<&LastOperation
         || last.is_none_or(|l| l.state != LastOperationState::Succeeded)
 }
 
+/// Run-time rule: whether a queued run finds nothing asked of the object — no operation
+/// annotation, no deletion timestamp, and a last operation that succeeded for the current
+/// generation. Such a queue entry is stale: it was added for a change that the run in flight
+/// at that moment already handled (e.g. the `restore` annotation arriving while the run that
+/// consumed it was reading the object). Running it would overwrite `lastOperation` (a
+/// `Restore` becomes a `Reconcile`) for nothing. In ignore-operation-annotation mode nothing
+/// is stale: Cluster changes enqueue objects that ask for nothing themselves.
+pub fn nothing_asked(
+    filter: &Filter,
+    meta: &ObjectMeta,
+    last: Option<&LastOperation>,
+    observed_generation: Option<i64>,
+) -> bool {
+    !filter.ignore_operation_annotation
+        && !asks_for_work(meta.annotations.as_ref())
+        && meta.deletion_timestamp.is_none()
+        && last.is_some_and(|l| l.state == LastOperationState::Succeeded)
+        && observed_generation == meta.generation
+}
+
 /// Update rule; see the module documentation.
 pub fn on_update(filter: &Filter, old: &Fingerprint, meta: &ObjectMeta) -> bool {
     let new = Fingerprint::of(meta);
@@ -287,5 +307,103 @@ mod tests {
         assert!(on_update(&mode, &old, &meta(None, false, 2)));
         assert!(!on_update(&mode, &old, &meta(Some("reconcile"), false, 1)));
         assert!(on_update(&mode, &old, &meta(None, true, 1)));
+    }
+
+    /// Regression (found by `test/resilience_operator_kill.rs`): an object created with
+    /// `wait-for-state` and annotated `restore` at once was run twice — the second, stale
+    /// entry ran a Reconcile that replaced the succeeded Restore in `lastOperation`.
+    #[test]
+    fn a_stale_entry_asks_for_nothing() {
+        let rows = [
+            // (name, annotation, deleting, generation, last state, observed, stale)
+            (
+                "restore done, entry left over",
+                None,
+                false,
+                1,
+                Some(Succeeded),
+                Some(1),
+                true,
+            ),
+            (
+                "restore asked",
+                Some("restore"),
+                false,
+                1,
+                Some(Succeeded),
+                Some(1),
+                false,
+            ),
+            (
+                "reconcile asked",
+                Some("reconcile"),
+                false,
+                1,
+                Some(Succeeded),
+                Some(1),
+                false,
+            ),
+            (
+                "migrate asked",
+                Some("migrate"),
+                false,
+                1,
+                Some(Succeeded),
+                Some(1),
+                false,
+            ),
+            ("deleting", None, true, 1, Some(Succeeded), Some(1), false),
+            (
+                "last operation failed",
+                None,
+                false,
+                1,
+                Some(Error),
+                Some(1),
+                false,
+            ),
+            (
+                "last operation processing",
+                None,
+                false,
+                1,
+                Some(Processing),
+                Some(1),
+                false,
+            ),
+            ("never reconciled", None, false, 1, None, None, false),
+            (
+                "new generation",
+                None,
+                false,
+                2,
+                Some(Succeeded),
+                Some(1),
+                false,
+            ),
+        ];
+        for (name, annotation, deleting, generation, state, observed, stale) in rows {
+            let last = state.and_then(last);
+            assert_eq!(
+                nothing_asked(
+                    &filter(),
+                    &meta(annotation, deleting, generation),
+                    last.as_ref(),
+                    observed
+                ),
+                stale,
+                "{name}"
+            );
+        }
+        let mode = Filter {
+            ignore_operation_annotation: true,
+            ..filter()
+        };
+        assert!(!nothing_asked(
+            &mode,
+            &meta(None, false, 1),
+            last(Succeeded).as_ref(),
+            Some(1)
+        ));
     }
 }

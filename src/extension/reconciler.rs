@@ -7,6 +7,7 @@
 use std::time::Duration;
 
 use chrono::Utc;
+use kube::api::{ApiResource, DynamicObject};
 use kube::{Api, Client, Resource, ResourceExt};
 use tracing::{Instrument, info_span};
 
@@ -16,11 +17,11 @@ use super::events::EventPublisher;
 use super::finalizer;
 use super::metrics::ControllerMetrics;
 use super::operation::{self, Step};
-use super::predicate::Filter;
+use super::predicate::{self, Filter};
 use super::status;
 use super::{Actuator, ExtensionKind, Outcome, Request};
 use crate::api::constants::{ANNOTATION_OPERATION, OPERATION_RECONCILE};
-use crate::api::{ExtensionObject, LastOperationType};
+use crate::api::{ExtensionObject, LastOperationState, LastOperationType};
 
 /// Everything a run needs; one per controller, shared by its workers.
 pub struct Reconciler<A: Actuator> {
@@ -99,6 +100,9 @@ impl<A: Actuator> Reconciler<A> {
         let object = match api.get_opt(name).await {
             Ok(Some(object)) => object,
             Ok(None) => return ("none", Ok(Next::Done)),
+            Err(kube::Error::SerdeError(source)) => {
+                return self.report_undecodable(namespace, name, source).await;
+            }
             Err(source) => {
                 let error = ReconcilerError::Get {
                     kind: A::Object::KIND,
@@ -121,6 +125,11 @@ impl<A: Actuator> Reconciler<A> {
         let last = object
             .default_status()
             .and_then(|s| s.last_operation.as_ref());
+        let observed_generation = object.default_status().and_then(|s| s.observed_generation);
+        if predicate::nothing_asked(&self.filter, object.meta(), last, observed_generation) {
+            tracing::debug!("nothing asked of the object; stale queue entry skipped");
+            return ("none", Ok(Next::Done));
+        }
         let planned = operation::decide(&annotations, deleting, last);
         let label = operation_label(planned);
         tracing::Span::current().record("operation", label);
@@ -171,6 +180,99 @@ impl<A: Actuator> Reconciler<A> {
             Step::Migrate => self.migrate_flow(&api, object, cluster.as_ref()).await,
         };
         (label, result)
+    }
+
+    /// The object is stored but does not decode as our type: report it as gardenlet expects
+    /// (consume `reconcile`, Error status with `ERR_CONFIGURATION_PROBLEM`, Warning event),
+    /// through untyped API calls, and wait for a spec change. Objects of other classes or
+    /// types, waiting for state or of failed shoots are left alone as usual.
+    async fn report_undecodable(
+        &self,
+        namespace: &str,
+        name: &str,
+        source: serde_json::Error,
+    ) -> (&'static str, Result<Next, Failure>) {
+        let failure = Failure::of(&ReconcilerError::Decode {
+            kind: A::Object::KIND,
+            name: format!("{namespace}/{name}"),
+            source,
+        });
+        let resource = ApiResource::erase::<A::Object>(&());
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(self.client.clone(), namespace, &resource);
+        let object = match api.get_opt(name).await {
+            Ok(Some(object)) => object,
+            Ok(None) => return ("none", Ok(Next::Done)),
+            Err(source) => {
+                let error = ReconcilerError::Get {
+                    kind: A::Object::KIND,
+                    name: format!("{namespace}/{name}"),
+                    source: Box::new(source),
+                };
+                return ("none", Err(error.into()));
+            }
+        };
+        let spec: Option<crate::api::DefaultSpec> = object
+            .data
+            .get("spec")
+            .and_then(|s| serde_json::from_value(s.clone()).ok());
+        let annotations = object.annotations().clone();
+        let failed_shoot = match cluster::lookup(&self.client, namespace).await {
+            Ok(cluster) => cluster.is_some_and(|c| c.shoot.is_failed()),
+            Err(_) => false,
+        };
+        if spec.is_none_or(|s| !self.filter.accepts(&s))
+            || operation::is_waiting_for_state(&annotations)
+            || failed_shoot
+        {
+            return ("none", Ok(Next::Done));
+        }
+        let last: Option<crate::api::LastOperation> = object
+            .data
+            .get("status")
+            .and_then(|s| s.get("lastOperation"))
+            .and_then(|l| serde_json::from_value(l.clone()).ok());
+        let deleting = object.metadata.deletion_timestamp.is_some();
+        let planned = operation::decide(&annotations, deleting, last.as_ref());
+        let operation = step_operation(planned);
+        tracing::warn!(error = %failure.message, "object does not decode");
+        let object = if annotations.get(ANNOTATION_OPERATION).map(String::as_str)
+            == Some(OPERATION_RECONCILE)
+        {
+            match finalizer::remove_operation_annotation(&api, &object).await {
+                Ok(Some(object)) => object,
+                Ok(None) => return ("none", Ok(Next::Done)),
+                Err(source) => {
+                    return (
+                        "reconcile",
+                        Err(metadata_error("annotation", &object, source)),
+                    );
+                }
+            }
+        } else {
+            object
+        };
+        let at = status::last_update_time(Utc::now(), object.annotations());
+        let body = status::error(
+            operation,
+            A::Object::KIND,
+            &failure.message,
+            &failure.codes,
+            object.metadata.generation,
+            at,
+        );
+        if let Err(error) = status::patch(&api, &object, body).await {
+            tracing::warn!(%error, "writing the error status failed");
+        }
+        self.events
+            .warning(
+                &object.object_ref(&resource),
+                failure_reason(operation),
+                action(operation),
+                failure.message.clone(),
+            )
+            .await;
+        (operation_label(planned), Err(failure))
     }
 
     /// §3.7.1 and §3.7.4: finalizer, Processing, actuator, Succeeded (and for restore the
@@ -260,6 +362,21 @@ impl<A: Actuator> Reconciler<A> {
             .iter()
             .any(|f| f == A::Object::FINALIZER);
         if A::Object::MIGRATE_REQUIRES_FINALIZER && !has_finalizer {
+            // Nothing to migrate without our finalizer. But when a run before us finished the
+            // migrate and stopped (e.g. killed) between removing the finalizers and removing
+            // the annotation, finish that last step, or `migrate` stays on the object.
+            let migrated = object
+                .default_status()
+                .and_then(|s| s.last_operation.as_ref())
+                .is_some_and(|l| {
+                    l.type_ == LastOperationType::Migrate
+                        && l.state == LastOperationState::Succeeded
+                });
+            if migrated {
+                finalizer::remove_operation_annotation(api, &object)
+                    .await
+                    .map_err(|source| metadata_error("annotation", &object, source))?;
+            }
             return Ok(Next::Done);
         }
         let operation = LastOperationType::Migrate;

@@ -13,6 +13,7 @@
 pub mod benchmarks;
 pub mod fixtures;
 pub mod gardener;
+pub mod load;
 pub mod mcm;
 pub mod nspawn;
 pub mod operator;
@@ -40,8 +41,9 @@ struct Shared {
     kubeconfig: String,
     server_url: String,
     ca_pem: String,
-    // Kept alive for the whole test binary; the watchdog stops it at exit.
-    _plane: ControlPlane,
+    // Kept alive for the whole test binary; the watchdog stops it at exit. Behind a lock so
+    // fault-injection tests can restart its processes (`restart_apiserver`, `restart_etcd`).
+    plane: tokio::sync::Mutex<ControlPlane>,
 }
 
 static SHARED: OnceLock<Shared> = OnceLock::new();
@@ -107,7 +109,7 @@ async fn start(crds: Crds) -> Shared {
         kubeconfig: plane.kubeconfig().to_string(),
         server_url: plane.server_url(),
         ca_pem: plane.ca_pem().to_string(),
-        _plane: plane,
+        plane: tokio::sync::Mutex::new(plane),
     }
 }
 
@@ -150,6 +152,27 @@ pub async fn env_with(crds: Crds) -> TestEnv {
         ca_pem: shared.ca_pem.clone(),
         kubeconfig: shared.kubeconfig.clone(),
     }
+}
+
+/// Kills this binary's kube-apiserver and starts it again on the same port against the same
+/// etcd; returns once it is ready (fault injection). The control plane must have been started
+/// (by [`env`]) first.
+pub async fn restart_apiserver() {
+    let shared = SHARED.get().expect("control plane started by env() first");
+    let mut plane = shared.plane.lock().await;
+    plane
+        .restart_apiserver()
+        .await
+        .expect("kube-apiserver restarts");
+}
+
+/// Kills this binary's etcd and starts it again on the same ports and data; returns once the
+/// API server is ready again (fault injection). The control plane must have been started (by
+/// [`env`]) first.
+pub async fn restart_etcd() {
+    let shared = SHARED.get().expect("control plane started by env() first");
+    let mut plane = shared.plane.lock().await;
+    plane.restart_etcd().await.expect("etcd restarts");
 }
 
 /// Creates a namespace labelled as a shoot namespace (`gardener.cloud/role=shoot`).

@@ -33,6 +33,7 @@ pub mod nodeagent;
 pub mod reconcile;
 pub mod restore;
 pub mod userdata;
+pub mod validate;
 
 use std::time::Duration;
 
@@ -82,6 +83,22 @@ pub enum Error {
     /// Extension status fields do not serialise (a bug, not the user's).
     #[error("encoding the extension status")]
     Status(#[source] serde_json::Error),
+    /// Units or files no node could apply (see [`validate`]).
+    #[error("invalid units or files")]
+    Spec(#[source] validate::SpecError),
+    /// The rendered content does not fit into a Secret.
+    #[error(
+        "the {what} is {bytes} bytes, more than a Secret can hold ({max} bytes){largest}",
+        max = validate::MAX_SECRET_DATA_BYTES
+    )]
+    TooLarge {
+        /// `user data` or `node-agent Secret`.
+        what: &'static str,
+        /// Its size.
+        bytes: usize,
+        /// `; the largest file is <path> (<n> bytes of inline data)`, or empty.
+        largest: String,
+    },
 }
 
 impl Classify for Error {
@@ -91,6 +108,7 @@ impl Classify for Error {
             Error::NodeAgent(error) => error.codes(),
             Error::ManagedResource(error) => error.codes(),
             Error::Secret { .. } | Error::Status(_) => Vec::new(),
+            Error::Spec(_) | Error::TooLarge { .. } => vec![ErrorCode::ConfigurationProblem],
         }
     }
 
@@ -101,6 +119,8 @@ impl Classify for Error {
             Error::Secret { .. } => "secret",
             Error::ManagedResource(_) => "managed-resource",
             Error::Status(_) => "status",
+            Error::Spec(_) => "spec",
+            Error::TooLarge { .. } => "size",
         }
     }
 }

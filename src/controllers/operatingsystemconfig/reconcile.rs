@@ -27,7 +27,7 @@ use super::content::ReferencedSecrets;
 use super::extensions::{self, Extensions};
 use super::{
     Error, OscActuator, USER_DATA_KEY, fetch, node_agent_managed_resource, nodeagent,
-    result_secret_ref, userdata,
+    result_secret_ref, userdata, validate,
 };
 use crate::api::OperatingSystemConfig;
 use crate::api::operatingsystemconfig::OperatingSystemConfigPurpose;
@@ -42,7 +42,36 @@ pub fn render_user_data(
     osc: &OperatingSystemConfig,
     secrets: &ReferencedSecrets,
 ) -> Result<String, Error> {
-    userdata::render(&osc.spec.units, &osc.spec.files, secrets).map_err(Error::UserData)
+    validate::validate(&osc.spec.units, &osc.spec.files, &[]).map_err(Error::Spec)?;
+    let user_data =
+        userdata::render(&osc.spec.units, &osc.spec.files, secrets).map_err(Error::UserData)?;
+    check_size(osc, "user data", user_data.len())?;
+    Ok(user_data)
+}
+
+/// Fails when `bytes` exceed what a Secret holds, naming the OSC's largest inline file.
+fn check_size(osc: &OperatingSystemConfig, what: &'static str, bytes: usize) -> Result<(), Error> {
+    if bytes <= validate::MAX_SECRET_DATA_BYTES {
+        return Ok(());
+    }
+    let largest = osc
+        .spec
+        .files
+        .iter()
+        .filter_map(|f| {
+            f.content
+                .inline
+                .as_ref()
+                .map(|i| (f.path.as_str(), i.data.len()))
+        })
+        .max_by_key(|(_, len)| *len)
+        .map(|(path, len)| format!("; the largest file is {path} ({len} bytes of inline data)"))
+        .unwrap_or_default();
+    Err(Error::TooLarge {
+        what,
+        bytes,
+        largest,
+    })
 }
 
 /// Renders the node-agent secret of a reconcile OSC with its OS type's extensions (pure; also
@@ -52,7 +81,16 @@ pub fn render_node_agent_secret(
     secrets: &ReferencedSecrets,
 ) -> Result<(nodeagent::NodeAgentSecret, Extensions), Error> {
     let extensions = extensions::for_os_type(&osc.spec.default.type_);
+    validate::validate(&osc.spec.units, &osc.spec.files, &extensions.files).map_err(Error::Spec)?;
+    let containerd = osc
+        .spec
+        .cri_config
+        .as_ref()
+        .and_then(|c| c.containerd.as_ref());
+    validate::validate_containerd(containerd).map_err(Error::Spec)?;
     let secret = nodeagent::render(osc, &extensions, secrets).map_err(Error::NodeAgent)?;
+    let manifest = secret.manifest().map_err(Error::NodeAgent)?;
+    check_size(osc, "node-agent Secret", manifest.len())?;
     Ok((secret, extensions))
 }
 
