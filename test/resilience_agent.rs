@@ -169,7 +169,7 @@ async fn sigkill_at_random_points_of_an_apply_leaves_old_or_new_files_only() {
         let (old, new) = (round as usize, round as usize + 1);
         let pid = m.unit_property(AGENT_UNIT, "MainPID");
         let checksum = put_osc(&env.client, &secret, &osc(new)).await;
-        let delay = rng.range(0, 3000);
+        let delay = rng.range(0, 2000);
         tokio::time::sleep(Duration::from_millis(delay)).await;
         m.run(&["kill", "-KILL", &pid])
             .expect_success("SIGKILL the agent");
