@@ -29,6 +29,7 @@ pub mod imagevector;
 pub mod kubeconfig;
 pub mod metrics;
 pub mod operator;
+pub mod osc_rules;
 pub mod render;
 pub mod systemd;
 pub mod telemetry;

@@ -22,6 +22,7 @@ use serde::{Deserialize, Serialize};
 use crate::api::operatingsystemconfig::{
     CriConfig, DropIn, File, FileContentInline, InPlaceUpdates, InPlaceUpdatesStatus, Unit,
 };
+use crate::osc_rules;
 
 /// `apiVersion` written into `last-applied-osc.yaml`.
 pub const OSC_API_VERSION: &str = "extensions.gardener.cloud/v1alpha1";
@@ -29,21 +30,6 @@ pub const OSC_API_VERSION: &str = "extensions.gardener.cloud/v1alpha1";
 pub const OSC_KIND: &str = "OperatingSystemConfig";
 /// Encoding value for base64 inline content.
 pub const ENCODING_BASE64: &str = "b64";
-
-/// Unit name suffixes systemd knows.
-const UNIT_SUFFIXES: [&str; 11] = [
-    ".service",
-    ".socket",
-    ".timer",
-    ".path",
-    ".mount",
-    ".automount",
-    ".swap",
-    ".target",
-    ".slice",
-    ".scope",
-    ".device",
-];
 
 /// The parts of an OperatingSystemConfig a node applies.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
@@ -251,55 +237,28 @@ pub fn validate(osc: &NodeOsc) -> Result<(), InvalidOsc> {
     }
 }
 
-/// An absolute path without `.`/`..` components, empty components or NUL bytes, and not `/`.
+/// An absolute, normalised path of a file (`osc_rules::path_problem`).
 pub fn check_path(path: &str) -> Result<(), String> {
-    if path.is_empty() {
-        return Err("path is empty".into());
+    match osc_rules::path_problem(path) {
+        Some(problem) => Err(format!("path {problem}")),
+        None => Ok(()),
     }
-    if path.contains('\0') {
-        return Err("path contains a NUL byte".into());
-    }
-    if !path.starts_with('/') {
-        return Err("path must be absolute".into());
-    }
-    if path.ends_with('/') {
-        return Err("path must name a file, not end with `/`".into());
-    }
-    // Path::components hides `.` and repeated slashes; check the raw segments.
-    for segment in path.split('/').skip(1) {
-        match segment {
-            "" => return Err("path has an empty component (`//`)".into()),
-            "." | ".." => return Err(format!("path must not contain `{segment}`")),
-            _ => {}
-        }
-    }
-    Ok(())
 }
 
-/// A plain file name: non-empty, no `/`, not `.` or `..`, no NUL.
+/// A plain file name (`osc_rules::file_name_problem`).
 fn check_file_name(name: &str) -> Result<(), String> {
-    match name {
-        "" => Err("name is empty".into()),
-        "." | ".." => Err(format!("name must not be `{name}`")),
-        _ if name.contains('/') => Err("name must not contain `/`".into()),
-        _ if name.contains('\0') => Err("name contains a NUL byte".into()),
-        _ => Ok(()),
+    match osc_rules::file_name_problem(name) {
+        Some(problem) => Err(format!("name {problem}")),
+        None => Ok(()),
     }
 }
 
 /// A unit name: a plain file name with a suffix systemd knows.
 fn check_unit_name(name: &str) -> Result<(), String> {
-    check_file_name(name)?;
-    let known = UNIT_SUFFIXES
-        .iter()
-        .any(|suffix| name.len() > suffix.len() && name.ends_with(suffix));
-    if !known {
-        return Err(format!(
-            "unit name needs a systemd unit suffix ({})",
-            UNIT_SUFFIXES.join(", ")
-        ));
+    match osc_rules::unit_name_problem(name) {
+        Some(problem) => Err(format!("unit name {problem}")),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 /// Exactly one content source; inline content with a known encoding that decodes.
@@ -617,15 +576,15 @@ status:
         };
         let expected = [
             "file `relative/path`: path must be absolute",
-            "file `/etc/../etc/passwd`: path must not contain `..`",
+            "file `/etc/../etc/passwd`: path must not contain '.' or '..' components",
             "file `/etc/enc`: unknown inline encoding `gzip`",
             "file `/etc/b64`: inline data is not valid base64",
             "file `/etc/two`: content needs exactly one of inline, secretRef, imageRef (has 2)",
             "file `/opt/bin/x`: imageRef filePathInImage: path must be absolute",
             "file `/etc/mode`: permissions 8191",
             "unit `no-suffix`: unit name needs a systemd unit suffix",
-            "unit `../evil.service`: name must not contain `/`",
-            "unit `ok.service` drop-in `../x.conf`: name must not contain `/`",
+            "unit `../evil.service`: unit name must be a plain file name",
+            "unit `ok.service` drop-in `../x.conf`: name must be a plain file name",
             "unit `ok.service` filePaths `rel`: path must be absolute",
         ];
         for want in expected {

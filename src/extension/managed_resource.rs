@@ -333,6 +333,36 @@ pub async fn wait_deleted(
     }
 }
 
+/// How long a delete, migrate or restore waits inline for a ManagedResource to disappear
+/// before it hands the wait over to a requeue ([`pending_deletion`]).
+pub const INLINE_DELETE_WAIT: Duration = Duration::from_secs(10);
+/// Requeue delay while something is being deleted.
+pub const DELETE_RETRY: Duration = Duration::from_secs(5);
+
+/// Deletes the MR and its secrets, waits up to [`INLINE_DELETE_WAIT`] for it to go (unless
+/// `wait` is false, as in a force-delete) and reports whether it is gone.
+pub async fn delete_and_wait(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    wait: bool,
+) -> Result<bool, ManagedResourceError> {
+    delete(client, namespace, name).await?;
+    if !wait {
+        return Ok(true);
+    }
+    wait_deleted(client, namespace, name, INLINE_DELETE_WAIT).await
+}
+
+/// The outcome of an operation that waits for `what` (e.g. `ManagedResource x`) to be
+/// deleted: Processing, looked at again after [`DELETE_RETRY`].
+pub fn pending_deletion(what: &str) -> super::Outcome {
+    super::Outcome::Pending {
+        reason: format!("waiting until {what} is deleted"),
+        retry_after: DELETE_RETRY,
+    }
+}
+
 /// Whether the error is a NotFound from the API (re-exported for actuators).
 pub fn not_found(error: &kube::Error) -> bool {
     is_not_found(error)

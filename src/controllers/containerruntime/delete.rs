@@ -5,11 +5,9 @@
 use kube::Api;
 use kube::api::ListParams;
 
-use super::{
-    Error, GVisorActuator, SHARED_MANAGED_RESOURCE, TYPE, delete_managed_resource,
-    installation_managed_resource, pending_deletion,
-};
+use super::{Error, GVisorActuator, SHARED_MANAGED_RESOURCE, TYPE, installation_managed_resource};
 use crate::api::ContainerRuntime;
+use crate::extension::managed_resource;
 use crate::extension::{Outcome, Request};
 
 /// `wait = false` is force deletion: delete without waiting.
@@ -20,8 +18,10 @@ pub async fn delete(
 ) -> Result<Outcome, Error> {
     let namespace = request.namespace();
     let pool_mr = installation_managed_resource(&request.object.spec.worker_pool.name);
-    if !delete_managed_resource(&actuator.client, namespace, &pool_mr, wait).await? {
-        return Ok(pending_deletion(&pool_mr));
+    if !managed_resource::delete_and_wait(&actuator.client, namespace, &pool_mr, wait).await? {
+        return Ok(managed_resource::pending_deletion(&format!(
+            "ManagedResource {pool_mr}"
+        )));
     }
     if another_pool_uses_gvisor(actuator, request).await? {
         tracing::info!(
@@ -29,8 +29,17 @@ pub async fn delete(
         );
         return Ok(Outcome::done());
     }
-    if !delete_managed_resource(&actuator.client, namespace, SHARED_MANAGED_RESOURCE, wait).await? {
-        return Ok(pending_deletion(SHARED_MANAGED_RESOURCE));
+    if !managed_resource::delete_and_wait(
+        &actuator.client,
+        namespace,
+        SHARED_MANAGED_RESOURCE,
+        wait,
+    )
+    .await?
+    {
+        return Ok(managed_resource::pending_deletion(&format!(
+            "ManagedResource {SHARED_MANAGED_RESOURCE}"
+        )));
     }
     Ok(Outcome::done())
 }

@@ -2,10 +2,7 @@
 //! shoot keeps its RuntimeClass and DaemonSet, then delete the MR and its secrets and wait.
 //! The source namespace is left clean; the destination seed's restore recreates the MRs.
 
-use super::{
-    Error, GVisorActuator, SHARED_MANAGED_RESOURCE, delete_managed_resource,
-    installation_managed_resource, pending_deletion,
-};
+use super::{Error, GVisorActuator, SHARED_MANAGED_RESOURCE, installation_managed_resource};
 use crate::api::ContainerRuntime;
 use crate::extension::managed_resource;
 use crate::extension::{Outcome, Request};
@@ -19,8 +16,10 @@ pub async fn migrate(
     let pool_mr = installation_managed_resource(&request.object.spec.worker_pool.name);
     for name in [pool_mr.as_str(), SHARED_MANAGED_RESOURCE] {
         managed_resource::set_keep_objects(&actuator.client, namespace, name, true).await?;
-        if !delete_managed_resource(&actuator.client, namespace, name, true).await? {
-            return Ok(pending_deletion(name));
+        if !managed_resource::delete_and_wait(&actuator.client, namespace, name, true).await? {
+            return Ok(managed_resource::pending_deletion(&format!(
+                "ManagedResource {name}"
+            )));
         }
     }
     Ok(Outcome::done())

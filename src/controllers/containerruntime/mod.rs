@@ -16,12 +16,10 @@ pub mod reconcile;
 pub mod render;
 pub mod restore;
 
-use std::time::Duration;
-
 use kube::Client;
 
 use crate::api::{ContainerRuntime, ErrorCode};
-use crate::extension::managed_resource::{self, ManagedResourceError};
+use crate::extension::managed_resource::ManagedResourceError;
 use crate::extension::{Classify, Outcome, Request};
 use crate::imagevector::ImageVector;
 
@@ -31,11 +29,6 @@ pub const TYPE: &str = "gvisor";
 pub const SHARED_MANAGED_RESOURCE: &str = "extension-runtime-gvisor";
 /// Data key of the manifests in the MR secrets.
 pub const DATA_KEY: &str = "config.yaml";
-/// How long an operation waits inline for a ManagedResource to disappear before it hands
-/// the wait over to a requeue.
-const INLINE_DELETE_WAIT: Duration = Duration::from_secs(10);
-/// Requeue delay while a ManagedResource is being deleted.
-const DELETE_RETRY: Duration = Duration::from_secs(5);
 
 /// Name of a pool's installation ManagedResource.
 pub fn installation_managed_resource(pool: &str) -> String {
@@ -117,28 +110,6 @@ impl GVisorActuator {
             images,
             test_repository,
         }
-    }
-}
-
-/// Deletes the MR and its secrets, waits up to [`INLINE_DELETE_WAIT`] (unless `wait` is
-/// false) and reports whether it is gone.
-async fn delete_managed_resource(
-    client: &Client,
-    namespace: &str,
-    name: &str,
-    wait: bool,
-) -> Result<bool, Error> {
-    managed_resource::delete(client, namespace, name).await?;
-    if !wait {
-        return Ok(true);
-    }
-    Ok(managed_resource::wait_deleted(client, namespace, name, INLINE_DELETE_WAIT).await?)
-}
-
-fn pending_deletion(name: &str) -> Outcome {
-    Outcome::Pending {
-        reason: format!("waiting until ManagedResource {name} is deleted"),
-        retry_after: DELETE_RETRY,
     }
 }
 

@@ -13,12 +13,10 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::api::DeleteParams;
 use kube::{Api, ResourceExt};
 
-use super::{
-    Error, OscActuator, delete_managed_resource, node_agent_managed_resource, pending_deletion,
-    result_secret_ref,
-};
+use super::{Error, OscActuator, node_agent_managed_resource, result_secret_ref};
 use crate::api::OperatingSystemConfig;
 use crate::api::operatingsystemconfig::OperatingSystemConfigPurpose;
+use crate::extension::managed_resource;
 use crate::extension::{Outcome, Request};
 
 /// Deletes the OSC's ManagedResource or user-data Secret; `wait = false` is force deletion.
@@ -31,14 +29,20 @@ pub async fn delete(
     match osc.spec.purpose {
         OperatingSystemConfigPurpose::Reconcile => {
             let mr = node_agent_managed_resource(osc);
-            if !delete_managed_resource(&actuator.client, request.namespace(), &mr, wait).await? {
-                return Ok(pending_deletion(&format!("ManagedResource {mr}")));
+            if !managed_resource::delete_and_wait(&actuator.client, request.namespace(), &mr, wait)
+                .await?
+            {
+                return Ok(managed_resource::pending_deletion(&format!(
+                    "ManagedResource {mr}"
+                )));
             }
         }
         OperatingSystemConfigPurpose::Provision => {
             let (name, namespace) = result_secret_ref(osc);
             if !delete_result_secret(actuator, osc, &name, &namespace, wait).await? {
-                return Ok(pending_deletion(&format!("Secret {namespace}/{name}")));
+                return Ok(managed_resource::pending_deletion(&format!(
+                    "Secret {namespace}/{name}"
+                )));
             }
         }
     }

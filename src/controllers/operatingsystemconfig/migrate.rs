@@ -7,9 +7,7 @@
 //!   gardenlet deletes the migrated object; restore renders it anew from the spec, so no
 //!   state needs to travel (`status.state` stays empty).
 
-use super::{
-    Error, OscActuator, delete_managed_resource, node_agent_managed_resource, pending_deletion,
-};
+use super::{Error, OscActuator, node_agent_managed_resource};
 use crate::api::OperatingSystemConfig;
 use crate::api::operatingsystemconfig::OperatingSystemConfigPurpose;
 use crate::extension::managed_resource;
@@ -25,8 +23,10 @@ pub async fn migrate(
         let namespace = request.namespace();
         let mr = node_agent_managed_resource(osc);
         managed_resource::set_keep_objects(&actuator.client, namespace, &mr, true).await?;
-        if !delete_managed_resource(&actuator.client, namespace, &mr, true).await? {
-            return Ok(pending_deletion(&format!("ManagedResource {mr}")));
+        if !managed_resource::delete_and_wait(&actuator.client, namespace, &mr, true).await? {
+            return Ok(managed_resource::pending_deletion(&format!(
+                "ManagedResource {mr}"
+            )));
         }
     }
     Ok(Outcome::done())

@@ -35,25 +35,18 @@ pub mod restore;
 pub mod userdata;
 pub mod validate;
 
-use std::time::Duration;
-
 use kube::Client;
 
 use crate::api::constants::DATA_KEY_CLOUD_CONFIG;
 use crate::api::{ErrorCode, OperatingSystemConfig};
 use crate::extension::events::EventPublisher;
-use crate::extension::managed_resource::{self, ManagedResourceError};
+use crate::extension::managed_resource::ManagedResourceError;
 use crate::extension::{Classify, Outcome, Request};
 
 /// Prefix of the user-data Secret name.
 pub const RESULT_SECRET_PREFIX: &str = "osc-result-";
 /// Data key of the user data (re-exported for readers of this module).
 pub const USER_DATA_KEY: &str = DATA_KEY_CLOUD_CONFIG;
-/// How long an operation waits inline for a ManagedResource to disappear before it hands the
-/// wait over to a requeue.
-const INLINE_DELETE_WAIT: Duration = Duration::from_secs(10);
-/// Requeue delay while a ManagedResource is being deleted.
-const DELETE_RETRY: Duration = Duration::from_secs(5);
 
 /// Errors of the OperatingSystemConfig actuator.
 #[derive(Debug, thiserror::Error)]
@@ -185,28 +178,6 @@ pub fn node_agent_managed_resource(osc: &OperatingSystemConfig) -> String {
     nodeagent::managed_resource_name(nodeagent::key_of(
         osc.metadata.name.as_deref().unwrap_or_default(),
     ))
-}
-
-/// Deletes the MR and its secrets, waits up to [`INLINE_DELETE_WAIT`] (unless `wait` is
-/// false) and reports whether it is gone.
-async fn delete_managed_resource(
-    client: &Client,
-    namespace: &str,
-    name: &str,
-    wait: bool,
-) -> Result<bool, Error> {
-    managed_resource::delete(client, namespace, name).await?;
-    if !wait {
-        return Ok(true);
-    }
-    Ok(managed_resource::wait_deleted(client, namespace, name, INLINE_DELETE_WAIT).await?)
-}
-
-fn pending_deletion(what: &str) -> Outcome {
-    Outcome::Pending {
-        reason: format!("waiting until {what} is deleted"),
-        retry_after: DELETE_RETRY,
-    }
 }
 
 impl crate::extension::Actuator for OscActuator {

@@ -36,6 +36,7 @@ use std::path::Path;
 use super::content::{self, ContentError, ReferencedSecrets, Resolved};
 use crate::api::ErrorCode;
 use crate::api::operatingsystemconfig::{File, Unit, UnitCommand};
+use crate::osc_rules::{self, NameKind};
 
 /// Marker written at the end of the script; its presence makes later runs exit at once.
 pub const PROVISION_MARKER: &str = "/var/lib/osc/provision-osc-applied";
@@ -70,21 +71,24 @@ pub enum UserDataError {
         /// The image.
         image: String,
     },
-    /// A file path that is not absolute or contains control characters.
-    #[error("file path {path:?} must be absolute and free of control characters")]
+    /// A file path that is not absolute and normalised (`osc_rules::path_problem`).
+    #[error("file path {path:?} {reason}")]
     Path {
         /// The path.
         path: String,
+        /// What is wrong.
+        reason: &'static str,
     },
-    /// A unit or drop-in name that would leave its folder or break the script.
-    #[error(
-        "{what} name {name:?} must be a plain file name (no '/', not '.' or '..', no control characters)"
-    )]
+    /// A unit or drop-in name that would leave its folder or break the script
+    /// (`osc_rules`).
+    #[error("{what} name {name:?} {reason}")]
     Name {
         /// `unit` or `drop-in`.
         what: &'static str,
         /// The name.
         name: String,
+        /// What is wrong.
+        reason: &'static str,
     },
     /// Content that must go into the script literally is not text without NUL bytes.
     #[error("{what} must be text without NUL bytes to be written unencoded")]
@@ -193,7 +197,7 @@ fn write_units(script: &mut String, units: &[Unit]) -> Result<(), UserDataError>
     }
     let _ = write!(script, "\nmkdir -p {}\n", quote(SYSTEMD_UNIT_DIR));
     for unit in units {
-        check_name("unit", &unit.name)?;
+        check_name(NameKind::Unit, &unit.name)?;
         let unit_path = format!("{SYSTEMD_UNIT_DIR}/{}", unit.name);
         if let Some(content) = &unit.content {
             check_nul(content, || format!("unit {}", unit.name))?;
@@ -203,7 +207,7 @@ fn write_units(script: &mut String, units: &[Unit]) -> Result<(), UserDataError>
             let dir = format!("{unit_path}.d");
             let _ = writeln!(script, "mkdir -p {}", quote(&dir));
             for drop_in in &unit.drop_ins {
-                check_name("drop-in", &drop_in.name)?;
+                check_name(NameKind::DropIn, &drop_in.name)?;
                 check_nul(&drop_in.content, || {
                     format!("drop-in {} of unit {}", drop_in.name, unit.name)
                 })?;
@@ -292,28 +296,24 @@ fn parent(path: &str) -> &str {
 }
 
 fn check_path(path: &str) -> Result<(), UserDataError> {
-    let valid = path.starts_with('/') && path.len() > 1 && !path.ends_with('/');
-    if !valid || path.chars().any(char::is_control) {
-        return Err(UserDataError::Path {
+    match osc_rules::path_problem(path) {
+        Some(reason) => Err(UserDataError::Path {
             path: path.to_string(),
-        });
+            reason,
+        }),
+        None => Ok(()),
     }
-    Ok(())
 }
 
-fn check_name(what: &'static str, name: &str) -> Result<(), UserDataError> {
-    let invalid = name.is_empty()
-        || name == "."
-        || name == ".."
-        || name.contains('/')
-        || name.chars().any(char::is_control);
-    if invalid {
-        return Err(UserDataError::Name {
-            what,
+fn check_name(kind: NameKind, name: &str) -> Result<(), UserDataError> {
+    match kind.problem(name) {
+        Some(reason) => Err(UserDataError::Name {
+            what: kind.as_str(),
             name: name.to_string(),
-        });
+            reason,
+        }),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 fn check_no_control(

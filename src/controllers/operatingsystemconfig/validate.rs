@@ -3,7 +3,7 @@
 //! configuration error at the seed — a `lastError` gardenlet shows — instead of a Secret
 //! shipped to every node of the pool and refused there.
 //!
-//! Rules (the agent's, `agent::osc::validate`, for paths and names):
+//! Rules (the agent's, `agent::osc::validate`; paths and names from `osc_rules`):
 //! - a file path is absolute and normalised: starts with `/`, does not end with `/`, has no
 //!   empty, `.` or `..` component, no control character;
 //! - file permissions are mode bits (at most `0o7777`);
@@ -15,6 +15,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::api::operatingsystemconfig::{ContainerdConfig, File, Unit};
+use crate::osc_rules::{NameKind, path_problem};
 
 /// The most a Secret's data may hold (the API server's limit).
 pub const MAX_SECRET_DATA_BYTES: usize = 1024 * 1024;
@@ -81,21 +82,6 @@ pub enum SpecError {
     },
 }
 
-/// Unit name suffixes systemd knows (the node agent's list).
-pub const UNIT_SUFFIXES: [&str; 11] = [
-    ".service",
-    ".socket",
-    ".timer",
-    ".path",
-    ".mount",
-    ".automount",
-    ".swap",
-    ".target",
-    ".slice",
-    ".scope",
-    ".device",
-];
-
 fn shorten(text: &str) -> String {
     match text.char_indices().nth(256) {
         Some((cut, _)) => format!("{}…", &text[..cut]),
@@ -103,46 +89,15 @@ fn shorten(text: &str) -> String {
     }
 }
 
-/// Why `path` is not absolute and normalised, if it is not.
-pub fn path_problem(path: &str) -> Option<&'static str> {
-    if !path.starts_with('/') {
-        return Some("must be absolute");
+fn check_name(kind: NameKind, name: &str) -> Result<(), SpecError> {
+    match kind.problem(name) {
+        Some(reason) => Err(SpecError::Name {
+            what: kind.as_str(),
+            name: shorten(name),
+            reason,
+        }),
+        None => Ok(()),
     }
-    if path.ends_with('/') {
-        return Some("must name a file, not end with '/'");
-    }
-    if path.chars().any(char::is_control) {
-        return Some("must not contain control characters");
-    }
-    path.split('/').skip(1).find_map(|segment| match segment {
-        "" => Some("must not contain an empty component ('//')"),
-        "." | ".." => Some("must not contain '.' or '..' components"),
-        _ => None,
-    })
-}
-
-fn check_name(what: &'static str, name: &str) -> Result<(), SpecError> {
-    let plain = !name.is_empty()
-        && name != "."
-        && name != ".."
-        && !name.contains('/')
-        && !name.chars().any(char::is_control);
-    let reason = if !plain {
-        "must be a plain file name (no '/', not '.' or '..', no control characters)"
-    } else if what == "unit"
-        && !UNIT_SUFFIXES
-            .iter()
-            .any(|suffix| name.len() > suffix.len() && name.ends_with(suffix))
-    {
-        "needs a systemd unit suffix (.service, .socket, .timer, .path, .mount, .automount, .swap, .target, .slice, .scope, .device)"
-    } else {
-        return Ok(());
-    };
-    Err(SpecError::Name {
-        what,
-        name: shorten(name),
-        reason,
-    })
 }
 
 /// Checks `units` and `files`; `extension_files` are files the OS type adds, which units may
@@ -193,9 +148,9 @@ pub fn validate(units: &[Unit], files: &[File], extension_files: &[File]) -> Res
         .map(|f| f.path.as_str())
         .collect();
     for unit in units {
-        check_name("unit", &unit.name)?;
+        check_name(NameKind::Unit, &unit.name)?;
         for drop_in in &unit.drop_ins {
-            check_name("drop-in", &drop_in.name)?;
+            check_name(NameKind::DropIn, &drop_in.name)?;
         }
         for path in &unit.file_paths {
             let reason = path_problem(path).or_else(|| {
