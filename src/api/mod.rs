@@ -22,6 +22,7 @@ pub mod machine;
 pub mod managedresource;
 pub mod nodeagent;
 pub mod operatingsystemconfig;
+pub mod provider_config;
 pub mod worker;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{

@@ -287,21 +287,17 @@ impl<A: Actuator> Reconciler<A> {
         let object = finalizer::add(api, &object, A::Object::FINALIZER)
             .await
             .map_err(|source| metadata_error("finalizers", &object, source))?;
-        let object = self.processing(api, &object, operation, None).await?;
-        let request = Request {
-            object: &object,
-            cluster,
-            operation,
+        let call = match operation {
+            LastOperationType::Restore => ActuatorCall::Restore,
+            _ => ActuatorCall::Reconcile,
         };
-        let result = match operation {
-            LastOperationType::Restore => self.actuator.restore(&request).await,
-            _ => self.actuator.reconcile(&request).await,
+        let object = match self
+            .run_actuator(api, &object, cluster, operation, call)
+            .await?
+        {
+            Ran::Succeeded(object) => object,
+            Ran::Pending(delay) => return Ok(Next::After(delay)),
         };
-        let extra = match self.handle(api, &object, operation, result).await? {
-            Finished::Succeeded(extra) => extra,
-            Finished::Pending(delay) => return Ok(Next::After(delay)),
-        };
-        let object = self.succeeded(api, &object, operation, extra).await?;
         if operation == LastOperationType::Restore {
             finalizer::remove_operation_annotation(api, &object)
                 .await
@@ -326,23 +322,18 @@ impl<A: Actuator> Reconciler<A> {
             return Ok(Next::Done);
         }
         let operation = LastOperationType::Delete;
-        let object = self.processing(api, &object, operation, None).await?;
-        let request = Request {
-            object: &object,
-            cluster,
-            operation,
-        };
-        let force = cluster.is_some_and(|c| c.shoot.needs_force_deletion());
-        let result = if force {
-            self.actuator.force_delete(&request).await
+        let call = if cluster.is_some_and(|c| c.shoot.needs_force_deletion()) {
+            ActuatorCall::ForceDelete
         } else {
-            self.actuator.delete(&request).await
+            ActuatorCall::Delete
         };
-        let extra = match self.handle(api, &object, operation, result).await? {
-            Finished::Succeeded(extra) => extra,
-            Finished::Pending(delay) => return Ok(Next::After(delay)),
+        let object = match self
+            .run_actuator(api, &object, cluster, operation, call)
+            .await?
+        {
+            Ran::Succeeded(object) => object,
+            Ran::Pending(delay) => return Ok(Next::After(delay)),
         };
-        let object = self.succeeded(api, &object, operation, extra).await?;
         finalizer::remove(api, &object, A::Object::FINALIZER)
             .await
             .map_err(|source| metadata_error("finalizers", &object, source))?;
@@ -380,18 +371,14 @@ impl<A: Actuator> Reconciler<A> {
             return Ok(Next::Done);
         }
         let operation = LastOperationType::Migrate;
-        let object = self.processing(api, &object, operation, None).await?;
-        let request = Request {
-            object: &object,
-            cluster,
-            operation,
+        let call = ActuatorCall::Migrate;
+        let object = match self
+            .run_actuator(api, &object, cluster, operation, call)
+            .await?
+        {
+            Ran::Succeeded(object) => object,
+            Ran::Pending(delay) => return Ok(Next::After(delay)),
         };
-        let result = self.actuator.migrate(&request).await;
-        let extra = match self.handle(api, &object, operation, result).await? {
-            Finished::Succeeded(extra) => extra,
-            Finished::Pending(delay) => return Ok(Next::After(delay)),
-        };
-        let object = self.succeeded(api, &object, operation, extra).await?;
         let removed = if A::Object::MIGRATE_REMOVES_ALL_FINALIZERS {
             finalizer::remove_all(api, &object).await
         } else {
@@ -406,6 +393,37 @@ impl<A: Actuator> Reconciler<A> {
             .await
             .map_err(|source| metadata_error("annotation", &object, source))?;
         Ok(Next::Done)
+    }
+
+    /// The middle of every flow: status Processing, the actuator `call`, then status
+    /// Succeeded (or Processing with the pending reason, or the failure written).
+    async fn run_actuator(
+        &self,
+        api: &Api<A::Object>,
+        object: &A::Object,
+        cluster: Option<&ClusterContext>,
+        operation: LastOperationType,
+        call: ActuatorCall,
+    ) -> Result<Ran<A::Object>, Failure> {
+        let object = self.processing(api, object, operation, None).await?;
+        let request = Request {
+            object: &object,
+            cluster,
+            operation,
+        };
+        let result = match call {
+            ActuatorCall::Reconcile => self.actuator.reconcile(&request).await,
+            ActuatorCall::Restore => self.actuator.restore(&request).await,
+            ActuatorCall::Delete => self.actuator.delete(&request).await,
+            ActuatorCall::ForceDelete => self.actuator.force_delete(&request).await,
+            ActuatorCall::Migrate => self.actuator.migrate(&request).await,
+        };
+        match self.handle(api, &object, operation, result).await? {
+            Finished::Succeeded(extra) => Ok(Ran::Succeeded(
+                self.succeeded(api, &object, operation, extra).await?,
+            )),
+            Finished::Pending(delay) => Ok(Ran::Pending(delay)),
+        }
     }
 
     /// Turns the actuator result into extra success fields, a pending delay (status already
@@ -520,6 +538,24 @@ impl<A: Actuator> Reconciler<A> {
             )
             .await;
     }
+}
+
+/// Which actuator method a flow calls.
+#[derive(Clone, Copy)]
+enum ActuatorCall {
+    Reconcile,
+    Restore,
+    Delete,
+    ForceDelete,
+    Migrate,
+}
+
+/// How [`Reconciler::run_actuator`] ended when it did not fail.
+enum Ran<K> {
+    /// Status Succeeded written; the object as it is now.
+    Succeeded(K),
+    /// Not finished: run again after the delay (status Processing written).
+    Pending(Duration),
 }
 
 /// The end of an actuator call that did not fail.

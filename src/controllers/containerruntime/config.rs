@@ -10,11 +10,18 @@
 use serde_json::Value;
 
 use crate::api::gvisor::{GVISOR_CONFIGURATION_API_VERSION, GVISOR_CONFIGURATION_KIND};
+use crate::api::provider_config::{Envelope, EnvelopeError, shorten};
 
 /// The runsc flags we accept.
 pub const ACCEPTED_FLAGS: [&str; 4] = ["debug", "net-raw", "nvproxy", "panic-signal"];
 /// The top-level fields of `GVisorConfiguration`.
 pub const ACCEPTED_FIELDS: [&str; 4] = ["apiVersion", "kind", "configFlags", "testImageTag"];
+/// The outside of a `GVisorConfiguration`.
+const ENVELOPE: Envelope = Envelope {
+    api_version: GVISOR_CONFIGURATION_API_VERSION,
+    kind: GVISOR_CONFIGURATION_KIND,
+    fields: &ACCEPTED_FIELDS,
+};
 /// Where runsc writes debug logs when `debug` is on.
 pub const DEBUG_LOG_PATH: &str = "/var/log/runsc/%ID%/gvisor-%COMMAND%.log";
 
@@ -41,24 +48,9 @@ impl GVisorSettings {
 /// Why a `providerConfig` is rejected.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConfigError {
-    /// Not a JSON/YAML object.
-    #[error("providerConfig must be an object")]
-    NotAnObject,
-    /// Wrong `apiVersion`/`kind`.
-    #[error(
-        "providerConfig has apiVersion {api_version:?} and kind {kind:?}; expected apiVersion {GVISOR_CONFIGURATION_API_VERSION:?} and kind {GVISOR_CONFIGURATION_KIND:?}"
-    )]
-    WrongType {
-        /// What was given.
-        api_version: String,
-        /// What was given.
-        kind: String,
-    },
-    /// A top-level field we do not know.
-    #[error(
-        "providerConfig has unknown field {0:?}; accepted fields: apiVersion, kind, configFlags, testImageTag"
-    )]
-    UnknownField(String),
+    /// Not an object of `GVisorConfiguration`, or an unknown top-level field.
+    #[error(transparent)]
+    Envelope(#[from] EnvelopeError),
     /// `configFlags` is not a map.
     #[error("providerConfig.configFlags must be a map of flag name to string value")]
     FlagsNotAMap,
@@ -91,41 +83,12 @@ pub enum ConfigError {
     },
 }
 
-fn shorten(text: &str) -> String {
-    match text.char_indices().nth(64) {
-        Some((cut, _)) => format!("{}…", &text[..cut]),
-        None => text.to_string(),
-    }
-}
-
 /// Validates `spec.providerConfig` (absent = no flags).
 pub fn validate(provider_config: Option<&Value>) -> Result<GVisorSettings, ConfigError> {
     let Some(config) = provider_config else {
         return Ok(GVisorSettings::default());
     };
-    let Value::Object(fields) = config else {
-        return Err(ConfigError::NotAnObject);
-    };
-    let text = |key: &str| {
-        fields
-            .get(key)
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string()
-    };
-    let (api_version, kind) = (text("apiVersion"), text("kind"));
-    if api_version != GVISOR_CONFIGURATION_API_VERSION || kind != GVISOR_CONFIGURATION_KIND {
-        return Err(ConfigError::WrongType {
-            api_version: shorten(&api_version),
-            kind: shorten(&kind),
-        });
-    }
-    if let Some(unknown) = fields
-        .keys()
-        .find(|k| !ACCEPTED_FIELDS.contains(&k.as_str()))
-    {
-        return Err(ConfigError::UnknownField(shorten(unknown)));
-    }
+    let fields = ENVELOPE.open(config)?;
     let test_image_tag = match fields.get("testImageTag") {
         None | Some(Value::Null) => None,
         Some(Value::String(tag)) if tag.is_empty() => None,
@@ -287,21 +250,21 @@ mod tests {
         assert_eq!(validate(None).unwrap(), GVisorSettings::default());
         assert_eq!(
             validate(Some(&json!("x"))).unwrap_err(),
-            ConfigError::NotAnObject
+            ConfigError::Envelope(EnvelopeError::NotAnObject)
         );
         assert!(matches!(
             validate(Some(&json!({"apiVersion": "v1", "kind": "ConfigMap"}))).unwrap_err(),
-            ConfigError::WrongType { .. }
+            ConfigError::Envelope(EnvelopeError::WrongType { .. })
         ));
         assert!(matches!(
             validate(Some(&json!({"configFlags": {}}))).unwrap_err(),
-            ConfigError::WrongType { .. }
+            ConfigError::Envelope(EnvelopeError::WrongType { .. })
         ));
         let mut with_typo = config(json!({}));
         with_typo["configFlag"] = json!({"net-raw": "true"});
         assert_eq!(
-            validate(Some(&with_typo)).unwrap_err(),
-            ConfigError::UnknownField("configFlag".into())
+            validate(Some(&with_typo)).unwrap_err().to_string(),
+            "providerConfig has unknown field \"configFlag\"; accepted fields: apiVersion, kind, configFlags, testImageTag"
         );
         assert_eq!(
             validate(Some(&config(json!(["net-raw"])))).unwrap_err(),

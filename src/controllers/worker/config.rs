@@ -17,12 +17,21 @@
 
 use serde_json::Value;
 
+use crate::api::provider_config::{Envelope, EnvelopeError};
+
 /// `apiVersion` of [`PoolConfig`].
 pub const API_VERSION: &str = "node.extensions.config.gardener.cloud/v1alpha1";
 /// `kind` of [`PoolConfig`].
 pub const KIND: &str = "WorkerConfig";
 /// The fields we accept.
 pub const ACCEPTED_FIELDS: [&str; 3] = ["apiVersion", "kind", "image"];
+
+/// The outside of a `WorkerConfig`.
+const ENVELOPE: Envelope = Envelope {
+    api_version: API_VERSION,
+    kind: KIND,
+    fields: &ACCEPTED_FIELDS,
+};
 
 /// A validated pool `providerConfig`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -34,32 +43,12 @@ pub struct PoolConfig {
 /// Why a pool `providerConfig` is rejected.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConfigError {
-    /// Not an object.
-    #[error("providerConfig must be an object")]
-    NotAnObject,
-    /// Wrong `apiVersion`/`kind`.
-    #[error(
-        "providerConfig has apiVersion {api_version:?} and kind {kind:?}; expected apiVersion {API_VERSION:?} and kind {KIND:?}"
-    )]
-    WrongType {
-        /// What was given.
-        api_version: String,
-        /// What was given.
-        kind: String,
-    },
-    /// A field we do not know.
-    #[error("providerConfig has unknown field {0:?}; accepted fields: apiVersion, kind, image")]
-    UnknownField(String),
+    /// Not an object of `WorkerConfig`, or an unknown field.
+    #[error(transparent)]
+    Envelope(#[from] EnvelopeError),
     /// `image` is not a non-empty string.
     #[error("providerConfig.image must be a non-empty string")]
     BadImage,
-}
-
-fn shorten(text: &str) -> String {
-    match text.char_indices().nth(64) {
-        Some((cut, _)) => format!("{}…", &text[..cut]),
-        None => text.to_string(),
-    }
 }
 
 /// Validates a pool's `providerConfig` (absent = no configuration).
@@ -67,29 +56,7 @@ pub fn validate(provider_config: Option<&Value>) -> Result<Option<PoolConfig>, C
     let Some(config) = provider_config else {
         return Ok(None);
     };
-    let Value::Object(fields) = config else {
-        return Err(ConfigError::NotAnObject);
-    };
-    let text = |key: &str| {
-        fields
-            .get(key)
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string()
-    };
-    let (api_version, kind) = (text("apiVersion"), text("kind"));
-    if api_version != API_VERSION || kind != KIND {
-        return Err(ConfigError::WrongType {
-            api_version: shorten(&api_version),
-            kind: shorten(&kind),
-        });
-    }
-    if let Some(unknown) = fields
-        .keys()
-        .find(|k| !ACCEPTED_FIELDS.contains(&k.as_str()))
-    {
-        return Err(ConfigError::UnknownField(shorten(unknown)));
-    }
+    let fields = ENVELOPE.open(config)?;
     let image = match fields.get("image") {
         None => None,
         Some(Value::String(image)) if !image.trim().is_empty() => Some(image.clone()),
@@ -129,17 +96,24 @@ mod tests {
     #[test]
     fn rejections_name_the_problem() {
         let cases = [
-            (json!("text"), ConfigError::NotAnObject),
+            (json!("text"), EnvelopeError::NotAnObject.into()),
             (
                 json!({"apiVersion": "v1", "kind": "WorkerConfig"}),
-                ConfigError::WrongType {
+                EnvelopeError::WrongType {
                     api_version: "v1".into(),
                     kind: "WorkerConfig".into(),
-                },
+                    expected_api_version: API_VERSION,
+                    expected_kind: KIND,
+                }
+                .into(),
             ),
             (
                 config(json!({"imag": "x"})),
-                ConfigError::UnknownField("imag".into()),
+                EnvelopeError::UnknownField {
+                    field: "imag".into(),
+                    accepted: "apiVersion, kind, image".into(),
+                }
+                .into(),
             ),
             (config(json!({"image": ""})), ConfigError::BadImage),
             (config(json!({"image": 3})), ConfigError::BadImage),
@@ -147,7 +121,12 @@ mod tests {
         for (input, expected) in cases {
             assert_eq!(validate(Some(&input)), Err(expected.clone()), "{input}");
         }
-        let message = ConfigError::UnknownField("imag".into()).to_string();
-        assert!(message.contains("\"imag\"") && message.contains("accepted fields"));
+        let message = validate(Some(&config(json!({"imag": "x"}))))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            message,
+            "providerConfig has unknown field \"imag\"; accepted fields: apiVersion, kind, image"
+        );
     }
 }
