@@ -1,7 +1,8 @@
 //! Command line of the `gardener-extension-node` binary (clap derive).
 //!
 //! Every flag has a long name and an environment fallback; defaults show in `--help`.
-//! `main` only parses, initialises logging and calls [`Command::run`].
+//! `main` only parses, initialises logging, builds the runtime [`Command::runtime`] asks for
+//! and calls [`Command::run`].
 
 use std::path::PathBuf;
 
@@ -48,7 +49,30 @@ pub struct CrdsArgs {
     pub output_dir: Option<PathBuf>,
 }
 
+/// The Tokio runtime a subcommand runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RuntimeFlavor {
+    /// A worker thread per core: the operator and the local environment reconcile many
+    /// objects at once.
+    MultiThread,
+    /// One thread: the node-side commands (agent, gvisor-install) do one thing at a time and
+    /// wait on I/O, so more threads would only add stacks and allocator arenas to the node's
+    /// memory; the one-shot commands need no more either.
+    CurrentThread,
+}
+
 impl Command {
+    /// The runtime this subcommand runs on.
+    pub fn runtime(&self) -> RuntimeFlavor {
+        match self {
+            Command::Operator(_) | Command::LocalEnv(_) => RuntimeFlavor::MultiThread,
+            Command::Agent(_)
+            | Command::GvisorInstall(_)
+            | Command::Render(_)
+            | Command::Crds(_) => RuntimeFlavor::CurrentThread,
+        }
+    }
+
     /// Runs the subcommand to completion.
     pub async fn run(self) -> anyhow::Result<()> {
         match self {

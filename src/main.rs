@@ -1,10 +1,16 @@
-//! Entry point: parse the command line, set up logging, run the chosen subcommand.
+//! Entry point: parse the command line, set up logging, run the chosen subcommand on the
+//! runtime it asks for.
 
 use clap::Parser;
+use gardener_extension_node::cli::{Cli, RuntimeFlavor};
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    let cli = gardener_extension_node::cli::Cli::parse();
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
     gardener_extension_node::telemetry::init(cli.log_format)?;
-    cli.command.run().await
+    let mut builder = match cli.command.runtime() {
+        RuntimeFlavor::MultiThread => tokio::runtime::Builder::new_multi_thread(),
+        RuntimeFlavor::CurrentThread => tokio::runtime::Builder::new_current_thread(),
+    };
+    let runtime = builder.enable_all().build()?;
+    runtime.block_on(cli.command.run())
 }
