@@ -15,7 +15,7 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
-use support::gardener::{annotate, check_ready, confirm_and_delete, wait_gone, wait_ready};
+use support::gardener::{annotate, confirm_and_delete, wait_gone, wait_migrated, wait_ready};
 use support::operator::OperatorProcess;
 use support::{TestEnv, fixtures, wait_for};
 
@@ -397,29 +397,7 @@ async fn migrate_keeps_shoot_objects_removes_managed_resources_and_all_finalizer
         assert_eq!(found.spec.keep_objects, Some(true));
         remove_foreign_finalizer(&env, &mr).await;
     }
-    let cr = wait_for("migrate succeeded", Duration::from_secs(60), || async {
-        let cr = crs(&env).get(&name).await.map_err(|e| e.to_string())?;
-        let last = cr
-            .status
-            .clone()
-            .and_then(|s| s.default.last_operation)
-            .ok_or("no op")?;
-        if last.type_ == LastOperationType::Migrate
-            && cr.finalizers().is_empty()
-            && !cr.annotations().contains_key("gardener.cloud/operation")
-        {
-            Ok(cr)
-        } else {
-            Err(format!(
-                "{:?} {:?} finalizers {:?}",
-                last.type_,
-                last.state,
-                cr.finalizers()
-            ))
-        }
-    })
-    .await;
-    check_ready(&cr, LastOperationType::Migrate).unwrap();
+    wait_migrated(&crs(&env), &name).await;
     assert!(
         mrs(&env)
             .list(&ListParams::default())

@@ -28,7 +28,9 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use support::fixtures::{self, OSC_KEY};
-use support::gardener::{annotate, check_ready, confirm_and_delete, wait_gone, wait_ready};
+use support::gardener::{
+    annotate, check_ready, confirm_and_delete, wait_gone, wait_migrated, wait_ready,
+};
 use support::operator::OperatorProcess;
 use support::{TestEnv, wait_for};
 
@@ -636,29 +638,7 @@ async fn migrate_keeps_the_shoot_secret_and_leaves_the_seed_clean() {
     .await;
     remove_foreign_finalizer(&env, &node_agent_mr()).await;
     for name in [&original, &init] {
-        let osc = wait_for(&format!("{name} migrated"), WAIT, || async {
-            let osc = oscs(&env).get(name).await.map_err(|e| e.to_string())?;
-            let last = osc
-                .status
-                .clone()
-                .and_then(|s| s.default.last_operation)
-                .ok_or("no op")?;
-            if last.type_ == LastOperationType::Migrate
-                && osc.finalizers().is_empty()
-                && !osc.annotations().contains_key("gardener.cloud/operation")
-            {
-                Ok(osc)
-            } else {
-                Err(format!(
-                    "{:?} {:?} {:?}",
-                    last.type_,
-                    last.state,
-                    osc.finalizers()
-                ))
-            }
-        })
-        .await;
-        check_ready(&osc, LastOperationType::Migrate).unwrap();
+        wait_migrated(&oscs(&env), name).await;
     }
     assert!(no_managed_resources(&env).await);
     // The user data stays with its OSC (garbage-collected with it); restore renders it anew.

@@ -113,6 +113,27 @@ where
     .await
 }
 
+/// Waits until the object is ready after a Migrate (`check_ready`) and carries no finalizer
+/// any more (ContainerRuntime and OSC migrations remove them all).
+pub async fn wait_migrated<K>(api: &Api<K>, name: &str) -> K
+where
+    K: Resource + ExtensionObject + Clone + DeserializeOwned + Serialize + std::fmt::Debug,
+{
+    super::wait_for(
+        &format!("{name} migrated"),
+        std::time::Duration::from_secs(60),
+        || async {
+            let object = api.get(name).await.map_err(|e| e.to_string())?;
+            check_ready(&object, LastOperationType::Migrate)?;
+            if !object.finalizers().is_empty() {
+                return Err(format!("finalizers left: {:?}", object.finalizers()));
+            }
+            Ok(object)
+        },
+    )
+    .await
+}
+
 /// Waits until the object is gone.
 pub async fn wait_gone<K>(api: &Api<K>, name: &str)
 where
