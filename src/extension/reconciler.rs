@@ -103,14 +103,7 @@ impl<A: Actuator> Reconciler<A> {
             Err(kube::Error::SerdeError(source)) => {
                 return self.report_undecodable(namespace, name, source).await;
             }
-            Err(source) => {
-                let error = ReconcilerError::Get {
-                    kind: A::Object::KIND,
-                    name: format!("{namespace}/{name}"),
-                    source: Box::new(source),
-                };
-                return ("none", Err(error.into()));
-            }
+            Err(source) => return ("none", Err(get_error::<A::Object>(namespace, name, source))),
         };
         if !self.filter.accepts(object.default_spec()) {
             return ("none", Ok(Next::Done));
@@ -203,14 +196,7 @@ impl<A: Actuator> Reconciler<A> {
         let object = match api.get_opt(name).await {
             Ok(Some(object)) => object,
             Ok(None) => return ("none", Ok(Next::Done)),
-            Err(source) => {
-                let error = ReconcilerError::Get {
-                    kind: A::Object::KIND,
-                    name: format!("{namespace}/{name}"),
-                    source: Box::new(source),
-                };
-                return ("none", Err(error.into()));
-            }
+            Err(source) => return ("none", Err(get_error::<A::Object>(namespace, name, source))),
         };
         let spec: Option<crate::api::DefaultSpec> = object
             .data
@@ -299,9 +285,7 @@ impl<A: Actuator> Reconciler<A> {
             Ran::Pending(delay) => return Ok(Next::After(delay)),
         };
         if operation == LastOperationType::Restore {
-            finalizer::remove_operation_annotation(api, &object)
-                .await
-                .map_err(|source| metadata_error("annotation", &object, source))?;
+            remove_operation_annotation(api, &object).await?;
         }
         Ok(Next::Done)
     }
@@ -314,11 +298,7 @@ impl<A: Actuator> Reconciler<A> {
         object: A::Object,
         cluster: Option<&ClusterContext>,
     ) -> Result<Next, Failure> {
-        if !object
-            .finalizers()
-            .iter()
-            .any(|f| f == A::Object::FINALIZER)
-        {
+        if !has_our_finalizer(&object) {
             return Ok(Next::Done);
         }
         let operation = LastOperationType::Delete;
@@ -348,11 +328,7 @@ impl<A: Actuator> Reconciler<A> {
         object: A::Object,
         cluster: Option<&ClusterContext>,
     ) -> Result<Next, Failure> {
-        let has_finalizer = object
-            .finalizers()
-            .iter()
-            .any(|f| f == A::Object::FINALIZER);
-        if A::Object::MIGRATE_REQUIRES_FINALIZER && !has_finalizer {
+        if A::Object::MIGRATE_REQUIRES_FINALIZER && !has_our_finalizer(&object) {
             // Nothing to migrate without our finalizer. But when a run before us finished the
             // migrate and stopped (e.g. killed) between removing the finalizers and removing
             // the annotation, finish that last step, or `migrate` stays on the object.
@@ -364,9 +340,7 @@ impl<A: Actuator> Reconciler<A> {
                         && l.state == LastOperationState::Succeeded
                 });
             if migrated {
-                finalizer::remove_operation_annotation(api, &object)
-                    .await
-                    .map_err(|source| metadata_error("annotation", &object, source))?;
+                remove_operation_annotation(api, &object).await?;
             }
             return Ok(Next::Done);
         }
@@ -389,9 +363,7 @@ impl<A: Actuator> Reconciler<A> {
             Ok(None) => return Ok(Next::Done),
             Err(source) => return Err(metadata_error("finalizers", &object, source)),
         };
-        finalizer::remove_operation_annotation(api, &object)
-            .await
-            .map_err(|source| metadata_error("annotation", &object, source))?;
+        remove_operation_annotation(api, &object).await?;
         Ok(Next::Done)
     }
 
@@ -610,6 +582,31 @@ fn metadata_error<K: Resource>(what: &'static str, object: &K, source: kube::Err
         source: Box::new(source),
     }
     .into()
+}
+
+fn get_error<K: ExtensionKind>(namespace: &str, name: &str, source: kube::Error) -> Failure {
+    ReconcilerError::Get {
+        kind: K::KIND,
+        name: format!("{namespace}/{name}"),
+        source: Box::new(source),
+    }
+    .into()
+}
+
+/// Whether `object` carries this extension's finalizer for its kind.
+fn has_our_finalizer<K: ExtensionKind>(object: &K) -> bool {
+    object.finalizers().iter().any(|f| f == K::FINALIZER)
+}
+
+/// Removes `gardener.cloud/operation` after a finished flow.
+async fn remove_operation_annotation<K>(api: &Api<K>, object: &K) -> Result<(), Failure>
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
+{
+    finalizer::remove_operation_annotation(api, object)
+        .await
+        .map(|_| ())
+        .map_err(|source| metadata_error("annotation", object, source))
 }
 
 fn object_name<K: Resource>(object: &K) -> String {
