@@ -47,7 +47,6 @@ pub(super) async fn run(settings: &Settings) -> Result<(), Error> {
             })?;
     let current_runsc = files::read_optional(&settings.runsc_config.local).map_err(Error::Host)?;
     let runsc_toml = plan::runsc_toml(current_runsc.as_deref(), &flags);
-    let pending = super::restart_pending(settings)?;
 
     let mut changed_files = Vec::new();
     if config_plan.new_text.is_some() {
@@ -56,10 +55,7 @@ pub(super) async fn run(settings: &Settings) -> Result<(), Error> {
     if runsc_toml.is_some() {
         changed_files.push(settings.runsc_config.host_str());
     }
-    let reason = changed_files.join(", ");
-    if !changed_files.is_empty() {
-        super::mark_restart_pending(settings, &reason)?;
-    }
+    let restart = super::ContainerdRestart::plan(settings, &changed_files)?;
 
     // Binaries first: containerd must not see the runtime before its shim exists.
     for binary in &binaries {
@@ -115,18 +111,7 @@ pub(super) async fn run(settings: &Settings) -> Result<(), Error> {
         None => info!(action = "up-to-date", path = %runsc_path, "runsc config unchanged"),
     }
 
-    if !changed_files.is_empty() {
-        super::restart_containerd(settings, &reason).await?;
-    } else if pending {
-        super::restart_containerd(settings, "an earlier run could not finish its restart").await?;
-    } else {
-        info!(
-            action = "skipped",
-            unit = %settings.containerd_unit,
-            "containerd restart not needed"
-        );
-    }
-    Ok(())
+    restart.finish(settings).await
 }
 
 /// Reads and validates the runsc flags.

@@ -225,6 +225,44 @@ fn read_config(settings: &Settings) -> Result<Option<String>, Error> {
     })
 }
 
+/// The containerd restart a run owes: because it changes files containerd reads, or because
+/// an earlier run changed them and died before its restart finished (the marker).
+struct ContainerdRestart {
+    /// The files this run changes (host paths), joined: the reason logged.
+    reason: String,
+    /// Whether an earlier run left the marker.
+    pending: bool,
+}
+
+impl ContainerdRestart {
+    /// Call before changing anything: reads the marker and, when this run will change
+    /// `changed_files`, writes it, so a crash before the restart is finished next time.
+    fn plan(settings: &Settings, changed_files: &[String]) -> Result<Self, Error> {
+        let pending = restart_pending(settings)?;
+        let reason = changed_files.join(", ");
+        if !changed_files.is_empty() {
+            mark_restart_pending(settings, &reason)?;
+        }
+        Ok(ContainerdRestart { reason, pending })
+    }
+
+    /// Call after the files are written: restarts containerd when owed, else logs the skip.
+    async fn finish(self, settings: &Settings) -> Result<(), Error> {
+        if !self.reason.is_empty() {
+            restart_containerd(settings, &self.reason).await
+        } else if self.pending {
+            restart_containerd(settings, "an earlier run could not finish its restart").await
+        } else {
+            info!(
+                action = "skipped",
+                unit = %settings.containerd_unit,
+                "containerd restart not needed"
+            );
+            Ok(())
+        }
+    }
+}
+
 /// Writes the restart-pending marker (see the module docs).
 fn mark_restart_pending(settings: &Settings, reason: &str) -> Result<(), Error> {
     let content = format!("{} restart pending: {reason}\n", settings.containerd_unit);

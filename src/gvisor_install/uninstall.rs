@@ -20,7 +20,6 @@ pub(super) async fn run(settings: &Settings) -> Result<(), Error> {
     let runsc_present = files::read_optional(&settings.runsc_config.local)
         .map_err(Error::Host)?
         .is_some();
-    let pending = super::restart_pending(settings)?;
 
     let mut changed_files = Vec::new();
     if config_plan.new_text.is_some() {
@@ -29,10 +28,7 @@ pub(super) async fn run(settings: &Settings) -> Result<(), Error> {
     if runsc_present {
         changed_files.push(settings.runsc_config.host_str());
     }
-    let reason = changed_files.join(", ");
-    if !changed_files.is_empty() {
-        super::mark_restart_pending(settings, &reason)?;
-    }
+    let restart = super::ContainerdRestart::plan(settings, &changed_files)?;
 
     match &config_plan.new_text {
         Some(text) => {
@@ -74,16 +70,5 @@ pub(super) async fn run(settings: &Settings) -> Result<(), Error> {
         "binaries kept: running gVisor sandboxes still need them"
     );
 
-    if !changed_files.is_empty() {
-        super::restart_containerd(settings, &reason).await?;
-    } else if pending {
-        super::restart_containerd(settings, "an earlier run could not finish its restart").await?;
-    } else {
-        info!(
-            action = "skipped",
-            unit = %settings.containerd_unit,
-            "containerd restart not needed"
-        );
-    }
-    Ok(())
+    restart.finish(settings).await
 }
