@@ -15,12 +15,14 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
-use support::gardener::{annotate, confirm_and_delete, wait_gone, wait_migrated, wait_ready};
+use support::gardener::{
+    add_grm_finalizer, annotate, confirm_and_delete, remove_grm_finalizer, wait_gone,
+    wait_migrated, wait_ready,
+};
 use support::operator::OperatorProcess;
 use support::{TestEnv, fixtures, wait_for};
 
 const SHARED_MR: &str = "extension-runtime-gvisor";
-const GRM_FINALIZER: &str = "resources.gardener.cloud/gardener-resource-manager";
 
 static OPERATOR: OnceLock<Mutex<OperatorProcess>> = OnceLock::new();
 
@@ -76,28 +78,6 @@ async fn mr_manifests(env: &TestEnv, name: &str) -> String {
     let secrets: Api<Secret> = Api::namespaced(env.client.clone(), &env.namespace);
     let secret = secrets.get(&mr.spec.secret_refs[0].name).await.unwrap();
     String::from_utf8(secret.data.unwrap()["config.yaml"].0.clone()).unwrap()
-}
-
-async fn add_foreign_finalizer(env: &TestEnv, mr: &str) {
-    mrs(env)
-        .patch(
-            mr,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"finalizers": [GRM_FINALIZER]}})),
-        )
-        .await
-        .unwrap();
-}
-
-async fn remove_foreign_finalizer(env: &TestEnv, mr: &str) {
-    mrs(env)
-        .patch(
-            mr,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
-        )
-        .await
-        .unwrap();
 }
 
 #[tokio::test]
@@ -317,7 +297,7 @@ async fn normal_deletion_waits_for_the_managed_resource_and_force_deletion_does_
     let env = setup().await;
     let name = create_cr(&env, "worker-a", json!({})).await;
     wait_ready(&crs(&env), &name, LastOperationType::Create).await;
-    add_foreign_finalizer(&env, &pool_mr("worker-a")).await;
+    add_grm_finalizer(&mrs(&env), &pool_mr("worker-a")).await;
     confirm_and_delete(&crs(&env), &name).await;
     wait_for("delete processing", Duration::from_secs(30), || async {
         let cr = crs(&env).get(&name).await.map_err(|e| e.to_string())?;
@@ -339,7 +319,7 @@ async fn normal_deletion_waits_for_the_managed_resource_and_force_deletion_does_
         crs(&env).get_opt(&name).await.unwrap().is_some(),
         "normal deletion waits"
     );
-    remove_foreign_finalizer(&env, &pool_mr("worker-a")).await;
+    remove_grm_finalizer(&mrs(&env), &pool_mr("worker-a")).await;
     wait_gone(&crs(&env), &name).await;
 
     // Force deletion (shoot annotated): gone although the MR is stuck.
@@ -350,8 +330,8 @@ async fn normal_deletion_waits_for_the_managed_resource_and_force_deletion_does_
     .await;
     let name = create_cr(&env, "worker-a", json!({})).await;
     wait_ready(&crs(&env), &name, LastOperationType::Create).await;
-    add_foreign_finalizer(&env, &pool_mr("worker-a")).await;
-    add_foreign_finalizer(&env, SHARED_MR).await;
+    add_grm_finalizer(&mrs(&env), &pool_mr("worker-a")).await;
+    add_grm_finalizer(&mrs(&env), SHARED_MR).await;
     confirm_and_delete(&crs(&env), &name).await;
     wait_gone(&crs(&env), &name).await;
     let stuck = mrs(&env).get(&pool_mr("worker-a")).await.unwrap();
@@ -372,7 +352,7 @@ async fn migrate_keeps_shoot_objects_removes_managed_resources_and_all_finalizer
         .await
         .unwrap();
     for mr in [pool_mr("worker-a"), SHARED_MR.to_string()] {
-        add_foreign_finalizer(&env, &mr).await;
+        add_grm_finalizer(&mrs(&env), &mr).await;
     }
     annotate(&crs(&env), &name, "migrate").await;
     // While GRM "deletes", keepObjects must already be true, so the shoot keeps its objects.
@@ -395,7 +375,7 @@ async fn migrate_keeps_shoot_objects_removes_managed_resources_and_all_finalizer
         )
         .await;
         assert_eq!(found.spec.keep_objects, Some(true));
-        remove_foreign_finalizer(&env, &mr).await;
+        remove_grm_finalizer(&mrs(&env), &mr).await;
     }
     wait_migrated(&crs(&env), &name).await;
     assert!(

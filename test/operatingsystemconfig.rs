@@ -29,12 +29,12 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use support::fixtures::{self, OSC_KEY};
 use support::gardener::{
-    annotate, check_ready, confirm_and_delete, wait_gone, wait_migrated, wait_ready,
+    add_grm_finalizer, annotate, check_ready, confirm_and_delete, remove_grm_finalizer, wait_gone,
+    wait_migrated, wait_ready,
 };
 use support::operator::OperatorProcess;
 use support::{TestEnv, wait_for};
 
-const GRM_FINALIZER: &str = "resources.gardener.cloud/gardener-resource-manager";
 const FILE_SECRET_VALUE: &str = "from a secret\n";
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -164,28 +164,6 @@ fn codes(osc: &OperatingSystemConfig) -> Vec<String> {
         .and_then(|s| s.default.last_error.as_ref())
         .map(|e| e.codes.iter().map(|c| c.as_str().to_string()).collect())
         .unwrap_or_default()
-}
-
-async fn add_foreign_finalizer(env: &TestEnv, mr: &str) {
-    mrs(env)
-        .patch(
-            mr,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"finalizers": [GRM_FINALIZER]}})),
-        )
-        .await
-        .unwrap();
-}
-
-async fn remove_foreign_finalizer(env: &TestEnv, mr: &str) {
-    mrs(env)
-        .patch(
-            mr,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
-        )
-        .await
-        .unwrap();
 }
 
 async fn no_managed_resources(env: &TestEnv) -> bool {
@@ -526,7 +504,7 @@ async fn deletion_waits_for_the_managed_resource() {
     put_file_secret(&env, FILE_SECRET_VALUE).await;
     let name = create_osc(&env, &original(), "reconcile").await;
     wait_ready(&oscs(&env), &name, LastOperationType::Create).await;
-    add_foreign_finalizer(&env, &node_agent_mr()).await;
+    add_grm_finalizer(&mrs(&env), &node_agent_mr()).await;
     confirm_and_delete(&oscs(&env), &name).await;
     wait_for("delete waiting for the MR", WAIT, || async {
         let osc = oscs(&env).get(&name).await.map_err(|e| e.to_string())?;
@@ -548,7 +526,7 @@ async fn deletion_waits_for_the_managed_resource() {
         oscs(&env).get_opt(&name).await.unwrap().is_some(),
         "deletion waits for the MR"
     );
-    remove_foreign_finalizer(&env, &node_agent_mr()).await;
+    remove_grm_finalizer(&mrs(&env), &node_agent_mr()).await;
     wait_gone(&oscs(&env), &name).await;
     assert!(no_managed_resources(&env).await);
     let left = secrets(&env).list(&ListParams::default()).await.unwrap();
@@ -570,7 +548,7 @@ async fn force_deletion_does_not_wait_for_the_managed_resource() {
     put_file_secret(&env, FILE_SECRET_VALUE).await;
     let name = create_osc(&env, &original(), "reconcile").await;
     wait_ready(&oscs(&env), &name, LastOperationType::Create).await;
-    add_foreign_finalizer(&env, &node_agent_mr()).await;
+    add_grm_finalizer(&mrs(&env), &node_agent_mr()).await;
     confirm_and_delete(&oscs(&env), &name).await;
     wait_gone(&oscs(&env), &name).await;
     let stuck = mrs(&env).get(&node_agent_mr()).await.unwrap();
@@ -578,7 +556,7 @@ async fn force_deletion_does_not_wait_for_the_managed_resource() {
         stuck.metadata.deletion_timestamp.is_some(),
         "deleted, not waited for"
     );
-    remove_foreign_finalizer(&env, &node_agent_mr()).await;
+    remove_grm_finalizer(&mrs(&env), &node_agent_mr()).await;
 }
 
 #[tokio::test]
@@ -615,7 +593,7 @@ async fn migrate_keeps_the_shoot_secret_and_leaves_the_seed_clean() {
     for name in [&original, &init] {
         wait_ready(&oscs(&env), name, LastOperationType::Create).await;
     }
-    add_foreign_finalizer(&env, &node_agent_mr()).await;
+    add_grm_finalizer(&mrs(&env), &node_agent_mr()).await;
     for name in [&original, &init] {
         annotate(&oscs(&env), name, "migrate").await;
     }
@@ -636,7 +614,7 @@ async fn migrate_keeps_the_shoot_secret_and_leaves_the_seed_clean() {
         }
     })
     .await;
-    remove_foreign_finalizer(&env, &node_agent_mr()).await;
+    remove_grm_finalizer(&mrs(&env), &node_agent_mr()).await;
     for name in [&original, &init] {
         wait_migrated(&oscs(&env), name).await;
     }
@@ -732,7 +710,7 @@ async fn without_node_agent_secrets_only_the_status_is_written_and_an_old_mr_is_
     )
     .await
     .unwrap();
-    add_foreign_finalizer(&env, &node_agent_mr()).await;
+    add_grm_finalizer(&mrs(&env), &node_agent_mr()).await;
 
     let name = create_osc_with(&env, &original(), "reconcile", |osc| {
         osc["spec"]["class"] = json!("seed");
@@ -750,7 +728,7 @@ async fn without_node_agent_secrets_only_the_status_is_written_and_an_old_mr_is_
         Some(true),
         "the shoot keeps the secret for gardenlet's ManagedResource"
     );
-    remove_foreign_finalizer(&env, &node_agent_mr()).await;
+    remove_grm_finalizer(&mrs(&env), &node_agent_mr()).await;
     wait_for("MR gone", WAIT, || async {
         match mrs(&env).get_opt(&node_agent_mr()).await {
             Ok(None) => Ok(()),

@@ -1,13 +1,46 @@
 //! What gardenlet does to extension objects, for tests: annotate with an operation and a
-//! timestamp, confirm and delete, and the readiness check it waits on (§3.8).
+//! timestamp, confirm and delete, and the readiness check it waits on (§3.8); and
+//! gardener-resource-manager's finalizer on ManagedResources.
 
 use chrono::{DateTime, SecondsFormat, Utc};
-use gardener_extension_node::api::{ExtensionObject, LastOperationState, LastOperationType};
+use gardener_extension_node::api::{
+    ExtensionObject, LastOperationState, LastOperationType, ManagedResource,
+};
 use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::{Api, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::json;
+
+/// The finalizer gardener-resource-manager puts on the ManagedResources it handles.
+pub const GRM_FINALIZER: &str = "resources.gardener.cloud/gardener-resource-manager";
+
+/// Puts gardener-resource-manager's finalizer on ManagedResource `name`, as GRM does while it
+/// owns the shoot objects (a deletion then waits until it is removed).
+pub async fn add_grm_finalizer(managed_resources: &Api<ManagedResource>, name: &str) {
+    set_finalizers(managed_resources, name, json!([GRM_FINALIZER])).await;
+}
+
+/// Removes the finalizers of ManagedResource `name`, as GRM does once the shoot objects are
+/// handled.
+pub async fn remove_grm_finalizer(managed_resources: &Api<ManagedResource>, name: &str) {
+    set_finalizers(managed_resources, name, serde_json::Value::Null).await;
+}
+
+async fn set_finalizers(
+    managed_resources: &Api<ManagedResource>,
+    name: &str,
+    finalizers: serde_json::Value,
+) {
+    managed_resources
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": finalizers}})),
+        )
+        .await
+        .expect("patch the ManagedResource's finalizers");
+}
 
 /// Sets `gardener.cloud/operation=<operation>` and a fresh `gardener.cloud/timestamp`.
 pub async fn annotate<K>(api: &Api<K>, name: &str, operation: &str) -> DateTime<Utc>
