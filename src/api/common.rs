@@ -139,6 +139,20 @@ pub enum LastOperationType {
     LiveMigrate,
 }
 
+impl LastOperationType {
+    /// The name as written in `lastOperation.type` and used as an event's action.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LastOperationType::Create => "Create",
+            LastOperationType::Reconcile => "Reconcile",
+            LastOperationType::Delete => "Delete",
+            LastOperationType::Migrate => "Migrate",
+            LastOperationType::Restore => "Restore",
+            LastOperationType::LiveMigrate => "LiveMigrate",
+        }
+    }
+}
+
 /// State of an operation on an extension object.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
 pub enum LastOperationState {

@@ -254,7 +254,7 @@ impl<A: Actuator> Reconciler<A> {
             .warning(
                 &object.object_ref(&resource),
                 failure_reason(operation),
-                action(operation),
+                operation.as_str(),
                 failure.message.clone(),
             )
             .await;
@@ -463,7 +463,7 @@ impl<A: Actuator> Reconciler<A> {
             .normal(
                 &object.object_ref(&()),
                 success_reason(operation),
-                action(operation),
+                operation.as_str(),
                 format!(
                     "Successfully {}ed {}",
                     status::verb(operation),
@@ -505,7 +505,7 @@ impl<A: Actuator> Reconciler<A> {
             .warning(
                 &object.object_ref(&()),
                 failure_reason(operation),
-                action(operation),
+                operation.as_str(),
                 failure.message.clone(),
             )
             .await;
@@ -534,17 +534,6 @@ enum Ran<K> {
 enum Finished {
     Succeeded(serde_json::Map<String, serde_json::Value>),
     Pending(Duration),
-}
-
-fn action(operation: LastOperationType) -> &'static str {
-    match operation {
-        LastOperationType::Create => "Create",
-        LastOperationType::Reconcile => "Reconcile",
-        LastOperationType::Delete => "Delete",
-        LastOperationType::Migrate => "Migrate",
-        LastOperationType::Restore => "Restore",
-        LastOperationType::LiveMigrate => "LiveMigrate",
-    }
 }
 
 fn success_reason(operation: LastOperationType) -> &'static str {

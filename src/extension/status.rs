@@ -51,17 +51,6 @@ fn time(t: DateTime<Utc>) -> String {
     t.to_rfc3339_opts(SecondsFormat::Secs, true)
 }
 
-fn operation_name(operation: LastOperationType) -> &'static str {
-    match operation {
-        LastOperationType::Create => "Create",
-        LastOperationType::Reconcile => "Reconcile",
-        LastOperationType::Delete => "Delete",
-        LastOperationType::Migrate => "Migrate",
-        LastOperationType::Restore => "Restore",
-        LastOperationType::LiveMigrate => "LiveMigrate",
-    }
-}
-
 /// The verb of an operation for descriptions: "reconciling", "deleting", ...
 pub fn verb(operation: LastOperationType) -> &'static str {
     match operation {
@@ -87,7 +76,7 @@ pub fn processing(
     }
     json!({
         "lastOperation": {
-            "type": operation_name(operation),
+            "type": operation.as_str(),
             "state": "Processing",
             "progress": 1,
             "description": description,
@@ -116,7 +105,7 @@ pub fn error(
     }
     json!({
         "lastOperation": {
-            "type": operation_name(operation),
+            "type": operation.as_str(),
             "state": "Error",
             "progress": 50,
             "description": description,
@@ -138,7 +127,7 @@ pub fn success(
 ) -> Value {
     let mut status = json!({
         "lastOperation": {
-            "type": operation_name(operation),
+            "type": operation.as_str(),
             "state": "Succeeded",
             "progress": 100,
             "description": format!("Successfully {}ed {kind}", verb(operation)),

@@ -67,7 +67,7 @@ impl StepEvents {
         tracing::info!(reason, %note, "step");
         if self.first_time(worker, reason, &note) {
             self.publisher
-                .normal(&worker.object_ref(&()), reason, action(operation), note)
+                .normal(&worker.object_ref(&()), reason, operation.as_str(), note)
                 .await;
         }
     }
@@ -78,17 +78,5 @@ impl StepEvents {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(&key(worker));
-    }
-}
-
-/// The event `action` of an operation.
-pub fn action(operation: LastOperationType) -> &'static str {
-    match operation {
-        LastOperationType::Create => "Create",
-        LastOperationType::Reconcile => "Reconcile",
-        LastOperationType::Delete => "Delete",
-        LastOperationType::Migrate => "Migrate",
-        LastOperationType::Restore => "Restore",
-        LastOperationType::LiveMigrate => "LiveMigrate",
     }
 }
