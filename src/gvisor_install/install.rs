@@ -64,15 +64,7 @@ pub(super) async fn run(settings: &Settings) -> Result<(), Error> {
 
     match &config_plan.new_text {
         Some(text) => {
-            files::write_if_changed(
-                &settings.containerd_config.local,
-                text.as_bytes(),
-                files::DEFAULT_FILE_MODE,
-            )
-            .map_err(|source| Error::Config {
-                path: config_path.clone(),
-                source,
-            })?;
+            super::write_containerd_config(settings, text)?;
             let action = if config_plan.from_default {
                 "created"
             } else if !config_plan.edit.removed_misplaced.is_empty() {

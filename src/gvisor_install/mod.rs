@@ -263,6 +263,20 @@ impl ContainerdRestart {
     }
 }
 
+/// Writes containerd's config (atomically; nothing when the bytes are already there).
+fn write_containerd_config(settings: &Settings, text: &str) -> Result<(), Error> {
+    files::write_if_changed(
+        &settings.containerd_config.local,
+        text.as_bytes(),
+        files::DEFAULT_FILE_MODE,
+    )
+    .map(|_| ())
+    .map_err(|source| Error::Config {
+        path: settings.containerd_config.host_str(),
+        source,
+    })
+}
+
 /// Writes the restart-pending marker (see the module docs).
 fn mark_restart_pending(settings: &Settings, reason: &str) -> Result<(), Error> {
     let content = format!("{} restart pending: {reason}\n", settings.containerd_unit);

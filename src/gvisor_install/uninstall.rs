@@ -32,15 +32,7 @@ pub(super) async fn run(settings: &Settings) -> Result<(), Error> {
 
     match &config_plan.new_text {
         Some(text) => {
-            files::write_if_changed(
-                &settings.containerd_config.local,
-                text.as_bytes(),
-                files::DEFAULT_FILE_MODE,
-            )
-            .map_err(|source| Error::Config {
-                path: config_path.clone(),
-                source,
-            })?;
+            super::write_containerd_config(settings, text)?;
             info!(
                 action = "removed",
                 path = %config_path,
