@@ -8,14 +8,12 @@
 //! Nothing here needs the Worker to be valid: a Worker that never reconciled can still be
 //! deleted.
 
-use std::time::Instant;
-
 use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
 use kube::api::ListParams;
 
 use super::objects;
-use super::wait::{WaitKind, WaitState};
+use super::wait::WaitKind;
 use super::{Error, LABEL_PURPOSE, PURPOSE_MACHINE_CLASS, WorkerActuator};
 use crate::api::Worker;
 use crate::api::machine::{Machine, MachineClass, MachineDeployment, MachineSet};
@@ -136,33 +134,16 @@ pub async fn delete(
         return Ok(Outcome::done());
     }
     let message = format!("waiting until {} are deleted", left.join(", "));
-    match actuator.waits.waiting(
-        namespace,
-        request.name(),
-        WaitKind::Deletion,
-        request.object.metadata.generation,
-        Instant::now(),
-        actuator.timings.deletion_timeout,
-    ) {
-        WaitState::Within(_) => {
-            actuator
-                .steps
-                .normal(
-                    request.object,
-                    request.operation,
-                    "WaitingForMachineDeletion",
-                    message.clone(),
-                )
-                .await;
-            Ok(Outcome::Pending {
-                reason: message,
-                retry_after: actuator.timings.poll,
-            })
-        }
-        WaitState::Exceeded(waited) => Err(Error::WaitTimedOut {
-            what: "waiting for the machine objects to be deleted",
-            waited,
-            last: message,
-        }),
-    }
+    actuator
+        .keep_waiting(
+            request,
+            WaitKind::Deletion,
+            actuator.timings.deletion_timeout,
+            (
+                "WaitingForMachineDeletion",
+                "waiting for the machine objects to be deleted",
+            ),
+            message,
+        )
+        .await
 }

@@ -277,6 +277,43 @@ impl WorkerActuator {
         }
     }
 
+    /// One look of a bounded wait ([`wait`]): within `bound` a Normal event `reason` with
+    /// `message` and `Pending` (look again after the poll interval); beyond it
+    /// `Error::WaitTimedOut` naming `what`.
+    async fn keep_waiting(
+        &self,
+        request: &Request<'_, Worker>,
+        kind: wait::WaitKind,
+        bound: Duration,
+        (reason, what): (&'static str, &'static str),
+        message: String,
+    ) -> Result<Outcome, Error> {
+        let state = self.waits.waiting(
+            request.namespace(),
+            request.name(),
+            kind,
+            request.object.metadata.generation,
+            std::time::Instant::now(),
+            bound,
+        );
+        match state {
+            wait::WaitState::Within(_) => {
+                self.steps
+                    .normal(request.object, request.operation, reason, message.clone())
+                    .await;
+                Ok(Outcome::Pending {
+                    reason: message,
+                    retry_after: self.timings.poll,
+                })
+            }
+            wait::WaitState::Exceeded(waited) => Err(Error::WaitTimedOut {
+                what,
+                waited,
+                last: message,
+            }),
+        }
+    }
+
     /// Ends a series of runs unless the operation is still waiting.
     fn settle(&self, worker: &Worker, result: Result<Outcome, Error>) -> Result<Outcome, Error> {
         if !matches!(result, Ok(Outcome::Pending { .. })) {

@@ -8,7 +8,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
-use std::time::Instant;
 
 use chrono::Utc;
 use futures::{StreamExt, TryStreamExt};
@@ -22,7 +21,7 @@ use super::render::{self, RenderedDeployment};
 use super::replicas::{self, ReplicaInputs};
 use super::rollout::{self, Rollout, Wanted};
 use super::validate::{self, WorkerInputs};
-use super::wait::{WaitKind, WaitState};
+use super::wait::WaitKind;
 use super::{Error, LABEL_PURPOSE, PURPOSE_MACHINE_CLASS, WorkerActuator};
 use crate::api::machine::{MachineClass, MachineDeployment, MachineSet};
 use crate::api::{Worker, WorkerStatus};
@@ -345,35 +344,19 @@ async fn wait_for_rollout(
         Rollout::Failed(message) => return Err(Error::MachinesFailed(message)),
         Rollout::Waiting(message) => message,
     };
-    match actuator.waits.waiting(
-        namespace,
-        request.name(),
-        WaitKind::Rollout,
-        request.object.metadata.generation,
-        Instant::now(),
-        actuator.timings.rollout_timeout,
-    ) {
-        WaitState::Within(_) => {
-            actuator
-                .steps
-                .normal(
-                    request.object,
-                    request.operation,
-                    "WaitingForMachines",
-                    message.clone(),
-                )
-                .await;
-            Ok(Some(Outcome::Pending {
-                reason: message,
-                retry_after: actuator.timings.poll,
-            }))
-        }
-        WaitState::Exceeded(waited) => Err(Error::WaitTimedOut {
-            what: "waiting for the machine deployments to roll out",
-            waited,
-            last: message,
-        }),
-    }
+    actuator
+        .keep_waiting(
+            request,
+            WaitKind::Rollout,
+            actuator.timings.rollout_timeout,
+            (
+                "WaitingForMachines",
+                "waiting for the machine deployments to roll out",
+            ),
+            message,
+        )
+        .await
+        .map(Some)
 }
 
 /// Deletes deployments, then classes, then class secrets that are no longer wanted.
