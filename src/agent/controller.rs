@@ -281,9 +281,8 @@ impl<H: Host + 'static> Agent<H> {
         state: &mut LoopState,
         node: Option<Node>,
     ) -> Reconciled {
-        let secret = state.secret.clone();
         let started = std::time::Instant::now();
-        let result = self.reconcile(secret.as_ref(), node.as_ref()).await;
+        let result = self.reconcile(state.secret.as_ref(), node.as_ref()).await;
         let elapsed = started.elapsed();
         let sync = Some(Instant::now() + self.settings.sync_period);
         match result {
@@ -306,7 +305,7 @@ impl<H: Host + 'static> Agent<H> {
             Err(ReconcileError::Invalid(error)) => {
                 self.metrics.apply_result("invalid");
                 self.metrics.error("apply", "invalid-osc");
-                let checksum = secret.as_ref().map(checksum_of).unwrap_or_default();
+                let checksum = state.secret.as_ref().map(checksum_of).unwrap_or_default();
                 warn!(%error, secret = %self.settings.secret_name, %checksum, "OSC rejected; nothing on the node was changed");
                 if state.reported_invalid.as_deref() != Some(checksum.as_str()) {
                     if let Some(node) = &node {
