@@ -20,6 +20,8 @@ pub struct OperatorProcess {
     pub http_address: String,
     kubeconfig: PathBuf,
     extra_args: Vec<String>,
+    /// The folder holding the kubeconfig and the log; removed on drop unless the test failed.
+    dir: Option<PathBuf>,
 }
 
 fn free_port() -> u16 {
@@ -41,11 +43,13 @@ impl OperatorProcess {
         fs::create_dir_all(&dir).expect("operator dir");
         let path = dir.join("kubeconfig");
         fs::write(&path, kubeconfig).expect("kubeconfig written");
-        Self::spawn(
+        let mut process = Self::spawn(
             path,
             extra_args.iter().map(|s| s.to_string()).collect(),
             dir.join("operator.log"),
-        )
+        );
+        process.dir = Some(dir);
+        process
     }
 
     fn spawn(kubeconfig: PathBuf, extra_args: Vec<String>, log: PathBuf) -> Self {
@@ -99,6 +103,7 @@ impl OperatorProcess {
             http_address,
             kubeconfig,
             extra_args,
+            dir: None,
         }
     }
 
@@ -118,7 +123,9 @@ impl OperatorProcess {
             self.extra_args.clone(),
             self.log.clone(),
         );
+        let dir = self.dir.take();
         *self = next;
+        self.dir = dir;
     }
 
     /// The operator's process id.
@@ -166,5 +173,9 @@ impl OperatorProcess {
 impl Drop for OperatorProcess {
     fn drop(&mut self) {
         self.kill();
+        // A failed test keeps the log for the person reading the failure.
+        if let Some(dir) = self.dir.take().filter(|_| !std::thread::panicking()) {
+            let _ = fs::remove_dir_all(dir);
+        }
     }
 }
