@@ -73,6 +73,15 @@ impl Command {
         }
     }
 
+    /// glibc malloc tunables the subcommand runs with ([`crate::malloc_tuning`]): the node
+    /// agent, which stays up on every node, returns large freed blocks at once.
+    pub fn malloc_tunables(&self) -> Option<&'static str> {
+        match self {
+            Command::Agent(_) => Some(crate::malloc_tuning::AGENT_TUNABLES),
+            _ => None,
+        }
+    }
+
     /// Runs the subcommand to completion.
     pub async fn run(self) -> anyhow::Result<()> {
         match self {

@@ -27,6 +27,7 @@ pub mod gvisor_install;
 pub mod http;
 pub mod imagevector;
 pub mod kubeconfig;
+pub mod malloc_tuning;
 pub mod metrics;
 pub mod operator;
 pub mod osc_rules;

@@ -143,6 +143,20 @@ async fn item1_first_apply_files_units_containerd_and_node_report() {
     let (agent, checksum) = start_agent(&env, &names, &osc, "10m").await;
     let m = &agent.machine;
 
+    // The agent executed itself once more with its malloc tunables (same pid as systemd's).
+    // glibc splits the variable in place while parsing it, so only its start is compared.
+    let pid = m.unit_property(AGENT_UNIT, "MainPID");
+    let environ = m.run(&["cat", &format!("/proc/{pid}/environ")]).stdout;
+    let first_tunable = gardener_extension_node::malloc_tuning::AGENT_TUNABLES
+        .split(':')
+        .next()
+        .unwrap();
+    assert!(
+        environ.starts_with(&format!("GLIBC_TUNABLES={first_tunable}"))
+            || environ.contains(&format!("\0GLIBC_TUNABLES={first_tunable}")),
+        "{environ:?}"
+    );
+
     // Files: byte-identical, modes as given (0600 when unset), parents created 0755.
     assert_eq!(read(&agent, PLAIN), PLAIN_CONTENT.as_bytes());
     assert_eq!(agent.mode(PLAIN), "644");

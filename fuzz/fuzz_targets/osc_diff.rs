@@ -107,8 +107,11 @@ fn accepted(value: &Value) -> Option<NodeOsc> {
     Some(decoded)
 }
 
-fn paths(files: &[gardener_extension_node::api::operatingsystemconfig::File]) -> BTreeSet<String> {
-    files.iter().map(|f| f.path.clone()).collect()
+/// The paths of owned (journal) or borrowed (merged view) files.
+fn paths<F: std::borrow::Borrow<gardener_extension_node::api::operatingsystemconfig::File>>(
+    files: &[F],
+) -> BTreeSet<String> {
+    files.iter().map(|f| f.borrow().path.clone()).collect()
 }
 
 fn round_trip(journal: &Journal) {

@@ -155,9 +155,9 @@ pub struct Input<'a> {
     /// The OSC (with the agent's injected drop-ins), validated.
     pub osc: &'a NodeOsc,
     /// Its merged view.
-    pub effective: &'a Effective,
+    pub effective: &'a Effective<'a>,
     /// The last applied OSC and its merged view, if any.
-    pub last_applied: Option<(&'a NodeOsc, &'a Effective)>,
+    pub last_applied: Option<(&'a NodeOsc, &'a Effective<'a>)>,
     /// The agent's own unit (changing it means exiting after daemon-reload).
     pub own_unit: &'a str,
     /// Where state and units go.

@@ -34,7 +34,7 @@ pub struct Side<'a> {
     /// The OSC as decoded (for `criConfig`).
     pub osc: &'a NodeOsc,
     /// Its merged units and files.
-    pub effective: &'a Effective,
+    pub effective: &'a Effective<'a>,
 }
 
 /// The containerd configuration of an OSC whose CRI is containerd.
@@ -96,7 +96,7 @@ fn everything(new: Side<'_>, checksum: &str) -> Journal {
     Journal {
         operating_system_config_checksum: checksum.to_string(),
         files: FileChanges {
-            changed: unique_files(new.effective.files.iter()),
+            changed: unique_files(new.effective.files.iter().copied()),
             deleted: Vec::new(),
         },
         units: UnitChanges {
@@ -133,22 +133,24 @@ fn everything(new: Side<'_>, checksum: &str) -> Journal {
 }
 
 /// Rule 2.
-fn diff_files(old: &Effective, new: &Effective) -> FileChanges {
+fn diff_files(old: &Effective<'_>, new: &Effective<'_>) -> FileChanges {
     let deleted = unique_files(
         old.files
             .iter()
+            .copied()
             .filter(|file| new.file(&file.path).is_none()),
     );
     let changed = unique_files(
         new.files
             .iter()
+            .copied()
             .filter(|file| old.file(&file.path) != Some(*file)),
     );
     FileChanges { changed, deleted }
 }
 
 /// Rules 3–5.
-fn diff_units(old: &Effective, new: &Effective, changed_files: &[&str]) -> UnitChanges {
+fn diff_units(old: &Effective<'_>, new: &Effective<'_>, changed_files: &[&str]) -> UnitChanges {
     let deleted = old
         .units
         .iter()

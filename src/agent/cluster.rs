@@ -3,18 +3,22 @@
 //!
 //! | what | request |
 //! |---|---|
-//! | find the Node | `LIST nodes?labelSelector=kubernetes.io/hostname=<host>` (once, until found) |
-//! | watch the Node | `LIST/WATCH nodes?fieldSelector=metadata.name=<node>` |
-//! | watch the OSC secret | `LIST/WATCH secrets -n kube-system?fieldSelector=metadata.name=<secret>` |
+//! | find the Node | `LIST nodes?labelSelector=kubernetes.io/hostname=<host>` (metadata only; once, until found) |
+//! | watch the Node | `LIST/WATCH nodes?fieldSelector=metadata.name=<node>` (metadata only) |
+//! | watch the OSC secret | `LIST/WATCH secrets -n kube-system?fieldSelector=metadata.name=<secret>` (metadata only) |
+//! | read the OSC secret | `GET secrets/<secret> -n kube-system` when its resourceVersion moved |
 //! | `secretRef` files, token sync | `GET secrets/<name> -n kube-system` |
 //! | report | `PATCH nodes/<node>` (merge), `POST events` (events.k8s.io, namespace `default`) |
 //! | lease | `GET/POST/PUT leases/gardener-node-agent-<node> -n kube-system` |
 //!
-//! Nothing lists or watches a resource without a selector naming the object.
+//! Nothing lists or watches a resource without a selector naming the object. Watches carry
+//! metadata only (`PartialObjectMetadata`): a Node's status (images, conditions) and the
+//! secret's `osc.yaml` can be hundreds of KiB, and a watch connection keeps buffers as large
+//! as the largest event it carried. The secret's data is read with a GET when it changed.
 
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{Node, ObjectReference, Secret};
-use kube::api::{ListParams, Patch, PatchParams};
+use kube::api::{ListParams, PartialObjectMeta, Patch, PatchParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
@@ -38,6 +42,11 @@ pub const LABEL_ROLE_WORKER: &str = "node-role.kubernetes.io/worker";
 pub const LABEL_ROLE_CONTROL_PLANE: &str = "node-role.kubernetes.io/control-plane";
 /// The file whose presence makes a node a control-plane node.
 pub const KUBE_APISERVER_MANIFEST: &str = "/etc/kubernetes/manifests/kube-apiserver.yaml";
+/// The agent's view of its Node: metadata only (name, uid, labels, annotations).
+pub type NodeMeta = PartialObjectMeta<Node>;
+/// The OSC secret's metadata, as its watch delivers it.
+pub type SecretMeta = PartialObjectMeta<Secret>;
+
 /// Events are reported as this controller.
 pub const REPORTING_CONTROLLER: &str = "gardener-extension-node-agent";
 
@@ -58,8 +67,11 @@ pub enum NodeLookupError {
 }
 
 /// The Node whose `kubernetes.io/hostname` label is `hostname`; `None` if there is none yet.
-pub async fn find_node(client: &Client, hostname: &str) -> Result<Option<Node>, NodeLookupError> {
-    let list = Api::<Node>::all(client.clone())
+pub async fn find_node(
+    client: &Client,
+    hostname: &str,
+) -> Result<Option<NodeMeta>, NodeLookupError> {
+    let list = Api::<NodeMeta>::all(client.clone())
         .list(&ListParams::default().labels(&format!("{LABEL_HOSTNAME}={hostname}")))
         .await
         .map_err(|error| NodeLookupError::List(hostname.to_string(), error))?;
@@ -72,12 +84,13 @@ pub async fn find_node(client: &Client, hostname: &str) -> Result<Option<Node>, 
     }
 }
 
-/// The OSC secret, and nothing else, as a stream of watch events (retrying with backoff).
+/// The OSC secret's metadata, and nothing else, as a stream of watch events (retrying with
+/// backoff).
 pub fn watch_secret(
     client: &Client,
     name: &str,
-) -> impl Stream<Item = watcher::Result<watcher::Event<Secret>>> + Send + use<> {
-    let api = Api::<Secret>::namespaced(client.clone(), NAMESPACE);
+) -> impl Stream<Item = watcher::Result<watcher::Event<SecretMeta>>> + Send + use<> {
+    let api = Api::<SecretMeta>::namespaced(client.clone(), NAMESPACE);
     watcher(
         api,
         watcher::Config::default().fields(&format!("metadata.name={name}")),
@@ -85,12 +98,20 @@ pub fn watch_secret(
     .default_backoff()
 }
 
-/// The own Node, and nothing else, as a stream of watch events (retrying with backoff).
+/// The OSC secret itself; `None` when it does not exist.
+pub async fn get_secret(client: &Client, name: &str) -> Result<Option<Secret>, kube::Error> {
+    Api::<Secret>::namespaced(client.clone(), NAMESPACE)
+        .get_opt(name)
+        .await
+}
+
+/// The own Node's metadata, and nothing else, as a stream of watch events (retrying with
+/// backoff).
 pub fn watch_node(
     client: &Client,
     name: &str,
-) -> impl Stream<Item = watcher::Result<watcher::Event<Node>>> + Send + use<> {
-    let api = Api::<Node>::all(client.clone());
+) -> impl Stream<Item = watcher::Result<watcher::Event<NodeMeta>>> + Send + use<> {
+    let api = Api::<NodeMeta>::all(client.clone());
     watcher(
         api,
         watcher::Config::default().fields(&format!("metadata.name={name}")),
@@ -135,7 +156,7 @@ pub async fn mark_applied(
     checksum: &str,
     kubernetes_version: Option<&str>,
     control_plane: bool,
-) -> Result<Node, kube::Error> {
+) -> Result<(), kube::Error> {
     let role = if control_plane {
         LABEL_ROLE_CONTROL_PLANE
     } else {
@@ -152,9 +173,11 @@ pub async fn mark_applied(
             "labels": labels,
         }
     });
+    // The response (the whole Node) is only checked for success.
     Api::<Node>::all(client.clone())
-        .patch(node, &PatchParams::default(), &Patch::Merge(&patch))
+        .patch_metadata(node, &PatchParams::default(), &Patch::Merge(&patch))
         .await
+        .map(drop)
 }
 
 /// `secretRef` content from `kube-system`, read with a direct GET (no cache, no list).
@@ -222,14 +245,19 @@ impl NodeEvents {
     }
 
     /// Publishes a Normal event.
-    pub async fn normal(&self, node: &Node, reason: &str, note: String) -> Result<(), kube::Error> {
+    pub async fn normal(
+        &self,
+        node: &NodeMeta,
+        reason: &str,
+        note: String,
+    ) -> Result<(), kube::Error> {
         self.publish(node, EventType::Normal, reason, note).await
     }
 
     /// Publishes a Warning event.
     pub async fn warning(
         &self,
-        node: &Node,
+        node: &NodeMeta,
         reason: &str,
         note: String,
     ) -> Result<(), kube::Error> {
@@ -238,7 +266,7 @@ impl NodeEvents {
 
     async fn publish(
         &self,
-        node: &Node,
+        node: &NodeMeta,
         type_: EventType,
         reason: &str,
         mut note: String,

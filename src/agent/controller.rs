@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Node, Secret};
+use k8s_openapi::api::core::v1::Secret;
 use kube::{Client, ResourceExt};
 use sha2::Digest;
 use tokio::sync::{Notify, mpsc, watch};
@@ -28,7 +28,7 @@ use tracing::{info, warn};
 
 use super::apply::{self, ApplyError, Input, Outcome};
 use super::cluster::{
-    self, ANNOTATION_NODE_CHECKSUM, ANNOTATION_SECRET_CHECKSUM, ApiSecrets, NodeEvents,
+    self, ANNOTATION_NODE_CHECKSUM, ANNOTATION_SECRET_CHECKSUM, ApiSecrets, NodeEvents, NodeMeta,
 };
 use super::config::Settings;
 use super::delay;
@@ -44,6 +44,8 @@ use crate::api::constants::DATA_KEY_OPERATING_SYSTEM_CONFIG;
 const FIRST_RETRY: Duration = Duration::from_secs(2);
 /// Longest wait between retries.
 const MAX_RETRY: Duration = Duration::from_secs(300);
+/// Longest wait between attempts to read the OSC secret after its watch reported a change.
+const MAX_SECRET_RETRY: Duration = Duration::from_secs(30);
 /// How often an unknown Node is looked up again.
 const NODE_LOOKUP_INTERVAL: Duration = Duration::from_secs(5);
 
@@ -112,6 +114,17 @@ struct LoopState {
     last_delay: Duration,
     drift_due: Instant,
     reported_invalid: Option<String>,
+    last_applied: LastApplied,
+}
+
+/// The last applied OSC, decoded once: read from `last-applied-osc.yaml` on first use, then
+/// replaced by each OSC this process applies (the file holds the same). A large OSC is then
+/// not decoded again on every change and drift check.
+pub enum LastApplied {
+    /// Not read from disk yet.
+    Unread,
+    /// Read or applied (`None`: there is none, or the file does not decode).
+    Known(Option<Box<NodeOsc>>),
 }
 
 impl<H: Host + 'static> Agent<H> {
@@ -121,7 +134,7 @@ impl<H: Host + 'static> Agent<H> {
         self: Arc<Self>,
         ready: crate::http::Readiness,
     ) -> Result<(), super::AgentError> {
-        let (node_tx, node_rx) = watch::channel::<Option<Node>>(None);
+        let (node_tx, node_rx) = watch::channel::<Option<NodeMeta>>(None);
         let (secret_tx, mut secret_rx) = mpsc::channel::<Option<Secret>>(16);
 
         let mut tasks = tokio::task::JoinSet::new();
@@ -133,18 +146,7 @@ impl<H: Host + 'static> Agent<H> {
             let client = self.client.clone();
             let name = self.settings.secret_name.clone();
             let metrics = self.metrics.clone();
-            tasks.spawn(async move {
-                let stream = cluster::latest(cluster::watch_secret(&client, &name), move |error| {
-                    metrics.error("watch", "secret");
-                    warn!(error = %error_chain(error), secret = %name, "watching the OSC secret failed; retrying");
-                });
-                futures::pin_mut!(stream);
-                while let Some(update) = stream.next().await {
-                    if secret_tx.send(update).await.is_err() {
-                        return;
-                    }
-                }
-            });
+            tasks.spawn(async move { follow_secret(client, name, metrics, secret_tx).await });
         }
         tasks.spawn(super::lease::run(
             self.client.clone(),
@@ -174,7 +176,7 @@ impl<H: Host + 'static> Agent<H> {
     async fn main_loop(
         &self,
         secret_rx: &mut mpsc::Receiver<Option<Secret>>,
-        mut node_rx: watch::Receiver<Option<Node>>,
+        mut node_rx: watch::Receiver<Option<NodeMeta>>,
         ready: crate::http::Readiness,
     ) -> Result<(), super::AgentError> {
         let mut terminate =
@@ -188,6 +190,7 @@ impl<H: Host + 'static> Agent<H> {
             last_delay: Duration::ZERO,
             drift_due: Instant::now() + self.settings.drift_check_interval,
             reported_invalid: None,
+            last_applied: LastApplied::Unread,
         };
         let mut node_known = false;
         loop {
@@ -222,7 +225,7 @@ impl<H: Host + 'static> Agent<H> {
                     }
                     if state.drift_due <= Instant::now() {
                         let node = node_rx.borrow().clone();
-                        self.drift_check(node.as_ref()).await;
+                        self.drift_check(node.as_ref(), &mut state.last_applied).await;
                         state.drift_due = Instant::now() + self.settings.drift_check_interval;
                     }
                 }
@@ -240,7 +243,7 @@ impl<H: Host + 'static> Agent<H> {
     }
 
     /// Schedules work for a secret update (create → now, changed data → after the delay).
-    fn on_secret(&self, state: &mut LoopState, update: Option<Secret>, node: Option<&Node>) {
+    fn on_secret(&self, state: &mut LoopState, update: Option<Secret>, node: Option<&NodeMeta>) {
         let Some(secret) = update else {
             if state.secret.is_some() {
                 info!(secret = %self.settings.secret_name, "OSC secret deleted; keeping the node as it is");
@@ -279,10 +282,16 @@ impl<H: Host + 'static> Agent<H> {
     async fn reconcile_and_schedule(
         &self,
         state: &mut LoopState,
-        node: Option<Node>,
+        node: Option<NodeMeta>,
     ) -> Reconciled {
         let started = std::time::Instant::now();
-        let result = self.reconcile(state.secret.as_ref(), node.as_ref()).await;
+        let result = self
+            .reconcile(
+                state.secret.as_ref(),
+                node.as_ref(),
+                &mut state.last_applied,
+            )
+            .await;
         let elapsed = started.elapsed();
         let sync = Some(Instant::now() + self.settings.sync_period);
         match result {
@@ -336,7 +345,8 @@ impl<H: Host + 'static> Agent<H> {
     pub async fn reconcile(
         &self,
         secret: Option<&Secret>,
-        node: Option<&Node>,
+        node: Option<&NodeMeta>,
+        last_applied: &mut LastApplied,
     ) -> Result<Reconciled, ReconcileError> {
         let Some(secret) = secret else {
             return Ok(Reconciled::NoSecret);
@@ -362,28 +372,35 @@ impl<H: Host + 'static> Agent<H> {
             .and_then(|n| n.metadata.annotations.as_ref())
             .and_then(|a| a.get(ANNOTATION_NODE_CHECKSUM))
             .is_some_and(|value| *value == checksum);
-        if reported && journal_done && host.read(&paths.last_applied()).ok().flatten().is_some() {
+        if reported && journal_done && host.mode(&paths.last_applied()).ok().flatten().is_some() {
             return Ok(Reconciled::UpToDate);
         }
 
         let effective = osc::effective(&osc, &self.settings.hostname);
-        let last = self.last_applied();
-        let last_effective = last
-            .as_ref()
-            .map(|last| osc::effective(last, &self.settings.hostname));
-        let outcome = apply::apply(
-            host,
-            &self.secrets,
-            Input {
-                checksum: &checksum,
-                osc: &osc,
-                effective: &effective,
-                last_applied: last.as_ref().zip(last_effective.as_ref()),
-                own_unit: &self.settings.own_unit,
-                paths,
-            },
-        )
-        .await?;
+        let control_plane = effective.file(cluster::KUBE_APISERVER_MANIFEST).is_some();
+        let outcome = {
+            let last = self.last_applied(last_applied);
+            let last_effective = last.map(|last| osc::effective(last, &self.settings.hostname));
+            apply::apply(
+                host,
+                &self.secrets,
+                Input {
+                    checksum: &checksum,
+                    osc: &osc,
+                    effective: &effective,
+                    last_applied: last.zip(last_effective.as_ref()),
+                    own_unit: &self.settings.own_unit,
+                    paths,
+                },
+            )
+            .await
+        };
+        drop(effective);
+        if outcome.is_err() {
+            // The file may or may not have been rewritten: read it again when next needed.
+            *last_applied = LastApplied::Unread;
+        }
+        let outcome = outcome?;
         let summary = match outcome {
             Outcome::RestartSelf(summary) => {
                 self.record(&summary);
@@ -391,6 +408,7 @@ impl<H: Host + 'static> Agent<H> {
             }
             Outcome::Applied(summary) => summary,
         };
+        *last_applied = LastApplied::Known(Some(Box::new(osc)));
         self.record(&summary);
         info!(
             %checksum,
@@ -415,7 +433,6 @@ impl<H: Host + 'static> Agent<H> {
             self.token_trigger.notify_one();
         }
         if let Some(node) = node {
-            let control_plane = effective.file(cluster::KUBE_APISERVER_MANIFEST).is_some();
             let name = node.name_any();
             cluster::mark_applied(
                 &self.client,
@@ -461,8 +478,19 @@ impl<H: Host + 'static> Agent<H> {
         }
     }
 
-    /// The last applied OSC, if it is there and decodes.
-    fn last_applied(&self) -> Option<NodeOsc> {
+    /// The last applied OSC from the cache, reading the file on first use.
+    fn last_applied<'c>(&self, cache: &'c mut LastApplied) -> Option<&'c NodeOsc> {
+        if let LastApplied::Unread = cache {
+            *cache = LastApplied::Known(self.read_last_applied().map(Box::new));
+        }
+        match cache {
+            LastApplied::Known(osc) => osc.as_deref(),
+            LastApplied::Unread => None,
+        }
+    }
+
+    /// The last applied OSC on disk, if it is there and decodes.
+    fn read_last_applied(&self) -> Option<NodeOsc> {
         let bytes = self
             .host
             .read(&self.settings.paths.last_applied())
@@ -479,9 +507,9 @@ impl<H: Host + 'static> Agent<H> {
 
     /// Compares the node with the last applied OSC and repairs drift (skipped while an
     /// apply has work left).
-    async fn drift_check(&self, node: Option<&Node>) {
+    async fn drift_check(&self, node: Option<&NodeMeta>, last_applied: &mut LastApplied) {
         let paths = &self.settings.paths;
-        let Some(last) = self.last_applied() else {
+        let Some(last) = self.last_applied(last_applied) else {
             return;
         };
         let journal = self
@@ -494,7 +522,7 @@ impl<H: Host + 'static> Agent<H> {
             return;
         }
         self.metrics.drift_checks.inc();
-        let effective = osc::effective(&last, &self.settings.hostname);
+        let effective = osc::effective(last, &self.settings.hostname);
         match drift::check_and_repair(
             self.host.as_ref(),
             &self.secrets,
@@ -536,7 +564,7 @@ impl<H: Host + 'static> Agent<H> {
         }
     }
 
-    async fn event(&self, node: &Node, warning: bool, reason: &str, note: String) {
+    async fn event(&self, node: &NodeMeta, warning: bool, reason: &str, note: String) {
         let result = if warning {
             self.events.warning(node, reason, note).await
         } else {
@@ -550,7 +578,7 @@ impl<H: Host + 'static> Agent<H> {
 
     /// Finds the Node by host name (retrying until it exists), then follows it with a watch
     /// scoped to its name.
-    async fn track_node(&self, node_tx: watch::Sender<Option<Node>>) {
+    async fn track_node(&self, node_tx: watch::Sender<Option<NodeMeta>>) {
         let hostname = &self.settings.hostname;
         let node = loop {
             match cluster::find_node(&self.client, hostname).await {
@@ -579,6 +607,58 @@ impl<H: Host + 'static> Agent<H> {
             {
                 return;
             }
+        }
+    }
+}
+
+/// Follows the OSC secret: a metadata-only watch, and a GET of the secret whenever its
+/// resourceVersion differs from the one last read (a failed GET is retried with backoff). Sends
+/// `Some(secret)` for every new version and `None` when it is gone.
+async fn follow_secret(
+    client: Client,
+    name: String,
+    metrics: Metrics,
+    secret_tx: mpsc::Sender<Option<Secret>>,
+) {
+    let on_error = {
+        let (metrics, name) = (metrics.clone(), name.clone());
+        move |error: &kube::runtime::watcher::Error| {
+            metrics.error("watch", "secret");
+            warn!(error = %error_chain(error), secret = %name, "watching the OSC secret failed; retrying");
+        }
+    };
+    let stream = cluster::latest(cluster::watch_secret(&client, &name), on_error);
+    futures::pin_mut!(stream);
+    let mut read_version: Option<String> = None;
+    while let Some(update) = stream.next().await {
+        let secret = match update {
+            None => None,
+            Some(meta)
+                if meta.metadata.resource_version.is_some()
+                    && meta.metadata.resource_version == read_version =>
+            {
+                continue;
+            }
+            Some(_) => {
+                let mut retry = FIRST_RETRY;
+                loop {
+                    match cluster::get_secret(&client, &name).await {
+                        Ok(secret) => break secret,
+                        Err(error) => {
+                            metrics.error("watch", "secret-read");
+                            warn!(error = %error_chain(&error), secret = %name, retry_in = ?retry, "reading the OSC secret failed");
+                            tokio::time::sleep(retry).await;
+                            retry = (retry * 2).min(MAX_SECRET_RETRY);
+                        }
+                    }
+                }
+            }
+        };
+        read_version = secret
+            .as_ref()
+            .and_then(|s| s.metadata.resource_version.clone());
+        if secret_tx.send(secret).await.is_err() {
+            return;
         }
     }
 }

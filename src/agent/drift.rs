@@ -49,7 +49,7 @@ impl Report {
 /// The units a repair must restart: those whose unit file or drop-ins were rewritten and
 /// those listing a rewritten file, except units meant to be stopped. Sorted, unique.
 pub fn units_to_restart(
-    effective: &Effective,
+    effective: &Effective<'_>,
     rewritten_files: &[String],
     rewritten_units: &BTreeSet<String>,
 ) -> Vec<String> {
@@ -75,7 +75,7 @@ pub fn units_to_restart(
 pub async fn check_and_repair<H: Host, S: Secrets>(
     host: &H,
     secrets: &S,
-    effective: &Effective,
+    effective: &Effective<'_>,
     paths: &Paths,
     own_unit: &str,
 ) -> Result<Report, ApplyError> {

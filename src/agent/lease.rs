@@ -13,7 +13,7 @@ use kube::api::{ObjectMeta, PostParams};
 use kube::{Api, Client, Resource, ResourceExt};
 use tokio::sync::watch;
 
-use super::cluster::NAMESPACE;
+use super::cluster::{NAMESPACE, NodeMeta};
 use super::metrics::Metrics;
 
 /// Lease duration.
@@ -28,7 +28,7 @@ pub fn lease_name(node: &str) -> String {
 
 /// The lease as it must be after a renewal at `now`: `existing` (if any) with holder,
 /// duration and renew time set and the Node as controlling owner. Pure.
-pub fn renewed(existing: Option<Lease>, node: &Node, now: Timestamp) -> Lease {
+pub fn renewed(existing: Option<Lease>, node: &NodeMeta, now: Timestamp) -> Lease {
     let name = lease_name(&node.name_any());
     let mut lease = existing.unwrap_or_else(|| Lease {
         metadata: ObjectMeta {
@@ -56,7 +56,7 @@ pub fn renewed(existing: Option<Lease>, node: &Node, now: Timestamp) -> Lease {
 }
 
 /// One renewal: GET, then create or replace.
-pub async fn renew(client: &Client, node: &Node) -> Result<(), kube::Error> {
+pub async fn renew(client: &Client, node: &NodeMeta) -> Result<(), kube::Error> {
     let api = Api::<Lease>::namespaced(client.clone(), NAMESPACE);
     let name = lease_name(&node.name_any());
     let existing = api.get_opt(&name).await?;
@@ -71,7 +71,7 @@ pub async fn renew(client: &Client, node: &Node) -> Result<(), kube::Error> {
 }
 
 /// Renews every [`RENEW_INTERVAL`] for the node in `node` (waits until there is one).
-pub async fn run(client: Client, mut node: watch::Receiver<Option<Node>>, metrics: Metrics) {
+pub async fn run(client: Client, mut node: watch::Receiver<Option<NodeMeta>>, metrics: Metrics) {
     let mut ticker = tokio::time::interval(RENEW_INTERVAL);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -109,17 +109,16 @@ pub async fn run(client: Client, mut node: watch::Receiver<Option<Node>>, metric
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kube::api::PartialObjectMetaExt;
 
     #[test]
     fn renewal_sets_holder_duration_time_and_owner() {
-        let node = Node {
-            metadata: ObjectMeta {
-                name: Some("node-a".into()),
-                uid: Some("uid-1".into()),
-                ..ObjectMeta::default()
-            },
-            ..Node::default()
-        };
+        let node: NodeMeta = ObjectMeta {
+            name: Some("node-a".into()),
+            uid: Some("uid-1".into()),
+            ..ObjectMeta::default()
+        }
+        .into_request_partial();
         let now: Timestamp = "2025-01-02T03:04:05.123456Z".parse().unwrap();
         let lease = renewed(None, &node, now);
         assert_eq!(

@@ -82,16 +82,17 @@ pub struct NodeOscStatus {
     pub in_place_updates: Option<InPlaceUpdatesStatus>,
 }
 
-/// Units and files after merging spec and status: what the node must look like.
+/// Units and files after merging spec and status: what the node must look like. Files are
+/// borrowed from the OSC (their contents are most of its size); units are merged, so owned.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct Effective {
+pub struct Effective<'a> {
     /// Units merged by name, in order of first appearance.
     pub units: Vec<Unit>,
     /// Files of spec then status, without files meant for other hosts.
-    pub files: Vec<File>,
+    pub files: Vec<&'a File>,
 }
 
-impl Effective {
+impl Effective<'_> {
     /// The unit called `name`.
     pub fn unit(&self, name: &str) -> Option<&Unit> {
         self.units.iter().find(|unit| unit.name == name)
@@ -99,7 +100,7 @@ impl Effective {
 
     /// The (first) file at `path`.
     pub fn file(&self, path: &str) -> Option<&File> {
-        self.files.iter().find(|file| file.path == path)
+        self.files.iter().copied().find(|file| file.path == path)
     }
 }
 
@@ -118,13 +119,25 @@ pub enum InvalidOsc {
     Invalid(Vec<String>),
 }
 
-/// Decodes `osc.yaml`.
+/// Decodes `osc.yaml`, filling in `apiVersion` and `kind` when it has none.
 pub fn decode(bytes: &[u8]) -> Result<NodeOsc, InvalidOsc> {
-    serde_norway::from_slice(bytes).map_err(|error| InvalidOsc::Decode(error.to_string()))
+    let mut osc: NodeOsc =
+        serde_norway::from_slice(bytes).map_err(|error| InvalidOsc::Decode(error.to_string()))?;
+    if osc.api_version.is_empty() {
+        OSC_API_VERSION.clone_into(&mut osc.api_version);
+    }
+    if osc.kind.is_empty() {
+        OSC_KIND.clone_into(&mut osc.kind);
+    }
+    Ok(osc)
 }
 
 /// Serialises an OSC for `last-applied-osc.yaml` (with apiVersion and kind).
 pub fn encode(osc: &NodeOsc) -> Result<String, serde_norway::Error> {
+    if osc.api_version == OSC_API_VERSION && osc.kind == OSC_KIND {
+        return serde_norway::to_string(osc);
+    }
+    // Only an OSC built in code, not a decoded one, lacks them: not worth a copy otherwise.
     let mut osc = osc.clone();
     OSC_API_VERSION.clone_into(&mut osc.api_version);
     OSC_KIND.clone_into(&mut osc.kind);
@@ -314,7 +327,7 @@ pub fn decode_inline(inline: &FileContentInline) -> Result<Vec<u8>, String> {
 /// Merges spec and status (§6.4): files of both lists minus those whose `hostName` names
 /// another host; units merged by name, a later entry overriding `enable`, `command` and
 /// `content` when it sets them and appending its drop-ins and file paths.
-pub fn effective(osc: &NodeOsc, hostname: &str) -> Effective {
+pub fn effective<'a>(osc: &'a NodeOsc, hostname: &str) -> Effective<'a> {
     let files = osc
         .spec
         .files
@@ -324,7 +337,6 @@ pub fn effective(osc: &NodeOsc, hostname: &str) -> Effective {
             None | Some("") => true,
             Some(host) => host.eq_ignore_ascii_case(hostname),
         })
-        .cloned()
         .collect();
     let mut units: Vec<Unit> = Vec::new();
     for unit in osc.spec.units.iter().chain(&osc.status.extension_units) {
