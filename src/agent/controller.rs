@@ -634,8 +634,10 @@ async fn follow_secret(
         let secret = match update {
             None => None,
             Some(meta)
-                if meta.metadata.resource_version.is_some()
-                    && meta.metadata.resource_version == read_version =>
+                if !is_new_version(
+                    meta.metadata.resource_version.as_deref(),
+                    read_version.as_deref(),
+                ) =>
             {
                 continue;
             }
@@ -663,6 +665,12 @@ async fn follow_secret(
     }
 }
 
+/// Whether the secret's watch reports a version not read yet (a relist repeats the last one).
+/// An object without a resourceVersion is always read.
+fn is_new_version(watched: Option<&str>, read: Option<&str>) -> bool {
+    watched.is_none() || watched != read
+}
+
 /// The `osc.yaml` bytes of the secret.
 fn osc_data(secret: &Secret) -> Option<&[u8]> {
     secret
@@ -684,4 +692,21 @@ pub fn checksum_of(secret: &Secret) -> String {
         return checksum.clone();
     }
     hex::encode(sha2::Sha256::digest(osc_data(secret).unwrap_or_default()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_secret_is_read_again_only_for_a_new_version() {
+        // First sight, and after the secret was gone.
+        assert!(is_new_version(Some("7"), None));
+        // A relist after a watch error repeats the version last read.
+        assert!(!is_new_version(Some("7"), Some("7")));
+        assert!(is_new_version(Some("8"), Some("7")));
+        // Without a version there is nothing to compare: read.
+        assert!(is_new_version(None, Some("7")));
+        assert!(is_new_version(None, None));
+    }
 }
