@@ -238,25 +238,7 @@ impl<A: Actuator> Reconciler<A> {
         } else {
             object
         };
-        let at = status::last_update_time(Utc::now(), object.annotations());
-        let body = status::error(
-            operation,
-            A::Object::KIND,
-            &failure.message,
-            &failure.codes,
-            object.metadata.generation,
-            at,
-        );
-        if let Err(error) = status::patch(&api, &object, body).await {
-            tracing::warn!(%error, "writing the error status failed");
-        }
-        self.events
-            .warning(
-                &object.object_ref(&resource),
-                failure_reason(operation),
-                operation.as_str(),
-                failure.message.clone(),
-            )
+        self.write_error(&api, &object, &resource, operation, &failure)
             .await;
         (operation_label(planned), Err(failure))
     }
@@ -489,6 +471,21 @@ impl<A: Actuator> Reconciler<A> {
             configuration_problem = failure.configuration_problem,
             "operation failed"
         );
+        self.write_error(api, object, &(), operation, failure).await;
+    }
+
+    /// The Error status and the Warning event of `failure`, for the typed object and for one
+    /// that does not decode (written through the untyped API as `DynamicObject`).
+    async fn write_error<K>(
+        &self,
+        api: &Api<K>,
+        object: &K,
+        resource: &K::DynamicType,
+        operation: LastOperationType,
+        failure: &Failure,
+    ) where
+        K: Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
+    {
         let at = status::last_update_time(Utc::now(), object.annotations());
         let body = status::error(
             operation,
@@ -503,7 +500,7 @@ impl<A: Actuator> Reconciler<A> {
         }
         self.events
             .warning(
-                &object.object_ref(&()),
+                &object.object_ref(resource),
                 failure_reason(operation),
                 operation.as_str(),
                 failure.message.clone(),
