@@ -119,29 +119,19 @@ pub enum InvalidOsc {
     Invalid(Vec<String>),
 }
 
-/// Decodes `osc.yaml`, filling in `apiVersion` and `kind` when it has none.
+/// Decodes `osc.yaml`. `apiVersion` and `kind` are set to [`OSC_API_VERSION`] and
+/// [`OSC_KIND`] whatever the document says (or omits), so that [`encode`] records them.
 pub fn decode(bytes: &[u8]) -> Result<NodeOsc, InvalidOsc> {
     let mut osc: NodeOsc =
         serde_norway::from_slice(bytes).map_err(|error| InvalidOsc::Decode(error.to_string()))?;
-    if osc.api_version.is_empty() {
-        OSC_API_VERSION.clone_into(&mut osc.api_version);
-    }
-    if osc.kind.is_empty() {
-        OSC_KIND.clone_into(&mut osc.kind);
-    }
+    OSC_API_VERSION.clone_into(&mut osc.api_version);
+    OSC_KIND.clone_into(&mut osc.kind);
     Ok(osc)
 }
 
-/// Serialises an OSC for `last-applied-osc.yaml` (with apiVersion and kind).
+/// Serialises an OSC for `last-applied-osc.yaml` (a decoded one carries apiVersion and kind).
 pub fn encode(osc: &NodeOsc) -> Result<String, serde_norway::Error> {
-    if osc.api_version == OSC_API_VERSION && osc.kind == OSC_KIND {
-        return serde_norway::to_string(osc);
-    }
-    // Only an OSC built in code, not a decoded one, lacks them: not worth a copy otherwise.
-    let mut osc = osc.clone();
-    OSC_API_VERSION.clone_into(&mut osc.api_version);
-    OSC_KIND.clone_into(&mut osc.kind);
-    serde_norway::to_string(&osc)
+    serde_norway::to_string(osc)
 }
 
 /// Checks every unit, drop-in and file; lists all problems at once.
