@@ -256,6 +256,12 @@ async fn wait_warning(env: &TestEnv, name: &str, needle: &str) {
     .await
 }
 
+/// The stored OSC's spec as JSON, to change into a bad one.
+async fn osc_spec_json(env: &TestEnv, name: &str) -> Value {
+    let osc = api::<OperatingSystemConfig>(env).get(name).await.unwrap();
+    serde_json::to_value(osc.spec).unwrap()
+}
+
 /// Merge-patches `spec` (lists are replaced whole) and asks for a reconcile, as gardenlet
 /// does. Untyped: with upstream CRDs the API server may store what our types cannot read
 /// (e.g. an unknown unit command). `Err` carries the API server's refusal.
@@ -591,14 +597,7 @@ async fn bad_operating_system_configs_are_reported_and_change_nothing() {
                 before.keys().any(|k| k.starts_with(what)),
                 "{row}: {before:?}"
             );
-            let mut spec = serde_json::to_value(
-                api::<OperatingSystemConfig>(&env)
-                    .get(&name)
-                    .await
-                    .unwrap()
-                    .spec,
-            )
-            .unwrap();
+            let mut spec = osc_spec_json(&env, &name).await;
             change(&mut spec);
             let applied = bring_bad_spec::<OperatingSystemConfig>(&env, &name, spec).await;
             expect_error::<OperatingSystemConfig>(&env, (&row, &name), applied, expect, &before)
@@ -872,14 +871,7 @@ async fn an_undecodable_object_is_reported_and_stops_nothing_else() {
     .await;
     let mcm = Mcm::new(&env);
     wait_ready::<OperatingSystemConfig>(&env, &name, CREATED, &mcm).await;
-    let mut spec = serde_json::to_value(
-        api::<OperatingSystemConfig>(&env)
-            .get(&name)
-            .await
-            .unwrap()
-            .spec,
-    )
-    .unwrap();
+    let mut spec = osc_spec_json(&env, &name).await;
     spec["units"][0]["command"] = json!("explode");
     if let Err(refusal) = bring_bad_spec::<OperatingSystemConfig>(&env, &name, spec).await {
         assert_eq!(crds(), Crds::Ours, "{refusal}");

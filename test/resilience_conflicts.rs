@@ -24,7 +24,7 @@ use gardener_extension_node::api::{
 };
 use gardener_extension_node::extension::ExtensionKind;
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Patch, PatchParams};
+use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
 use kube::{Api, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use serde_json::json;
@@ -96,36 +96,18 @@ async fn write(env: &TestEnv, kind: &str, name: &str, round: usize) {
     }});
     let patch = Patch::Merge(&body);
     let params = PatchParams::default();
-    let result = match kind {
-        "ContainerRuntime" => api::<ContainerRuntime>(env)
-            .patch(name, &params, &patch)
-            .await
-            .map(drop),
-        "OperatingSystemConfig" => api::<OperatingSystemConfig>(env)
-            .patch(name, &params, &patch)
-            .await
-            .map(drop),
-        "Worker" => api::<Worker>(env)
-            .patch(name, &params, &patch)
-            .await
-            .map(drop),
-        "ManagedResource" => api::<ManagedResource>(env)
-            .patch(name, &params, &patch)
-            .await
-            .map(drop),
-        "Secret" => api::<Secret>(env)
-            .patch(name, &params, &patch)
-            .await
-            .map(drop),
-        "MachineClass" => api::<MachineClass>(env)
-            .patch(name, &params, &patch)
-            .await
-            .map(drop),
-        _ => api::<MachineDeployment>(env)
-            .patch(name, &params, &patch)
-            .await
-            .map(drop),
+    let resource = match kind {
+        "ContainerRuntime" => ApiResource::erase::<ContainerRuntime>(&()),
+        "OperatingSystemConfig" => ApiResource::erase::<OperatingSystemConfig>(&()),
+        "Worker" => ApiResource::erase::<Worker>(&()),
+        "ManagedResource" => ApiResource::erase::<ManagedResource>(&()),
+        "Secret" => ApiResource::erase::<Secret>(&()),
+        "MachineClass" => ApiResource::erase::<MachineClass>(&()),
+        _ => ApiResource::erase::<MachineDeployment>(&()),
     };
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(env.client.clone(), &env.namespace, &resource);
+    let result = api.patch(name, &params, &patch).await.map(drop);
     match result {
         Ok(()) => {}
         Err(kube::Error::Api(status)) if status.code == 404 => {}
