@@ -1,23 +1,33 @@
 #!/usr/bin/env bash
-# Builds the test control plane (kube-apiserver and etcd) from their Go modules with the
-# machine's Go toolchain and the Go module proxy. The binaries land in a cache folder outside
-# the repository, keyed by version, so a second run rebuilds nothing. Prints that folder.
+# Builds the real components the tests and `make start` run, from their Go modules with the
+# machine's Go toolchain and the Go module proxy:
+#
+#   hack/envtest/kubernetes/                 kube-apiserver, kube-controller-manager
+#                                            (k8s.io/kubernetes with its staging replaces)
+#   hack/envtest/etcd/                       etcd (go.etcd.io/etcd/server/v3)
+#   hack/envtest/gardener-resource-manager/  gardener-resource-manager (github.com/gardener/gardener)
+#
+# The binaries land in a cache folder outside the repository, keyed by version, so a second
+# run rebuilds nothing. Prints that folder. A lock on the folder makes concurrent first runs
+# wait for each other instead of building into the same files.
 #
 #   hack/envtest.sh            build (if needed) and print the folder
 #   ENVTEST_CACHE=/some/dir    override the cache root (default: ~/.cache/gardener-extension-node/envtest)
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-apiserver_module="$here/envtest/kube-apiserver"
+kubernetes_module="$here/envtest/kubernetes"
 etcd_module="$here/envtest/etcd"
+grm_module="$here/envtest/gardener-resource-manager"
 
 module_version() { # <go.mod> <module path>
   awk -v m="$2" '$1 == "require" && $2 == m { print $3 } $1 == m && $2 ~ /^v/ { print $2 }' "$1" | head -n 1
 }
 
-kube_version="$(module_version "$apiserver_module/go.mod" k8s.io/kubernetes)"
+kube_version="$(module_version "$kubernetes_module/go.mod" k8s.io/kubernetes)"
 etcd_version="$(module_version "$etcd_module/go.mod" go.etcd.io/etcd/server/v3)"
-if [[ -z "$kube_version" || -z "$etcd_version" ]]; then
+gardener_version="$(module_version "$grm_module/go.mod" github.com/gardener/gardener)"
+if [[ -z "$kube_version" || -z "$etcd_version" || -z "$gardener_version" ]]; then
   echo "envtest: cannot read the pinned versions from hack/envtest/*/go.mod" >&2
   exit 1
 fi
@@ -25,30 +35,38 @@ fi
 cache_root="${ENVTEST_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gardener-extension-node/envtest}"
 out="$cache_root/$kube_version-etcd-$etcd_version"
 mkdir -p "$out"
+exec 9>"$out/.lock"
+if ! flock -n 9; then
+  echo "envtest: another build into $out is running; waiting for it" >&2
+  flock 9
+fi
 
 export GOTOOLCHAIN=local GOFLAGS=-mod=mod CGO_ENABLED=0
 
-build() { # <module dir> <package> <binary name> <version>
-  local dir="$1" pkg="$2" name="$3" version="$4"
+build() { # <module dir> <package> <binary name> <version> [ldflags]
+  local dir="$1" pkg="$2" name="$3" version="$4" ldflags="${5:-}"
   local stamp="$out/.$name.version"
   if [[ -x "$out/$name" && -f "$stamp" && "$(cat "$stamp")" == "$version" ]]; then
     echo "envtest: $name $version already built" >&2
     return
   fi
   echo "envtest: building $name $version (this takes several minutes the first time)" >&2
-  local ldflags=""
-  if [[ "$name" == kube-apiserver ]]; then
-    # The version the binary reports; upstream sets it with the same linker flags.
-    local gv="k8s.io/component-base/version"
-    ldflags="-X $gv.gitVersion=$version -X $gv.gitMajor=1 -X $gv.gitMinor=$(cut -d. -f2 <<<"$version")"
-    ldflags="$ldflags -X $gv.gitTreeState=clean -X k8s.io/client-go/pkg/version.gitVersion=$version"
-  fi
+  local started=$SECONDS
   (cd "$dir" && go build -trimpath -ldflags "-s -w $ldflags" -o "$out/$name.tmp" "$pkg")
   mv -f "$out/$name.tmp" "$out/$name"
   echo "$version" >"$stamp"
+  echo "envtest: built $name in $((SECONDS - started)) s" >&2
 }
 
-build "$apiserver_module" k8s.io/kubernetes/cmd/kube-apiserver kube-apiserver "$kube_version"
+# The version the Kubernetes binaries report; upstream sets it with the same linker flags.
+gv="k8s.io/component-base/version"
+kube_ldflags="-X $gv.gitVersion=$kube_version -X $gv.gitMajor=1 -X $gv.gitMinor=$(cut -d. -f2 <<<"$kube_version")"
+kube_ldflags="$kube_ldflags -X $gv.gitTreeState=clean -X k8s.io/client-go/pkg/version.gitVersion=$kube_version"
+
+build "$kubernetes_module" k8s.io/kubernetes/cmd/kube-apiserver kube-apiserver "$kube_version" "$kube_ldflags"
 build "$etcd_module" go.etcd.io/etcd/server/v3 etcd "$etcd_version"
+build "$kubernetes_module" k8s.io/kubernetes/cmd/kube-controller-manager kube-controller-manager "$kube_version" "$kube_ldflags"
+build "$grm_module" github.com/gardener/gardener/cmd/gardener-resource-manager gardener-resource-manager \
+  "$gardener_version" "-X github.com/gardener/gardener/pkg/version.gitVersion=$gardener_version"
 
 echo "$out"

@@ -4,8 +4,9 @@
 //! where a ManagedResource must linger (as while GRM deletes shoot objects) the test puts a
 //! foreign finalizer on it.
 //!
-//! One operator (class `shoot`, default `--node-agent-secrets`) serves all tests; the test of
-//! `--node-agent-secrets=false` runs a second operator restricted to class `seed`, so the two
+//! One operator (class `shoot`, default `--node-agent-secrets=auto`; without gardenlet's
+//! ManagedResource ours are shipped) serves all tests; the test of
+//! `--node-agent-secrets=never` runs a second operator restricted to class `seed`, so the two
 //! never act on the same objects.
 
 #![allow(clippy::unwrap_used, clippy::panic)] // test crate: failing loudly is the point
@@ -693,7 +694,7 @@ async fn without_node_agent_secrets_only_the_status_is_written_and_an_old_mr_is_
             &[
                 "--controllers=operatingsystemconfig",
                 "--extension-classes=seed",
-                "--node-agent-secrets=false",
+                "--node-agent-secrets=never",
             ],
         ))
     });

@@ -1,7 +1,13 @@
-//! A real control plane for tests and `make start`: etcd and kube-apiserver, built from their
-//! Go modules by `hack/envtest.sh`, started on free loopback ports.
+//! A real control plane for tests and `make start`: etcd, kube-apiserver and (optionally)
+//! kube-controller-manager, built from their Go modules by `hack/envtest.sh`, started on free
+//! loopback ports.
 //!
-//! Both processes run in one process group. A small watchdog (`sh`) polls the owning process
+//! kube-controller-manager runs only the controllers that make sense without nodes or a
+//! cloud (see [`CONTROLLERS`]): garbage collection, namespace deletion, DaemonSet/Deployment
+//! status, service-account tokens. So foreground deletions finish, a deleted namespace goes
+//! away, and a DaemonSet gets a status that gardener-resource-manager's health check reads.
+//!
+//! All processes run in one process group. A small watchdog (`sh`) polls the owning process
 //! and kills the whole group when it is gone, so neither a panic nor a SIGKILL of the owner
 //! leaves kube-apiserver or etcd behind. [`ControlPlane::stop`] (also run on drop) kills the
 //! group right away.
@@ -77,7 +83,14 @@ pub struct ControlPlaneOptions {
     /// Remove `state_dir` once the control plane is gone (tests); keep it for inspection
     /// otherwise (`make start`).
     pub remove_state_on_exit: bool,
+    /// Also run kube-controller-manager (needs `kube-controller-manager` in `assets`).
+    pub controller_manager: bool,
 }
+
+/// The kube-controller-manager controllers a local control plane runs.
+pub const CONTROLLERS: &str = "garbage-collector-controller,namespace-controller,daemonset-controller,\
+deployment-controller,replicaset-controller,serviceaccount-controller,serviceaccount-token-controller,\
+root-ca-certificate-publisher-controller";
 
 /// A running etcd + kube-apiserver pair.
 #[derive(Debug)]
@@ -89,6 +102,7 @@ pub struct ControlPlane {
     apiserver_port: u16,
     etcd: Option<Child>,
     apiserver: Option<Child>,
+    controller_manager: Option<Child>,
     watchdog: Option<Child>,
     process_group: u32,
     kubeconfig: String,
@@ -99,14 +113,14 @@ const READY_TIMEOUT: Duration = Duration::from_secs(120);
 impl ControlPlane {
     /// Starts etcd and kube-apiserver and waits until `/readyz` answers `ok`.
     pub async fn start(options: ControlPlaneOptions) -> Result<Self, ControlPlaneError> {
-        for binary in ["etcd", "kube-apiserver"] {
+        let mut binaries = vec!["etcd", "kube-apiserver"];
+        if options.controller_manager {
+            binaries.push("kube-controller-manager");
+        }
+        for binary in binaries {
             if !options.assets.join(binary).is_file() {
                 return Err(ControlPlaneError::MissingBinary {
-                    binary: if binary == "etcd" {
-                        "etcd"
-                    } else {
-                        "kube-apiserver"
-                    },
+                    binary,
                     dir: options.assets.display().to_string(),
                 });
             }
@@ -147,6 +161,7 @@ impl ControlPlane {
             apiserver_port,
             etcd: None,
             apiserver: None,
+            controller_manager: None,
             watchdog: None,
             process_group: 0,
             kubeconfig,
@@ -157,6 +172,9 @@ impl ControlPlane {
         plane.watchdog = Some(plane.spawn_watchdog()?);
         plane.apiserver = Some(plane.spawn_apiserver()?);
         plane.wait_ready().await?;
+        if plane.options.controller_manager {
+            plane.controller_manager = Some(plane.spawn_controller_manager()?);
+        }
         Ok(plane)
     }
 
@@ -218,7 +236,12 @@ impl ControlPlane {
                 .stderr(Stdio::null())
                 .status();
         }
-        for child in [&mut self.etcd, &mut self.apiserver, &mut self.watchdog] {
+        for child in [
+            &mut self.etcd,
+            &mut self.apiserver,
+            &mut self.controller_manager,
+            &mut self.watchdog,
+        ] {
             if let Some(mut c) = child.take() {
                 let _ = c.kill();
                 let _ = c.wait();
@@ -278,6 +301,31 @@ impl ControlPlane {
             .arg("--v=1")
             .process_group(self.process_group as i32);
         spawn_logged(command, "kube-apiserver", &state.join("kube-apiserver.log"))
+    }
+
+    fn spawn_controller_manager(&self) -> Result<Child, ControlPlaneError> {
+        let state = &self.options.state_dir;
+        let path = |name: &str| state.join(name).display().to_string();
+        let mut command = Command::new(self.options.assets.join("kube-controller-manager"));
+        command
+            .arg(format!("--kubeconfig={}", path("kubeconfig")))
+            .arg(format!("--controllers={CONTROLLERS}"))
+            .arg("--leader-elect=false")
+            // No serving port: nothing scrapes it locally.
+            .arg("--secure-port=0")
+            .arg(format!(
+                "--service-account-private-key-file={}",
+                path("sa.key")
+            ))
+            .arg(format!("--root-ca-file={}", path("ca.crt")))
+            .arg("--concurrent-gc-syncs=5")
+            .arg("--v=1")
+            .process_group(self.process_group as i32);
+        spawn_logged(
+            command,
+            "kube-controller-manager",
+            &state.join("kube-controller-manager.log"),
+        )
     }
 
     /// A shell that kills the group once the owning process (this one) is gone.

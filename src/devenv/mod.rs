@@ -1,13 +1,17 @@
 //! Local development environment: a real control plane, the CRDs and the example objects.
 //!
 //! `make start` without `dev/kubeconfig` runs `gardener-extension-node local-env`, which
-//! starts etcd + kube-apiserver ([`controlplane`]), installs `crds/`, applies `example/seed/`
-//! ([`apply`]) and runs the operator in the foreground against it. Ctrl-C stops everything.
-//! The test support code under `test/` uses the same pieces.
+//! starts a seed (etcd + kube-apiserver + kube-controller-manager, [`controlplane`]) and a
+//! shoot (the same three) with the real gardener-resource-manager between them
+//! ([`resource_manager`]), installs `crds/`, applies `example/seed/` ([`apply`]) and runs the
+//! operator in the foreground against the seed. The ManagedResources it writes reach the
+//! shoot as they would in a landscape (`dev/local-env/shoot.kubeconfig`). Ctrl-C stops
+//! everything. The test support code under `test/` uses the same pieces.
 
 pub mod apply;
 pub mod controlplane;
 pub mod pki;
+pub mod resource_manager;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -16,6 +20,7 @@ use anyhow::Context;
 use clap::Args;
 
 pub use controlplane::{ControlPlane, ControlPlaneOptions};
+pub use resource_manager::{ResourceManager, ResourceManagerOptions};
 
 /// Flags of `local-env`.
 #[derive(Debug, Clone, Args)]
@@ -80,15 +85,28 @@ pub async fn run_local_env(args: LocalEnvArgs) -> anyhow::Result<()> {
     } = args;
     let assets = resolve_assets(envtest_assets.as_deref(), Path::new("."))?;
     let state_dir = std::path::absolute(&state_dir).context("resolving --state-dir")?;
-    tracing::info!(assets = %assets.display(), state = %state_dir.display(), "starting etcd and kube-apiserver");
+    tracing::info!(assets = %assets.display(), state = %state_dir.display(), "starting the seed control plane");
     let plane = ControlPlane::start(ControlPlaneOptions {
-        assets,
-        state_dir,
+        assets: assets.clone(),
+        state_dir: state_dir.clone(),
         remove_state_on_exit: false,
+        controller_manager: true,
     })
     .await
     .context("starting the local control plane")?;
     let kubeconfig = plane.kubeconfig_path();
+    tracing::info!("starting the shoot control plane and gardener-resource-manager");
+    let shoot = ControlPlane::start(ControlPlaneOptions {
+        assets: assets.clone(),
+        state_dir: state_dir.join("shoot"),
+        remove_state_on_exit: false,
+        controller_manager: true,
+    })
+    .await
+    .context("starting the local shoot control plane")?;
+    let shoot_kubeconfig = state_dir.join("shoot.kubeconfig");
+    std::fs::write(&shoot_kubeconfig, shoot.kubeconfig())
+        .with_context(|| format!("writing {}", shoot_kubeconfig.display()))?;
     let client = kube::Client::try_from(plane.admin_config().await?)?;
 
     apply::install_crds(&client, &crd_dir)
@@ -99,11 +117,30 @@ pub async fn run_local_env(args: LocalEnvArgs) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("applying {}", example_dir.display()))?;
 
+    // After the CRDs: GRM's caches need the ManagedResource kind to exist.
+    let resource_manager = ResourceManager::start(ResourceManagerOptions {
+        assets,
+        state_dir: state_dir.join("gardener-resource-manager"),
+        source_kubeconfig: kubeconfig.clone(),
+        target_kubeconfig: shoot_kubeconfig.clone(),
+        namespaces: Vec::new(),
+        sync_period: std::time::Duration::from_secs(60),
+        health_sync_period: std::time::Duration::from_secs(30),
+        remove_state_on_exit: false,
+    })
+    .await
+    .context("starting gardener-resource-manager")?;
+
     println!("Local control plane is up ({}).", plane.server_url());
     println!("Kubeconfig: {}", kubeconfig.display());
     println!(
         "Try: kubectl --kubeconfig {} get containerruntimes,operatingsystemconfigs,workers -A",
         kubeconfig.display()
+    );
+    println!(
+        "Shoot ({}): kubectl --kubeconfig {} get runtimeclass,ds -A",
+        shoot.server_url(),
+        shoot_kubeconfig.display()
     );
     println!("Health: curl http://{http_bind_address}/healthz   (Ctrl-C stops everything)");
 
@@ -112,6 +149,8 @@ pub async fn run_local_env(args: LocalEnvArgs) -> anyhow::Result<()> {
         http_bind_address,
     ))
     .await;
+    drop(resource_manager);
+    drop(shoot);
     drop(plane);
     result
 }

@@ -69,3 +69,17 @@ pub fn generate() -> Result<Pki, rcgen::Error> {
         service_account_public_key: service_account.public_key_pem(),
     })
 }
+
+/// A self-signed serving certificate and key for `127.0.0.1`/`localhost` (PEM), for local
+/// servers nobody verifies (e.g. gardener-resource-manager's unused webhook port).
+pub fn self_signed_serving() -> Result<(String, String), rcgen::Error> {
+    let key = KeyPair::generate()?;
+    let mut params =
+        CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()])?;
+    params
+        .distinguished_name
+        .push(DnType::CommonName, "gardener-extension-node local server");
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    let cert = params.self_signed(&key)?;
+    Ok((cert.pem(), key.serialize_pem()))
+}

@@ -4,7 +4,8 @@
 //! - The manifests go into an **immutable** secret named by content,
 //!   `managedresource-<mr>-<first 8 hex of the data checksum>`, labelled
 //!   `resources.gardener.cloud/garbage-collectable-reference=true`. A change creates a new
-//!   secret; the old one is left for GRM's garbage collector.
+//!   secret; once the MR references it, the superseded ones are deleted right away (the
+//!   label stays, so a seed's garbage collector may also collect what a crash left behind).
 //! - The MR has no class (the shoot's GRM applies it), label `origin=<our name>`, injected
 //!   label `shoot.gardener.cloud/no-cleanup=true`, `keepObjects` as asked, and one reference
 //!   annotation `reference.resources.gardener.cloud/secret-<8 hex of sha256(secret name)>`
@@ -37,8 +38,12 @@ pub const LABEL_GARBAGE_COLLECTABLE: &str =
     "resources.gardener.cloud/garbage-collectable-reference";
 /// Prefix of the reference annotations on MRs.
 pub const ANNOTATION_REFERENCE_PREFIX: &str = "reference.resources.gardener.cloud/";
+/// Annotation that makes GRM skip an MR (except for its deletion).
+pub const ANNOTATION_IGNORE: &str = "resources.gardener.cloud/ignore";
 /// Label injected into every shoot object so gardenlet's shoot clean-up leaves it alone.
 pub const LABEL_NO_CLEANUP: &str = "shoot.gardener.cloud/no-cleanup";
+/// The finalizer gardener-resource-manager (default class) puts on the MRs it handles.
+pub const GRM_FINALIZER: &str = "resources.gardener.cloud/gardener-resource-manager";
 /// How long a deleting MR may take before the delay is reported as an error.
 pub const DELETION_GRACE: Duration = Duration::from_secs(120);
 
@@ -128,6 +133,65 @@ pub fn reference_annotation(secret: &str) -> String {
     format!("{ANNOTATION_REFERENCE_PREFIX}secret-{}", &digest[..8])
 }
 
+/// Whether `secret` is a manifest secret of MR `managed_resource` other than `current`:
+/// `managedresource-<mr>-<8 hex>` (pure). The exact shape matters: the secrets of MR
+/// `x-installation-p1` also start with `managedresource-x-`.
+pub fn is_superseded_secret(managed_resource: &str, secret: &str, current: Option<&str>) -> bool {
+    let base = format!("managedresource-{managed_resource}");
+    let prefix = if base.ends_with('-') {
+        base
+    } else {
+        format!("{base}-")
+    };
+    let Some(suffix) = secret.strip_prefix(&prefix) else {
+        return false;
+    };
+    suffix.len() == 8
+        && suffix
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        && Some(secret) != current
+}
+
+/// Deletes the manifest secrets of MR `name` other than `current` (metadata-only list of the
+/// garbage-collectable secrets of the namespace).
+pub async fn delete_superseded_secrets(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    current: Option<&str>,
+) -> Result<(), ManagedResourceError> {
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    let params =
+        kube::api::ListParams::default().labels(&format!("{LABEL_GARBAGE_COLLECTABLE}=true"));
+    let list = secrets
+        .list_metadata(&params)
+        .await
+        .map_err(api_error("listing", "Secret", namespace, name))?;
+    for secret in list.items {
+        let Some(secret) = secret.metadata.name else {
+            continue;
+        };
+        if is_superseded_secret(name, &secret, current) {
+            tracing::debug!(%namespace, %secret, managed_resource = %name, "deleting a superseded ManagedResource secret");
+            ignore_not_found(secrets.delete(&secret, &DeleteParams::default()).await)
+                .map_err(api_error("deleting", "Secret", namespace, &secret))?;
+        }
+    }
+    Ok(())
+}
+
+/// Whether GRM has applied the MR's current spec: `status.observedGeneration` equals
+/// `metadata.generation` and `ResourcesApplied` is True (pure).
+pub fn is_applied(mr: &ManagedResource) -> bool {
+    let status = mr.status.as_ref();
+    status.and_then(|s| s.observed_generation) == mr.metadata.generation
+        && mr.metadata.generation.is_some()
+        && mr
+            .condition(CONDITION_RESOURCES_APPLIED)
+            .is_some_and(|c| c.status == ConditionStatus::True)
+}
+
 /// The manifest secret (pure).
 pub fn render_secret(namespace: &str, name: &str, data: &BTreeMap<String, Vec<u8>>) -> Secret {
     Secret {
@@ -186,12 +250,12 @@ pub async fn apply_for_shoot(
     let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
     let params = PatchParams::apply(FIELD_MANAGER).force();
     // Same name means same content, so an existing (immutable) secret is already right.
-    if secrets
+    let created = secrets
         .get_opt(&secret_name)
         .await
         .map_err(api_error("reading", "Secret", namespace, &secret_name))?
-        .is_none()
-    {
+        .is_none();
+    if created {
         let secret = render_secret(namespace, &secret_name, data);
         secrets
             .patch(&secret_name, &params, &Patch::Apply(&secret))
@@ -203,6 +267,10 @@ pub async fn apply_for_shoot(
     mrs.patch(name, &params, &Patch::Apply(&mr))
         .await
         .map_err(api_error("applying", "ManagedResource", namespace, name))?;
+    if created {
+        // The MR now references the new secret: GRM no longer reads the old ones.
+        delete_superseded_secrets(client, namespace, name, Some(&secret_name)).await?;
+    }
     Ok(())
 }
 
@@ -228,7 +296,30 @@ pub async fn set_keep_objects(
     Ok(())
 }
 
-/// Deletes the MR and its secrets (the legacy `managedresource-<name>` too). Does not wait.
+/// Hands the MR's objects to whoever else applies them: one merge patch sets
+/// `resources.gardener.cloud/ignore` (so GRM does not apply the MR once more in reaction to
+/// the spec change) and `keepObjects: true`, then the MR and its secrets are deleted; GRM
+/// removes its finalizer without touching the objects. A missing MR is fine.
+pub async fn release_objects(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+) -> Result<(), ManagedResourceError> {
+    let mrs: Api<ManagedResource> = Api::namespaced(client.clone(), namespace);
+    let body = json!({
+        "metadata": {"annotations": {ANNOTATION_IGNORE: "true"}},
+        "spec": {"keepObjects": true},
+    });
+    ignore_not_found(
+        mrs.patch(name, &PatchParams::default(), &Patch::Merge(body))
+            .await,
+    )
+    .map_err(api_error("releasing", "ManagedResource", namespace, name))?;
+    delete(client, namespace, name).await
+}
+
+/// Deletes the MR and its secrets (the legacy `managedresource-<name>` and superseded
+/// `managedresource-<name>-<hash>` ones too). Does not wait.
 pub async fn delete(
     client: &Client,
     namespace: &str,
@@ -250,6 +341,7 @@ pub async fn delete(
         ignore_not_found(secrets.delete(&secret, &DeleteParams::default()).await)
             .map_err(api_error("deleting", "Secret", namespace, &secret))?;
     }
+    delete_superseded_secrets(client, namespace, name, None).await?;
     if existing.is_some() {
         ignore_not_found(mrs.delete(name, &DeleteParams::default()).await).map_err(api_error(
             "deleting",
@@ -404,6 +496,51 @@ mod tests {
             secret_name("trailing-", &data(&[("a", "b")])).starts_with("managedresource-trailing-")
         );
         assert!(!secret_name("trailing-", &data(&[("a", "b")])).contains("--"));
+    }
+
+    #[test]
+    fn superseded_secrets_are_recognised_by_their_exact_shape() {
+        let mr = "extension-runtime-gvisor";
+        let current = "managedresource-extension-runtime-gvisor-0123abcd";
+        assert!(is_superseded_secret(
+            mr,
+            "managedresource-extension-runtime-gvisor-deadbeef",
+            Some(current)
+        ));
+        assert!(is_superseded_secret(mr, current, None));
+        assert!(!is_superseded_secret(mr, current, Some(current)));
+        // Another MR whose name starts with ours.
+        assert!(!is_superseded_secret(
+            mr,
+            "managedresource-extension-runtime-gvisor-installation-p1-deadbeef",
+            None
+        ));
+        // Not hex, wrong length, the legacy name, another MR.
+        assert!(!is_superseded_secret(
+            mr,
+            "managedresource-extension-runtime-gvisor-DEADBEEF",
+            None
+        ));
+        assert!(!is_superseded_secret(
+            mr,
+            "managedresource-extension-runtime-gvisor-deadbee",
+            None
+        ));
+        assert!(!is_superseded_secret(
+            mr,
+            "managedresource-extension-runtime-gvisor",
+            None
+        ));
+        assert!(!is_superseded_secret(
+            mr,
+            "managedresource-shoot-gardener-node-agent-deadbeef",
+            None
+        ));
+        assert!(is_superseded_secret(
+            "trailing-",
+            "managedresource-trailing-deadbeef",
+            None
+        ));
     }
 
     #[test]

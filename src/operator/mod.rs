@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 pub use options::{ControllerName, OperatorArgs};
 
 use crate::controllers::containerruntime::{self, GVisorActuator};
-use crate::controllers::operatingsystemconfig::OscActuator;
+use crate::controllers::operatingsystemconfig::{OscActuator, handover};
 use crate::extension::controller::{self, ControllerOptions};
 use crate::extension::error::RetryPolicy;
 use crate::extension::events::EventPublisher;
@@ -132,6 +132,11 @@ pub async fn run_until(args: OperatorArgs, shutdown: CancellationToken) -> anyho
             ControllerName::Operatingsystemconfig => {
                 let actuator =
                     OscActuator::new(client.clone(), events.clone(), args.node_agent_secrets);
+                controllers.push(tokio::spawn(handover::run(
+                    actuator.clone(),
+                    filter(args.os_types.clone()),
+                    shutdown.clone(),
+                )));
                 let (task, ready) = start_controller(
                     &client,
                     actuator,

@@ -6,6 +6,8 @@ use std::path::PathBuf;
 
 use clap::{ArgAction, Args, ValueEnum};
 
+use crate::controllers::operatingsystemconfig::handover::NodeAgentSecrets;
+
 /// The controllers the operator can run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, ValueEnum)]
 pub enum ControllerName {
@@ -96,10 +98,12 @@ pub struct OperatorArgs {
     )]
     pub os_types: Vec<String>,
 
-    /// Ship the node-agent config secret of each `reconcile` OperatingSystemConfig into the
-    /// shoot (turn off where gardenlet already delivers these secrets).
-    #[arg(long, env = "NODE_AGENT_SECRETS", default_value_t = true, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
-    pub node_agent_secrets: bool,
+    /// Who ships the node-agent config secret of each `reconcile` OperatingSystemConfig into
+    /// the shoot: `auto` ships ours only while the shoot namespace has no gardenlet
+    /// ManagedResource `shoot-gardener-node-agent` (and hands the secrets over when it comes
+    /// or goes), `always` always, `never` never.
+    #[arg(long, env = "NODE_AGENT_SECRETS", value_enum, default_value_t = NodeAgentSecrets::Auto)]
+    pub node_agent_secrets: NodeAgentSecrets,
 
     /// Repository of a test installation image; used with `testImageTag` in a gVisor
     /// providerConfig (testing unreleased images only).
@@ -129,7 +133,7 @@ impl OperatorArgs {
             ],
             worker_types: vec![crate::controllers::worker::DEFAULT_TYPE.into()],
             os_types: vec!["debian".into(), "ubuntu".into()],
-            node_agent_secrets: true,
+            node_agent_secrets: NodeAgentSecrets::Auto,
             gvisor_installation_test_repository: None,
         }
     }

@@ -17,6 +17,7 @@ pub mod load;
 pub mod mcm;
 pub mod nspawn;
 pub mod operator;
+pub mod shoot;
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -92,6 +93,7 @@ async fn start(crds: Crds) -> Shared {
         assets,
         state_dir,
         remove_state_on_exit: true,
+        controller_manager: false,
     })
     .await
     .expect("control plane starts");

@@ -15,6 +15,7 @@ pub mod migrate;
 pub mod reconcile;
 pub mod render;
 pub mod restore;
+pub mod sweep;
 
 use kube::Client;
 
@@ -30,9 +31,12 @@ pub const SHARED_MANAGED_RESOURCE: &str = "extension-runtime-gvisor";
 /// Data key of the manifests in the MR secrets.
 pub const DATA_KEY: &str = "config.yaml";
 
+/// Prefix of the pools' installation ManagedResources.
+pub const INSTALLATION_MANAGED_RESOURCE_PREFIX: &str = "extension-runtime-gvisor-installation-";
+
 /// Name of a pool's installation ManagedResource.
 pub fn installation_managed_resource(pool: &str) -> String {
-    format!("extension-runtime-gvisor-installation-{pool}")
+    format!("{INSTALLATION_MANAGED_RESOURCE_PREFIX}{pool}")
 }
 
 /// Errors of the gVisor actuator.

@@ -1,5 +1,5 @@
 //! Reconcile: validate the providerConfig, render, then apply the shared MR and the pool's
-//! MR. A configuration error is returned before anything is written, so a bad spec never
+//! MR, then [`sweep`] the MRs of pools no ContainerRuntime asks for any more. A configuration error is returned before anything is written, so a bad spec never
 //! changes what is in the shoot. Does not wait for MR health (the shoot may be hibernated;
 //! gardenlet evaluates shoot MRs itself).
 
@@ -7,7 +7,8 @@ use std::collections::BTreeMap;
 
 use super::render::{self, InstallationInputs};
 use super::{
-    DATA_KEY, Error, GVisorActuator, SHARED_MANAGED_RESOURCE, config, installation_managed_resource,
+    DATA_KEY, Error, GVisorActuator, SHARED_MANAGED_RESOURCE, config,
+    installation_managed_resource, sweep,
 };
 use crate::api::ContainerRuntime;
 use crate::extension::managed_resource;
@@ -100,5 +101,6 @@ pub async fn reconcile(
     )
     .await?;
     tracing::info!(pool = %rendered.pool, "ManagedResources applied");
+    sweep::sweep(actuator, namespace).await?;
     Ok(Outcome::done())
 }

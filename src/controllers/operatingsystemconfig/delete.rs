@@ -1,7 +1,11 @@
 //! Delete: remove what reconcile created and (unless force-deleting) wait until it is gone.
 //!
 //! - `reconcile` OSCs: the node-agent ManagedResource with its secrets; the shoot's resource
-//!   manager then deletes `kube-system/<key>` in the shoot.
+//!   manager then deletes `kube-system/<key>` in the shoot. The Secret we ship asks the
+//!   resource manager to keep it ([`super::handover`]), so first the ManagedResource is
+//!   applied once more without that annotation and the deletion waits until the resource
+//!   manager has applied that; without a resource manager handling it (no finalizer) there is
+//!   nothing to wait for.
 //! - `provision` OSCs: the user-data Secret, but only when this OSC controls it (a Secret the
 //!   status points to that something else owns is left alone). Its owner reference would let
 //!   the garbage collector remove it too; deleting it here makes the deletion observable
@@ -13,9 +17,11 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::api::DeleteParams;
 use kube::{Api, ResourceExt};
 
-use super::{Error, OscActuator, node_agent_managed_resource, result_secret_ref};
-use crate::api::OperatingSystemConfig;
+use std::collections::BTreeMap;
+
+use super::{Error, OscActuator, node_agent_managed_resource, nodeagent, result_secret_ref};
 use crate::api::operatingsystemconfig::OperatingSystemConfigPurpose;
+use crate::api::{ManagedResource, OperatingSystemConfig};
 use crate::extension::managed_resource;
 use crate::extension::{Outcome, Request};
 
@@ -29,6 +35,15 @@ pub async fn delete(
     match osc.spec.purpose {
         OperatingSystemConfigPurpose::Reconcile => {
             let mr = node_agent_managed_resource(osc);
+            let ours = actuator.ships_node_agent_secrets(request.namespace()).await;
+            if wait && ours && !release_keep_object(actuator, request.namespace(), &mr).await? {
+                return Ok(Outcome::Pending {
+                    reason: format!(
+                        "waiting until gardener-resource-manager applied ManagedResource {mr} without keep-object"
+                    ),
+                    retry_after: managed_resource::DELETE_RETRY,
+                });
+            }
             if !managed_resource::delete_and_wait(&actuator.client, request.namespace(), &mr, wait)
                 .await?
             {
@@ -47,6 +62,61 @@ pub async fn delete(
         }
     }
     Ok(Outcome::done())
+}
+
+/// Removes the keep-object annotation from the shipped Secret through the resource manager;
+/// `true` once that is applied (or there is nothing to do).
+async fn release_keep_object(
+    actuator: &OscActuator,
+    namespace: &str,
+    name: &str,
+) -> Result<bool, Error> {
+    let mrs: Api<ManagedResource> = Api::namespaced(actuator.client.clone(), namespace);
+    let read_error = |source| {
+        Error::ManagedResource(managed_resource::ManagedResourceError::Api {
+            action: "reading",
+            kind: "ManagedResource",
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+            source: Box::new(source),
+        })
+    };
+    let Some(mr) = mrs.get_opt(name).await.map_err(read_error)? else {
+        return Ok(true);
+    };
+    let handled = mr
+        .finalizers()
+        .iter()
+        .any(|f| f == managed_resource::GRM_FINALIZER);
+    if mr.metadata.deletion_timestamp.is_some() || !handled {
+        return Ok(true);
+    }
+    let Some(secret_name) = mr.spec.secret_refs.first().map(|r| r.name.clone()) else {
+        return Ok(true);
+    };
+    let secrets: Api<Secret> = Api::namespaced(actuator.client.clone(), namespace);
+    let secret = secrets
+        .get_opt(&secret_name)
+        .await
+        .map_err(|source| Error::Secret {
+            action: "reading",
+            namespace: namespace.to_string(),
+            name: secret_name.clone(),
+            source: Box::new(source),
+        })?;
+    let data: BTreeMap<String, Vec<u8>> = secret
+        .and_then(|s| s.data)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(k, v)| (k, v.0))
+        .collect();
+    if nodeagent::keeps_object(&data) {
+        let unstamped = nodeagent::without_keep_object(&data).map_err(Error::NodeAgent)?;
+        managed_resource::apply_for_shoot(&actuator.client, namespace, name, &unstamped, false)
+            .await?;
+        return Ok(false);
+    }
+    Ok(managed_resource::is_applied(&mr))
 }
 
 /// Deletes the Secret when `osc` controls it; reports whether it is gone (or not ours).

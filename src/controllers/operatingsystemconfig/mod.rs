@@ -9,14 +9,16 @@
 //!   `cloudConfig.secretRef`. User data above 16 KiB is reported in the status description
 //!   and as a Warning event.
 //! - `reconcile`: no user data. The status gets the extension units/files of the OS type
-//!   ([`extensions`]), and — unless `--node-agent-secrets=false` — the node-agent config
-//!   secret `kube-system/<key>` ([`nodeagent`]) goes into the shoot through the
-//!   ManagedResource `extension-osc-<key>` (see [`nodeagent::managed_resource_name`] for why
-//!   per key). Both reach gardenlet in one status patch with the Succeeded state.
+//!   ([`extensions`]), and — while we ship them ([`handover`], `--node-agent-secrets`) — the
+//!   node-agent config secret `kube-system/<key>` ([`nodeagent`]) goes into the shoot
+//!   through the ManagedResource `extension-osc-<key>` (see
+//!   [`nodeagent::managed_resource_name`] for why per key). Both reach gardenlet in one
+//!   status patch with the Succeeded state.
 //!
 //! Layout: [`content`], [`userdata`], [`extensions`] and [`nodeagent`] are pure; [`fetch`]
 //! reads referenced Secrets; [`reconcile`], [`delete`], [`migrate`], [`restore`] are the
-//! operations (one file each).
+//! operations (one file each), and [`handover`] moves the node-agent secrets between
+//! gardenlet and us when gardenlet's own ManagedResource for them comes or goes.
 //!
 //! Errors a user must fix carry `ERR_CONFIGURATION_PROBLEM` (bad encoding, `imageRef` in a
 //! provision OSC, invalid paths or unit names, a reconcile OSC without pool label). A missing
@@ -28,12 +30,15 @@ pub mod content;
 pub mod delete;
 pub mod extensions;
 pub mod fetch;
+pub mod handover;
 pub mod migrate;
 pub mod nodeagent;
 pub mod reconcile;
 pub mod restore;
 pub mod userdata;
 pub mod validate;
+
+use std::sync::Arc;
 
 use kube::Client;
 
@@ -70,6 +75,17 @@ pub enum Error {
         #[source]
         source: Box<kube::Error>,
     },
+    /// Listing objects failed.
+    #[error("listing {what} in namespace {namespace:?}")]
+    List {
+        /// What was listed.
+        what: &'static str,
+        /// The namespace (empty: all).
+        namespace: String,
+        /// Cause.
+        #[source]
+        source: Box<kube::Error>,
+    },
     /// A ManagedResource operation failed.
     #[error("managing the node-agent ManagedResource")]
     ManagedResource(#[source] ManagedResourceError),
@@ -100,7 +116,7 @@ impl Classify for Error {
             Error::UserData(error) => error.codes(),
             Error::NodeAgent(error) => error.codes(),
             Error::ManagedResource(error) => error.codes(),
-            Error::Secret { .. } | Error::Status(_) => Vec::new(),
+            Error::Secret { .. } | Error::Status(_) | Error::List { .. } => Vec::new(),
             Error::Spec(_) | Error::TooLarge { .. } => vec![ErrorCode::ConfigurationProblem],
         }
     }
@@ -110,6 +126,7 @@ impl Classify for Error {
             Error::UserData(_) => "user-data",
             Error::NodeAgent(_) => "node-agent-secret",
             Error::Secret { .. } => "secret",
+            Error::List { .. } => "list",
             Error::ManagedResource(_) => "managed-resource",
             Error::Status(_) => "status",
             Error::Spec(_) => "spec",
@@ -129,17 +146,32 @@ impl From<ManagedResourceError> for Error {
 pub struct OscActuator {
     client: Client,
     events: EventPublisher,
-    node_agent_secrets: bool,
+    node_agent_secrets: handover::NodeAgentSecrets,
+    delivery: Arc<handover::GardenletDelivery>,
 }
 
 impl OscActuator {
-    /// Builds the actuator. `node_agent_secrets` is `--node-agent-secrets`: whether reconcile
-    /// OSCs get their node-agent secret shipped by us (off where gardenlet delivers them).
-    pub fn new(client: Client, events: EventPublisher, node_agent_secrets: bool) -> Self {
+    /// Builds the actuator. `node_agent_secrets` is `--node-agent-secrets`: who ships the
+    /// node-agent secret of reconcile OSCs ([`handover`]); run [`handover::run`] beside the
+    /// controller, it feeds the actuator's view of gardenlet's ManagedResources.
+    pub fn new(
+        client: Client,
+        events: EventPublisher,
+        node_agent_secrets: handover::NodeAgentSecrets,
+    ) -> Self {
         OscActuator {
             client,
             events,
             node_agent_secrets,
+            delivery: Arc::default(),
+        }
+    }
+
+    /// Whether we ship the node-agent secrets in `namespace` now.
+    pub async fn ships_node_agent_secrets(&self, namespace: &str) -> bool {
+        match self.node_agent_secrets {
+            handover::NodeAgentSecrets::Auto => !self.delivery.ships(namespace).await,
+            mode => mode.we_ship(false),
         }
     }
 }

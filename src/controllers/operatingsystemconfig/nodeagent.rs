@@ -39,6 +39,10 @@ pub const ROLE_OPERATING_SYSTEM_CONFIG: &str = "operating-system-config";
 pub const ORIGINAL_SUFFIX: &str = "-original";
 /// Prefix of our ManagedResources for node-agent secrets.
 pub const MANAGED_RESOURCE_PREFIX: &str = "extension-osc-";
+/// gardener-resource-manager leaves objects with this annotation in place when a
+/// ManagedResource that applied them is deleted (see [`super::handover`] for why the
+/// node-agent Secret carries it).
+pub const ANNOTATION_KEEP_OBJECT: &str = "resources.gardener.cloud/keep-object";
 
 /// Why the node-agent secret cannot be rendered.
 #[derive(Debug, thiserror::Error)]
@@ -109,7 +113,13 @@ impl NodeAgentSecret {
             metadata: ObjectMeta {
                 name: Some(self.name.clone()),
                 namespace: Some(NAMESPACE.to_string()),
-                annotations: Some([(ANNOTATION_CHECKSUM.to_string(), self.checksum())].into()),
+                annotations: Some(
+                    [
+                        (ANNOTATION_CHECKSUM.to_string(), self.checksum()),
+                        (ANNOTATION_KEEP_OBJECT.to_string(), "true".to_string()),
+                    ]
+                    .into(),
+                ),
                 labels: Some(
                     [
                         (
@@ -153,6 +163,41 @@ impl NodeAgentSecret {
             self.manifest()?.into_bytes(),
         )]))
     }
+}
+
+/// Whether ManagedResource data we rendered still asks to keep the Secret (pure).
+pub fn keeps_object(data: &BTreeMap<String, Vec<u8>>) -> bool {
+    let marker = format!("{ANNOTATION_KEEP_OBJECT}:");
+    data.values()
+        .any(|manifest| String::from_utf8_lossy(manifest).contains(&marker))
+}
+
+/// The same ManagedResource data without the keep-object annotation, so that deleting the
+/// ManagedResource afterwards removes the Secret from the shoot (pure).
+pub fn without_keep_object(
+    data: &BTreeMap<String, Vec<u8>>,
+) -> Result<BTreeMap<String, Vec<u8>>, NodeAgentError> {
+    let mut out = BTreeMap::new();
+    for (key, manifest) in data {
+        let mut value: Value =
+            serde_norway::from_slice(manifest).map_err(|source| NodeAgentError::Encode {
+                what: "the shipped node-agent Secret",
+                source,
+            })?;
+        if let Some(annotations) = value
+            .pointer_mut("/metadata/annotations")
+            .and_then(Value::as_object_mut)
+        {
+            annotations.remove(ANNOTATION_KEEP_OBJECT);
+        }
+        let text =
+            serde_norway::to_string(&sorted(value)).map_err(|source| NodeAgentError::Encode {
+                what: "the node-agent Secret",
+                source,
+            })?;
+        out.insert(key.clone(), text.into_bytes());
+    }
+    Ok(out)
 }
 
 /// `<key>` of an OSC: its name without the `-original` suffix.
@@ -355,6 +400,24 @@ spec:
             .into(),
         );
         secrets
+    }
+
+    #[test]
+    fn keep_object_stamp_comes_off_and_nothing_else_changes() {
+        let secret = NodeAgentSecret {
+            name: "gardener-node-agent-p1-0123".into(),
+            pool: "p1".into(),
+            osc_yaml: "spec: {}\n".into(),
+        };
+        let data = secret.managed_resource_data().unwrap();
+        assert!(keeps_object(&data));
+        let unstamped = without_keep_object(&data).unwrap();
+        assert!(!keeps_object(&unstamped));
+        let text = String::from_utf8(unstamped.values().next().unwrap().clone()).unwrap();
+        assert!(text.contains(ANNOTATION_CHECKSUM), "{text}");
+        assert!(text.contains("osc.yaml"), "{text}");
+        // Idempotent.
+        assert_eq!(without_keep_object(&unstamped).unwrap(), unstamped);
     }
 
     #[test]

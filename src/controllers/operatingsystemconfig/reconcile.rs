@@ -4,10 +4,10 @@
 //! - `provision`: read referenced Secrets → render the user data → server-side apply the
 //!   result Secret (controller reference to the OSC when in its namespace) → status
 //!   `cloudConfig.secretRef`. Extension status fields are cleared: provision OSCs get none.
-//! - `reconcile`: extension units/files for the OS type → (with `--node-agent-secrets`) read
-//!   referenced Secrets, render the node-agent secret and apply its ManagedResource; (without)
-//!   hand the shoot's secret over to gardenlet by removing our ManagedResource with
-//!   `keepObjects=true` → status `extensionUnits`/`extensionFiles` (null when empty) and
+//! - `reconcile`: extension units/files for the OS type → (while we ship the node-agent
+//!   secrets, see [`handover`]) read referenced Secrets, render the node-agent secret and
+//!   apply its ManagedResource; (otherwise) hand the shoot's secret over to gardenlet by
+//!   removing our ManagedResource with `keepObjects=true` → status `extensionUnits`/`extensionFiles` (null when empty) and
 //!   `inPlaceUpdates: null` (not supported for our OS types).
 //!
 //! The status fields are returned in [`Outcome::Done`], so the generic reconciler writes them
@@ -26,7 +26,7 @@ use serde_json::{Map, Value, json};
 use super::content::ReferencedSecrets;
 use super::extensions::{self, Extensions};
 use super::{
-    Error, OscActuator, USER_DATA_KEY, fetch, node_agent_managed_resource, nodeagent,
+    Error, OscActuator, USER_DATA_KEY, fetch, handover, node_agent_managed_resource, nodeagent,
     result_secret_ref, userdata, validate,
 };
 use crate::api::OperatingSystemConfig;
@@ -239,25 +239,13 @@ async fn original(
 ) -> Result<Outcome, Error> {
     let osc = request.object;
     let namespace = request.namespace();
-    let mr = node_agent_managed_resource(osc);
-    let extensions = if actuator.node_agent_secrets {
-        let files = osc.spec.files.iter();
-        let secrets = fetch::referenced_secrets(&actuator.client, namespace, files).await?;
-        let (secret, extensions) = render_node_agent_secret(osc, &secrets)?;
-        let data = secret.managed_resource_data().map_err(Error::NodeAgent)?;
-        managed_resource::apply_for_shoot(&actuator.client, namespace, &mr, &data, false).await?;
-        tracing::info!(
-            managed_resource = %mr,
-            secret = %secret.name,
-            checksum = %secret.checksum(),
-            "node-agent secret applied"
-        );
-        extensions
+    let extensions = if actuator.ships_node_agent_secrets(namespace).await {
+        ship_node_agent_secret(actuator, osc).await?
     } else {
         // gardenlet delivers the node-agent secrets: leave the shoot's copy in place for its
         // ManagedResource to adopt, and drop ours (if an earlier run created one).
-        managed_resource::set_keep_objects(&actuator.client, namespace, &mr, true).await?;
-        managed_resource::delete(&actuator.client, namespace, &mr).await?;
+        let mr = node_agent_managed_resource(osc);
+        handover::release(actuator, namespace, &mr).await?;
         extensions::for_os_type(&osc.spec.default.type_)
     };
     let mut status = Map::new();
@@ -265,6 +253,29 @@ async fn original(
     status.insert("extensionFiles".into(), list_or_null(&extensions.files)?);
     status.insert("inPlaceUpdates".into(), Value::Null);
     Ok(Outcome::Done { status })
+}
+
+/// Renders the node-agent secret of a `reconcile` OSC and applies its ManagedResource;
+/// returns the extension units/files that went into it. Also the take-over step of
+/// [`handover`].
+pub async fn ship_node_agent_secret(
+    actuator: &OscActuator,
+    osc: &OperatingSystemConfig,
+) -> Result<Extensions, Error> {
+    let namespace = osc.metadata.namespace.as_deref().unwrap_or_default();
+    let mr = node_agent_managed_resource(osc);
+    let files = osc.spec.files.iter();
+    let secrets = fetch::referenced_secrets(&actuator.client, namespace, files).await?;
+    let (secret, extensions) = render_node_agent_secret(osc, &secrets)?;
+    let data = secret.managed_resource_data().map_err(Error::NodeAgent)?;
+    managed_resource::apply_for_shoot(&actuator.client, namespace, &mr, &data, false).await?;
+    tracing::info!(
+        managed_resource = %mr,
+        secret = %secret.name,
+        checksum = %secret.checksum(),
+        "node-agent secret applied"
+    );
+    Ok(extensions)
 }
 
 /// The list as JSON, or `null` (clears the field) when empty.

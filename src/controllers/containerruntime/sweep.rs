@@ -1,0 +1,88 @@
+//! Sweep (part of every reconcile): delete the installation ManagedResources of pools that no
+//! ContainerRuntime asks for any more.
+//!
+//! A pool's ManagedResource `extension-runtime-gvisor-installation-<pool>` is normally removed
+//! by the delete flow of its ContainerRuntime. Two cases bypass that flow and would leave the
+//! pool's DaemonSet in the shoot for ever: a ContainerRuntime whose `spec.workerPool.name`
+//! changes (the reconcile applies the new pool's ManagedResource, nobody deletes the old
+//! one), and a ContainerRuntime removed while the operator was not running (its finalizer
+//! taken off by hand). So each reconcile compares the namespace's installation
+//! ManagedResources of ours with the pools of its gvisor ContainerRuntimes and deletes the
+//! rest (`keepObjects` stays false: the shoot's DaemonSet goes with it).
+
+use std::collections::BTreeSet;
+
+use kube::api::ListParams;
+use kube::{Api, ResourceExt};
+
+use super::{Error, GVisorActuator, INSTALLATION_MANAGED_RESOURCE_PREFIX, TYPE};
+use crate::api::{ContainerRuntime, ManagedResource};
+use crate::extension::managed_resource::{self, ORIGIN};
+
+/// Of `ours` (names of our ManagedResources in a namespace), the installation
+/// ManagedResources whose pool is not in `pools` (pure).
+pub fn orphaned<'a>(ours: &'a [String], pools: &BTreeSet<String>) -> Vec<&'a str> {
+    ours.iter()
+        .filter_map(|name| {
+            let pool = name.strip_prefix(INSTALLATION_MANAGED_RESOURCE_PREFIX)?;
+            (!pools.contains(pool)).then_some(name.as_str())
+        })
+        .collect()
+}
+
+/// Deletes the orphaned installation ManagedResources of `namespace` (without waiting).
+pub async fn sweep(actuator: &GVisorActuator, namespace: &str) -> Result<(), Error> {
+    let list_error = |source| Error::List {
+        namespace: namespace.to_string(),
+        source: Box::new(source),
+    };
+    let runtimes: Api<ContainerRuntime> = Api::namespaced(actuator.client.clone(), namespace);
+    let pools: BTreeSet<String> = runtimes
+        .list(&ListParams::default())
+        .await
+        .map_err(list_error)?
+        .items
+        .into_iter()
+        .filter(|runtime| runtime.spec.default.type_ == TYPE)
+        .map(|runtime| runtime.spec.worker_pool.name)
+        .collect();
+    let mrs: Api<ManagedResource> = Api::namespaced(actuator.client.clone(), namespace);
+    let ours: Vec<String> = mrs
+        .list_metadata(&ListParams::default().labels(&format!("origin={ORIGIN}")))
+        .await
+        .map_err(list_error)?
+        .items
+        .into_iter()
+        .filter(|mr| mr.metadata.deletion_timestamp.is_none())
+        .map(|mr| mr.name_any())
+        .collect();
+    for name in orphaned(&ours, &pools) {
+        tracing::info!(%namespace, managed_resource = %name, "deleting the installation ManagedResource of a pool without ContainerRuntime");
+        managed_resource::delete(&actuator.client, namespace, name).await?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_installation_resources_of_unknown_pools_are_orphaned() {
+        let ours: Vec<String> = [
+            "extension-runtime-gvisor",
+            "extension-runtime-gvisor-installation-p1",
+            "extension-runtime-gvisor-installation-p2",
+            "extension-osc-gardener-node-agent-p3-0123",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let pools: BTreeSet<String> = ["p1".to_string()].into();
+        assert_eq!(
+            orphaned(&ours, &pools),
+            vec!["extension-runtime-gvisor-installation-p2"]
+        );
+        assert!(orphaned(&ours, &["p1".into(), "p2".into()].into()).is_empty());
+    }
+}

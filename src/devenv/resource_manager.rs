@@ -1,0 +1,352 @@
+//! The real gardener-resource-manager (GRM) for tests and `make start`, built from
+//! `github.com/gardener/gardener` by `hack/envtest.sh`.
+//!
+//! In a landscape, each shoot namespace of a seed runs a GRM that reads the ManagedResources
+//! of that namespace (the *source*, the seed) and applies their manifests into the shoot (the
+//! *target*). [`ResourceManager::start`] runs the same binary the same way between two local
+//! control planes ([`super::ControlPlane`]): only the ManagedResource and health controllers
+//! run (no webhooks, no garbage collector, no leader election), so what the tests see is the
+//! apply/delete/keepObjects/origin behaviour of the real component.
+//!
+//! Like the control plane, the process runs in a process group of its own that a watchdog
+//! kills when the owning process is gone, and [`ResourceManager::stop`] (also on drop) kills
+//! it at once.
+
+use std::fs;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::controlplane::ControlPlaneError;
+
+/// Name of the binary in the assets folder.
+pub const BINARY: &str = "gardener-resource-manager";
+
+/// How a resource manager is started.
+#[derive(Debug, Clone)]
+pub struct ResourceManagerOptions {
+    /// Folder with the `gardener-resource-manager` binary (printed by `hack/envtest.sh`).
+    pub assets: PathBuf,
+    /// Folder for its configuration, serving certificate and log; emptied first.
+    pub state_dir: PathBuf,
+    /// Kubeconfig file of the cluster holding the ManagedResources (the seed).
+    pub source_kubeconfig: PathBuf,
+    /// Kubeconfig file of the cluster the manifests are applied to (the shoot).
+    pub target_kubeconfig: PathBuf,
+    /// Source namespaces to handle; empty means all.
+    pub namespaces: Vec<String>,
+    /// How often every ManagedResource is applied again although nothing changed (GRM's
+    /// default is one minute; tests that look for two owners fighting use less).
+    pub sync_period: Duration,
+    /// How often the health of the applied objects is checked.
+    pub health_sync_period: Duration,
+    /// Remove `state_dir` once the process is gone.
+    pub remove_state_on_exit: bool,
+}
+
+/// A running gardener-resource-manager.
+#[derive(Debug)]
+pub struct ResourceManager {
+    options: ResourceManagerOptions,
+    child: Option<Child>,
+    watchdog: Option<Child>,
+    health_port: u16,
+}
+
+const READY_TIMEOUT: Duration = Duration::from_secs(120);
+/// The shortest sync period GRM accepts.
+pub const MIN_SYNC_PERIOD: Duration = Duration::from_secs(15);
+
+/// GRM's configuration file (pure): only the ManagedResource and health controllers.
+pub fn render_config(
+    options: &ResourceManagerOptions,
+    ports: [u16; 3],
+    cert_dir: &Path,
+) -> serde_json::Value {
+    let [webhook_port, health_port, metrics_port] = ports;
+    // GRM rejects sync periods below 15 s.
+    let seconds = |d: Duration| format!("{}s", d.as_secs().max(MIN_SYNC_PERIOD.as_secs()));
+    serde_json::json!({
+        "apiVersion": "resourcemanager.config.gardener.cloud/v1alpha1",
+        "kind": "ResourceManagerConfiguration",
+        "sourceClientConnection": {
+            "kubeconfig": options.source_kubeconfig.display().to_string(),
+            "namespaces": options.namespaces,
+            "qps": 100.0,
+            "burst": 130,
+        },
+        "targetClientConnection": {
+            "kubeconfig": options.target_kubeconfig.display().to_string(),
+            "qps": 100.0,
+            "burst": 130,
+        },
+        "leaderElection": {"leaderElect": false},
+        "logLevel": "info",
+        "logFormat": "json",
+        "server": {
+            "webhooks": {
+                "bindAddress": "127.0.0.1",
+                "port": webhook_port,
+                "tls": {"serverCertDir": cert_dir.display().to_string()},
+            },
+            "healthProbes": {"bindAddress": "127.0.0.1", "port": health_port},
+            "metrics": {"bindAddress": "127.0.0.1", "port": metrics_port},
+        },
+        "controllers": {
+            "garbageCollector": {"enabled": false},
+            "health": {"concurrentSyncs": 5, "syncPeriod": seconds(options.health_sync_period)},
+            "csrApprover": {"enabled": false},
+            "managedResource": {
+                "concurrentSyncs": 5,
+                "syncPeriod": seconds(options.sync_period),
+                "alwaysUpdate": false,
+                "managedByLabelValue": "gardener",
+            },
+            "networkPolicy": {"enabled": false},
+            "nodeCriticalComponents": {"enabled": false},
+            "nodeAgentReconciliationDelay": {"enabled": false},
+            "tokenRequestor": {"enabled": false},
+        },
+        "webhooks": {},
+    })
+}
+
+impl ResourceManager {
+    /// Starts GRM and waits until its `/readyz` answers 200 (its caches of both clusters are
+    /// synced).
+    pub async fn start(options: ResourceManagerOptions) -> Result<Self, ControlPlaneError> {
+        let binary = options.assets.join(BINARY);
+        if !binary.is_file() {
+            return Err(ControlPlaneError::MissingBinary {
+                binary: BINARY,
+                dir: options.assets.display().to_string(),
+            });
+        }
+        let state = options.state_dir.clone();
+        if state.exists() {
+            fs::remove_dir_all(&state).map_err(io_error(&state))?;
+        }
+        let cert_dir = state.join("certs");
+        fs::create_dir_all(&cert_dir).map_err(io_error(&cert_dir))?;
+        let (cert, key) = super::pki::self_signed_serving().map_err(ControlPlaneError::Pki)?;
+        write(&cert_dir.join("tls.crt"), &cert)?;
+        write(&cert_dir.join("tls.key"), &key)?;
+        let ports = free_ports()?;
+        let config = render_config(&options, ports, &cert_dir);
+        let config_path = state.join("config.yaml");
+        write(&config_path, &config.to_string())?;
+
+        let log = state.join("gardener-resource-manager.log");
+        let file = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .map_err(io_error(&log))?;
+        let stderr = file.try_clone().map_err(io_error(&log))?;
+        let child = Command::new(&binary)
+            .arg(format!("--config={}", config_path.display()))
+            .stdin(Stdio::null())
+            .stdout(file)
+            .stderr(stderr)
+            .process_group(0)
+            .spawn()
+            .map_err(|source| ControlPlaneError::Spawn {
+                binary: BINARY,
+                source,
+            })?;
+        let watchdog = spawn_watchdog(child.id(), &state, options.remove_state_on_exit)?;
+        let mut manager = ResourceManager {
+            options,
+            child: Some(child),
+            watchdog: Some(watchdog),
+            health_port: ports[1],
+        };
+        manager.wait_ready().await?;
+        Ok(manager)
+    }
+
+    /// The log file (JSON lines).
+    pub fn log_path(&self) -> PathBuf {
+        self.options.state_dir.join("gardener-resource-manager.log")
+    }
+
+    /// Kills the process (idempotent).
+    pub fn stop(&mut self) {
+        for child in [&mut self.child, &mut self.watchdog] {
+            if let Some(mut c) = child.take() {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+        if self.options.remove_state_on_exit {
+            let _ = fs::remove_dir_all(&self.options.state_dir);
+        }
+    }
+
+    async fn wait_ready(&mut self) -> Result<(), ControlPlaneError> {
+        let started = Instant::now();
+        loop {
+            if let Some(child) = self.child.as_mut()
+                && let Ok(Some(status)) = child.try_wait()
+            {
+                return Err(ControlPlaneError::Exited {
+                    binary: BINARY,
+                    status: status.to_string(),
+                    log_tail: log_tail(&self.log_path()),
+                });
+            }
+            if http_status(self.health_port, "/readyz") == Some(200) {
+                return Ok(());
+            }
+            if started.elapsed() > READY_TIMEOUT {
+                return Err(ControlPlaneError::NotReady(
+                    READY_TIMEOUT,
+                    log_tail(&self.log_path()),
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+}
+
+impl Drop for ResourceManager {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// The status code of a plain HTTP GET on loopback, `None` when nothing answers.
+fn http_status(port: u16, path: &str) -> Option<u16> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut head = [0u8; 32];
+    let read = stream.read(&mut head).ok()?;
+    let line = std::str::from_utf8(&head[..read]).ok()?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// A shell that kills the process group `group` once this process is gone.
+fn spawn_watchdog(
+    group: u32,
+    state: &Path,
+    remove_state: bool,
+) -> Result<Child, ControlPlaneError> {
+    let cleanup = if remove_state {
+        format!(
+            "sleep 0.5; rm -rf '{}'",
+            state.display().to_string().replace('\'', "")
+        )
+    } else {
+        String::from("true")
+    };
+    let script = format!(
+        "while kill -0 {owner} 2>/dev/null && kill -0 {group} 2>/dev/null; do sleep 0.2; done; kill -KILL -{group} 2>/dev/null; {cleanup}; exit 0",
+        owner = std::process::id(),
+    );
+    Command::new("sh")
+        .args(["-c", &script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .spawn()
+        .map_err(|source| ControlPlaneError::Spawn {
+            binary: "sh (watchdog)",
+            source,
+        })
+}
+
+fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> ControlPlaneError + '_ {
+    move |source| ControlPlaneError::Io {
+        path: path.display().to_string(),
+        source,
+    }
+}
+
+fn write(path: &Path, content: &str) -> Result<(), ControlPlaneError> {
+    use std::os::unix::fs::PermissionsExt;
+    fs::write(path, content).map_err(io_error(path))?;
+    fs::set_permissions(path, fs::Permissions::from_mode(0o600)).map_err(io_error(path))
+}
+
+fn log_tail(path: &Path) -> String {
+    let text = fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(20)..].join("\n")
+}
+
+fn free_ports() -> Result<[u16; 3], ControlPlaneError> {
+    let bind = || {
+        TcpListener::bind("127.0.0.1:0").map_err(|source| ControlPlaneError::Io {
+            path: "127.0.0.1:0".into(),
+            source,
+        })
+    };
+    let listeners = [bind()?, bind()?, bind()?];
+    let mut ports = [0u16; 3];
+    for (port, listener) in ports.iter_mut().zip(&listeners) {
+        *port = listener
+            .local_addr()
+            .map_err(|source| ControlPlaneError::Io {
+                path: "127.0.0.1:0".into(),
+                source,
+            })?
+            .port();
+    }
+    Ok(ports)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_runs_only_the_managed_resource_and_health_controllers() {
+        let options = ResourceManagerOptions {
+            assets: PathBuf::from("/assets"),
+            state_dir: PathBuf::from("/state"),
+            source_kubeconfig: PathBuf::from("/seed.kubeconfig"),
+            target_kubeconfig: PathBuf::from("/shoot.kubeconfig"),
+            namespaces: vec!["shoot--a--b".into()],
+            sync_period: Duration::from_secs(20),
+            health_sync_period: Duration::from_millis(500),
+            remove_state_on_exit: true,
+        };
+        let config = render_config(&options, [1, 2, 3], Path::new("/certs"));
+        assert_eq!(
+            config["sourceClientConnection"]["namespaces"][0],
+            "shoot--a--b"
+        );
+        assert_eq!(
+            config["targetClientConnection"]["kubeconfig"],
+            "/shoot.kubeconfig"
+        );
+        assert_eq!(
+            config["controllers"]["managedResource"]["syncPeriod"],
+            "20s"
+        );
+        // Shorter periods are raised to what GRM accepts.
+        assert_eq!(config["controllers"]["health"]["syncPeriod"], "15s");
+        for disabled in [
+            "garbageCollector",
+            "csrApprover",
+            "networkPolicy",
+            "tokenRequestor",
+        ] {
+            assert_eq!(
+                config["controllers"][disabled]["enabled"], false,
+                "{disabled}"
+            );
+        }
+        assert_eq!(config["leaderElection"]["leaderElect"], false);
+        assert_eq!(config["server"]["healthProbes"]["port"], 2);
+    }
+}

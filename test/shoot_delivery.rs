@@ -1,0 +1,659 @@
+//! What reaches the shoot, checked through the **real** gardener-resource-manager: the
+//! operator writes ManagedResources into a seed namespace, GRM (built from
+//! `github.com/gardener/gardener`) applies them into a second real control plane playing the
+//! shoot (with kube-controller-manager, so DaemonSets get a status and deletions finish), and
+//! the tests look at the shoot's objects.
+//!
+//! - gVisor: RuntimeClass and per-pool DaemonSets created, updated in place (same uid),
+//!   a removed pool's DaemonSet deleted, a renamed pool's old DaemonSet swept, migrate keeps
+//!   the shoot objects (same uids) and leaves no ManagedResource or manifest secret on the
+//!   seed, restore adopts them, delete removes them; superseded manifest secrets never pile up;
+//!   the MR conditions `ResourcesApplied`/`ResourcesHealthy` are True.
+//! - An installation ManagedResource whose ContainerRuntime disappeared without our delete
+//!   flow (finalizer removed by hand, e.g. while the operator was down) is swept on the next
+//!   reconcile in the namespace.
+//! - OSC: the node-agent Secret reaches `kube-system/<key>` and leaves with its OSC.
+//! - Hand-over of the node-agent Secret between gardenlet's ManagedResource
+//!   `shoot-gardener-node-agent` and ours, in both orders of appearance: no origin flip for
+//!   3 minutes with GRM re-applying every 15 s, the Secret's uid never changes, and deleting
+//!   either ManagedResource never deletes the Secret while the other owns it.
+//!
+//! gardenlet itself does not run here: its ManagedResource is written the way gardenlet
+//! writes it (name, `origin=gardener`, manifest secret), and its operation annotations come
+//! from `support::gardener`.
+
+#![allow(clippy::unwrap_used, clippy::panic)] // test crate: failing loudly is the point
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
+
+use futures::{StreamExt, TryStreamExt};
+use gardener_extension_node::api::{
+    Cluster, ContainerRuntime, LastOperationType, ManagedResource, OperatingSystemConfig,
+};
+use gardener_extension_node::controllers::containerruntime::render::daemonset_name;
+use gardener_extension_node::extension::managed_resource::{
+    self, render_managed_resource, render_secret,
+};
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::node::v1::RuntimeClass;
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::watcher;
+use kube::{Api, Client, ResourceExt};
+use serde_json::{Value, json};
+use support::gardener::{annotate, confirm_and_delete, wait_gone, wait_migrated, wait_ready};
+use support::operator::OperatorProcess;
+use support::shoot::Shoot;
+use support::{TestEnv, fixtures, wait_for};
+
+const SHARED_MR: &str = "extension-runtime-gvisor";
+const GARDENLET_MR: &str = "shoot-gardener-node-agent";
+const OSC_KEY: &str = "gardener-node-agent-worker-a-77ac3";
+const ORIGIN_ANNOTATION: &str = "resources.gardener.cloud/origin";
+const WAIT: Duration = Duration::from_secs(90);
+
+/// How long the hand-over tests watch for origin flips.
+fn quiet_period() -> Duration {
+    Duration::from_secs(
+        std::env::var("SHOOT_DELIVERY_QUIET_SECONDS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(180),
+    )
+}
+
+/// One operator for the whole binary (like the other integration tests): two operators would
+/// both act on every namespace.
+static OPERATOR: OnceLock<Mutex<OperatorProcess>> = OnceLock::new();
+
+async fn setup() -> (TestEnv, Shoot) {
+    let env = support::env().await;
+    OPERATOR.get_or_init(|| Mutex::new(OperatorProcess::start(&env.kubeconfig, &[])));
+    let cluster: Cluster = serde_json::from_value(fixtures::cluster_json(&env.namespace)).unwrap();
+    Api::<Cluster>::all(env.client.clone())
+        .create(&PostParams::default(), &cluster)
+        .await
+        .unwrap();
+    let shoot = Shoot::start(&env).await;
+    (env, shoot)
+}
+
+fn api<K>(client: &Client, namespace: &str) -> Api<K>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+    <K as kube::Resource>::DynamicType: Default,
+{
+    Api::namespaced(client.clone(), namespace)
+}
+
+fn pool_mr(pool: &str) -> String {
+    format!("extension-runtime-gvisor-installation-{pool}")
+}
+
+async fn create_cr(env: &TestEnv, pool: &str) -> String {
+    let mut cr = fixtures::container_runtime_json(&env.namespace, pool);
+    cr["metadata"]["annotations"] = json!({"gardener.cloud/operation": "reconcile"});
+    let cr: ContainerRuntime = serde_json::from_value(cr).unwrap();
+    api::<ContainerRuntime>(&env.client, &env.namespace)
+        .create(&PostParams::default(), &cr)
+        .await
+        .unwrap();
+    format!("gvisor-{pool}")
+}
+
+/// Waits until GRM reports the MR applied and healthy for its current generation.
+async fn wait_mr_healthy(env: &TestEnv, name: &str) -> ManagedResource {
+    let mrs = api::<ManagedResource>(&env.client, &env.namespace);
+    wait_for(&format!("ManagedResource {name} healthy"), WAIT, || async {
+        let mr = mrs.get(name).await.map_err(|e| e.to_string())?;
+        let status = |t: &str| {
+            mr.condition(t)
+                .map(|c| format!("{:?}", c.status))
+                .unwrap_or_default()
+        };
+        if managed_resource::is_applied(&mr) && status("ResourcesHealthy") == "True" {
+            Ok(mr.clone())
+        } else {
+            Err(format!(
+                "applied {}, healthy {}, conditions {:?}",
+                status("ResourcesApplied"),
+                status("ResourcesHealthy"),
+                mr.status.as_ref().map(|s| &s.conditions)
+            ))
+        }
+    })
+    .await
+}
+
+async fn shoot_daemonset(shoot: &Client, pool: &str) -> Option<DaemonSet> {
+    api::<DaemonSet>(shoot, "kube-system")
+        .get_opt(&daemonset_name(pool))
+        .await
+        .unwrap()
+}
+
+async fn wait_shoot_daemonset(shoot: &Client, pool: &str) -> DaemonSet {
+    wait_for(
+        &format!("DaemonSet of pool {pool} in the shoot"),
+        WAIT,
+        || async {
+            shoot_daemonset(shoot, pool)
+                .await
+                .ok_or_else(|| "absent".to_string())
+        },
+    )
+    .await
+}
+
+async fn wait_shoot_daemonset_gone(shoot: &Client, pool: &str) {
+    wait_for(
+        &format!("DaemonSet of pool {pool} gone from the shoot"),
+        WAIT,
+        || async {
+            match shoot_daemonset(shoot, pool).await {
+                None => Ok(()),
+                Some(ds) => Err(format!(
+                    "still there (deleting: {})",
+                    ds.metadata.deletion_timestamp.is_some()
+                )),
+            }
+        },
+    )
+    .await
+}
+
+/// The names of the seed namespace's ManagedResource manifest secrets.
+async fn manifest_secrets(env: &TestEnv) -> Vec<String> {
+    let mut names: Vec<String> = api::<Secret>(&env.client, &env.namespace)
+        .list_metadata(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|s| s.name_any())
+        .filter(|n| n.starts_with("managedresource-"))
+        .collect();
+    names.sort();
+    names
+}
+
+#[tokio::test]
+async fn gvisor_objects_follow_the_container_runtimes_through_the_real_resource_manager() {
+    let (env, shoot) = setup().await;
+    let shoot_client = shoot.client().await;
+    let crs = api::<ContainerRuntime>(&env.client, &env.namespace);
+    let mrs = api::<ManagedResource>(&env.client, &env.namespace);
+    let p1 = create_cr(&env, "p1").await;
+    let p2 = create_cr(&env, "p2").await;
+    wait_ready(&crs, &p1, LastOperationType::Create).await;
+    wait_ready(&crs, &p2, LastOperationType::Create).await;
+
+    // Created: conditions True, objects in the shoot stamped by GRM.
+    for mr in [SHARED_MR.to_string(), pool_mr("p1"), pool_mr("p2")] {
+        wait_mr_healthy(&env, &mr).await;
+    }
+    let runtime_class = Api::<RuntimeClass>::all(shoot_client.clone())
+        .get("gvisor")
+        .await
+        .unwrap();
+    assert_eq!(
+        runtime_class.annotations()[ORIGIN_ANNOTATION],
+        format!("{}/{SHARED_MR}", env.namespace)
+    );
+    let ds1 = wait_shoot_daemonset(&shoot_client, "p1").await;
+    wait_shoot_daemonset(&shoot_client, "p2").await;
+    // kube-controller-manager gives the DaemonSet a status (no nodes: nothing scheduled).
+    wait_for(
+        "DaemonSet status from the daemonset controller",
+        WAIT,
+        || async {
+            let ds = shoot_daemonset(&shoot_client, "p1").await.ok_or("gone")?;
+            ds.status
+                .and_then(|s| s.observed_generation)
+                .filter(|g| *g >= 1)
+                .ok_or_else(|| "no observedGeneration".to_string())
+        },
+    )
+    .await;
+
+    // Updated in place: new flags, same DaemonSet, one manifest secret per MR.
+    crs.patch(
+        &p1,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"providerConfig": {"configFlags": {"net-raw": "false"}}}})),
+    )
+    .await
+    .unwrap();
+    annotate(&crs, &p1, "reconcile").await;
+    wait_ready(&crs, &p1, LastOperationType::Reconcile).await;
+    let before = ds1.spec.as_ref().unwrap().template.metadata.clone();
+    let updated = wait_for("DaemonSet p1 updated in place", WAIT, || async {
+        let ds = shoot_daemonset(&shoot_client, "p1").await.ok_or("gone")?;
+        if ds.spec.as_ref().unwrap().template.metadata != before {
+            Ok(ds)
+        } else {
+            Err("pod template unchanged".to_string())
+        }
+    })
+    .await;
+    assert_eq!(updated.uid(), ds1.uid(), "updated in place, not re-created");
+    let secrets = manifest_secrets(&env).await;
+    assert_eq!(
+        secrets.len(),
+        3,
+        "one manifest secret per ManagedResource, superseded ones deleted: {secrets:?}"
+    );
+
+    // A pool removed: its DaemonSet leaves the shoot, the RuntimeClass stays.
+    confirm_and_delete(&crs, &p2).await;
+    wait_gone(&crs, &p2).await;
+    wait_shoot_daemonset_gone(&shoot_client, "p2").await;
+    assert!(mrs.get_opt(&pool_mr("p2")).await.unwrap().is_none());
+
+    // A pool renamed in place: the new pool's DaemonSet comes, the old one is swept.
+    crs.patch(
+        &p1,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"workerPool": {"name": "p3", "selector": {"matchLabels": {"worker.gardener.cloud/pool": "p3"}}}}})),
+    )
+    .await
+    .unwrap();
+    annotate(&crs, &p1, "reconcile").await;
+    wait_ready(&crs, &p1, LastOperationType::Reconcile).await;
+    let ds3 = wait_shoot_daemonset(&shoot_client, "p3").await;
+    wait_shoot_daemonset_gone(&shoot_client, "p1").await;
+    wait_gone(&mrs, &pool_mr("p1")).await;
+    wait_mr_healthy(&env, &pool_mr("p3")).await;
+
+    // Migrate: the shoot keeps everything (same uids); the seed keeps nothing of ours.
+    annotate(&crs, &p1, "migrate").await;
+    wait_migrated(&crs, &p1).await;
+    assert!(
+        mrs.list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+    assert_eq!(manifest_secrets(&env).await, Vec::<String>::new());
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let kept = shoot_daemonset(&shoot_client, "p3").await.expect("kept");
+    assert_eq!(kept.uid(), ds3.uid());
+    let kept_class = Api::<RuntimeClass>::all(shoot_client.clone())
+        .get("gvisor")
+        .await
+        .unwrap();
+    assert_eq!(kept_class.uid(), runtime_class.uid());
+
+    // Restore: new ManagedResources adopt the kept objects.
+    annotate(&crs, &p1, "restore").await;
+    wait_ready(&crs, &p1, LastOperationType::Restore).await;
+    wait_mr_healthy(&env, &pool_mr("p3")).await;
+    wait_mr_healthy(&env, SHARED_MR).await;
+    let adopted = shoot_daemonset(&shoot_client, "p3").await.unwrap();
+    assert_eq!(adopted.uid(), ds3.uid(), "adopted, not re-created");
+    assert_eq!(
+        adopted.annotations()[ORIGIN_ANNOTATION],
+        format!("{}/{}", env.namespace, pool_mr("p3"))
+    );
+
+    // Delete: everything leaves the shoot and the seed.
+    confirm_and_delete(&crs, &p1).await;
+    wait_gone(&crs, &p1).await;
+    wait_shoot_daemonset_gone(&shoot_client, "p3").await;
+    wait_for("RuntimeClass gone from the shoot", WAIT, || async {
+        match Api::<RuntimeClass>::all(shoot_client.clone())
+            .get_opt("gvisor")
+            .await
+            .unwrap()
+        {
+            None => Ok(()),
+            Some(_) => Err("still there".to_string()),
+        }
+    })
+    .await;
+    assert!(
+        mrs.list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+    assert_eq!(manifest_secrets(&env).await, Vec::<String>::new());
+}
+
+/// The operator never runs the delete flow of a ContainerRuntime whose finalizer was taken
+/// off by hand (as after a deletion while it was down): the next reconcile in the namespace
+/// sweeps the pool's ManagedResource.
+#[tokio::test]
+async fn a_pool_whose_container_runtime_vanished_without_its_delete_flow_is_swept() {
+    let (env, shoot) = setup().await;
+    let shoot_client = shoot.client().await;
+    let crs = api::<ContainerRuntime>(&env.client, &env.namespace);
+    let p1 = create_cr(&env, "p1").await;
+    let p2 = create_cr(&env, "p2").await;
+    wait_ready(&crs, &p1, LastOperationType::Create).await;
+    wait_ready(&crs, &p2, LastOperationType::Create).await;
+    wait_shoot_daemonset(&shoot_client, "p2").await;
+
+    // Someone removes the finalizer and the object goes without our delete flow.
+    crs.patch(
+        &p2,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .unwrap();
+    confirm_and_delete(&crs, &p2).await;
+    wait_gone(&crs, &p2).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        shoot_daemonset(&shoot_client, "p2").await.is_some(),
+        "orphaned until a reconcile"
+    );
+
+    annotate(&crs, &p1, "reconcile").await;
+    wait_ready(&crs, &p1, LastOperationType::Reconcile).await;
+    wait_shoot_daemonset_gone(&shoot_client, "p2").await;
+    assert!(
+        api::<ManagedResource>(&env.client, &env.namespace)
+            .get_opt(&pool_mr("p2"))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(shoot_daemonset(&shoot_client, "p1").await.is_some());
+}
+
+// ---------------------------------------------------------------------------------------
+// OperatingSystemConfig: the node-agent Secret.
+
+/// A reconcile OSC of pool `worker-a` without secretRef files (nothing else to create).
+async fn create_reconcile_osc(env: &TestEnv) -> String {
+    let name = format!("{OSC_KEY}-original");
+    let mut osc = fixtures::operating_system_config_json(&env.namespace, &name, "reconcile");
+    osc["spec"]["files"]
+        .as_array_mut()
+        .unwrap()
+        .retain(|f| f["content"].get("secretRef").is_none());
+    osc["metadata"]["annotations"] = json!({"gardener.cloud/operation": "reconcile"});
+    let osc: OperatingSystemConfig = serde_json::from_value(osc).unwrap();
+    api::<OperatingSystemConfig>(&env.client, &env.namespace)
+        .create(&PostParams::default(), &osc)
+        .await
+        .unwrap();
+    name
+}
+
+fn our_mr() -> String {
+    format!("extension-osc-{OSC_KEY}")
+}
+
+async fn shoot_secret(shoot: &Client) -> Option<Secret> {
+    api::<Secret>(shoot, "kube-system")
+        .get_opt(OSC_KEY)
+        .await
+        .unwrap()
+}
+
+async fn wait_shoot_secret_origin(shoot: &Client, origin: &str) -> Secret {
+    wait_for(
+        &format!("shoot Secret with origin {origin}"),
+        WAIT,
+        || async {
+            let secret = shoot_secret(shoot).await.ok_or("absent")?;
+            match secret.annotations().get(ORIGIN_ANNOTATION) {
+                Some(o) if o == origin => Ok(secret),
+                other => Err(format!("origin {other:?}")),
+            }
+        },
+    )
+    .await
+}
+
+/// Writes gardenlet's ManagedResource `shoot-gardener-node-agent` the way gardenlet does
+/// (`origin=gardener`, no class, `keepObjects: false`) with the given Secret manifest.
+async fn create_gardenlet_mr(env: &TestEnv, manifest: &str) {
+    let data = BTreeMap::from([(
+        format!("secret__kube-system__{OSC_KEY}.yaml"),
+        manifest.as_bytes().to_vec(),
+    )]);
+    let secret_name = managed_resource::secret_name(GARDENLET_MR, &data);
+    let secret = render_secret(&env.namespace, &secret_name, &data);
+    api::<Secret>(&env.client, &env.namespace)
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+    let mut mr = render_managed_resource(&env.namespace, GARDENLET_MR, &secret_name, false);
+    mr.metadata.labels = Some([("origin".to_string(), "gardener".to_string())].into());
+    api::<ManagedResource>(&env.client, &env.namespace)
+        .create(&PostParams::default(), &mr)
+        .await
+        .unwrap();
+}
+
+/// gardenlet's rendering of the same Secret: what it ships has no keep-object annotation.
+fn gardenlet_manifest(osc_yaml: &str) -> String {
+    let secret = json!({
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": OSC_KEY,
+            "namespace": "kube-system",
+            "labels": {
+                "gardener.cloud/role": "operating-system-config",
+                "worker.gardener.cloud/pool": "worker-a"
+            }
+        },
+        "data": {"osc.yaml": base64_encode(osc_yaml.as_bytes())}
+    });
+    serde_json::to_string(&secret).unwrap()
+}
+
+fn base64_encode(bytes: &[u8]) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+/// Records every change of the shoot Secret's origin and uid, and whether it was ever
+/// deleted, until the returned sender is dropped.
+struct SecretRecorder {
+    task: tokio::task::JoinHandle<Vec<(Option<String>, String)>>,
+    stop: tokio::sync::oneshot::Sender<()>,
+}
+
+impl SecretRecorder {
+    fn start(shoot: Client) -> Self {
+        let (stop, mut stopped) = tokio::sync::oneshot::channel();
+        let task = tokio::spawn(async move {
+            let api = api::<Secret>(&shoot, "kube-system");
+            let config = watcher::Config::default().fields(&format!("metadata.name={OSC_KEY}"));
+            let mut stream = watcher::watcher(api, config).boxed();
+            let mut seen: Vec<(Option<String>, String)> = Vec::new();
+            loop {
+                let event = tokio::select! {
+                    _ = &mut stopped => return seen,
+                    event = stream.try_next() => event,
+                };
+                let record = match event {
+                    Ok(Some(watcher::Event::Apply(s) | watcher::Event::InitApply(s))) => (
+                        s.annotations().get(ORIGIN_ANNOTATION).cloned(),
+                        s.uid().unwrap_or_default(),
+                    ),
+                    Ok(Some(watcher::Event::Delete(s))) => {
+                        (Some("DELETED".into()), s.uid().unwrap_or_default())
+                    }
+                    _ => continue,
+                };
+                if seen.last() != Some(&record) {
+                    seen.push(record);
+                }
+            }
+        });
+        SecretRecorder { task, stop }
+    }
+
+    async fn finish(self) -> Vec<(Option<String>, String)> {
+        let _ = self.stop.send(());
+        self.task.await.unwrap()
+    }
+}
+
+#[tokio::test]
+async fn node_agent_secret_reaches_the_shoot_and_leaves_with_its_osc() {
+    let (env, shoot) = setup().await;
+    let shoot_client = shoot.client().await;
+    let oscs = api::<OperatingSystemConfig>(&env.client, &env.namespace);
+    let name = create_reconcile_osc(&env).await;
+    wait_ready(&oscs, &name, LastOperationType::Create).await;
+    wait_mr_healthy(&env, &our_mr()).await;
+    let secret =
+        wait_shoot_secret_origin(&shoot_client, &format!("{}/{}", env.namespace, our_mr())).await;
+    assert_eq!(
+        secret.annotations()["resources.gardener.cloud/keep-object"],
+        "true"
+    );
+    assert!(secret.data.unwrap().contains_key("osc.yaml"));
+
+    confirm_and_delete(&oscs, &name).await;
+    wait_gone(&oscs, &name).await;
+    wait_for("node-agent Secret gone from the shoot", WAIT, || async {
+        match shoot_secret(&shoot_client).await {
+            None => Ok(()),
+            Some(s) => Err(format!("still there: {:?}", s.annotations())),
+        }
+    })
+    .await;
+    assert_eq!(manifest_secrets(&env).await, Vec::<String>::new());
+}
+
+/// Ours first, then gardenlet's appears (hand-over to gardenlet), then gardenlet's is deleted
+/// as gardenlet deletes it (`keepObjects: false`): ours takes over again.
+#[tokio::test]
+async fn node_agent_secret_handed_to_gardenlet_and_back_without_leaving_the_shoot() {
+    let (env, shoot) = setup().await;
+    let shoot_client = shoot.client().await;
+    let oscs = api::<OperatingSystemConfig>(&env.client, &env.namespace);
+    let mrs = api::<ManagedResource>(&env.client, &env.namespace);
+    let name = create_reconcile_osc(&env).await;
+    wait_ready(&oscs, &name, LastOperationType::Create).await;
+    let ours = format!("{}/{}", env.namespace, our_mr());
+    let theirs = format!("{}/{GARDENLET_MR}", env.namespace);
+    let first = wait_shoot_secret_origin(&shoot_client, &ours).await;
+    let uid = first.uid().unwrap();
+    let osc_yaml = String::from_utf8(first.data.as_ref().unwrap()["osc.yaml"].0.clone()).unwrap();
+    let recorder = SecretRecorder::start(shoot_client.clone());
+
+    // gardenlet's ManagedResource appears: ours is released, gardenlet's adopts the Secret.
+    create_gardenlet_mr(&env, &gardenlet_manifest(&osc_yaml)).await;
+    wait_gone(&mrs, &our_mr()).await;
+    wait_shoot_secret_origin(&shoot_client, &theirs).await;
+    let handed_over = tokio::time::Instant::now();
+    tokio::time::sleep(quiet_period()).await;
+    let secret = shoot_secret(&shoot_client)
+        .await
+        .expect("Secret still there");
+    assert_eq!(secret.annotations()[ORIGIN_ANNOTATION], theirs);
+    assert!(
+        mrs.get_opt(&our_mr()).await.unwrap().is_none(),
+        "ours stays away"
+    );
+
+    // gardenlet deletes its ManagedResource (keepObjects false): the Secret stays, ours adopts it.
+    api::<ManagedResource>(&env.client, &env.namespace)
+        .delete(GARDENLET_MR, &Default::default())
+        .await
+        .unwrap();
+    wait_mr_healthy(&env, &our_mr()).await;
+    wait_shoot_secret_origin(&shoot_client, &ours).await;
+    wait_gone(&mrs, GARDENLET_MR).await;
+    tokio::time::sleep(Duration::from_secs(15)).await;
+
+    let seen = recorder.finish().await;
+    assert!(
+        seen.iter().all(|(_, u)| *u == uid),
+        "the Secret was never re-created: {seen:?}"
+    );
+    assert!(
+        seen.iter().all(|(o, _)| o.as_deref() != Some("DELETED")),
+        "never deleted: {seen:?}"
+    );
+    let origins: Vec<Option<&str>> = seen.iter().map(|(o, _)| o.as_deref()).collect();
+    assert_eq!(
+        origins,
+        vec![
+            Some(ours.as_str()),
+            Some(theirs.as_str()),
+            Some(ours.as_str())
+        ],
+        "exactly the two hand-overs, no flip in {:?} with GRM re-applying every {:?}",
+        handed_over.elapsed(),
+        support::shoot::SYNC_PERIOD
+    );
+    assert_eq!(
+        shoot_secret(&shoot_client).await.unwrap().uid().unwrap(),
+        uid
+    );
+}
+
+/// gardenlet's first: ours is never shipped while it exists; when gardenlet hands its
+/// ManagedResource back the way it does on migration (`keepObjects: true`, delete), ours takes
+/// the Secret over with the same uid.
+#[tokio::test]
+async fn node_agent_secret_is_left_to_gardenlet_and_taken_over_when_it_goes() {
+    let (env, shoot) = setup().await;
+    let shoot_client = shoot.client().await;
+    let oscs = api::<OperatingSystemConfig>(&env.client, &env.namespace);
+    let mrs = api::<ManagedResource>(&env.client, &env.namespace);
+    let theirs = format!("{}/{GARDENLET_MR}", env.namespace);
+    let ours = format!("{}/{}", env.namespace, our_mr());
+    create_gardenlet_mr(&env, &gardenlet_manifest("spec: {}\n")).await;
+    let first = wait_shoot_secret_origin(&shoot_client, &theirs).await;
+    let uid = first.uid().unwrap();
+    let recorder = SecretRecorder::start(shoot_client.clone());
+
+    let name = create_reconcile_osc(&env).await;
+    let osc = wait_ready(&oscs, &name, LastOperationType::Create).await;
+    assert!(
+        !osc.status.unwrap().extension_units.is_empty(),
+        "the OSC status is complete although gardenlet ships the Secret"
+    );
+    tokio::time::sleep(quiet_period()).await;
+    assert!(
+        mrs.get_opt(&our_mr()).await.unwrap().is_none(),
+        "ours never shipped"
+    );
+
+    // gardenlet releases its ManagedResource (keepObjects, delete): ours takes over.
+    mrs.patch(
+        GARDENLET_MR,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"keepObjects": true}})),
+    )
+    .await
+    .unwrap();
+    mrs.delete(GARDENLET_MR, &Default::default()).await.unwrap();
+    wait_mr_healthy(&env, &our_mr()).await;
+    wait_shoot_secret_origin(&shoot_client, &ours).await;
+    tokio::time::sleep(Duration::from_secs(15)).await;
+
+    let seen = recorder.finish().await;
+    assert!(
+        seen.iter().all(|(_, u)| *u == uid),
+        "never re-created: {seen:?}"
+    );
+    let origins: Vec<Option<&str>> = seen.iter().map(|(o, _)| o.as_deref()).collect();
+    assert_eq!(
+        origins,
+        vec![Some(theirs.as_str()), Some(ours.as_str())],
+        "one hand-over, no flip before it"
+    );
+    let secret = shoot_secret(&shoot_client).await.unwrap();
+    assert_eq!(secret.uid().unwrap(), uid);
+    let data: Value = serde_json::to_value(secret.data.unwrap()).unwrap();
+    assert!(data.get("osc.yaml").is_some());
+}

@@ -1,0 +1,101 @@
+//! The shoot side of a test: a second real control plane (etcd, kube-apiserver,
+//! kube-controller-manager) playing the shoot cluster, and the real gardener-resource-manager
+//! that applies the ManagedResources of one seed namespace (the test's) into it — the way a
+//! shoot's GRM does in a landscape.
+//!
+//! Each test gets its own shoot: cluster-scoped objects such as the RuntimeClass `gvisor`
+//! would otherwise be shared between tests running at the same time. Everything is killed
+//! when the [`Shoot`] is dropped, and by watchdogs when the test binary dies.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use gardener_extension_node::devenv::{
+    self, ControlPlane, ControlPlaneOptions, ResourceManager, ResourceManagerOptions,
+};
+use kube::Client;
+
+use super::TestEnv;
+
+static COUNTER: AtomicUsize = AtomicUsize::new(0);
+
+/// GRM's re-apply period in tests: the shortest it accepts, so two ManagedResources owning
+/// one object would fight (and the tests would see it) within seconds, not minutes.
+pub const SYNC_PERIOD: Duration = Duration::from_secs(15);
+
+/// A shoot control plane with a GRM for one seed namespace.
+pub struct Shoot {
+    /// Dropped first: GRM must not outlive the shoot it writes to.
+    pub resource_manager: ResourceManager,
+    /// The shoot's etcd, kube-apiserver and kube-controller-manager.
+    pub plane: ControlPlane,
+    dir: PathBuf,
+}
+
+impl Shoot {
+    /// Starts a shoot and a GRM for `env.namespace`.
+    pub async fn start(env: &TestEnv) -> Shoot {
+        Self::start_for(env, &[env.namespace.as_str()]).await
+    }
+
+    /// Starts a shoot and a GRM for the given seed namespaces.
+    pub async fn start_for(env: &TestEnv, namespaces: &[&str]) -> Shoot {
+        let n = COUNTER.fetch_add(1, Ordering::SeqCst);
+        let dir = std::env::temp_dir().join(format!(
+            "gardener-extension-node-shoot-{}-{n}",
+            std::process::id()
+        ));
+        std::fs::create_dir_all(&dir).expect("shoot folder");
+        let assets = devenv::resolve_assets(None, &super::repo_root()).expect("envtest binaries");
+        let plane = ControlPlane::start(ControlPlaneOptions {
+            assets: assets.clone(),
+            state_dir: dir.join("plane"),
+            remove_state_on_exit: true,
+            controller_manager: true,
+        })
+        .await
+        .expect("shoot control plane starts");
+        let seed_kubeconfig = dir.join("seed.kubeconfig");
+        std::fs::write(&seed_kubeconfig, &env.kubeconfig).expect("seed kubeconfig written");
+        let resource_manager = ResourceManager::start(ResourceManagerOptions {
+            assets,
+            state_dir: dir.join("grm"),
+            source_kubeconfig: seed_kubeconfig,
+            target_kubeconfig: plane.kubeconfig_path(),
+            namespaces: namespaces.iter().map(|s| s.to_string()).collect(),
+            sync_period: SYNC_PERIOD,
+            health_sync_period: SYNC_PERIOD,
+            remove_state_on_exit: false,
+        })
+        .await
+        .expect("gardener-resource-manager starts");
+        Shoot {
+            resource_manager,
+            plane,
+            dir,
+        }
+    }
+
+    /// An admin client of the shoot, bound to the calling test's runtime.
+    pub async fn client(&self) -> Client {
+        Client::try_from(self.plane.admin_config().await.expect("shoot kubeconfig"))
+            .expect("shoot client")
+    }
+
+    /// GRM's log so far (for assertion messages).
+    pub fn resource_manager_log(&self) -> String {
+        std::fs::read_to_string(self.resource_manager.log_path()).unwrap_or_default()
+    }
+}
+
+impl Drop for Shoot {
+    fn drop(&mut self) {
+        self.resource_manager.stop();
+        self.plane.stop();
+        // A failed test keeps GRM's log for the person reading the failure.
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
