@@ -671,8 +671,10 @@ where
 async fn operator_with_only_the_charts_rbac_runs_every_lifecycle_without_a_403() {
     let env = support::env().await;
     let release = env.namespace.clone();
-    // Install the chart's ServiceAccount, RBAC and admission policy for real.
-    install_access_objects(&env.client, "gardener-extension-node", &release, &[]).await;
+    // Install the chart's ServiceAccount, RBAC and admission policy for real (under a release
+    // name of this test's own: cluster-scoped objects are named after the release, and the
+    // access table installs the chart too).
+    install_access_objects(&env.client, "lifecycle", &release, &[]).await;
     let kubeconfig = service_account_kubeconfig(&env, &release).await;
     let leader = format!("--leader-election-namespace={release}");
     let heartbeat = format!("--heartbeat-namespace={release}");
@@ -1002,7 +1004,8 @@ impl Resource {
                     }
                 })
             }
-            Resource::Worker => object["spec"] = fixtures::worker_json("unused")["spec"].clone(),
+            // Never created by a row; the operator watches Workers in every namespace.
+            Resource::Worker => unreachable!("the access table only reads Workers"),
         }
         object
     }
@@ -1154,8 +1157,8 @@ const ACCESS: &[Row] = {
             DeniedByPolicy,
         ),
         // Kinds of disabled controllers and kinds the code never writes.
-        row(Operator, Get, Worker, Shoot, "worker", Allowed),
-        row(GvisorOnly, Get, Worker, Shoot, "worker", DeniedByRbac),
+        row(Operator, List, Worker, Shoot, "", Allowed),
+        row(GvisorOnly, List, Worker, Shoot, "", DeniedByRbac),
         row(Operator, Create, ConfigMap, Shoot, "written", DeniedByRbac),
         // Leases: the two names in the release namespace, nothing elsewhere.
         row(Operator, Create, Lease, Release, HEARTBEAT, Allowed),
@@ -1233,12 +1236,6 @@ async fn rbac_and_admission_policy_allow_and_deny_row_by_row() {
     let mut other_deployment = Resource::Deployment.object("other");
     other_deployment["metadata"]["namespace"] = json!(shoot.namespace);
     create::<Deployment>(admin, &shoot.namespace, other_deployment).await;
-    create::<Worker>(
-        admin,
-        &shoot.namespace,
-        fixtures::worker_json(&shoot.namespace),
-    )
-    .await;
     create::<Secret>(admin, &other, Resource::Secret.object("existing")).await;
     let managed_resources: Api<DynamicObject> = Api::namespaced_with(
         admin.clone(),
