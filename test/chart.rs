@@ -906,7 +906,7 @@ async fn wait_policy_in_force(client: &Client) {
         dry_run: true,
         ..Default::default()
     };
-    let secret: Secret = serde_json::from_value(Resource::Secret.object("probe")).unwrap();
+    let secret: Secret = serde_json::from_value(Object::Secret.body("probe")).unwrap();
     wait_for(
         "the admission policy in force",
         Duration::from_secs(30),
@@ -944,8 +944,9 @@ enum Who {
     Admin,
 }
 
+/// The kind of object a row of the access table reads or writes.
 #[derive(Debug, Clone, Copy)]
-enum Resource {
+enum Object {
     Secret,
     ManagedResource,
     Deployment,
@@ -954,20 +955,20 @@ enum Resource {
     Worker,
 }
 
-impl Resource {
+impl Object {
     fn api_resource(self) -> kube::discovery::ApiResource {
         let (group, version, kind, plural) = match self {
-            Resource::Secret => ("", "v1", "Secret", "secrets"),
-            Resource::ManagedResource => (
+            Object::Secret => ("", "v1", "Secret", "secrets"),
+            Object::ManagedResource => (
                 "resources.gardener.cloud",
                 "v1alpha1",
                 "ManagedResource",
                 "managedresources",
             ),
-            Resource::Deployment => ("apps", "v1", "Deployment", "deployments"),
-            Resource::ConfigMap => ("", "v1", "ConfigMap", "configmaps"),
-            Resource::Lease => ("coordination.k8s.io", "v1", "Lease", "leases"),
-            Resource::Worker => ("extensions.gardener.cloud", "v1alpha1", "Worker", "workers"),
+            Object::Deployment => ("apps", "v1", "Deployment", "deployments"),
+            Object::ConfigMap => ("", "v1", "ConfigMap", "configmaps"),
+            Object::Lease => ("coordination.k8s.io", "v1", "Lease", "leases"),
+            Object::Worker => ("extensions.gardener.cloud", "v1alpha1", "Worker", "workers"),
         };
         kube::discovery::ApiResource {
             group: group.into(),
@@ -983,7 +984,7 @@ impl Resource {
     }
 
     /// A minimal valid object of this resource (for create).
-    fn object(self, name: &str) -> Value {
+    fn body(self, name: &str) -> Value {
         let resource = self.api_resource();
         let mut object = json!({
             "apiVersion": resource.api_version,
@@ -991,10 +992,10 @@ impl Resource {
             "metadata": {"name": name},
         });
         match self {
-            Resource::Secret | Resource::ConfigMap => object["data"] = json!({}),
-            Resource::ManagedResource => object["spec"] = json!({"secretRefs": []}),
-            Resource::Lease => object["spec"] = json!({"holderIdentity": "test"}),
-            Resource::Deployment => {
+            Object::Secret | Object::ConfigMap => object["data"] = json!({}),
+            Object::ManagedResource => object["spec"] = json!({"secretRefs": []}),
+            Object::Lease => object["spec"] = json!({"holderIdentity": "test"}),
+            Object::Deployment => {
                 object["spec"] = json!({
                     "replicas": 1,
                     "selector": {"matchLabels": {"app": name}},
@@ -1005,12 +1006,13 @@ impl Resource {
                 })
             }
             // Never created by a row; the operator watches Workers in every namespace.
-            Resource::Worker => unreachable!("the access table only reads Workers"),
+            Object::Worker => unreachable!("the access table only reads Workers"),
         }
         object
     }
 }
 
+/// The request a row sends.
 #[derive(Debug, Clone, Copy)]
 enum Verb {
     Get,
@@ -1028,13 +1030,16 @@ enum Where {
     Shoot,
     /// The release namespace of the full chart.
     Release,
-    /// A namespace that is neither (like the seed's `garden` or `kube-system`).
+    /// A namespace that is neither (like the seed's `garden`).
     Other,
+    /// `kube-system`, which the API server creates itself.
     KubeSystem,
 }
 
+/// How the API server answers a row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Outcome {
+    /// Past authorization and admission (the request succeeded).
     Allowed,
     /// 403 from the authorizer (RBAC).
     DeniedByRbac,
@@ -1042,10 +1047,11 @@ enum Outcome {
     DeniedByPolicy,
 }
 
+/// One request of the access table and the answer it must get.
 struct Row {
     who: Who,
     verb: Verb,
-    resource: Resource,
+    object: Object,
     at: Where,
     name: &'static str,
     expect: Outcome,
@@ -1054,7 +1060,7 @@ struct Row {
 const fn row(
     who: Who,
     verb: Verb,
-    resource: Resource,
+    object: Object,
     at: Where,
     name: &'static str,
     expect: Outcome,
@@ -1062,7 +1068,7 @@ const fn row(
     Row {
         who,
         verb,
-        resource,
+        object,
         at,
         name,
         expect,
@@ -1075,8 +1081,8 @@ const MCM: &str = "machine-controller-manager";
 /// What each request of the chart's ServiceAccount may do; rows run in order (creates before
 /// the gets, patches and deletes of the same object).
 const ACCESS: &[Row] = {
+    use Object::{ConfigMap, Deployment, Lease, ManagedResource, Secret, Worker};
     use Outcome::{Allowed, DeniedByPolicy, DeniedByRbac};
-    use Resource::{ConfigMap, Deployment, Lease, ManagedResource, Secret, Worker};
     use Verb::{Create, Delete, Get, List, Patch};
     use Where::{KubeSystem, Other, Release, Shoot};
     use Who::{Admin, GvisorOnly, Operator};
@@ -1174,20 +1180,20 @@ const ACCESS: &[Row] = {
 /// Sends the request of `row`; `Ok` when the API server accepted it.
 async fn send(client: &Client, namespace: &str, row: &Row) -> Result<(), kube::Error> {
     let api: Api<DynamicObject> =
-        Api::namespaced_with(client.clone(), namespace, &row.resource.api_resource());
+        Api::namespaced_with(client.clone(), namespace, &row.object.api_resource());
     match row.verb {
         Verb::Get => api.get(row.name).await.map(drop),
         Verb::List => api.list(&ListParams::default()).await.map(drop),
         Verb::Create => api
             .create(
                 &PostParams::default(),
-                &serde_json::from_value(row.resource.object(row.name)).unwrap(),
+                &serde_json::from_value(row.object.body(row.name)).unwrap(),
             )
             .await
             .map(drop),
         Verb::Patch => {
-            let patch = match row.resource {
-                Resource::Deployment => json!({"spec": {"replicas": 0}}),
+            let patch = match row.object {
+                Object::Deployment => json!({"spec": {"replicas": 0}}),
                 _ => json!({"metadata": {"labels": {"patched": "true"}}}),
             };
             api.patch(row.name, &PatchParams::default(), &Patch::Merge(patch))
@@ -1233,19 +1239,19 @@ async fn rbac_and_admission_policy_allow_and_deny_row_by_row() {
         fixtures::mcm_deployment_json(&shoot.namespace, 1),
     )
     .await;
-    let mut other_deployment = Resource::Deployment.object("other");
+    let mut other_deployment = Object::Deployment.body("other");
     other_deployment["metadata"]["namespace"] = json!(shoot.namespace);
     create::<Deployment>(admin, &shoot.namespace, other_deployment).await;
-    create::<Secret>(admin, &other, Resource::Secret.object("existing")).await;
+    create::<Secret>(admin, &other, Object::Secret.body("existing")).await;
     let managed_resources: Api<DynamicObject> = Api::namespaced_with(
         admin.clone(),
         &other,
-        &Resource::ManagedResource.api_resource(),
+        &Object::ManagedResource.api_resource(),
     );
     managed_resources
         .create(
             &PostParams::default(),
-            &serde_json::from_value(Resource::ManagedResource.object("existing")).unwrap(),
+            &serde_json::from_value(Object::ManagedResource.body("existing")).unwrap(),
         )
         .await
         .unwrap();
@@ -1292,7 +1298,7 @@ async fn rbac_and_admission_policy_allow_and_deny_row_by_row() {
                     && status.message.contains(&format!(
                         "{} may write {} only in shoot namespaces (shoot--*) and {release_namespace}, not in namespace {namespace}",
                         service_account_user(release_namespace),
-                        row.resource.api_resource().plural
+                        row.object.api_resource().plural
                     )) =>
             {
                 Outcome::DeniedByPolicy
@@ -1300,7 +1306,7 @@ async fn rbac_and_admission_policy_allow_and_deny_row_by_row() {
             Err(error) => {
                 mismatches.push(format!(
                     "{:?} {:?} {:?} {namespace}/{}: unexpected error {error}",
-                    row.who, row.verb, row.resource, row.name
+                    row.who, row.verb, row.object, row.name
                 ));
                 continue;
             }
@@ -1308,7 +1314,7 @@ async fn rbac_and_admission_policy_allow_and_deny_row_by_row() {
         if outcome != row.expect {
             mismatches.push(format!(
                 "{:?} {:?} {:?} {namespace}/{}: expected {:?}, got {outcome:?}",
-                row.who, row.verb, row.resource, row.name, row.expect
+                row.who, row.verb, row.object, row.name, row.expect
             ));
         }
     }
