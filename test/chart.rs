@@ -575,6 +575,39 @@ fn each_registration_renders_only_its_controllers_under_names_of_its_own() {
     assert_eq!(count, 4 * 4, "{cluster_scoped:?}");
 }
 
+/// The namespaces the rendered admission policy lets the operator write in, besides
+/// `shoot--*`; `None` when no policy is rendered.
+fn policy_namespaces(objects: &[DynamicObject]) -> Option<String> {
+    let kinds: Vec<&str> = objects.iter().map(kind).collect();
+    let policy = objects
+        .iter()
+        .find(|o| kind(o) == "ValidatingAdmissionPolicy")?;
+    assert!(kinds.contains(&"ValidatingAdmissionPolicyBinding"));
+    let variables = policy.data["spec"]["variables"].as_array().unwrap();
+    assert_eq!(variables[0]["name"], "allowedNamespaces");
+    Some(variables[0]["expression"].as_str().unwrap().to_string())
+}
+
+#[test]
+fn admission_policy_is_on_by_default_optional_and_takes_extra_namespaces() {
+    let release = |set: &[&str]| render_release("gardener-extension-node", "extension-a", &[], set);
+    assert_eq!(
+        policy_namespaces(&release(&[])).as_deref(),
+        Some("['extension-a']")
+    );
+    assert_eq!(
+        policy_namespaces(&release(&[
+            "admissionPolicy.extraNamespaces={kube-system,garden}"
+        ]))
+        .as_deref(),
+        Some("['extension-a', 'kube-system', 'garden']")
+    );
+    assert_eq!(
+        policy_namespaces(&release(&["admissionPolicy.enabled=false"])),
+        None
+    );
+}
+
 #[test]
 fn chart_refuses_no_controller_and_an_unknown_node_agent_secrets_mode() {
     let none = [
