@@ -3,7 +3,7 @@
 #   make start           run the operator: against dev/kubeconfig if present, else a local control plane
 #   make test            everything CI runs: dependencies, format, lint, unit + integration tests
 #   make fmt | lint      format / check format and clippy
-#   make generate        regenerate crds/ from the Rust types and example/controller-registration.yaml
+#   make generate        regenerate crds/ from the Rust types and example/controller-registration*.yaml
 #   make check-generate  fail if generated files are out of date
 #   make envtest         build (once) kube-apiserver and etcd and print their folder
 #   make test-resilience the fault-injection tests at full counts (docs/reliability.md)

@@ -4,11 +4,15 @@
 //!   everything, and every rendered object is accepted by the real kube-apiserver
 //!   (server-side dry run);
 //! - the ClusterRole has no wildcard;
-//! - the operator, running with **only** the chart's RBAC (as the chart's ServiceAccount, with
-//!   a token from the TokenRequest API), goes through the gVisor, OSC and Worker lifecycles
-//!   without a single 403;
-//! - `example/controller-registration.yaml` embeds exactly this chart and registers the
-//!   chart's default types.
+//! - the operator, running with **only** the chart's RBAC and admission policy (as the chart's
+//!   ServiceAccount, with a token from the TokenRequest API), goes through the gVisor, OSC and
+//!   Worker lifecycles in a `shoot--*` namespace without a single 403;
+//! - a table of requests as the chart's ServiceAccount (impersonated) shows what RBAC and the
+//!   admission policy allow and deny, for the combined and the gVisor-only installation;
+//! - the generated registrations (`example/controller-registration*.yaml`) embed exactly this
+//!   chart, split the chart's default types by component, render only their controllers and
+//!   never share a cluster-scoped object; the chart refuses to render with no controller or
+//!   an unknown `nodeAgentSecrets` mode.
 //!
 //! helm itself is built from its Go module by `hack/helm.sh`.
 
@@ -76,18 +80,50 @@ fn values_all() -> String {
 }
 
 fn render(namespace: &str, values: Option<&str>) -> Vec<DynamicObject> {
-    let mut args = vec![
-        "template",
-        "gardener-extension-node",
-        CHART,
-        "--namespace",
-        namespace,
-    ];
-    if let Some(values) = values {
-        args.extend(["--values", values]);
+    render_release("gardener-extension-node", namespace, values.as_slice(), &[])
+}
+
+fn template_args<'a>(
+    release: &'a str,
+    namespace: &'a str,
+    values: &[&'a str],
+    set: &[&'a str],
+) -> Vec<&'a str> {
+    let mut args = vec!["template", release, CHART, "--namespace", namespace];
+    for v in values {
+        args.extend(["--values", v]);
     }
-    let (manifests, _) = helm_run(&args);
+    for s in set {
+        args.extend(["--set", s]);
+    }
+    args
+}
+
+/// `helm template` of the chart as release `release` in `namespace`.
+fn render_release(
+    release: &str,
+    namespace: &str,
+    values: &[&str],
+    set: &[&str],
+) -> Vec<DynamicObject> {
+    let (manifests, _) = helm_run(&template_args(release, namespace, values, set));
     apply::parse_documents(&manifests, "helm template").unwrap()
+}
+
+/// The stderr of a `helm template` that must fail.
+fn render_error(set: &[&str]) -> String {
+    let args = template_args("gardener-extension-node", "extension-test", &[], set);
+    let output = Command::new(helm())
+        .args(&args)
+        .current_dir(support::repo_root())
+        .output()
+        .unwrap();
+    assert!(
+        !output.status.success(),
+        "helm {args:?} rendered:\n{}",
+        String::from_utf8_lossy(&output.stdout)
+    );
+    String::from_utf8(output.stderr).unwrap()
 }
 
 fn kind(object: &DynamicObject) -> &str {
@@ -158,6 +194,8 @@ async fn chart_lints_renders_and_is_accepted_by_the_api_server() {
             "Service",
             "PodDisruptionBudget",
             "VerticalPodAutoscaler",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
         ] {
             assert!(kinds.contains(&expected), "{expected} missing in {kinds:?}");
         }
@@ -220,7 +258,7 @@ async fn chart_lints_renders_and_is_accepted_by_the_api_server() {
             assert!(args.contains(&"--gardener-version=v1.150.0"));
             assert!(args.contains(&"--os-types=debian,ubuntu,gardenlinux"));
             assert!(args.contains(&"--worker-types=local,openstack"));
-            assert!(args.contains(&"--node-agent-secrets=false"));
+            assert!(args.contains(&"--node-agent-secrets=never"));
             assert!(args.contains(&"--ignore-operation-annotation=true"));
             assert!(env_names.contains(&"IMAGEVECTOR_OVERWRITE"));
             assert!(
@@ -261,19 +299,145 @@ fn cluster_role_has_no_wildcards() {
     }
 }
 
-#[test]
-fn registration_embeds_this_chart_and_registers_its_default_types() {
-    let text =
-        std::fs::read_to_string(support::repo_root().join("example/controller-registration.yaml"))
-            .unwrap();
-    let objects = apply::parse_documents(&text, "controller-registration.yaml").unwrap();
-    let deployment = objects
+/// The generated registrations: file, name of both objects, and the `--controllers` the
+/// ControllerDeployment's values yield.
+const REGISTRATIONS: [(&str, &str, &str); 4] = [
+    (
+        "example/controller-registration.yaml",
+        "gardener-extension-node",
+        "containerruntime,operatingsystemconfig,worker",
+    ),
+    (
+        "example/controller-registration-gvisor.yaml",
+        "gardener-extension-node-gvisor",
+        "containerruntime",
+    ),
+    (
+        "example/controller-registration-os.yaml",
+        "gardener-extension-node-os",
+        "operatingsystemconfig",
+    ),
+    (
+        "example/controller-registration-worker.yaml",
+        "gardener-extension-node-worker",
+        "worker",
+    ),
+];
+
+/// The extension kind a `--controllers` entry reconciles.
+fn controller_kind(controller: &str) -> &'static str {
+    match controller {
+        "containerruntime" => "ContainerRuntime",
+        "operatingsystemconfig" => "OperatingSystemConfig",
+        "worker" => "Worker",
+        other => panic!("unknown controller {other}"),
+    }
+}
+
+/// The ControllerDeployment and ControllerRegistration of a generated file.
+fn registration_objects(file: &str) -> (DynamicObject, DynamicObject) {
+    let text = std::fs::read_to_string(support::repo_root().join(file)).unwrap();
+    let objects = apply::parse_documents(&text, file).unwrap();
+    assert_eq!(objects.len(), 2, "{file}: one deployment, one registration");
+    let find = |k: &str| {
+        objects
+            .iter()
+            .find(|o| kind(o) == k)
+            .unwrap_or_else(|| panic!("{file}: no {k}"))
+            .clone()
+    };
+    (find("ControllerDeployment"), find("ControllerRegistration"))
+}
+
+/// The (kind, type) pairs a ControllerRegistration registers.
+fn registered(registration: &DynamicObject) -> Vec<(String, String)> {
+    registration.data["spec"]["resources"]
+        .as_array()
+        .unwrap()
         .iter()
-        .find(|o| kind(o) == "ControllerDeployment")
-        .unwrap();
-    let raw = deployment.data["helm"]["rawChart"].as_str().unwrap();
+        .map(|r| {
+            assert!(
+                r.get("primary").is_none_or(|p| p == true),
+                "registered as primary: {r}"
+            );
+            (
+                r["kind"].as_str().unwrap().to_string(),
+                r["type"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn registrations_embed_this_chart_and_split_the_default_types_by_component() {
+    let source = support::repo_root().join(CHART);
+    let values: Value =
+        serde_norway::from_str(&std::fs::read_to_string(source.join("values.yaml")).unwrap())
+            .unwrap();
+    let mut defaults = vec![("ContainerRuntime".to_string(), "gvisor".to_string())];
+    for t in values["controllers"]["operatingSystemConfig"]["osTypes"]
+        .as_array()
+        .unwrap()
+    {
+        defaults.push(("OperatingSystemConfig".into(), t.as_str().unwrap().into()));
+    }
+    for t in values["controllers"]["worker"]["workerTypes"]
+        .as_array()
+        .unwrap()
+    {
+        defaults.push(("Worker".into(), t.as_str().unwrap().into()));
+    }
+
+    let mut raw_charts = Vec::new();
+    let mut by_components = Vec::new();
+    for (file, name, controllers) in REGISTRATIONS {
+        let (deployment, registration) = registration_objects(file);
+        assert_eq!(deployment.name_any(), name, "{file}");
+        assert_eq!(registration.name_any(), name, "{file}");
+        assert_eq!(
+            registration.data["spec"]["deployment"]["deploymentRefs"],
+            json!([{ "name": name }]),
+            "{file}: the registration deploys its own ControllerDeployment"
+        );
+        assert!(
+            registration
+                .metadata
+                .annotations
+                .as_ref()
+                .unwrap()
+                .contains_key("security.gardener.cloud/pod-security-enforce"),
+            "{file}"
+        );
+        // Exactly the default types of the kinds its controllers reconcile, in order.
+        let kinds: Vec<&str> = controllers.split(',').map(controller_kind).collect();
+        let expected: Vec<(String, String)> = defaults
+            .iter()
+            .filter(|(k, _)| kinds.contains(&k.as_str()))
+            .cloned()
+            .collect();
+        assert_eq!(registered(&registration), expected, "{file}");
+        if name != "gardener-extension-node" {
+            by_components.extend(expected);
+        }
+        raw_charts.push(
+            deployment.data["helm"]["rawChart"]
+                .as_str()
+                .unwrap()
+                .to_string(),
+        );
+    }
+    // The components together register what the combined registration does, each type once.
+    by_components.sort();
+    let mut all = defaults.clone();
+    all.sort();
+    assert_eq!(by_components, all);
+    assert!(
+        raw_charts.iter().all(|c| c == &raw_charts[0]),
+        "every registration embeds the same chart"
+    );
+
     let archive = base64::engine::general_purpose::STANDARD
-        .decode(raw)
+        .decode(&raw_charts[0])
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let tgz = dir.path().join("chart.tgz");
@@ -287,7 +451,6 @@ fn registration_embeds_this_chart_and_registers_its_default_types() {
         .unwrap();
     assert!(status.success());
     let embedded = dir.path().join("gardener-extension-node");
-    let source = support::repo_root().join(CHART);
     // helm re-serialises Chart.yaml when packaging: compare it by content, the rest by bytes.
     let chart_yaml = |dir: &Path| -> Value {
         serde_norway::from_str(&std::fs::read_to_string(dir.join("Chart.yaml")).unwrap()).unwrap()
@@ -305,52 +468,175 @@ fn registration_embeds_this_chart_and_registers_its_default_types() {
         embedded_files, source_files,
         "run `make generate`: the embedded chart differs from {CHART}"
     );
-
-    let registration = objects
-        .iter()
-        .find(|o| kind(o) == "ControllerRegistration")
-        .unwrap();
-    let registered: Vec<(String, String)> = registration.data["spec"]["resources"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| {
-            (
-                r["kind"].as_str().unwrap().to_string(),
-                r["type"].as_str().unwrap().to_string(),
-            )
-        })
-        .collect();
-    let values: Value =
-        serde_norway::from_str(&std::fs::read_to_string(source.join("values.yaml")).unwrap())
-            .unwrap();
-    let mut expected = vec![("ContainerRuntime".to_string(), "gvisor".to_string())];
-    for t in values["controllers"]["operatingSystemConfig"]["osTypes"]
-        .as_array()
-        .unwrap()
-    {
-        expected.push(("OperatingSystemConfig".into(), t.as_str().unwrap().into()));
-    }
-    for t in values["controllers"]["worker"]["workerTypes"]
-        .as_array()
-        .unwrap()
-    {
-        expected.push(("Worker".into(), t.as_str().unwrap().into()));
-    }
-    assert_eq!(registered, expected);
-    assert!(
-        registration
-            .metadata
-            .annotations
-            .as_ref()
-            .unwrap()
-            .contains_key("security.gardener.cloud/pod-security-enforce")
-    );
     let tag = values["image"]["tag"].as_str().unwrap();
     assert!(
         tag.starts_with('v') && !tag.contains("-dev"),
         "the default image tag must be a release tag: {tag}"
     );
+}
+
+/// The `--<flag>=` argument of the operator container of a rendered chart.
+fn operator_arg(objects: &[DynamicObject], flag: &str) -> String {
+    let deployment = objects.iter().find(|o| kind(o) == "Deployment").unwrap();
+    let prefix = format!("--{flag}=");
+    deployment.data["spec"]["template"]["spec"]["containers"][0]["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|a| a.as_str()?.strip_prefix(&prefix))
+        .map(str::to_string)
+        .next()
+        .unwrap_or_else(|| panic!("no {prefix}"))
+}
+
+/// The rules of the rendered ClusterRole as (apiGroup, resource) pairs.
+fn granted_resources(objects: &[DynamicObject]) -> Vec<(String, String)> {
+    let role = objects.iter().find(|o| kind(o) == "ClusterRole").unwrap();
+    let role: ClusterRole = serde_json::from_value(serde_json::to_value(role).unwrap()).unwrap();
+    let mut granted = Vec::new();
+    for rule in role.rules.unwrap() {
+        for group in rule.api_groups.iter().flatten() {
+            for resource in rule.resources.iter().flatten() {
+                granted.push((group.clone(), resource.clone()));
+            }
+        }
+    }
+    granted
+}
+
+#[test]
+fn each_registration_renders_only_its_controllers_under_names_of_its_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cluster_scoped: Vec<String> = Vec::new();
+    for (file, name, controllers) in REGISTRATIONS {
+        let (deployment, _) = registration_objects(file);
+        // gardenlet renders the chart with the registration's name as release name into
+        // `extension-<installation>`; the values are the ControllerDeployment's.
+        let values = dir.path().join(format!("{name}.yaml"));
+        std::fs::write(
+            &values,
+            serde_json::to_string(&deployment.data["helm"]["values"]).unwrap(),
+        )
+        .unwrap();
+        let objects = render_release(
+            name,
+            &format!("extension-{name}"),
+            &[values.to_str().unwrap()],
+            &[],
+        );
+        assert_eq!(operator_arg(&objects, "controllers"), controllers, "{file}");
+        for object in &objects {
+            if object.metadata.namespace.is_none()
+                && matches!(
+                    kind(object),
+                    "ClusterRole"
+                        | "ClusterRoleBinding"
+                        | "ValidatingAdmissionPolicy"
+                        | "ValidatingAdmissionPolicyBinding"
+                )
+            {
+                cluster_scoped.push(format!("{}/{}", kind(object), object.name_any()));
+            }
+        }
+        // RBAC follows the enabled controllers: nobody but the Worker controller may touch
+        // Deployments or machines, and the Worker controller needs no ManagedResource.
+        let granted = granted_resources(&objects);
+        let has = |group: &str, resource: &str| {
+            granted
+                .iter()
+                .any(|(g, r)| g == group && r.starts_with(resource))
+        };
+        let worker = controllers.contains("worker");
+        assert_eq!(has("apps", "deployments"), worker, "{file}: {granted:?}");
+        assert_eq!(
+            has("machine.sapcloud.io", "machine"),
+            worker,
+            "{file}: {granted:?}"
+        );
+        assert_eq!(
+            has("resources.gardener.cloud", "managedresources"),
+            controllers != "worker",
+            "{file}: {granted:?}"
+        );
+        for controller in ["containerruntime", "operatingsystemconfig", "worker"] {
+            let plural = format!("{controller}s");
+            assert_eq!(
+                has("extensions.gardener.cloud", &plural),
+                controllers.contains(controller),
+                "{file}: {granted:?}"
+            );
+        }
+    }
+    // Two installations on one seed never own the same cluster-scoped object.
+    let count = cluster_scoped.len();
+    cluster_scoped.sort();
+    cluster_scoped.dedup();
+    assert_eq!(cluster_scoped.len(), count, "{cluster_scoped:?}");
+    assert_eq!(count, 4 * 4, "{cluster_scoped:?}");
+}
+
+/// The namespaces the rendered admission policy lets the operator write in, besides
+/// `shoot--*`; `None` when no policy is rendered.
+fn policy_namespaces(objects: &[DynamicObject]) -> Option<String> {
+    let kinds: Vec<&str> = objects.iter().map(kind).collect();
+    let policy = objects
+        .iter()
+        .find(|o| kind(o) == "ValidatingAdmissionPolicy")?;
+    assert!(kinds.contains(&"ValidatingAdmissionPolicyBinding"));
+    let variables = policy.data["spec"]["variables"].as_array().unwrap();
+    assert_eq!(variables[0]["name"], "allowedNamespaces");
+    Some(variables[0]["expression"].as_str().unwrap().to_string())
+}
+
+#[test]
+fn admission_policy_is_on_by_default_optional_and_takes_extra_namespaces() {
+    let release = |set: &[&str]| render_release("gardener-extension-node", "extension-a", &[], set);
+    assert_eq!(
+        policy_namespaces(&release(&[])).as_deref(),
+        Some("['extension-a']")
+    );
+    assert_eq!(
+        policy_namespaces(&release(&[
+            "admissionPolicy.extraNamespaces={kube-system,garden}"
+        ]))
+        .as_deref(),
+        Some("['extension-a', 'kube-system', 'garden']")
+    );
+    assert_eq!(
+        policy_namespaces(&release(&["admissionPolicy.enabled=false"])),
+        None
+    );
+}
+
+#[test]
+fn chart_refuses_no_controller_and_an_unknown_node_agent_secrets_mode() {
+    let none = [
+        "controllers.containerRuntime.enabled=false",
+        "controllers.operatingSystemConfig.enabled=false",
+        "controllers.worker.enabled=false",
+    ];
+    let stderr = render_error(&none);
+    assert!(
+        stderr.contains("no controller enabled: set at least one of"),
+        "{stderr}"
+    );
+
+    for mode in ["auto", "always", "never"] {
+        let set = format!("controllers.operatingSystemConfig.nodeAgentSecrets={mode}");
+        let objects = render_release("gardener-extension-node", "extension-test", &[], &[&set]);
+        assert_eq!(operator_arg(&objects, "node-agent-secrets"), mode);
+    }
+    // `true`/`false` were the values before the modes existed; they must not pass silently.
+    for mode in ["true", "false", "sometimes"] {
+        let set = format!("controllers.operatingSystemConfig.nodeAgentSecrets={mode}");
+        let stderr = render_error(&[&set]);
+        assert!(
+            stderr.contains(&format!(
+                "nodeAgentSecrets must be one of auto, always, never (got \"{mode}\")"
+            )),
+            "{stderr}"
+        );
+    }
 }
 
 /// File name → sha256 of its content, for every file below `root`.
@@ -418,19 +704,10 @@ where
 async fn operator_with_only_the_charts_rbac_runs_every_lifecycle_without_a_403() {
     let env = support::env().await;
     let release = env.namespace.clone();
-    // Install the chart's ServiceAccount and RBAC for real.
-    let rbac: Vec<DynamicObject> = render(&release, None)
-        .into_iter()
-        .filter(|o| {
-            matches!(
-                kind(o),
-                "ServiceAccount" | "ClusterRole" | "ClusterRoleBinding" | "Role" | "RoleBinding"
-            )
-        })
-        .collect();
-    apply::apply_all(&env.client, &rbac, &release)
-        .await
-        .unwrap();
+    // Install the chart's ServiceAccount, RBAC and admission policy for real (under a release
+    // name of this test's own: cluster-scoped objects are named after the release, and the
+    // access table installs the chart too).
+    install_access_objects(&env.client, "lifecycle", &release, &[]).await;
     let kubeconfig = service_account_kubeconfig(&env, &release).await;
     let leader = format!("--leader-election-namespace={release}");
     let heartbeat = format!("--heartbeat-namespace={release}");
@@ -440,7 +717,8 @@ async fn operator_with_only_the_charts_rbac_runs_every_lifecycle_without_a_403()
     );
 
     // A shoot namespace with its Cluster.
-    let shoot = support::env().await;
+    let shoot = shoot_env().await;
+    wait_policy_in_force(&impersonating(&shoot, &release).await).await;
     let ns = shoot.namespace.as_str();
     let client = &shoot.client;
     Api::<Cluster>::all(client.clone())
@@ -604,4 +882,474 @@ async fn shallow_delete_machines(client: &Client, namespace: &str) {
             let _ = api.delete(&name, &DeleteParams::default()).await;
         }
     }
+}
+
+/// The user name the API server gives the chart's ServiceAccount in `release_namespace`.
+fn service_account_user(release_namespace: &str) -> String {
+    format!("system:serviceaccount:{release_namespace}:gardener-extension-node")
+}
+
+/// The chart's ServiceAccount, RBAC and admission policy, rendered as release `release` in
+/// `namespace` with `values`, installed for real.
+async fn install_access_objects(client: &Client, release: &str, namespace: &str, values: &[&str]) {
+    let objects: Vec<DynamicObject> = render_release(release, namespace, values, &[])
+        .into_iter()
+        .filter(|o| {
+            matches!(
+                kind(o),
+                "ServiceAccount"
+                    | "ClusterRole"
+                    | "ClusterRoleBinding"
+                    | "Role"
+                    | "RoleBinding"
+                    | "ValidatingAdmissionPolicy"
+                    | "ValidatingAdmissionPolicyBinding"
+            )
+        })
+        .collect();
+    assert_eq!(
+        objects.len(),
+        7,
+        "{:?}",
+        objects.iter().map(kind).collect::<Vec<_>>()
+    );
+    apply::apply_all(client, &objects, namespace).await.unwrap();
+}
+
+/// A client that impersonates the chart's ServiceAccount in `release_namespace` (with the
+/// groups the API server gives every ServiceAccount).
+async fn impersonating(env: &TestEnv, release_namespace: &str) -> Client {
+    let mut config = gardener_extension_node::kubeconfig::config_from_yaml(&env.kubeconfig)
+        .await
+        .unwrap();
+    config.auth_info.impersonate = Some(service_account_user(release_namespace));
+    config.auth_info.impersonate_groups = Some(vec![
+        "system:serviceaccounts".into(),
+        format!("system:serviceaccounts:{release_namespace}"),
+        "system:authenticated".into(),
+    ]);
+    Client::try_from(config).unwrap()
+}
+
+/// Waits until the API server enforces the admission policy for `client`'s user (it loads
+/// new policies asynchronously): a dry-run create of a Secret in `kube-system` is denied by it.
+async fn wait_policy_in_force(client: &Client) {
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), "kube-system");
+    let probe = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    let secret: Secret = serde_json::from_value(Object::Secret.body("probe")).unwrap();
+    wait_for(
+        "the admission policy in force",
+        Duration::from_secs(30),
+        || async {
+            match secrets.create(&probe, &secret).await {
+                Err(kube::Error::Api(status))
+                    if status.message.contains("ValidatingAdmissionPolicy") =>
+                {
+                    Ok(())
+                }
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+}
+
+/// A fresh namespace named like a Gardener shoot namespace (`shoot--<project>--<name>`): the
+/// admission policy lets the operator write Secrets and ManagedResources only there.
+async fn shoot_env() -> TestEnv {
+    let env = support::env().await;
+    let namespace = format!("shoot--chart--{}", env.namespace);
+    support::create_namespace(&env.client, &namespace).await;
+    TestEnv { namespace, ..env }
+}
+
+/// Who sends a request of the access table.
+#[derive(Debug, Clone, Copy)]
+enum Who {
+    /// The chart's ServiceAccount, all controllers enabled (the combined registration).
+    Operator,
+    /// The chart's ServiceAccount as the gVisor-only registration installs it.
+    GvisorOnly,
+    /// The admin (group `system:masters`): the policy does not apply to anyone else.
+    Admin,
+}
+
+/// The kind of object a row of the access table reads or writes.
+#[derive(Debug, Clone, Copy)]
+enum Object {
+    Secret,
+    ManagedResource,
+    Deployment,
+    ConfigMap,
+    Lease,
+    Worker,
+}
+
+impl Object {
+    fn api_resource(self) -> kube::discovery::ApiResource {
+        let (group, version, kind, plural) = match self {
+            Object::Secret => ("", "v1", "Secret", "secrets"),
+            Object::ManagedResource => (
+                "resources.gardener.cloud",
+                "v1alpha1",
+                "ManagedResource",
+                "managedresources",
+            ),
+            Object::Deployment => ("apps", "v1", "Deployment", "deployments"),
+            Object::ConfigMap => ("", "v1", "ConfigMap", "configmaps"),
+            Object::Lease => ("coordination.k8s.io", "v1", "Lease", "leases"),
+            Object::Worker => ("extensions.gardener.cloud", "v1alpha1", "Worker", "workers"),
+        };
+        kube::discovery::ApiResource {
+            group: group.into(),
+            version: version.into(),
+            api_version: if group.is_empty() {
+                version.into()
+            } else {
+                format!("{group}/{version}")
+            },
+            kind: kind.into(),
+            plural: plural.into(),
+        }
+    }
+
+    /// A minimal valid object of this resource (for create).
+    fn body(self, name: &str) -> Value {
+        let resource = self.api_resource();
+        let mut object = json!({
+            "apiVersion": resource.api_version,
+            "kind": resource.kind,
+            "metadata": {"name": name},
+        });
+        match self {
+            Object::Secret | Object::ConfigMap => object["data"] = json!({}),
+            Object::ManagedResource => object["spec"] = json!({"secretRefs": []}),
+            Object::Lease => object["spec"] = json!({"holderIdentity": "test"}),
+            Object::Deployment => {
+                object["spec"] = json!({
+                    "replicas": 1,
+                    "selector": {"matchLabels": {"app": name}},
+                    "template": {
+                        "metadata": {"labels": {"app": name}},
+                        "spec": {"containers": [{"name": "c", "image": "example.invalid/c"}]}
+                    }
+                })
+            }
+            // Never created by a row; the operator watches Workers in every namespace.
+            Object::Worker => unreachable!("the access table only reads Workers"),
+        }
+        object
+    }
+}
+
+/// The request a row sends.
+#[derive(Debug, Clone, Copy)]
+enum Verb {
+    Get,
+    List,
+    Create,
+    /// A merge patch: `spec.replicas` for Deployments (what scaling sends), a label otherwise.
+    Patch,
+    Delete,
+}
+
+/// Where a request goes.
+#[derive(Debug, Clone, Copy)]
+enum Where {
+    /// A `shoot--*` namespace.
+    Shoot,
+    /// The release namespace of the full chart.
+    Release,
+    /// A namespace that is neither (like the seed's `garden`).
+    Other,
+    /// `kube-system`, which the API server creates itself.
+    KubeSystem,
+}
+
+/// How the API server answers a row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    /// Past authorization and admission (the request succeeded).
+    Allowed,
+    /// 403 from the authorizer (RBAC).
+    DeniedByRbac,
+    /// Denied by the chart's ValidatingAdmissionPolicy, with its message.
+    DeniedByPolicy,
+}
+
+/// One request of the access table and the answer it must get.
+struct Row {
+    who: Who,
+    verb: Verb,
+    object: Object,
+    at: Where,
+    name: &'static str,
+    expect: Outcome,
+}
+
+const fn row(
+    who: Who,
+    verb: Verb,
+    object: Object,
+    at: Where,
+    name: &'static str,
+    expect: Outcome,
+) -> Row {
+    Row {
+        who,
+        verb,
+        object,
+        at,
+        name,
+        expect,
+    }
+}
+
+/// The one Deployment the operator touches (the Worker controller scales it).
+const MCM: &str = "machine-controller-manager";
+
+/// What each request of the chart's ServiceAccount may do; rows run in order (creates before
+/// the gets, patches and deletes of the same object).
+const ACCESS: &[Row] = {
+    use Object::{ConfigMap, Deployment, Lease, ManagedResource, Secret, Worker};
+    use Outcome::{Allowed, DeniedByPolicy, DeniedByRbac};
+    use Verb::{Create, Delete, Get, List, Patch};
+    use Where::{KubeSystem, Other, Release, Shoot};
+    use Who::{Admin, GvisorOnly, Operator};
+    const HEARTBEAT: &str = "gardener-extension-heartbeat";
+    &[
+        // Deployments: machine-controller-manager only, read and scaled, never listed or deleted.
+        row(Operator, Get, Deployment, Shoot, MCM, Allowed),
+        row(Operator, Patch, Deployment, Shoot, MCM, Allowed),
+        row(Operator, Get, Deployment, Shoot, "other", DeniedByRbac),
+        row(Operator, Patch, Deployment, Shoot, "other", DeniedByRbac),
+        row(Operator, List, Deployment, Shoot, "", DeniedByRbac),
+        row(Operator, Create, Deployment, Shoot, "new", DeniedByRbac),
+        row(Operator, Delete, Deployment, Shoot, MCM, DeniedByRbac),
+        row(GvisorOnly, Patch, Deployment, Shoot, MCM, DeniedByRbac),
+        // Secrets: written in shoot namespaces (and the release namespace) only.
+        row(Operator, Create, Secret, Shoot, "written", Allowed),
+        row(Operator, Get, Secret, Shoot, "written", Allowed),
+        row(Operator, List, Secret, Shoot, "", Allowed),
+        row(Operator, Patch, Secret, Shoot, "written", Allowed),
+        row(Operator, Delete, Secret, Shoot, "written", Allowed),
+        row(Operator, Create, Secret, Release, "own", Allowed),
+        row(
+            Operator,
+            Create,
+            Secret,
+            KubeSystem,
+            "written",
+            DeniedByPolicy,
+        ),
+        row(Operator, Create, Secret, Other, "written", DeniedByPolicy),
+        row(Operator, Patch, Secret, Other, "existing", DeniedByPolicy),
+        row(Operator, Delete, Secret, Other, "existing", DeniedByPolicy),
+        row(
+            GvisorOnly,
+            Create,
+            Secret,
+            KubeSystem,
+            "written",
+            DeniedByPolicy,
+        ),
+        // Reads are not narrowed by namespace: RBAC cannot, and the policy only sees writes.
+        row(Operator, Get, Secret, Other, "existing", Allowed),
+        // ManagedResources: the same namespaces as Secrets.
+        row(Operator, Create, ManagedResource, Shoot, "written", Allowed),
+        row(Operator, Patch, ManagedResource, Shoot, "written", Allowed),
+        row(Operator, List, ManagedResource, Shoot, "", Allowed),
+        row(Operator, Delete, ManagedResource, Shoot, "written", Allowed),
+        row(
+            GvisorOnly,
+            Create,
+            ManagedResource,
+            Shoot,
+            "gvisor",
+            Allowed,
+        ),
+        row(
+            Operator,
+            Create,
+            ManagedResource,
+            Other,
+            "written",
+            DeniedByPolicy,
+        ),
+        row(
+            Operator,
+            Create,
+            ManagedResource,
+            KubeSystem,
+            "written",
+            DeniedByPolicy,
+        ),
+        row(
+            Operator,
+            Delete,
+            ManagedResource,
+            Other,
+            "existing",
+            DeniedByPolicy,
+        ),
+        // Kinds of disabled controllers and kinds the code never writes.
+        row(Operator, List, Worker, Shoot, "", Allowed),
+        row(GvisorOnly, List, Worker, Shoot, "", DeniedByRbac),
+        row(Operator, Create, ConfigMap, Shoot, "written", DeniedByRbac),
+        // Leases: the two names in the release namespace, nothing elsewhere.
+        row(Operator, Create, Lease, Release, HEARTBEAT, Allowed),
+        row(Operator, Patch, Lease, Release, HEARTBEAT, Allowed),
+        row(Operator, Get, Lease, Release, "other", DeniedByRbac),
+        row(Operator, Create, Lease, Shoot, "lease", DeniedByRbac),
+        // The policy binds the operator only.
+        row(Admin, Create, Secret, KubeSystem, "by-admin", Allowed),
+        row(Admin, Delete, Secret, KubeSystem, "by-admin", Allowed),
+    ]
+};
+
+/// Sends the request of `row`; `Ok` when the API server accepted it.
+async fn send(client: &Client, namespace: &str, row: &Row) -> Result<(), kube::Error> {
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), namespace, &row.object.api_resource());
+    match row.verb {
+        Verb::Get => api.get(row.name).await.map(drop),
+        Verb::List => api.list(&ListParams::default()).await.map(drop),
+        Verb::Create => api
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(row.object.body(row.name)).unwrap(),
+            )
+            .await
+            .map(drop),
+        Verb::Patch => {
+            let patch = match row.object {
+                Object::Deployment => json!({"spec": {"replicas": 0}}),
+                _ => json!({"metadata": {"labels": {"patched": "true"}}}),
+            };
+            api.patch(row.name, &PatchParams::default(), &Patch::Merge(patch))
+                .await
+                .map(drop)
+        }
+        Verb::Delete => api
+            .delete(row.name, &DeleteParams::default())
+            .await
+            .map(drop),
+    }
+}
+
+#[tokio::test]
+async fn rbac_and_admission_policy_allow_and_deny_row_by_row() {
+    let release_env = support::env().await;
+    let release = release_env.namespace.clone();
+    let gvisor_release = support::env().await.namespace;
+    let other = support::env().await.namespace;
+    let shoot = shoot_env().await;
+    let admin = &shoot.client;
+    install_access_objects(admin, "gardener-extension-node", &release, &[]).await;
+    let gvisor_values = tempfile::NamedTempFile::new().unwrap();
+    let (gvisor_deployment, _) =
+        registration_objects("example/controller-registration-gvisor.yaml");
+    std::fs::write(
+        gvisor_values.path(),
+        serde_json::to_string(&gvisor_deployment.data["helm"]["values"]).unwrap(),
+    )
+    .unwrap();
+    install_access_objects(
+        admin,
+        "gardener-extension-node-gvisor",
+        &gvisor_release,
+        &[gvisor_values.path().to_str().unwrap()],
+    )
+    .await;
+
+    // What the rows read, patch or delete without creating it first.
+    create::<Deployment>(
+        admin,
+        &shoot.namespace,
+        fixtures::mcm_deployment_json(&shoot.namespace, 1),
+    )
+    .await;
+    let mut other_deployment = Object::Deployment.body("other");
+    other_deployment["metadata"]["namespace"] = json!(shoot.namespace);
+    create::<Deployment>(admin, &shoot.namespace, other_deployment).await;
+    create::<Secret>(admin, &other, Object::Secret.body("existing")).await;
+    let managed_resources: Api<DynamicObject> = Api::namespaced_with(
+        admin.clone(),
+        &other,
+        &Object::ManagedResource.api_resource(),
+    );
+    managed_resources
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(Object::ManagedResource.body("existing")).unwrap(),
+        )
+        .await
+        .unwrap();
+
+    let operator = impersonating(&shoot, &release).await;
+    let gvisor_only = impersonating(&shoot, &gvisor_release).await;
+    for client in [&operator, &gvisor_only] {
+        wait_policy_in_force(client).await;
+    }
+
+    let mut mismatches = Vec::new();
+    for row in ACCESS {
+        let (client, release_namespace) = match row.who {
+            Who::Operator => (&operator, release.as_str()),
+            Who::GvisorOnly => (&gvisor_only, gvisor_release.as_str()),
+            Who::Admin => (admin, release.as_str()),
+        };
+        let namespace = match row.at {
+            Where::Shoot => shoot.namespace.as_str(),
+            Where::Release => release.as_str(),
+            Where::Other => other.as_str(),
+            Where::KubeSystem => "kube-system",
+        };
+        let policy = match row.who {
+            Who::GvisorOnly => "gardener-extension-node-gvisor.extensions.gardener.cloud",
+            _ => "gardener-extension-node.extensions.gardener.cloud",
+        };
+        let outcome = match send(client, namespace, row).await {
+            Ok(()) => Outcome::Allowed,
+            Err(kube::Error::Api(status))
+                if status.code == 403
+                    && status.message.contains(&format!(
+                        "User \"{}\" cannot",
+                        service_account_user(release_namespace)
+                    )) =>
+            {
+                Outcome::DeniedByRbac
+            }
+            Err(kube::Error::Api(status))
+                if status.code == 403
+                    && status
+                        .message
+                        .contains(&format!("ValidatingAdmissionPolicy '{policy}'"))
+                    && status.message.contains(&format!(
+                        "{} may write {} only in shoot namespaces (shoot--*) and {release_namespace}, not in namespace {namespace}",
+                        service_account_user(release_namespace),
+                        row.object.api_resource().plural
+                    )) =>
+            {
+                Outcome::DeniedByPolicy
+            }
+            Err(error) => {
+                mismatches.push(format!(
+                    "{:?} {:?} {:?} {namespace}/{}: unexpected error {error}",
+                    row.who, row.verb, row.object, row.name
+                ));
+                continue;
+            }
+        };
+        if outcome != row.expect {
+            mismatches.push(format!(
+                "{:?} {:?} {:?} {namespace}/{}: expected {:?}, got {outcome:?}",
+                row.who, row.verb, row.object, row.name, row.expect
+            ));
+        }
+    }
+    assert!(mismatches.is_empty(), "{}", mismatches.join("\n"));
 }
