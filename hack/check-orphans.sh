@@ -1,15 +1,43 @@
 #!/usr/bin/env bash
-# Fails if a kube-apiserver or etcd started by the tests is still running. The test
-# harness's watchdog kills them right after each test binary exits; allow it a few seconds.
+# Fails if a process started by this test run is still running after the tests: the control
+# planes, gardener-resource-manager, operators, agents and nspawn machines the tests start all
+# inherit GARDENER_EXTENSION_NODE_TEST_RUN from `make test`, so they are found by that
+# variable and nothing else (a `make start` in another terminal or another project's
+# kube-apiserver has a different value or none). The test harness's watchdogs kill
+# everything right after each test binary exits; allow them a few seconds.
+#
+#   hack/check-orphans.sh <run id>
 set -uo pipefail
-pattern='gardener-extension-node/envtest/.*/(kube-apiserver|etcd)( |$)'
+run_id="${1:-${GARDENER_EXTENSION_NODE_TEST_RUN:-}}"
+if [[ -z "$run_id" ]]; then
+  echo "check-orphans: usage: $0 <run id> (the GARDENER_EXTENSION_NODE_TEST_RUN of the test run)" >&2
+  exit 2
+fi
+marker="GARDENER_EXTENSION_NODE_TEST_RUN=$run_id"
+
+leftovers() {
+  local pid
+  for environ in /proc/[0-9]*/environ; do
+    pid="${environ#/proc/}"
+    pid="${pid%/environ}"
+    [[ "$pid" == "$$" || "$pid" == "$BASHPID" ]] && continue
+    # Kernel threads and processes that just exited have no readable environment.
+    if { tr '\0' '\n' <"$environ"; } 2>/dev/null | grep -qxF -- "$marker"; then
+      echo "$pid"
+    fi
+  done
+}
+
 for _ in $(seq 1 50); do
-  if ! pgrep -f -- "$pattern" >/dev/null; then
-    echo "check-orphans: no kube-apiserver or etcd left running"
+  pids="$(leftovers)"
+  if [[ -z "$pids" ]]; then
+    echo "check-orphans: nothing this test run started is left running"
     exit 0
   fi
   sleep 0.2
 done
-echo "check-orphans: processes outlived the tests:" >&2
-pgrep -af -- "$pattern" >&2
+echo "check-orphans: processes of this test run outlived the tests:" >&2
+for pid in $pids; do
+  ps -o pid=,args= -p "$pid" >&2
+done
 exit 1

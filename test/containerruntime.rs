@@ -1,7 +1,9 @@
 //! Integration: the gVisor ContainerRuntime controller (the real operator binary) against a
-//! real kube-apiserver. gardenlet's part (annotations, deletion) is played by the test; there
-//! is no gardener-resource-manager, so where a test needs a ManagedResource to linger (as GRM
-//! does while it deletes shoot objects) it puts a foreign finalizer on it.
+//! real kube-apiserver. gardenlet's part (annotations, deletion) is played by the test.
+//! What reaches the shoot through the real gardener-resource-manager is checked in
+//! `test/shoot_delivery.rs`; these tests run without it and, where they assert what the
+//! operator does *while* GRM still deletes shoot objects (a state the real GRM passes in
+//! milliseconds here), hold GRM's finalizer on the ManagedResource by hand (stand-in).
 
 #![allow(clippy::unwrap_used, clippy::panic)] // test crate: failing loudly is the point
 

@@ -1,8 +1,9 @@
 //! Integration: the OperatingSystemConfig controller (the real operator binary, started with
 //! `--controllers=operatingsystemconfig`) against a real kube-apiserver. gardenlet's part
-//! (annotations, deletion) is played by the test; there is no gardener-resource-manager, so
-//! where a ManagedResource must linger (as while GRM deletes shoot objects) the test puts a
-//! foreign finalizer on it.
+//! (annotations, deletion) is played by the test. The node-agent Secret in a shoot, through
+//! the real gardener-resource-manager and with gardenlet's ManagedResource, is checked in
+//! `test/shoot_delivery.rs`; these tests run without GRM and, where a ManagedResource must
+//! linger (as while GRM deletes shoot objects), hold GRM's finalizer by hand (stand-in).
 //!
 //! One operator (class `shoot`, default `--node-agent-secrets=auto`; without gardenlet's
 //! ManagedResource ours are shipped) serves all tests; the test of
