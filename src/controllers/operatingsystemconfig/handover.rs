@@ -81,6 +81,10 @@ pub fn gardenlet_ships(managed_resource: &ManagedResource) -> bool {
         && managed_resource.metadata.deletion_timestamp.is_none()
 }
 
+/// How long a reconcile waits for the first list of gardenlet's ManagedResources before it
+/// fails (and is retried with backoff) instead of guessing.
+pub const SYNC_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// The namespaces in which gardenlet ships the node-agent secrets, as last seen by the watch.
 #[derive(Debug)]
 pub struct GardenletDelivery {
@@ -98,13 +102,15 @@ impl Default for GardenletDelivery {
 }
 
 impl GardenletDelivery {
-    /// Whether gardenlet ships in `namespace`; waits for the watch's first list so a
-    /// reconcile right after start-up never decides on an empty set.
-    pub async fn ships(&self, namespace: &str) -> bool {
+    /// Whether gardenlet ships in `namespace`; waits (up to [`SYNC_WAIT`]) for the watch's
+    /// first list so a reconcile right after start-up never decides on an empty set.
+    pub async fn ships(&self, namespace: &str) -> Result<bool, Error> {
         let mut synced = self.synced.subscribe();
-        // Err only when the sender is gone, which cannot happen while `self` lives.
-        let _ = synced.wait_for(|synced| *synced).await;
-        self.lock().contains(namespace)
+        let waited = tokio::time::timeout(SYNC_WAIT, synced.wait_for(|synced| *synced)).await;
+        if !matches!(waited, Ok(Ok(_))) {
+            return Err(Error::DeliveryUnknown);
+        }
+        Ok(self.lock().contains(namespace))
     }
 
     /// Records the state of one namespace; returns whether it changed.
@@ -253,7 +259,7 @@ pub async fn hand_over(
     filter: &Filter,
     namespace: &str,
 ) -> Result<(), Error> {
-    let gardenlet = actuator.delivery.ships(namespace).await;
+    let gardenlet = actuator.delivery.ships(namespace).await?;
     if actuator.node_agent_secrets.we_ship(gardenlet) {
         let oscs: Api<OperatingSystemConfig> = Api::namespaced(actuator.client.clone(), namespace);
         let list = oscs
@@ -386,6 +392,15 @@ mod tests {
         assert!(!gardenlet_ships(&mr("shoot-other", "gardener", false)));
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn an_unsynced_view_is_an_error_not_a_guess() {
+        let delivery = GardenletDelivery::default();
+        assert!(matches!(
+            delivery.ships("a").await,
+            Err(Error::DeliveryUnknown)
+        ));
+    }
+
     #[tokio::test]
     async fn delivery_reports_changes_only() {
         let delivery = GardenletDelivery::default();
@@ -398,7 +413,7 @@ mod tests {
         changed.sort();
         assert_eq!(changed, vec!["a".to_string(), "b".to_string()]);
         delivery.synced.send_replace(true);
-        assert!(delivery.ships("b").await);
-        assert!(!delivery.ships("a").await);
+        assert!(delivery.ships("b").await.unwrap());
+        assert!(!delivery.ships("a").await.unwrap());
     }
 }

@@ -75,6 +75,11 @@ pub enum Error {
         #[source]
         source: Box<kube::Error>,
     },
+    /// The view of gardenlet's node-agent ManagedResources is not there yet.
+    #[error(
+        "gardenlet's ManagedResources shoot-gardener-node-agent are not listed yet; cannot tell who ships the node-agent secret"
+    )]
+    DeliveryUnknown,
     /// Listing objects failed.
     #[error("listing {what} in namespace {namespace:?}")]
     List {
@@ -116,7 +121,10 @@ impl Classify for Error {
             Error::UserData(error) => error.codes(),
             Error::NodeAgent(error) => error.codes(),
             Error::ManagedResource(error) => error.codes(),
-            Error::Secret { .. } | Error::Status(_) | Error::List { .. } => Vec::new(),
+            Error::Secret { .. }
+            | Error::Status(_)
+            | Error::List { .. }
+            | Error::DeliveryUnknown => Vec::new(),
             Error::Spec(_) | Error::TooLarge { .. } => vec![ErrorCode::ConfigurationProblem],
         }
     }
@@ -127,6 +135,7 @@ impl Classify for Error {
             Error::NodeAgent(_) => "node-agent-secret",
             Error::Secret { .. } => "secret",
             Error::List { .. } => "list",
+            Error::DeliveryUnknown => "node-agent-delivery",
             Error::ManagedResource(_) => "managed-resource",
             Error::Status(_) => "status",
             Error::Spec(_) => "spec",
@@ -168,11 +177,11 @@ impl OscActuator {
     }
 
     /// Whether we ship the node-agent secrets in `namespace` now.
-    pub async fn ships_node_agent_secrets(&self, namespace: &str) -> bool {
-        match self.node_agent_secrets {
-            handover::NodeAgentSecrets::Auto => !self.delivery.ships(namespace).await,
+    pub async fn ships_node_agent_secrets(&self, namespace: &str) -> Result<bool, Error> {
+        Ok(match self.node_agent_secrets {
+            handover::NodeAgentSecrets::Auto => !self.delivery.ships(namespace).await?,
             mode => mode.we_ship(false),
-        }
+        })
     }
 }
 

@@ -239,7 +239,7 @@ async fn original(
 ) -> Result<Outcome, Error> {
     let osc = request.object;
     let namespace = request.namespace();
-    let extensions = if actuator.ships_node_agent_secrets(namespace).await {
+    let extensions = if actuator.ships_node_agent_secrets(namespace).await? {
         ship_node_agent_secret(actuator, osc).await?
     } else {
         // gardenlet delivers the node-agent secrets: leave the shoot's copy in place for its
