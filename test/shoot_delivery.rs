@@ -359,13 +359,11 @@ async fn a_pool_whose_container_runtime_vanished_without_its_delete_flow_is_swep
     annotate(&crs, &p1, "reconcile").await;
     wait_ready(&crs, &p1, LastOperationType::Reconcile).await;
     wait_shoot_daemonset_gone(&shoot_client, "p2").await;
-    assert!(
-        api::<ManagedResource>(&env.client, &env.namespace)
-            .get_opt(&pool_mr("p2"))
-            .await
-            .unwrap()
-            .is_none()
-    );
+    wait_gone(
+        &api::<ManagedResource>(&env.client, &env.namespace),
+        &pool_mr("p2"),
+    )
+    .await;
     assert!(shoot_daemonset(&shoot_client, "p1").await.is_some());
 }
 
