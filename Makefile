@@ -2,7 +2,7 @@
 #
 #   make start           run the operator: against dev/kubeconfig if present, else a local control plane
 #   make test            everything CI runs: dependencies, format, lint, unit + integration tests
-#   make fmt | lint      format / check format and clippy
+#   make fmt | lint      format / check format, clippy and citations (hack/check-citations.sh)
 #   make generate        regenerate crds/ from the Rust types and example/controller-registration*.yaml
 #   make check-generate  fail if generated files are out of date
 #   make envtest         build (once) kube-apiserver and etcd and print their folder
@@ -42,6 +42,7 @@ fmt:
 	$(CARGO) fmt --all
 
 lint:
+	hack/check-citations.sh
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --all-targets -- -D warnings
 

@@ -4,9 +4,7 @@
 //! `main` only parses, initialises logging, builds the runtime [`Command::runtime`] asks for
 //! and calls [`Command::run`].
 
-use std::path::PathBuf;
-
-use clap::{Args, Parser, Subcommand};
+use clap::{Parser, Subcommand};
 
 use crate::telemetry::LogFormat;
 
@@ -36,17 +34,9 @@ pub enum Command {
     #[command(subcommand)]
     Render(crate::render::RenderCommand),
     /// Print the CustomResourceDefinitions of every kind this extension reads or writes.
-    Crds(CrdsArgs),
+    Crds(crate::crds::CrdsArgs),
     /// Development: start a local control plane with the example objects and run the operator.
     LocalEnv(crate::devenv::LocalEnvArgs),
-}
-
-/// Flags of `crds`.
-#[derive(Debug, Clone, Args)]
-pub struct CrdsArgs {
-    /// Write one file per CRD into this folder instead of printing a multi-document YAML stream.
-    #[arg(long)]
-    pub output_dir: Option<PathBuf>,
 }
 
 /// The Tokio runtime a subcommand runs on.

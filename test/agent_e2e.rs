@@ -4,7 +4,7 @@
 //! Lease and events (`agent_support::limited_kubeconfig`). The tests play kubelet (they
 //! create the Node) and gardenlet (they write the OSC secret).
 //!
-//! One test per acceptance item of issue 6; each boots its own machine.
+//! One test per behaviour of the agent (`item1_…` to `item7_…`); each boots its own machine.
 
 #![allow(clippy::unwrap_used, clippy::panic)]
 
@@ -51,7 +51,7 @@ const TOKEN_FILE: &str = "/var/lib/e2e/auth-token";
 const PLAIN_CONTENT: &str = "listen = $HOME `id` \"quoted\"\n";
 const B64_CONTENT: &[u8] = &[0, 159, 146, 150, 255, b'\n'];
 
-/// The OSC of item 1: files of each kind, units with a drop-in and `filePaths`, an enabled
+/// The OSC of `item1_…`: files of each kind, units with a drop-in and `filePaths`, an enabled
 /// and a stopped unit, containerd configuration with a plugin.
 fn base_units() -> Vec<Value> {
     let mut app = service("app.service", "reads app.conf");

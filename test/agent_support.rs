@@ -78,7 +78,7 @@ pub async fn create_node(client: &Client, name: &str) -> Node {
 }
 
 /// A kubeconfig for a ServiceAccount that may do exactly what the node-agent authorizer
-/// allows for one node (§12 of the reference): get/list/watch the named secrets in
+/// allows for one node (`docs/agent.md#authorizer-limits`): get/list/watch the named secrets in
 /// kube-system (list/watch only with a name field selector), list nodes (host name lookup),
 /// get/watch/patch its Node, get/update its Lease (and create leases), create/patch events.
 pub async fn limited_kubeconfig(env: &TestEnv, node: &str, secrets: &[&str]) -> String {

@@ -327,7 +327,7 @@ async fn an_unreachable_api_server_leaves_the_node_as_it_is_and_the_agent_catche
     );
 }
 
-/// The agent's rows of the OSC bad-input table that its own e2e test (`agent_e2e`, item 5:
+/// The agent's rows of the OSC bad-input table that its own e2e test (`agent_e2e::item5_…`:
 /// relative and `..` paths, unknown encoding, unknown unit command, undecodable YAML) does
 /// not cover: duplicate paths, `filePaths` naming an absent file, a `secretRef` to a missing
 /// Secret. Each ends in a Warning event on the Node, and the node keeps its files, its units

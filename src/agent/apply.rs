@@ -1,5 +1,6 @@
-//! Applying one OperatingSystemConfig to the node (§6.3 steps 7–24 of the node-agent
-//! reference), through [`Host`], resumable after a crash at any point.
+//! Applying one OperatingSystemConfig to the node (`docs/agent.md#apply-order`, from the
+//! containerd settings to `last-applied-osc.yaml`), through [`Host`], resumable after a crash
+//! at any point.
 //!
 //! Order, each step completing items of the [`Journal`] and rewriting it after every item:
 //!
@@ -532,7 +533,7 @@ pub fn write_if_different<H: Host>(
     Ok(true)
 }
 
-/// Brings `config.toml` in line with `criConfig` (§6.8); returns whether it was rewritten.
+/// Brings `config.toml` in line with `criConfig`; returns whether it was rewritten.
 pub async fn ensure_containerd_config<H: Host>(
     host: &H,
     osc: &NodeOsc,

@@ -1,6 +1,6 @@
-//! Diff of the new OSC against `last-applied-osc.yaml` (§6.4): which files to write and
-//! delete, which units to write, restart, stop and remove, whether containerd's config
-//! changed. Pure; the result is the [`Journal`] the apply step works through.
+//! Diff of the new OSC against `last-applied-osc.yaml` (`docs/agent.md#diff-rules`): which
+//! files to write and delete, which units to write, restart, stop and remove, whether
+//! containerd's config changed. Pure; the result is the [`Journal`] the apply step works through.
 //!
 //! Rules, each with a unit test below:
 //! 1. No last-applied OSC: every file and unit (with all drop-ins) is changed, every unit

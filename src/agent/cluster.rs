@@ -1,5 +1,5 @@
 //! The agent's API calls, all narrowly scoped so that a role allowing only the node's own
-//! objects is enough (§12 of the node-agent reference):
+//! objects is enough (`docs/agent.md#authorizer-limits`):
 //!
 //! | what | request |
 //! |---|---|

@@ -2,7 +2,7 @@
 //! secret and Node watches, plus side tasks for the lease, the token sync, node discovery and
 //! the metrics server.
 //!
-//! When the OSC is applied (§6.2, §6.3):
+//! When the OSC is applied (`docs/agent.md#reconciliation-delay`, `#apply-order`):
 //! - the first sight of the secret after start, and a secret that reappears, apply at once;
 //! - a changed `osc.yaml` applies after the Node's reconciliation delay (a later change does
 //!   not push an earlier due time back);

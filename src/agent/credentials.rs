@@ -12,9 +12,10 @@
 //!    agent runs, so a token rotated by the token sync takes effect without a restart.
 //!
 //! Not supported: the bootstrap-token → CertificateSigningRequest flow gardener-node-agent
-//! runs on first boot (`credentials/bootstrap-token`, §3.1 of the reference). A node that only
-//! has a bootstrap token is reported with an error naming the files the agent looks for, so a
-//! provisioning that relies on the CSR flow fails loudly instead of half-working.
+//! runs on first boot (`credentials/bootstrap-token`; see
+//! `docs/agent.md#bootstrap-and-client-certificates`). A node that only has a bootstrap token
+//! is reported with an error naming the files the agent looks for, so a provisioning that
+//! relies on the CSR flow fails loudly instead of half-working.
 
 use std::path::{Path, PathBuf};
 

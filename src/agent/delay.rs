@@ -1,5 +1,5 @@
-//! The reconciliation delay: how long an OSC *update* waits before it is applied (§6.2 of the
-//! node-agent reference). Pure.
+//! The reconciliation delay: how long an OSC *update* waits before it is applied
+//! (`docs/agent.md#reconciliation-delay`). Pure.
 //!
 //! gardener-resource-manager spreads the nodes of a shoot over a window by writing the Node
 //! annotation `node-agent.gardener.cloud/reconciliation-delay` with a Go duration string
@@ -181,7 +181,7 @@ pub fn reconciliation_delay(
     }
 }
 
-/// What an observed version of the secret's `osc.yaml` asks for (§6.2).
+/// What an observed version of the secret's `osc.yaml` asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Trigger {
     /// First sight since start or since the secret was gone ("create"): apply now.

@@ -1,6 +1,6 @@
-//! The crash-safe journal `last-computed-osc-changes.yaml` (§6.5): the work one OSC apply
-//! still has to do. Pure apart from (de)serialisation; the apply step persists it through the
-//! host (atomically) after every completed item.
+//! The crash-safe journal `last-computed-osc-changes.yaml` (`docs/agent.md#journal-format`):
+//! the work one OSC apply still has to do. Pure apart from (de)serialisation; the apply step
+//! persists it through the host (atomically) after every completed item.
 //!
 //! The format is gardener-node-agent's, field for field, so either agent can finish what
 //! the other started — which happens by design when an OSC replaces the agent's own unit or
@@ -307,7 +307,7 @@ impl Journal {
 }
 
 /// The journal to resume for the secret's `checksum`: the one on disk if it parses and is
-/// for that checksum (§6.5); `None` means compute a new one.
+/// for that checksum; `None` means compute a new one.
 pub fn resumable(on_disk: Option<&str>, checksum: &str) -> Option<Journal> {
     on_disk
         .and_then(Journal::parse)

@@ -1,4 +1,4 @@
-//! The node agent's heartbeat (§9 of the node-agent reference): Lease
+//! The node agent's heartbeat (`docs/agent.md#node-agent-lease`): Lease
 //! `kube-system/gardener-node-agent-<node>`, holder = the lease name, 40 s duration, renewed
 //! every 10 s, owned by the Node. Gardener's shoot care marks the node's agent unhealthy
 //! when it is missing or expired. Started once the Node is known.

@@ -1,7 +1,7 @@
 //! The on-node agent, `gardener-extension-node agent`: applies the node's
 //! OperatingSystemConfig through systemd, as a drop-in for gardener-node-agent (same config
-//! file, same secret, same on-node paths, same Node annotation and labels; reference:
-//! `node-agent.md` §6–§9, §12, §15).
+//! file, same secret, same on-node paths, same Node annotation and labels; the upstream rules
+//! are in `docs/agent.md#the-gardener-node-agent-contract`).
 //!
 //! Pipeline of one OSC apply, each step its own module:
 //!

@@ -1,6 +1,6 @@
 //! The OperatingSystemConfig as the node sees it: decoding the `osc.yaml` of the node-agent
 //! secret, checking it before anything touches the disk, and merging spec and status into the
-//! units and files to apply (§6.3 steps 1–3, §6.4 first two bullets). Pure.
+//! units and files to apply (`docs/agent.md#apply-order`, `#diff-rules`). Pure.
 //!
 //! The secret holds a serialised OSC with only `spec.{units,files,criConfig,inPlaceUpdates}`
 //! and `status.{extensionUnits,extensionFiles,inPlaceUpdates}`. gardenlet's Go encoder writes
@@ -314,7 +314,7 @@ pub fn decode_inline(inline: &FileContentInline) -> Result<Vec<u8>, String> {
     }
 }
 
-/// Merges spec and status (§6.4): files of both lists minus those whose `hostName` names
+/// Merges spec and status: files of both lists minus those whose `hostName` names
 /// another host; units merged by name, a later entry overriding `enable`, `command` and
 /// `content` when it sets them and appending its drop-ins and file paths.
 pub fn effective<'a>(osc: &'a NodeOsc, hostname: &str) -> Effective<'a> {

@@ -1,5 +1,6 @@
 //! Where the agent keeps its state and writes units: the on-node layout of
-//! gardener-node-agent (§1 of the node-agent reference), so either agent can take over a node.
+//! gardener-node-agent (`docs/agent.md#node-agent-layout`), so either agent can take over a
+//! node.
 //!
 //! ```text
 //! /var/lib/gardener-node-agent/              --config-dir

@@ -1,4 +1,4 @@
-//! Token sync (§7 of the node-agent reference): copies `data.token` of each configured secret
+//! Token sync (`docs/agent.md#token-sync`): copies `data.token` of each configured secret
 //! in `kube-system` to its file, mode 0640, on a period and whenever the apply step deleted a
 //! file that a sync config owns. Direct GETs, no secret cache. A missing secret or an empty
 //! token is an error retried with backoff; the file is only written when its bytes differ

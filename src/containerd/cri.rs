@@ -1,4 +1,4 @@
-//! The node agent's containerd settings (§6.8 of the node-agent reference): what an
+//! The node agent's containerd settings (`docs/agent.md#containerd-settings`): what an
 //! OperatingSystemConfig's `criConfig` asks of `config.toml`, applied with the same
 //! TOML-preserving editor the gVisor installer uses. Pure.
 //!

@@ -1,4 +1,4 @@
-//! The heartbeat Lease `gardener-extension-heartbeat` (`extension-contract.md` §8.1):
+//! The heartbeat Lease `gardener-extension-heartbeat` (`docs/contract.md#heartbeat`):
 //! gardenlet reads its `renewTime` to tell whether the extension is alive.
 //!
 //! Renewed every `--heartbeat-renew-interval-seconds` by the leader only.

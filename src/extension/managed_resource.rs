@@ -1,4 +1,5 @@
-//! ManagedResources "for shoot" and their manifest secrets (`extension-contract.md` §7):
+//! ManagedResources "for shoot" and their manifest secrets
+//! (`docs/contract.md#managedresources-for-the-shoot`):
 //! the way this extension ships objects into a shoot through gardener-resource-manager (GRM).
 //!
 //! - The manifests go into an **immutable** secret named by content,

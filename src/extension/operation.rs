@@ -1,7 +1,8 @@
 //! Which operation Gardener asks of an extension object right now (pure).
 //!
 //! Ports the precedence of Gardener's `ComputeOperationType` and the "already migrated" rule
-//! (`extension-contract.md` §3.4, §3.5). The reconciler calls [`decide`] once per run, after the
+//! (`docs/contract.md#operation-type`, `#dispatch`). The reconciler calls [`decide`] once per
+//! run, after the
 //! `wait-for-state` check and the `reconcile`-annotation removal, and dispatches on the result.
 
 use std::collections::BTreeMap;
@@ -69,8 +70,8 @@ pub fn is_waiting_for_state(annotations: &BTreeMap<String, String>) -> bool {
     annotations.get(ANNOTATION_OPERATION).map(String::as_str) == Some(OPERATION_WAIT_FOR_STATE)
 }
 
-/// The step for an object, per §3.5: skip migrated objects unless asked to migrate or
-/// restore; migrate before delete; delete before restore; otherwise reconcile.
+/// The step for an object (`docs/contract.md#dispatch`): skip migrated objects unless asked
+/// to migrate or restore; migrate before delete; delete before restore; otherwise reconcile.
 pub fn decide(
     annotations: &BTreeMap<String, String>,
     deleting: bool,
@@ -128,7 +129,8 @@ mod tests {
             .unwrap_or_default()
     }
 
-    /// One row per rule of §3.4 (in precedence order), then the combinations that matter.
+    /// One row per rule of the operation type precedence (in order), then the combinations
+    /// that matter.
     #[test]
     fn operation_type_table() {
         let rows: Vec<Row<LastOperationType>> = vec![

@@ -1,4 +1,4 @@
-//! Which watch events enqueue an object (pure), per `extension-contract.md` §3.2.
+//! Which watch events enqueue an object (pure), per `docs/contract.md#watch-events`.
 //!
 //! The controller keeps a small [`Fingerprint`] of every object it has seen instead of the
 //! object itself, and asks [`on_create`] (first sight, including every object listed at

@@ -1,5 +1,6 @@
-//! One reconcile run of one extension object: the annotation wrapper (§3.3), the dispatch
-//! (§3.5) and the flows (§3.7) of `extension-contract.md`, around a kind's [`Actuator`].
+//! One reconcile run of one extension object: the annotation wrapper, the dispatch and the
+//! flows of `docs/contract.md` (`#annotation-wrapper`, `#dispatch`, `#flows`), around a kind's
+//! [`Actuator`].
 //!
 //! Every API write returns the updated object and the run continues with it, so the
 //! resourceVersion precondition of finalizer patches is always the one we just wrote.
@@ -109,7 +110,7 @@ impl<A: Actuator> Reconciler<A> {
             return ("none", Ok(Next::Done));
         }
         let annotations = object.annotations().clone();
-        // §3.3 step 2: wait-for-state means hands off, even while deleting.
+        // Annotation wrapper, step 2: wait-for-state means hands off, even while deleting.
         if operation::is_waiting_for_state(&annotations) {
             tracing::debug!("waiting for state; nothing to do");
             return ("none", Ok(Next::Done));
@@ -127,7 +128,7 @@ impl<A: Actuator> Reconciler<A> {
         let label = operation_label(planned);
         tracing::Span::current().record("operation", label);
 
-        // §3.5 steps 2-3: the Cluster, and the ShootNotFailed precondition (no writes at all
+        // Dispatch, steps 2-3: the Cluster, and the ShootNotFailed precondition (no writes at all
         // for failed shoots; gardenlet re-annotates the object when it retries the shoot).
         let cluster = match cluster::lookup(&self.client, namespace).await {
             Ok(cluster) => cluster,
@@ -143,7 +144,7 @@ impl<A: Actuator> Reconciler<A> {
             return ("none", Ok(Next::Done));
         }
 
-        // §3.3 step 3: `reconcile` is removed before the work.
+        // Annotation wrapper, step 3: `reconcile` is removed before the work.
         let object = if annotations.get(ANNOTATION_OPERATION).map(String::as_str)
             == Some(OPERATION_RECONCILE)
         {
@@ -243,8 +244,8 @@ impl<A: Actuator> Reconciler<A> {
         (operation_label(planned), Err(failure))
     }
 
-    /// §3.7.1 and §3.7.4: finalizer, Processing, actuator, Succeeded (and for restore the
-    /// annotation removal).
+    /// `docs/contract.md#reconcile-and-restore`: finalizer, Processing, actuator, Succeeded
+    /// (and for restore the annotation removal).
     async fn reconcile_flow(
         &self,
         api: &Api<A::Object>,
@@ -272,8 +273,8 @@ impl<A: Actuator> Reconciler<A> {
         Ok(Next::Done)
     }
 
-    /// §3.7.2: only with our finalizer; force deletion per the shoot annotation; our
-    /// finalizer is removed after success.
+    /// `docs/contract.md#delete`: only with our finalizer; force deletion per the shoot
+    /// annotation; our finalizer is removed after success.
     async fn delete_flow(
         &self,
         api: &Api<A::Object>,
@@ -302,8 +303,8 @@ impl<A: Actuator> Reconciler<A> {
         Ok(Next::Done)
     }
 
-    /// §3.7.3: Processing, actuator, Succeeded, then the finalizers (all or ours) and the
-    /// annotation.
+    /// `docs/contract.md#migrate`: Processing, actuator, Succeeded, then the finalizers (all
+    /// or ours) and the annotation.
     async fn migrate_flow(
         &self,
         api: &Api<A::Object>,

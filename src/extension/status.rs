@@ -1,4 +1,4 @@
-//! Status writes of the generic reconciler, exactly as `extension-contract.md` §3.6:
+//! Status writes of the generic reconciler, exactly as `docs/contract.md#status-writes`:
 //! Processing (progress 1), Error (progress 50, `lastError` with codes, observedGeneration),
 //! Succeeded (progress 100, `lastError: null`, observedGeneration).
 //!
@@ -19,7 +19,7 @@ use crate::api::{ErrorCode, LastOperationType};
 
 /// The time to write as `lastUpdateTime`: now, but never earlier than the object's
 /// `gardener.cloud/timestamp` truncated to whole seconds, so gardenlet's readiness check
-/// (§3.8 rule 5) holds even if our clock is behind gardenlet's.
+/// (`docs/contract.md#readiness`, rule 5) holds even if our clock is behind gardenlet's.
 pub fn last_update_time(
     now: DateTime<Utc>,
     annotations: &BTreeMap<String, String>,

@@ -1,5 +1,6 @@
 //! What gardenlet does to extension objects, for tests: annotate with an operation and a
-//! timestamp, confirm and delete, and the readiness check it waits on (§3.8); and
+//! timestamp, confirm and delete, and the readiness check it waits on
+//! (`docs/contract.md#readiness`); and
 //! gardener-resource-manager's finalizer on ManagedResources.
 
 use chrono::{DateTime, SecondsFormat, Utc};

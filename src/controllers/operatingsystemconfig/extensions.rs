@@ -10,9 +10,10 @@
 //! |---|---|---|
 //! | `debian`, `ubuntu` | `containerd.service` drop-in [`CONTAINERD_LIMITS_DROP_IN`]: `LimitNOFILE=1048576`, `LimitMEMLOCK=67108864` | Containers inherit containerd's resource limits. The distributions' packaged units differ: Debian's sets `LimitNOFILE=infinity` (about 2^30 file descriptors with current systemd, which makes software that sizes tables by the limit slow or memory hungry), containerd 2.x units set none (systemd's default soft limit of 1024 is too low for many workloads), and systemd's default locked-memory limit is 8 MiB. The same values as Garden Linux nodes (`os-gardenlinux`'s containerd override) give pods the same limits whichever image a pool runs. |
 //!
-//! No extension files are needed. Other OS types enabled with `--os-types` get nothing
-//! (the node agent alone suffices, `osc-worker-gvisor.md` §1.8). In-place OS updates are not
-//! supported for these images, so `status.inPlaceUpdates` stays unset.
+//! No extension files are needed. Other OS types enabled with `--os-types` get nothing (the
+//! node agent alone suffices, `docs/contract.md#what-gardenlet-does-with-the-results`).
+//! In-place OS updates are not supported for these images, so `status.inPlaceUpdates` stays
+//! unset.
 
 use crate::api::operatingsystemconfig::{DropIn, File, Unit};
 

@@ -1,7 +1,7 @@
 //! The OperatingSystemConfig controller for the OS types of `--os-types` (the OSC's
 //! `spec.type` is the worker's machine image name; default `debian,ubuntu`).
 //!
-//! Per purpose (`osc-worker-gvisor.md` §1):
+//! Per purpose (`docs/contract.md#purposes`):
 //!
 //! - `provision`: the spec's units and files become a bash user-data script ([`userdata`]),
 //!   stored in the Secret `osc-result-<osc>` (or the one `status.cloudConfig.secretRef`

@@ -1,5 +1,6 @@
 //! The node-agent config secret of a `reconcile` OperatingSystemConfig (pure), in the format
-//! gardenlet produces (`node-agent.md` §4.2, upstream `original/components/nodeagent/secrets.go`),
+//! gardenlet produces (`docs/agent.md#node-agent-secret`; upstream
+//! `pkg/component/extensions/operatingsystemconfig/original/components/nodeagent/secrets.go`),
 //! so that our agent and gardener-node-agent read the same thing:
 //!
 //! - Secret `kube-system/<key>`, `<key>` = the OSC name without its `-original` suffix;

@@ -1,7 +1,7 @@
 //! The provision user data (pure): a bash script, built from exactly the `units` and `files`
 //! of a `provision` OperatingSystemConfig, that cloud-init runs once on a new machine.
 //!
-//! Shape of the script (`osc-worker-gvisor.md` §1.6, §1.8):
+//! Shape of the script (rules in `docs/contract.md#provision-user-data`):
 //!
 //! 1. `#!/bin/bash`, a comment, then the run-once guard: exit at once when
 //!    [`PROVISION_MARKER`] exists (some IaaS, e.g. GCP, run user data on every boot, which

@@ -41,8 +41,8 @@
 //!
 //! # Migrate and restore: where the machine state lives
 //!
-//! Issue 7 asks Migrate to record the machine state in the Worker's `status.state` and
-//! Restore to recreate deployments, sets and machines from it. Upstream, since GEP-22,
+//! This controller's Migrate records the machine state in the Worker's `status.state` and
+//! its Restore recreates deployments, sets and machines from it. Upstream, since GEP-22,
 //! gardenlet computes that state itself during migration (`pkg/utils/gardener/shootstate/`),
 //! stores it in the ShootState, and writes it into the destination Worker's `status.state`
 //! before it sets `restore`; the generic actuator's Migrate is a no-op. We do both sides in a
@@ -65,11 +65,12 @@
 //! gardenlet clears `status.state` itself once the restored Worker is ready; we leave it
 //! alone after a restore.
 //!
-//! The reference notes (extension-contract §10.2) say the extension must not write
-//! `status.state` during migrate because gardenlet's restore would reject it; no such check
-//! was found in the Gardener sources available to us (`RestoreExtensionObjectState` copies
-//! whatever the ShootState holds). Writing gardenlet's own format makes the duplicate
-//! harmless either way.
+//! Known conflict (`docs/contract.md#control-plane-migration`, rule 4): gardener v1.149.3
+//! rejects this duplicate. `RestoreExtensionObjectState` (`pkg/extensions/customresources.go`)
+//! first copies the Worker's extension state from the ShootState into `status.state`, then
+//! `RestoreWorkerState` fails the restore when the ShootState also holds machine state and
+//! `status.state` is already set. A migration of a shoot that has machines then stops at the
+//! Worker's restore until Migrate no longer writes `status.state`.
 
 //!
 //! # Not done (compared with the generic actuator)
