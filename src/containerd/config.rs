@@ -419,15 +419,17 @@ fn not_a_table(path: &[&str], found: &'static str) -> Error {
 /// [`Error::Parse`] for `error` in `text`: line, column and the parser's reason, never the
 /// source line itself (toml_edit's `Display` quotes it).
 fn parse_error(text: &str, error: &toml_edit::TomlError) -> Error {
-    let offset = error
-        .span()
-        .map_or(0, |span| span.start)
-        .min(text.len());
+    let offset = error.span().map_or(0, |span| span.start).min(text.len());
     let before = text.get(..offset).unwrap_or(text);
     let line = before.matches('\n').count() + 1;
     let line_start = before.rfind('\n').map_or(0, |index| index + 1);
     let column = before.get(line_start..).map_or(0, |s| s.chars().count()) + 1;
-    let reason = error.message().lines().next().unwrap_or("syntax error").to_string();
+    let reason = error
+        .message()
+        .lines()
+        .next()
+        .unwrap_or("syntax error")
+        .to_string();
     Error::Parse {
         line,
         column,

@@ -263,7 +263,8 @@ mod tests {
     #[test]
     fn rendered_file_is_valid_toml_with_string_values() {
         let flags =
-            RunscFlags::parse("debug-log=/var/log/runsc/%ID%/gvisor-%COMMAND%.log\npanic-signal=9").unwrap();
+            RunscFlags::parse("debug-log=/var/log/runsc/%ID%/gvisor-%COMMAND%.log\npanic-signal=9")
+                .unwrap();
         let document: toml_edit::DocumentMut = flags.render_runsc_toml().parse().unwrap();
         assert_eq!(document["runsc_config"]["panic-signal"].as_str(), Some("9"));
         assert_eq!(

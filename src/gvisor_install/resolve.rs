@@ -286,7 +286,11 @@ mod tests {
         for folder in ["etc/containerd", "usr/share/containerd", "var/lib"] {
             std::fs::create_dir_all(root.join(folder)).unwrap();
         }
-        std::fs::write(root.join("usr/share/containerd/config.toml"), "version = 2\n").unwrap();
+        std::fs::write(
+            root.join("usr/share/containerd/config.toml"),
+            "version = 2\n",
+        )
+        .unwrap();
         (dir, root)
     }
 
@@ -361,7 +365,11 @@ mod tests {
     #[test]
     fn dangling_links_fail_instead_of_reading_as_missing() {
         let (_dir, root) = host();
-        symlink("/nowhere/config.toml", root.join("etc/containerd/config.toml")).unwrap();
+        symlink(
+            "/nowhere/config.toml",
+            root.join("etc/containerd/config.toml"),
+        )
+        .unwrap();
         let error = on(&root, "/etc/containerd/config.toml").unwrap_err();
         assert!(
             matches!(&error, ResolveError::Dangling { link, target, .. }
@@ -433,7 +441,10 @@ mod tests {
         let tree = MemoryTree(
             [
                 (PathBuf::from("etc"), Entry::Dir),
-                (PathBuf::from("etc/l"), Entry::Link(PathBuf::from("../../x"))),
+                (
+                    PathBuf::from("etc/l"),
+                    Entry::Link(PathBuf::from("../../x")),
+                ),
                 (PathBuf::from("x"), Entry::File),
             ]
             .into(),

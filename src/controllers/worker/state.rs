@@ -521,7 +521,11 @@ mod tests {
             matches!(error, StateError::TooLarge { limit } if limit == MAX_STATE_BYTES),
             "{error:?}"
         );
-        assert!(error.to_string().contains("decompresses to more than 16777216 bytes"));
+        assert!(
+            error
+                .to_string()
+                .contains("decompresses to more than 16777216 bytes")
+        );
         // Just below the limit is read (and then fails as JSON, not as too large).
         let mut encoder = GzEncoder::new(Vec::new(), Compression::best());
         encoder
