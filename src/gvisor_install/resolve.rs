@@ -94,8 +94,9 @@ impl Resolved {
 /// Why a host path could not be resolved. Nothing has been changed when this is returned.
 #[derive(Debug, thiserror::Error)]
 pub enum ResolveError {
-    /// The path is not absolute.
-    #[error("{path} is not an absolute path")]
+    /// The path is not absolute, or has `..` components (host paths are given without them;
+    /// only link targets may use `..`).
+    #[error("{path} is not an absolute path without `..` components")]
     NotAbsolute {
         /// The path.
         path: String,
@@ -159,7 +160,7 @@ struct Pending {
 /// for the rules). Pure apart from `lookup`.
 pub fn resolve(lookup: &impl Lookup, path: &Path) -> Result<Resolved, ResolveError> {
     let shown = || path.display().to_string();
-    if !path.is_absolute() {
+    if !path.is_absolute() || path.components().any(|c| c == Component::ParentDir) {
         return Err(ResolveError::NotAbsolute { path: shown() });
     }
     // A stack: the next component is at the end.
@@ -214,17 +215,12 @@ pub fn resolve(lookup: &impl Lookup, path: &Path) -> Result<Resolved, ResolveErr
                         target,
                     });
                 }
-                // Nothing below a missing entry exists either; the rest comes from the path
-                // asked for (link text is tagged and failed above), whose `..` are lexical.
+                // Nothing below a missing entry exists either. Link text is pushed on top of
+                // the path's own components, so everything still pending is from the path
+                // asked for, which has no `..`.
                 done = candidate;
-                // Link text is pushed on top of the path's own components, so everything
-                // still pending here is from the path asked for.
                 while let Some(rest) = pending.pop() {
-                    if rest.name == ".." {
-                        done.pop();
-                    } else {
-                        done.push(rest.name);
-                    }
+                    done.push(rest.name);
                 }
                 return Ok(Resolved {
                     path: Path::new("/").join(done),
@@ -430,10 +426,12 @@ mod tests {
             on(&root, "/usr/share/containerd/config.toml/x"),
             Err(ResolveError::NotADirectory { .. })
         ));
-        assert!(matches!(
-            on(&root, "etc/x"),
-            Err(ResolveError::NotAbsolute { .. })
-        ));
+        for bad in ["etc/x", "/etc/../x", "/missing/../etc"] {
+            assert!(
+                matches!(on(&root, bad), Err(ResolveError::NotAbsolute { .. })),
+                "{bad}"
+            );
+        }
     }
 
     #[test]
