@@ -96,7 +96,12 @@ fuzz_target!(|data: &[u8]| {
         let path = base.join(&relative);
         let _ = match (kind, target) {
             ("d", None) => std::fs::create_dir(&path),
-            ("f", None) => std::fs::write(&path, name),
+            // O_EXCL: the harness itself must not open a FIFO or follow a link already there.
+            ("f", None) => std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&path)
+                .and_then(|mut file| std::io::Write::write_all(&mut file, name.as_bytes())),
             ("p", None) => rustix::fs::mknodat(
                 rustix::fs::CWD,
                 &path,
