@@ -8,6 +8,7 @@
 #   make envtest         build (once) kube-apiserver and etcd and print their folder
 #   make test-resilience the fault-injection tests at full counts (docs/reliability.md)
 #   make fuzz            every cargo-fuzz target for FUZZ_SECONDS (default 60) each
+#   make advisories      cargo deny's RustSec check (needs GitHub for the advisory database)
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -15,7 +16,7 @@ CARGO ?= cargo
 KUBECONFIG_DEV := dev/kubeconfig
 
 .PHONY: start test fmt lint generate check-generate envtest deps unit integration check-orphans
-.PHONY: test-resilience fuzz
+.PHONY: test-resilience fuzz advisories
 
 # The fault-injection binaries; `make test` runs them at reduced counts.
 RESILIENCE_TESTS := --test resilience_apiserver --test resilience_etcd \
@@ -45,6 +46,12 @@ lint:
 	hack/check-citations.sh
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --all-targets -- -D warnings
+	$(CARGO) deny --offline check licenses bans sources
+
+# Separate from lint: the advisory database is fetched from GitHub, which CI machines
+# without internet access cannot reach.
+advisories:
+	$(CARGO) deny check advisories
 
 generate:
 	$(CARGO) run --quiet -- crds --output-dir crds

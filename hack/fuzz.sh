@@ -8,7 +8,8 @@
 # committed seeds in fuzz/corpus/<target>/ stay small. A crash fails the run and leaves the
 # input in fuzz/artifacts/<target>/; replay it with
 #   cargo +nightly fuzz run <target> fuzz/artifacts/<target>/<file>
-# and add a regression test next to the code it found.
+# and add a regression test next to the code it found. An input that runs longer than 10 s
+# (e.g. blocks on a FIFO) is a failure too (libFuzzer's -timeout).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds="${1:-${FUZZ_SECONDS:-60}}"
@@ -33,7 +34,7 @@ for target in $targets; do
   mkdir -p "$scratch/$target"
   echo "fuzz: $target for ${seconds}s"
   cargo +nightly fuzz run "${flags[@]}" "$target" "$scratch/$target" "fuzz/corpus/$target" -- \
-    -max_total_time="$seconds" -max_len=65536 -print_final_stats=1 2>&1 |
+    -max_total_time="$seconds" -max_len=65536 -timeout=10 -print_final_stats=1 2>&1 |
     grep -E '^stat::(number_of_executed_runs|new_units_added)|DONE|panicked|ERROR|SUMMARY|Test unit written' || true
   # grep swallows the exit status; a crash leaves an artifact.
   if compgen -G "fuzz/artifacts/$target/*" >/dev/null; then

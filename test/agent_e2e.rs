@@ -667,6 +667,45 @@ async fn item6_a_file_edited_by_hand_is_restored_within_the_drift_interval() {
     );
 }
 
+/// A writer of an OSC file's folder puts a link in the file's place, pointing at a private
+/// file with the same bytes: drift repair replaces the link with the file and never chmods
+/// the link's target (0600 stays 0600).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn item8_a_link_in_a_files_place_is_replaced_and_its_target_keeps_its_mode() {
+    let env = support::env().await;
+    let names = names();
+    let (agent, _) = start_agent(
+        &env,
+        &names,
+        &osc_yaml(&base_units(), &base_files(&names), None),
+        "2s",
+    )
+    .await;
+    let m = &agent.machine;
+    m.wait_for_unit_state("app.service", "active", Duration::from_secs(10))
+        .unwrap_or_else(|e| panic!("{e}"));
+    m.write_file("/root/private", PLAIN_CONTENT.as_bytes(), 0o600)
+        .unwrap();
+    m.run(&["ln", "-sfn", "/root/private", PLAIN])
+        .expect_success("ln");
+    support::wait_for("the link replaced", Duration::from_secs(20), || async {
+        let kind = m.run(&["stat", "-c", "%F", PLAIN]).stdout;
+        if kind.trim() == "regular file" {
+            Ok(())
+        } else {
+            Err(kind)
+        }
+    })
+    .await;
+    assert_eq!(read(&agent, PLAIN), PLAIN_CONTENT.as_bytes());
+    assert_eq!(agent.mode(PLAIN), "644");
+    assert_eq!(
+        agent.mode("/root/private"),
+        "600",
+        "the link's target was not chmodded"
+    );
+}
+
 /// Builds an OCI image archive in the machine with `/bin/tool` = `payload` and imports it
 /// into containerd as `image` (namespace `default`), so no registry is needed.
 fn import_image(m: &support::nspawn::Machine, image: &str, payload: &str) {

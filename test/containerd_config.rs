@@ -206,9 +206,9 @@ fn bad_files_are_rejected_with_what_to_fix() {
     for (name, check) in [
         (
             "bad-syntax",
-            (|e: &Error| matches!(e, Error::Parse(_))) as fn(&Error) -> bool,
+            (|e: &Error| matches!(e, Error::Parse { .. })) as fn(&Error) -> bool,
         ),
-        ("bad-duplicate-table", |e| matches!(e, Error::Parse(_))),
+        ("bad-duplicate-table", |e| matches!(e, Error::Parse { .. })),
         ("bad-version", |e| matches!(e, Error::UnsupportedVersion(7))),
         ("bad-not-a-table", |e| matches!(e, Error::NotATable { .. })),
     ] {

@@ -83,10 +83,15 @@ impl Host {
         fn walk(dir: &Path, base: &Path, out: &mut BTreeMap<PathBuf, Vec<u8>>) {
             for entry in std::fs::read_dir(dir).unwrap() {
                 let path = entry.unwrap().path();
-                if path.is_dir() {
+                let kind = std::fs::symlink_metadata(&path).unwrap().file_type();
+                let relative = path.strip_prefix(base).unwrap().to_path_buf();
+                if kind.is_symlink() {
+                    // A link is recorded as its target text, never followed.
+                    let target = std::fs::read_link(&path).unwrap();
+                    out.insert(relative, format!("-> {}", target.display()).into_bytes());
+                } else if kind.is_dir() {
                     walk(&path, base, out);
                 } else {
-                    let relative = path.strip_prefix(base).unwrap().to_path_buf();
                     out.insert(relative, std::fs::read(&path).unwrap());
                 }
             }
@@ -132,7 +137,8 @@ fn unparseable_config_is_left_byte_identical() {
             &["--once"],
             &[
                 "cannot edit /etc/containerd/config.toml on the host; the file was left unchanged",
-                "not valid TOML; fix the syntax error",
+                "not valid TOML at line ",
+                "fix the syntax error",
             ],
         );
         assert_eq!(
@@ -208,6 +214,78 @@ fn malformed_flags_are_rejected() {
         &["--once", "--bin-dir=var/bin"],
         &["--bin-dir must be an absolute path"],
     );
+}
+
+#[test]
+fn flags_outside_the_allow_list_are_rejected_before_any_change() {
+    let host = Host::new(Some("v2-debian"));
+    assert_rejected(
+        &host,
+        &["--once", "--runsc-flags=net-raw=true,debug=true"],
+        &[
+            "runsc flags (--runsc-flags / GVISOR_RUNSC_FLAGS) are invalid",
+            "flag `net-raw` is not accepted",
+        ],
+    );
+    assert_rejected(
+        &host,
+        &["--once", "--runsc-flags=platform=kvm"],
+        &["flag `platform` is not accepted: unknown flag"],
+    );
+}
+
+/// The host's config.toml is a link to a file elsewhere on the host: the real file is
+/// edited in place and the link stays.
+#[test]
+fn linked_config_is_edited_at_its_target_on_the_host() {
+    for target in [
+        "/usr/share/containerd/config.toml",
+        "../../usr/share/containerd/config.toml",
+    ] {
+        let host = Host::new(None);
+        let real = host.root().join("usr/share/containerd/config.toml");
+        std::fs::create_dir_all(real.parent().unwrap()).unwrap();
+        let original = fixture("v2-debian");
+        std::fs::write(&real, &original).unwrap();
+        std::os::unix::fs::symlink(target, host.config_path()).unwrap();
+
+        // The files are written before the restart, which fails here (no bus).
+        let output = host.run(&["--once"]);
+        let message = stderr(&output);
+        assert!(
+            message.contains("restarting containerd.service through systemd"),
+            "{target}: {message}"
+        );
+        assert_eq!(
+            std::fs::read_link(host.config_path()).unwrap(),
+            PathBuf::from(target),
+            "the link is kept"
+        );
+        assert_eq!(
+            std::fs::read_to_string(&real).unwrap(),
+            fixture("v2-debian.installed"),
+            "{target}: the real file is edited, everything else in it kept"
+        );
+    }
+}
+
+/// A link to nothing is not "no config": the run fails and writes no default over it.
+#[test]
+fn dangling_config_link_fails_without_changes() {
+    let host = Host::new(None);
+    std::os::unix::fs::symlink("/usr/share/containerd/config.toml", host.config_path()).unwrap();
+    assert_rejected(
+        &host,
+        &["--once"],
+        &[
+            "cannot resolve /etc/containerd/config.toml inside the host root; no host file was changed",
+            "points at /usr/share/containerd/config.toml, which does not exist on the host",
+        ],
+    );
+    // A loop fails the same way.
+    std::fs::remove_file(host.config_path()).unwrap();
+    std::os::unix::fs::symlink("config.toml", host.config_path()).unwrap();
+    assert_rejected(&host, &["--once"], &["more than 40 symbolic links"]);
 }
 
 #[test]

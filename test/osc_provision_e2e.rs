@@ -8,7 +8,8 @@
 //! `transmitUnencoded` files with the `<<BOOTSTRAP_TOKEN>>`/`<<MACHINE_NAME>>` placeholders and
 //! with shell syntax (`$HOME`, backticks, a line equal to the default heredoc delimiter),
 //! binary bytes, a quote in a path, default and explicit modes; a unit whose drop-in sets its
-//! environment and that is enabled, and a unit with `enable: false`. Checked: every file byte
+//! environment and that is enabled, a unit whose name starts with `-` (systemctl must not read
+//! it as options), and a unit with `enable: false`. Checked: every file byte
 //! for byte and its mode, the units' enablement and state, the drop-in's effect, and that a
 //! second run changes nothing (the run-once guard).
 
@@ -113,6 +114,12 @@ fn osc_yaml() -> String {
                     "content": "[Unit]\nDescription=OSC e2e service\n[Service]\nExecStart=/bin/sh -c 'echo \"$GREETING\" > /run/osc-e2e-greeting && exec sleep infinity'\n[Install]\nWantedBy=multi-user.target\n",
                     "dropIns": [{"name": "10-greeting.conf",
                                  "content": format!("[Service]\nEnvironment=GREETING={GREETING}\n")}]
+                },
+                {
+                    "name": "-osc-e2e-dash.service",
+                    "command": "start",
+                    "enable": true,
+                    "content": "[Service]\nExecStart=/bin/sleep infinity\n[Install]\nWantedBy=multi-user.target\n"
                 },
                 {
                     "name": "osc-e2e-disabled.service",
@@ -236,6 +243,17 @@ fn provision_user_data_runs_once_in_a_real_systemd() {
         machine
             .unit_property("osc-e2e.service", "DropInPaths")
             .contains("/etc/systemd/system/osc-e2e.service.d/10-greeting.conf")
+    );
+    // A unit name starting with `-` reaches systemctl as a name, not as options.
+    machine
+        .wait_for_unit_state("-osc-e2e-dash.service", "active", UNIT_TIMEOUT)
+        .unwrap_or_else(|e| panic!("{e}\nscript output:\n{}{}", first.stdout, first.stderr));
+    assert_eq!(
+        machine
+            .run(&["systemctl", "is-enabled", "--", "-osc-e2e-dash.service"])
+            .stdout
+            .trim(),
+        "enabled"
     );
     assert_eq!(
         machine

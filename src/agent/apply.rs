@@ -521,8 +521,7 @@ pub fn write_if_different<H: Host>(
     mode: u32,
 ) -> Result<bool, ApplyError> {
     let what = || format!("writing {}", path.display());
-    let current = host.read(path).map_err(host_error(what()))?;
-    if current.as_deref() == Some(content) {
+    if host.holds(path, content).map_err(host_error(what()))? {
         if host.mode(path).map_err(host_error(what()))? != Some(mode) {
             host.set_mode(path, mode).map_err(host_error(what()))?;
         }

@@ -7,7 +7,10 @@
 //! - an inline or `secretRef` file whose bytes differ or that is missing (rewritten; units
 //!   listing it in `filePaths` restarted); a `secretRef` is read again for the comparison;
 //! - an `imageRef` file that is missing (extracted again); its bytes are not compared,
-//!   which would mean pulling and mounting the image every interval;
+//!   which would mean pulling and mounting the image every interval, nor read: presence and
+//!   mode come from its metadata;
+//! - anything other than a regular file in an OSC file's place (a link, a FIFO): replaced by
+//!   the file, never followed, so a link cannot make a repair read or chmod its target;
 //! - any OSC file whose mode differs (mode set; nothing restarted);
 //! - a unit file or drop-in whose bytes differ or that is missing (rewritten, then
 //!   daemon-reload and a restart of that unit).
@@ -84,13 +87,15 @@ pub async fn check_and_repair<H: Host, S: Secrets>(
     for file in &effective.files {
         let path = Path::new(&file.path);
         let mode = apply::file_mode(file);
-        let current = host
-            .read(path)
-            .map_err(host_error(format!("reading {}", file.path)))?;
-        let rewrite = match (apply::file_content(secrets, file).await?, &current) {
-            (_, None) => true,
-            (Some(desired), Some(current)) => desired != *current,
-            (None, Some(_)) => false,
+        let rewrite = match apply::file_content(secrets, file).await? {
+            Some(desired) => !host
+                .holds(path, &desired)
+                .map_err(host_error(format!("reading {}", file.path)))?,
+            // imageRef: metadata only (a regular file is there or not).
+            None => host
+                .mode(path)
+                .map_err(host_error(format!("inspecting {}", file.path)))?
+                .is_none(),
         };
         if rewrite {
             apply::write_file(host, secrets, file).await?;
@@ -118,10 +123,10 @@ pub async fn check_and_repair<H: Host, S: Secrets>(
             ));
         }
         for (path, content) in targets {
-            let current = host
-                .read(&path)
+            let holds = host
+                .holds(&path, content.as_bytes())
                 .map_err(host_error(format!("reading {}", path.display())))?;
-            if current.as_deref() != Some(content.as_bytes()) {
+            if !holds {
                 apply::write_if_different(host, &path, content.as_bytes(), UNIT_FILE_MODE)?;
                 report.unit_files.push(path.display().to_string());
                 rewritten_units.insert(unit.name.clone());
@@ -158,10 +163,12 @@ pub async fn check_and_repair<H: Host, S: Secrets>(
 
 #[cfg(test)]
 mod tests {
+    use std::path::PathBuf;
+
     use super::*;
     use crate::agent::osc::{NodeOsc, effective};
     use crate::agent::testing::{
-        FakeHost, MapSecrets, Op, drop_in, inline_file, secret_file, unit,
+        FakeHost, MapSecrets, Op, drop_in, image_file, inline_file, secret_file, unit,
     };
 
     fn osc() -> NodeOsc {
@@ -275,5 +282,162 @@ mod tests {
                 Op::Job("app.service".into(), UnitCommand::Restart)
             ]
         );
+    }
+
+    #[tokio::test]
+    async fn image_files_are_checked_by_metadata_without_reading_them() {
+        let host = FakeHost::default();
+        in_sync(&host);
+        host.put("/opt/bin/big-binary", "200 MiB in real life", 0o755);
+        let mut osc = osc();
+        osc.spec.files.push(image_file(
+            "/opt/bin/big-binary",
+            "registry/image:v1",
+            "/bin/x",
+        ));
+        let effective = effective(&osc, "node");
+        let paths = Paths::new("/var/lib/gardener-node-agent");
+        let report = check_and_repair(&host, &secrets(), &effective, &paths, "agent.service")
+            .await
+            .unwrap();
+        assert_eq!(report, Report::default());
+        let reads = host.reads.lock().unwrap().clone();
+        assert!(
+            !reads.contains(&PathBuf::from("/opt/bin/big-binary")),
+            "read: {reads:?}"
+        );
+    }
+
+    /// The real file system: what a writer of an OSC file's folder can put there.
+    mod hostile {
+        use std::os::unix::fs::{PermissionsExt, symlink};
+        use std::path::{Path, PathBuf};
+        use std::time::{Duration, Instant};
+
+        use super::super::*;
+        use crate::agent::host::SystemHost;
+        use crate::agent::osc::{NodeOsc, effective};
+        use crate::agent::testing::{MapSecrets, image_file, inline_file};
+
+        fn system_host(base: &Path) -> SystemHost {
+            SystemHost::new(
+                format!("unix:path={}", base.join("no-bus").display()),
+                Duration::from_secs(1),
+                format!("{}", base.join("no-containerd.sock").display()),
+                "k8s.io".into(),
+                base.join("tmp"),
+            )
+        }
+
+        fn mode(path: &Path) -> u32 {
+            std::fs::symlink_metadata(path)
+                .unwrap()
+                .permissions()
+                .mode()
+                & 0o7777
+        }
+
+        async fn check(
+            base: &Path,
+            files: Vec<crate::api::operatingsystemconfig::File>,
+        ) -> Result<Report, ApplyError> {
+            let mut osc = NodeOsc::default();
+            osc.spec.files = files;
+            let effective = effective(&osc, "node");
+            check_and_repair(
+                &system_host(base),
+                &MapSecrets(Default::default()),
+                &effective,
+                &Paths::with_systemd_dir(base.join("state"), base.join("systemd")),
+                "agent.service",
+            )
+            .await
+        }
+
+        fn setup() -> (tempfile::TempDir, PathBuf, PathBuf) {
+            let dir = tempfile::tempdir().unwrap();
+            let base = dir.path().canonicalize().unwrap();
+            std::fs::create_dir_all(base.join("opt/bin")).unwrap();
+            // A file the writer wants chmodded or read: 0640, outside the OSC's paths.
+            let victim = base.join("victim");
+            std::fs::write(&victim, "private").unwrap();
+            std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o640)).unwrap();
+            (dir, base, victim)
+        }
+
+        fn inline(path: &Path, data: &str) -> crate::api::operatingsystemconfig::File {
+            let mut file = inline_file(&path.display().to_string(), data);
+            file.permissions = Some(0o755);
+            file
+        }
+
+        #[tokio::test]
+        async fn a_link_in_an_inline_files_place_is_replaced_not_chmodded() {
+            let (_dir, base, victim) = setup();
+            let path = base.join("opt/bin/tool");
+            symlink(&victim, &path).unwrap();
+            let report = check(&base, vec![inline(&path, "tool")]).await.unwrap();
+            assert_eq!(report.files, [path.display().to_string()]);
+            assert_eq!(mode(&victim), 0o640);
+            assert_eq!(std::fs::read(&victim).unwrap(), b"private");
+            assert_eq!(std::fs::read(&path).unwrap(), b"tool");
+            assert_eq!(mode(&path), 0o755);
+        }
+
+        #[tokio::test]
+        async fn a_link_in_an_image_files_place_is_not_chmodded() {
+            let (_dir, base, victim) = setup();
+            let path = base.join("opt/bin/runtime");
+            symlink(&victim, &path).unwrap();
+            let file = image_file(&path.display().to_string(), "registry/image:v1", "/bin/x");
+            // No containerd here: the extraction fails, but nothing was followed.
+            assert!(check(&base, vec![file]).await.is_err());
+            assert_eq!(mode(&victim), 0o640, "the link's target kept its mode");
+            assert!(std::fs::symlink_metadata(&path).unwrap().is_symlink());
+        }
+
+        #[tokio::test]
+        async fn a_fifo_or_a_link_to_dev_zero_does_not_stall_or_fill_memory() {
+            let (_dir, base, _victim) = setup();
+            let fifo = base.join("opt/bin/fifo");
+            rustix::fs::mknodat(
+                rustix::fs::CWD,
+                &fifo,
+                rustix::fs::FileType::Fifo,
+                rustix::fs::Mode::from_raw_mode(0o600),
+                0,
+            )
+            .unwrap();
+            let zero = base.join("opt/bin/zero");
+            symlink("/dev/zero", &zero).unwrap();
+            let started = Instant::now();
+            let report = check(&base, vec![inline(&fifo, "a"), inline(&zero, "b")])
+                .await
+                .unwrap();
+            assert!(started.elapsed() < Duration::from_secs(10));
+            assert_eq!(report.files.len(), 2);
+            assert_eq!(std::fs::read(&fifo).unwrap(), b"a");
+            assert_eq!(std::fs::read(&zero).unwrap(), b"b");
+        }
+
+        #[tokio::test]
+        async fn a_linked_parent_folder_is_refused() {
+            let (_dir, base, _victim) = setup();
+            let elsewhere = base.join("elsewhere");
+            std::fs::create_dir(&elsewhere).unwrap();
+            std::fs::remove_dir(base.join("opt/bin")).unwrap();
+            symlink(&elsewhere, base.join("opt/bin")).unwrap();
+            let path = base.join("opt/bin/tool");
+            let error = check(&base, vec![inline(&path, "tool")]).await.unwrap_err();
+            let chain = crate::agent::error_chain(&error);
+            assert!(
+                chain.contains("is a symbolic link or not a folder"),
+                "{chain}"
+            );
+            assert!(
+                !elsewhere.join("tool").exists(),
+                "nothing written through the link"
+            );
+        }
     }
 }

@@ -4,15 +4,15 @@
 //! a node against [`SystemHost`] (the real file system, systemd over D-Bus with
 //! [`crate::systemd`], containerd through its `ctr` client).
 //!
-//! File writes are crash-safe: a temporary file in the target's folder is written, fsynced,
-//! given its exact mode and renamed over the target, then the folder is fsynced
-//! ([`crate::containerd::files`]). Missing parent folders are created with mode 0755;
-//! existing folders are left as they are.
+//! File access goes through [`super::safe_fs`]: no link is followed (a link among the folders
+//! is refused, a link, FIFO or device in a file's place is never opened, modes are set on the
+//! open descriptor) and reads are bounded. Writes are crash-safe: a temporary file in the
+//! target's folder is written, fsynced, given its exact mode and renamed over the target, then
+//! the folder is fsynced. Missing parent folders are created with mode 0755; existing folders
+//! are left as they are.
 
-use std::fs::DirBuilder;
 use std::future::Future;
 use std::io;
-use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
@@ -21,11 +21,10 @@ use tokio::process::Command;
 use tokio::sync::OnceCell;
 
 use crate::api::operatingsystemconfig::UnitCommand;
-use crate::containerd::{self, files};
+use crate::containerd;
 use crate::systemd::{self, Systemd};
 
-/// Mode of folders the agent creates.
-pub const DIR_MODE: u32 = 0o755;
+use super::safe_fs::{self, SafeFsError};
 
 /// Why a host operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -33,6 +32,10 @@ pub enum HostError {
     /// A file operation failed.
     #[error(transparent)]
     File(#[from] containerd::Error),
+    /// A file operation was refused (a link, FIFO or device where a file or folder belongs)
+    /// or failed.
+    #[error(transparent)]
+    Fs(#[from] SafeFsError),
     /// A folder could not be created or removed.
     #[error("{action} {path}")]
     Dir {
@@ -61,13 +64,21 @@ pub enum HostError {
 
 /// The node, as the apply and drift logic see it.
 pub trait Host: Send + Sync {
-    /// A file's content; `None` if it does not exist.
+    /// A regular file's content; `None` if it does not exist. Anything else in its place
+    /// (a link, FIFO, device) is an error, and so is a file too large to be one of ours.
     fn read(&self, path: &Path) -> Result<Option<Vec<u8>>, HostError>;
+    /// True when `path` is a regular file holding exactly `content` (reads no more than
+    /// that); a missing file or anything that is not a regular file does not hold it.
+    fn holds(&self, path: &Path, content: &[u8]) -> Result<bool, HostError> {
+        Ok(self.read(path)?.as_deref() == Some(content))
+    }
     /// Atomically replaces or creates a file with exactly `mode`; creates parents (0755).
+    /// Whatever was in its place (a link included) is replaced, never written through.
     fn write(&self, path: &Path, content: &[u8], mode: u32) -> Result<(), HostError>;
-    /// A file's permission bits; `None` if it does not exist.
+    /// A regular file's permission bits, from its metadata; `None` if there is no regular
+    /// file (missing, or a link, FIFO, ... which is never followed).
     fn mode(&self, path: &Path) -> Result<Option<u32>, HostError>;
-    /// Sets a file's permission bits.
+    /// Sets a regular file's permission bits (through its descriptor; links are refused).
     fn set_mode(&self, path: &Path, mode: u32) -> Result<(), HostError>;
     /// Removes a file; returns whether it existed.
     fn remove_file(&self, path: &Path) -> Result<bool, HostError>;
@@ -206,46 +217,77 @@ fn dir_error(action: &'static str, path: &Path) -> impl FnOnce(io::Error) -> Hos
     }
 }
 
+/// Copies the image's file to `target`: the source is opened without following a final
+/// link (a link in the image would otherwise resolve against the node's `/`) and must be a
+/// regular file; the target is written like every other file ([`safe_fs::write_with`]).
+fn copy_image_file(source: &Path, target: &Path, mode: u32) -> Result<(), HostError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let flags = rustix::fs::OFlags::NOFOLLOW | rustix::fs::OFlags::NONBLOCK;
+    let mut input = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(flags.bits() as i32)
+        .open(source)
+        .map_err(|source_error| SafeFsError::Io {
+            action: "opening (a link in the image is not followed)",
+            path: source.display().to_string(),
+            source: source_error,
+        })?;
+    let is_file = input
+        .metadata()
+        .map_err(|source_error| SafeFsError::Io {
+            action: "inspecting",
+            path: source.display().to_string(),
+            source: source_error,
+        })?
+        .is_file();
+    if !is_file {
+        return Err(SafeFsError::NotRegular {
+            path: source.display().to_string(),
+            kind: "special file",
+        }
+        .into());
+    }
+    Ok(safe_fs::write_with(target, mode, |file| {
+        io::copy(&mut input, file).map(|_| ())
+    })?)
+}
+
 impl Host for SystemHost {
     fn read(&self, path: &Path) -> Result<Option<Vec<u8>>, HostError> {
-        Ok(files::read_optional(path)?)
+        Ok(safe_fs::read(path)?)
+    }
+
+    fn holds(&self, path: &Path, content: &[u8]) -> Result<bool, HostError> {
+        Ok(safe_fs::holds(path, content)?)
     }
 
     fn write(&self, path: &Path, content: &[u8], mode: u32) -> Result<(), HostError> {
-        if let Some(parent) = path.parent() {
-            self.create_dir_all(parent)?;
-        }
-        Ok(files::write_atomic(path, content, mode)?)
+        Ok(safe_fs::write(path, content, mode)?)
     }
 
     fn mode(&self, path: &Path) -> Result<Option<u32>, HostError> {
-        Ok(files::mode_of(path)?)
+        Ok(match safe_fs::entry(path)? {
+            safe_fs::Entry::Regular { mode } => Some(mode),
+            safe_fs::Entry::Missing | safe_fs::Entry::Other { .. } => None,
+        })
     }
 
     fn set_mode(&self, path: &Path, mode: u32) -> Result<(), HostError> {
-        Ok(files::set_mode(path, mode)?)
+        Ok(safe_fs::set_mode(path, mode)?)
     }
 
     fn remove_file(&self, path: &Path) -> Result<bool, HostError> {
-        Ok(files::remove_if_exists(path)?)
+        Ok(safe_fs::remove_file(path)?)
     }
 
     fn remove_dir_if_empty(&self, path: &Path) -> Result<bool, HostError> {
-        match std::fs::remove_dir(path) {
-            Ok(()) => Ok(true),
-            Err(error)
-                if matches!(
-                    error.kind(),
-                    io::ErrorKind::NotFound | io::ErrorKind::DirectoryNotEmpty
-                ) =>
-            {
-                Ok(false)
-            }
-            Err(error) => Err(dir_error("removing the folder", path)(error)),
-        }
+        Ok(safe_fs::remove_dir_if_empty(path)?)
     }
 
     fn remove_dir_all(&self, path: &Path) -> Result<bool, HostError> {
+        // std's remove_dir_all does not follow links inside the tree; the folders above it
+        // are checked here.
+        safe_fs::check_folders(path)?;
         match std::fs::remove_dir_all(path) {
             Ok(()) => Ok(true),
             Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(false),
@@ -254,14 +296,7 @@ impl Host for SystemHost {
     }
 
     fn create_dir_all(&self, path: &Path) -> Result<(), HostError> {
-        if path.is_dir() {
-            return Ok(());
-        }
-        DirBuilder::new()
-            .recursive(true)
-            .mode(DIR_MODE)
-            .create(path)
-            .map_err(dir_error("creating the folder", path))
+        Ok(safe_fs::create_dir_all(path)?)
     }
 
     async fn daemon_reload(&self) -> Result<(), HostError> {
@@ -350,11 +385,7 @@ impl Host for SystemHost {
             return Err(error);
         }
         let source = mount.join(path_in_image.trim_start_matches('/'));
-        let copied = match target.parent() {
-            Some(parent) => self.create_dir_all(parent),
-            None => Ok(()),
-        }
-        .and_then(|()| files::copy_atomic(&source, target, mode).map_err(HostError::from));
+        let copied = copy_image_file(&source, target, mode);
         let unmounted = self.ctr(&["images", "unmount", "--rm", &mount_path]).await;
         let _ = self.remove_dir_if_empty(&mount);
         copied?;

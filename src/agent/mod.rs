@@ -32,6 +32,7 @@ pub mod lease;
 pub mod metrics;
 pub mod osc;
 pub mod paths;
+pub mod safe_fs;
 pub mod token;
 
 #[cfg(test)]

@@ -5,7 +5,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use crate::api::operatingsystemconfig::{
-    DropIn, File, FileContent, FileContentInline, FileContentSecretRef, Unit, UnitCommand,
+    DropIn, File, FileContent, FileContentImageRef, FileContentInline, FileContentSecretRef, Unit,
+    UnitCommand,
 };
 
 use super::apply::Secrets;
@@ -37,6 +38,22 @@ pub fn secret_file(path: &str, secret: &str, key: &str) -> File {
             secret_ref: Some(FileContentSecretRef {
                 name: secret.into(),
                 data_key: key.into(),
+            }),
+            ..FileContent::default()
+        },
+    }
+}
+
+/// A file extracted from an image.
+pub fn image_file(path: &str, image: &str, path_in_image: &str) -> File {
+    File {
+        path: path.into(),
+        permissions: Some(0o755),
+        host_name: None,
+        content: FileContent {
+            image_ref: Some(FileContentImageRef {
+                image: image.into(),
+                file_path_in_image: path_in_image.into(),
             }),
             ..FileContent::default()
         },
@@ -81,6 +98,8 @@ pub struct FakeHost {
     pub known_units: Mutex<BTreeSet<String>>,
     pub failing_jobs: Mutex<BTreeSet<String>>,
     pub writes: Mutex<Vec<PathBuf>>,
+    /// Files whose content was read (whole, or compared with `holds`).
+    pub reads: Mutex<Vec<PathBuf>>,
     pub default_containerd_config: String,
 }
 
@@ -132,6 +151,7 @@ impl FakeHost {
 
 impl Host for FakeHost {
     fn read(&self, path: &Path) -> Result<Option<Vec<u8>>, HostError> {
+        self.reads.lock().unwrap().push(path.to_path_buf());
         Ok(self
             .files
             .lock()

@@ -64,7 +64,7 @@ pub fn write_token<H: Host>(
     path: &Path,
     token: &[u8],
 ) -> Result<bool, super::host::HostError> {
-    if host.read(path)?.as_deref() == Some(token) {
+    if host.holds(path, token)? {
         if host.mode(path)? != Some(TOKEN_FILE_MODE) {
             host.set_mode(path, TOKEN_FILE_MODE)?;
         }
@@ -138,5 +138,35 @@ mod tests {
             host.content("/var/lib/valitail/auth-token").as_deref(),
             Some("t2")
         );
+    }
+
+    /// A link in the token file's place holding the same token: without the check of the
+    /// file itself, the "already there" path would chmod the link's target.
+    #[test]
+    fn a_link_in_the_token_files_place_is_replaced_not_chmodded() {
+        use std::os::unix::fs::{PermissionsExt, symlink};
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path().canonicalize().unwrap();
+        let victim = base.join("victim");
+        std::fs::write(&victim, "t1").unwrap();
+        std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let path = base.join("auth-token");
+        symlink(&victim, &path).unwrap();
+        let host = crate::agent::host::SystemHost::new(
+            "unix:path=/nonexistent".into(),
+            std::time::Duration::from_secs(1),
+            "/nonexistent".into(),
+            "k8s.io".into(),
+            base.join("tmp"),
+        );
+        assert!(
+            write_token(&host, &path, b"t1").unwrap(),
+            "the link is replaced"
+        );
+        let mode = |p: &Path| std::fs::symlink_metadata(p).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(mode(&victim), 0o600);
+        assert_eq!(mode(&path), TOKEN_FILE_MODE);
+        assert!(!std::fs::symlink_metadata(&path).unwrap().is_symlink());
+        assert_eq!(std::fs::read(&path).unwrap(), b"t1");
     }
 }

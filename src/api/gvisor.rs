@@ -15,6 +15,56 @@ pub const GVISOR_CONFIGURATION_API_VERSION: &str =
 /// `kind` of [`GVisorConfiguration`].
 pub const GVISOR_CONFIGURATION_KIND: &str = "GVisorConfiguration";
 
+/// The runsc flags a user may set in `configFlags`.
+pub const USER_FLAGS: [&str; 4] = ["debug", "net-raw", "nvproxy", "panic-signal"];
+/// Where runsc writes debug logs when `debug` is on; the operator adds `debug-log` with this
+/// value, so the installer accepts `debug-log` with exactly this value and nothing else.
+pub const DEBUG_LOG_PATH: &str = "/var/log/runsc/%ID%/gvisor-%COMMAND%.log";
+
+/// Why one runsc flag is refused by [`check_runsc_flag`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FlagRejection {
+    /// The flag is not on the allow-list.
+    Unknown,
+    /// The flag is known but the value is not accepted; says what is.
+    InvalidValue {
+        /// What is accepted.
+        expected: &'static str,
+    },
+}
+
+/// The one allow-list of runsc flags, shared by the operator (on `configFlags`) and by
+/// `gvisor-install` (on the flags it is given): `net-raw` (`true`/`false`), `debug` (`true`),
+/// `nvproxy` (`true`), `panic-signal` (a signal number 1 to 64) and `debug-log` (exactly
+/// [`DEBUG_LOG_PATH`]; the operator adds it, users cannot set it, see [`USER_FLAGS`]).
+/// Returns the value to write (a signal number without leading zeros). Pure.
+pub fn check_runsc_flag(key: &str, value: &str) -> Result<String, FlagRejection> {
+    let invalid = |expected| Err(FlagRejection::InvalidValue { expected });
+    match key {
+        "net-raw" => match value {
+            "true" | "false" => Ok(value.to_string()),
+            _ => invalid("\"true\" or \"false\""),
+        },
+        "debug" => match value {
+            "true" => Ok(value.to_string()),
+            _ => invalid("\"true\" (leave the flag out to disable debugging)"),
+        },
+        "nvproxy" => match value {
+            "true" => Ok(value.to_string()),
+            _ => invalid("\"true\" (leave the flag out to disable nvproxy)"),
+        },
+        "panic-signal" => match value.parse::<u8>() {
+            Ok(signal) if (1..=64).contains(&signal) => Ok(signal.to_string()),
+            _ => invalid("a signal number from 1 to 64, e.g. \"6\""),
+        },
+        "debug-log" => match value {
+            DEBUG_LOG_PATH => Ok(value.to_string()),
+            _ => invalid("the path the operator sets with `debug`"),
+        },
+        _ => Err(FlagRejection::Unknown),
+    }
+}
+
 /// Configuration of the gVisor runtime for one worker pool.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]

@@ -40,7 +40,9 @@ impl ContainerdConfig {
     /// Fails for invalid TOML and for unknown or malformed `version` values; nothing is
     /// guessed.
     pub fn parse(text: &str) -> Result<Self, Error> {
-        let document: DocumentMut = text.parse().map_err(Error::Parse)?;
+        let document: DocumentMut = text
+            .parse()
+            .map_err(|error: toml_edit::TomlError| parse_error(text, &error))?;
         let version = ConfigVersion::detect(&document)?;
         Ok(Self {
             document,
@@ -414,6 +416,27 @@ fn not_a_table(path: &[&str], found: &'static str) -> Error {
     }
 }
 
+/// [`Error::Parse`] for `error` in `text`: line, column and the parser's reason, never the
+/// source line itself (toml_edit's `Display` quotes it).
+fn parse_error(text: &str, error: &toml_edit::TomlError) -> Error {
+    let offset = error.span().map_or(0, |span| span.start).min(text.len());
+    let before = text.get(..offset).unwrap_or(text);
+    let line = before.matches('\n').count() + 1;
+    let line_start = before.rfind('\n').map_or(0, |index| index + 1);
+    let column = before.get(line_start..).map_or(0, |s| s.chars().count()) + 1;
+    let reason = error
+        .message()
+        .lines()
+        .next()
+        .unwrap_or("syntax error")
+        .to_string();
+    Error::Parse {
+        line,
+        column,
+        reason,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -477,9 +500,29 @@ mod tests {
     }
 
     #[test]
+    fn parse_errors_give_the_position_but_not_the_line() {
+        let text = "version = 2\n\n[plugins.\"io.containerd.grpc.v1.cri\".registry.configs.\"r\".auth]\n  username = \"u\"\n  password = \"S3CRET-hunter2\n";
+        let error = ContainerdConfig::parse(text).unwrap_err();
+        let Error::Parse { line, column, .. } = &error else {
+            panic!("expected a parse error, got {error:?}");
+        };
+        assert_eq!(*line, 5, "{error}");
+        assert!(*column > 1, "{error}");
+        let mut chain = error.to_string();
+        let mut source = std::error::Error::source(&error);
+        while let Some(cause) = source {
+            chain.push_str(&cause.to_string());
+            source = cause.source();
+        }
+        assert!(!chain.contains("S3CRET"), "{chain}");
+        assert!(!chain.contains("password"), "{chain}");
+        assert!(chain.contains("line 5, column"), "{chain}");
+    }
+
+    #[test]
     fn parse_errors_name_the_problem() {
         let error = ContainerdConfig::parse("[plugins\n").unwrap_err();
-        assert!(matches!(error, Error::Parse(_)));
+        assert!(matches!(error, Error::Parse { line: 1, .. }), "{error:?}");
         assert!(error.to_string().contains("not valid TOML"));
         let error = ContainerdConfig::parse("version = 7\n").unwrap_err();
         assert!(error.to_string().contains("version = 7"));

@@ -33,11 +33,20 @@ pub use version::ConfigVersion;
 /// Why a containerd configuration could not be read, edited or written.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// The file is not valid TOML.
+    /// The file is not valid TOML. Only the position and the parser's reason are kept: the
+    /// offending line may hold a registry password, and this message reaches the pod's
+    /// termination message and Node events.
     #[error(
-        "containerd config is not valid TOML; fix the syntax error (or remove the file to start from a default): {0}"
+        "containerd config is not valid TOML at line {line}, column {column}: {reason}; fix the syntax error (or remove the file to start from a default)"
     )]
-    Parse(#[source] toml_edit::TomlError),
+    Parse {
+        /// 1-based line of the error.
+        line: usize,
+        /// 1-based column (in characters) of the error.
+        column: usize,
+        /// The parser's description, which names no content of the file.
+        reason: String,
+    },
     /// The top-level `version` is an integer this code does not know.
     #[error(
         "containerd config has version = {0}, which is not supported (supported: 1, 2, 3, 4, or no version for 1); set a supported version"

@@ -127,6 +127,31 @@ impl HostPath {
         })
     }
 
+    /// The same path with every link on the host resolved inside `root` (see
+    /// [`super::resolve`]): `local` becomes the link's target below the root, `host` stays
+    /// as given (containerd resolves links itself, so `ConfigPath` keeps the given path).
+    /// Fails, changing nothing, for dangling links, loops and files in place of folders.
+    pub fn resolve_links(&self, root: &Path) -> Result<Self, Error> {
+        let resolved = super::resolve::resolve(&super::resolve::RootLookup { root }, &self.host)
+            .map_err(|source| Error::Resolve {
+                path: self.host_str(),
+                source,
+            })?;
+        let local = resolved.below(root);
+        if local != self.local {
+            tracing::info!(
+                action = "resolved",
+                path = %self.host.display(),
+                target = %resolved.path.display(),
+                "host path is a symbolic link; using its target on the host"
+            );
+        }
+        Ok(Self {
+            host: self.host.clone(),
+            local,
+        })
+    }
+
     /// The host path as a string (for `ConfigPath` and logs).
     pub fn host_str(&self) -> String {
         self.host.display().to_string()
@@ -163,6 +188,20 @@ pub struct Settings {
 }
 
 impl Settings {
+    /// The settings with every host path (`--bin-dir`, `--containerd-config`,
+    /// `--runsc-config`, the restart marker) resolved inside the host root
+    /// ([`HostPath::resolve_links`]). Reads the host, writes nothing.
+    pub fn resolve_links(&self) -> Result<Self, Error> {
+        let root = self.host_root.as_path();
+        Ok(Self {
+            bin_dir: self.bin_dir.resolve_links(root)?,
+            containerd_config: self.containerd_config.resolve_links(root)?,
+            runsc_config: self.runsc_config.resolve_links(root)?,
+            restart_marker: self.restart_marker.resolve_links(root)?,
+            ..self.clone()
+        })
+    }
+
     /// Validates the flags. Fails on relative or `..` host paths, an empty unit name or a
     /// zero timeout.
     pub fn from_args(args: GvisorInstallArgs) -> Result<Self, Error> {

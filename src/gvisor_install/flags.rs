@@ -15,7 +15,9 @@
 //! Blank lines and lines starting with `#` are ignored. Anything else is rejected with the
 //! line number: a line without `=`, a key that is not lowercase letters, digits and dashes,
 //! an empty value, an unquoted value with quotes or backslashes, a control character, or a
-//! key given twice. Input order does not matter: keys are always rendered sorted, so the
+//! key given twice. Each flag must then pass the operator's allow-list,
+//! [`check_runsc_flag`] (one function for both), so a value such as `true,debug=true` or an
+//! unknown flag fails the run before any host file changes. Input order does not matter: keys are always rendered sorted, so the
 //! same flags give the same bytes (upstream rendered a Go map in random order and restarted
 //! containerd for nothing).
 //!
@@ -28,6 +30,8 @@ use std::path::PathBuf;
 use std::str::FromStr;
 
 use toml_edit::Value;
+
+use crate::api::gvisor::{FlagRejection, check_runsc_flag};
 
 /// The table runsc reads its flags from in the file `ConfigPath` points to.
 pub const RUNSC_CONFIG_TABLE: &str = "runsc_config";
@@ -44,6 +48,16 @@ pub enum FlagsError {
         text: String,
         /// What is wrong with it.
         reason: &'static str,
+    },
+    /// A flag the allow-list does not accept, or a value it refuses.
+    #[error("line {line}: flag `{key}` is not accepted: {reason}")]
+    NotAllowed {
+        /// 1-based line number.
+        line: usize,
+        /// The key.
+        key: String,
+        /// Why, and what is accepted.
+        reason: String,
     },
     /// The same key twice.
     #[error("line {line}: flag `{key}` is given twice; keep one")]
@@ -109,6 +123,16 @@ impl RunscFlags {
                 ));
             }
             let value = parse_value(value.trim()).map_err(malformed)?;
+            let value = check_runsc_flag(key, &value).map_err(|rejection| {
+                FlagsError::NotAllowed {
+                    line,
+                    key: key.chars().take(80).collect(),
+                    reason: match rejection {
+                        FlagRejection::Unknown => "unknown flag; accepted: debug, debug-log, net-raw, nvproxy, panic-signal".to_string(),
+                        FlagRejection::InvalidValue { expected } => format!("expected {expected}"),
+                    },
+                }
+            })?;
             if flags.insert(key.to_string(), value).is_some() {
                 return Err(FlagsError::Duplicate {
                     line,
@@ -239,12 +263,13 @@ mod tests {
     #[test]
     fn rendered_file_is_valid_toml_with_string_values() {
         let flags =
-            RunscFlags::parse("debug-log=/var/log/runsc/%ID%/x.log\npanic-signal=9").unwrap();
+            RunscFlags::parse("debug-log=/var/log/runsc/%ID%/gvisor-%COMMAND%.log\npanic-signal=9")
+                .unwrap();
         let document: toml_edit::DocumentMut = flags.render_runsc_toml().parse().unwrap();
         assert_eq!(document["runsc_config"]["panic-signal"].as_str(), Some("9"));
         assert_eq!(
             document["runsc_config"]["debug-log"].as_str(),
-            Some("/var/log/runsc/%ID%/x.log")
+            Some("/var/log/runsc/%ID%/gvisor-%COMMAND%.log")
         );
     }
 
@@ -253,7 +278,7 @@ mod tests {
         for (text, line, reason) in [
             ("net-raw", 1, "expected `key=value`"),
             (
-                "a=1\nNet-Raw=true",
+                "nvproxy=true\nNet-Raw=true",
                 2,
                 "flag names are lowercase letters, digits and dashes",
             ),
@@ -306,6 +331,33 @@ mod tests {
                 other => panic!("{text:?}: expected a malformed-line error, got {other:?}"),
             }
         }
+    }
+
+    #[test]
+    fn flags_outside_the_operators_allow_list_are_rejected() {
+        for (text, key) in [
+            ("net-raw=true,debug=true", "net-raw"),
+            ("debug=true\nnet-raw=yes", "net-raw"),
+            ("platform=kvm", "platform"),
+            ("debug-log=/tmp/elsewhere.log", "debug-log"),
+            ("panic-signal=65", "panic-signal"),
+            ("nvproxy = \"false\"", "nvproxy"),
+        ] {
+            match RunscFlags::parse(text) {
+                Err(FlagsError::NotAllowed { key: got, .. }) => assert_eq!(got, key, "{text:?}"),
+                other => panic!("{text:?}: expected NotAllowed, got {other:?}"),
+            }
+        }
+        let error = RunscFlags::parse("net-raw=true,debug=true").unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "line 1: flag `net-raw` is not accepted: expected \"true\" or \"false\""
+        );
+        // The installer writes what the operator would: a signal number without zeros.
+        assert_eq!(
+            RunscFlags::parse("panic-signal=06").unwrap().to_canonical(),
+            "panic-signal=6\n"
+        );
     }
 
     #[test]

@@ -36,6 +36,7 @@ struct Binary {
 pub(super) async fn run(settings: &Settings) -> Result<(), Error> {
     // Everything that can be wrong with the input fails here, before any write.
     let flags = read_flags(&settings.flags)?;
+    let settings = &settings.resolve_links()?;
     let binaries = plan_binaries(settings)?;
     let current_config = super::read_config(settings)?;
     let config_path = settings.containerd_config.host_str();
@@ -133,10 +134,12 @@ fn plan_binaries(settings: &Settings) -> Result<Vec<Binary>, Error> {
                     dir: settings.source_dir.display().to_string(),
                 });
             }
+            // The binary itself may be a link on the host, too.
             let target = HostPath {
                 host: settings.bin_dir.host.join(name),
                 local: settings.bin_dir.local.join(name),
-            };
+            }
+            .resolve_links(&settings.host_root)?;
             let action = binary_action(&source, &target.local)?;
             Ok(Binary {
                 name,

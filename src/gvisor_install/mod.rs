@@ -4,8 +4,10 @@
 //!
 //! # What a run does
 //!
-//! 1. **Check the input before touching the host**: the runsc flags parse
-//!    ([`flags`]), both binaries are in `--source-dir`, containerd's config.toml parses and
+//! 1. **Check the input before touching the host**: every host path is resolved inside the
+//!    host root, links included ([`resolve`]: a link is followed as the host would follow
+//!    it, and its target is what gets edited), the runsc flags parse and pass the operator's
+//!    allow-list ([`flags`]), both binaries are in `--source-dir`, containerd's config.toml parses and
 //!    has a known version (the plan, [`plan`], is computed in memory). Any failure exits
 //!    non-zero with a message saying what to fix, and no host file has changed.
 //! 2. **Binaries**: `runsc` and `containerd-shim-runsc-v1` are copied into `--bin-dir` when
@@ -56,6 +58,7 @@ pub mod args;
 pub mod flags;
 mod install;
 pub mod plan;
+pub mod resolve;
 mod uninstall;
 
 use std::path::Path;
@@ -82,6 +85,15 @@ pub enum Error {
         flag: &'static str,
         /// Its value.
         path: String,
+    },
+    /// A host path cannot be resolved inside the host root (dangling link, loop, ...).
+    #[error("cannot resolve {path} inside the host root; no host file was changed")]
+    Resolve {
+        /// The host path as given.
+        path: String,
+        /// Cause.
+        #[source]
+        source: resolve::ResolveError,
     },
     /// `--containerd-unit` is not a unit name.
     #[error("--containerd-unit must be a unit name such as containerd.service (got `{0}`)")]
@@ -159,6 +171,7 @@ impl Error {
             | Error::FlagsFile { .. }
             | Error::MissingBinary { .. } => true,
             Error::Config { source, .. } => source.is_config_problem(),
+            Error::Resolve { source, .. } => source.is_host_problem(),
             Error::Host(_) | Error::Restart { .. } | Error::NotActive { .. } | Error::Signal(_) => {
                 false
             }

@@ -10,6 +10,7 @@ use super::{Error, Settings};
 
 /// Removes runsc from containerd on the host described by `settings`.
 pub(super) async fn run(settings: &Settings) -> Result<(), Error> {
+    let settings = &settings.resolve_links()?;
     let config_path = settings.containerd_config.host_str();
     let current = super::read_config(settings)?;
     let config_plan =

@@ -367,7 +367,7 @@ impl Machine {
 
     /// One property of a unit (`systemctl show -P`), trimmed; empty if unset.
     pub fn unit_property(&self, unit: &str, property: &str) -> String {
-        self.run(&["systemctl", "show", "-P", property, unit])
+        self.run(&["systemctl", "show", "-P", property, "--", unit])
             .stdout
             .trim()
             .to_string()
@@ -389,7 +389,7 @@ impl Machine {
             }
             if (state == "failed" && wanted != "failed") || started.elapsed() > timeout {
                 let status = self.sh(&format!(
-                    "systemctl status --no-pager {unit}; journalctl --no-pager -n 30 -u {unit}"
+                    "systemctl status --no-pager -- '{unit}'; journalctl --no-pager -n 30 -u '{unit}'"
                 ));
                 return Err(NspawnError::UnitState {
                     unit: unit.to_string(),

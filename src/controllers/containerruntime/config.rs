@@ -9,11 +9,14 @@
 
 use serde_json::Value;
 
-use crate::api::gvisor::{GVISOR_CONFIGURATION_API_VERSION, GVISOR_CONFIGURATION_KIND};
+use crate::api::gvisor::{
+    FlagRejection, GVISOR_CONFIGURATION_API_VERSION, GVISOR_CONFIGURATION_KIND, USER_FLAGS,
+    check_runsc_flag,
+};
 use crate::api::provider_config::{Envelope, EnvelopeError, shorten};
 
 /// The runsc flags we accept.
-pub const ACCEPTED_FLAGS: [&str; 4] = ["debug", "net-raw", "nvproxy", "panic-signal"];
+pub const ACCEPTED_FLAGS: [&str; 4] = USER_FLAGS;
 /// The top-level fields of `GVisorConfiguration`.
 pub const ACCEPTED_FIELDS: [&str; 4] = ["apiVersion", "kind", "configFlags", "testImageTag"];
 /// The outside of a `GVisorConfiguration`.
@@ -22,8 +25,7 @@ const ENVELOPE: Envelope = Envelope {
     kind: GVISOR_CONFIGURATION_KIND,
     fields: &ACCEPTED_FIELDS,
 };
-/// Where runsc writes debug logs when `debug` is on.
-pub const DEBUG_LOG_PATH: &str = "/var/log/runsc/%ID%/gvisor-%COMMAND%.log";
+pub use crate::api::gvisor::DEBUG_LOG_PATH;
 
 /// A validated configuration.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -115,38 +117,30 @@ pub fn validate(provider_config: Option<&Value>) -> Result<GVisorSettings, Confi
     })
 }
 
-/// One flag to its runsc entries.
+/// One flag to its runsc entries: the allow-list is [`check_runsc_flag`] (shared with the
+/// installer), restricted to [`USER_FLAGS`]; `debug` also turns on the debug log.
 fn validate_flag(key: &str, value: &str) -> Result<Vec<(String, String)>, ConfigError> {
-    let invalid = |expected| ConfigError::InvalidValue {
-        key: key.to_string(),
-        value: shorten(value),
-        expected,
-    };
-    let entry = |v: &str| (key.to_string(), v.to_string());
-    match key {
-        "net-raw" => match value {
-            "true" | "false" => Ok(vec![entry(value)]),
-            _ => Err(invalid("\"true\" or \"false\"")),
-        },
-        "debug" => match value {
-            "true" => Ok(vec![
-                entry("true"),
-                ("debug-log".to_string(), DEBUG_LOG_PATH.to_string()),
-            ]),
-            _ => Err(invalid(
-                "\"true\" (leave the flag out to disable debugging)",
-            )),
-        },
-        "nvproxy" => match value {
-            "true" => Ok(vec![entry("true")]),
-            _ => Err(invalid("\"true\" (leave the flag out to disable nvproxy)")),
-        },
-        "panic-signal" => match value.parse::<u8>() {
-            Ok(signal) if (1..=64).contains(&signal) => Ok(vec![entry(&signal.to_string())]),
-            _ => Err(invalid("a signal number from 1 to 64, e.g. \"6\"")),
-        },
-        _ => Err(ConfigError::UnknownFlag { key: shorten(key) }),
+    if !USER_FLAGS.contains(&key) {
+        return Err(ConfigError::UnknownFlag { key: shorten(key) });
     }
+    let value = match check_runsc_flag(key, value) {
+        Ok(value) => value,
+        Err(FlagRejection::Unknown) => {
+            return Err(ConfigError::UnknownFlag { key: shorten(key) });
+        }
+        Err(FlagRejection::InvalidValue { expected }) => {
+            return Err(ConfigError::InvalidValue {
+                key: key.to_string(),
+                value: shorten(value),
+                expected,
+            });
+        }
+    };
+    let mut entries = vec![(key.to_string(), value)];
+    if key == "debug" {
+        entries.push(("debug-log".to_string(), DEBUG_LOG_PATH.to_string()));
+    }
+    Ok(entries)
 }
 
 #[cfg(test)]

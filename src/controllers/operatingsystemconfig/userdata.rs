@@ -216,18 +216,20 @@ fn write_units(script: &mut String, units: &[Unit]) -> Result<(), UserDataError>
         }
     }
     script.push_str("\nsystemctl daemon-reload\n");
+    // `--` ends systemctl's options: a unit name may start with `-` (`-.slice` is the root
+    // slice), and without it systemctl would read such a name as options.
     for unit in units {
         let name = quote(&unit.name);
         let enable = unit.enable != Some(false);
         let stop = !enable || unit.command == Some(UnitCommand::Stop);
         let _ = writeln!(
             script,
-            "systemctl {} {name}",
+            "systemctl {} -- {name}",
             if enable { "enable" } else { "disable" }
         );
         let _ = writeln!(
             script,
-            "systemctl {} --no-block {name}",
+            "systemctl {} --no-block -- {name}",
             if stop { "stop" } else { "restart" }
         );
     }
@@ -542,9 +544,9 @@ mod tests {
         let (units, files, secrets) = provision_like();
         let script = render(&units, &files, &secrets).unwrap();
         for line in [
-            "systemctl enable 'gardener-node-init.service'\nsystemctl restart --no-block 'gardener-node-init.service'\n",
-            "systemctl enable 'containerd.service'\nsystemctl restart --no-block 'containerd.service'\n",
-            "systemctl disable 'legacy.service'\nsystemctl stop --no-block 'legacy.service'\n",
+            "systemctl enable -- 'gardener-node-init.service'\nsystemctl restart --no-block -- 'gardener-node-init.service'\n",
+            "systemctl enable -- 'containerd.service'\nsystemctl restart --no-block -- 'containerd.service'\n",
+            "systemctl disable -- 'legacy.service'\nsystemctl stop --no-block -- 'legacy.service'\n",
         ] {
             assert!(script.contains(line), "{line}");
         }

@@ -103,6 +103,15 @@ pub enum StateError {
     /// The gzip stream is broken.
     #[error("status.state.state is not a gzip stream")]
     Gzip(#[source] std::io::Error),
+    /// The decompressed state is larger than [`MAX_STATE_BYTES`] (a gzip bomb, or a state
+    /// far beyond any real pool's).
+    #[error(
+        "status.state.state decompresses to more than {limit} bytes; refusing it (a real machine state is far smaller)"
+    )]
+    TooLarge {
+        /// The limit in bytes.
+        limit: u64,
+    },
     /// The JSON does not decode.
     #[error("the machine state JSON does not decode")]
     Json(#[source] serde_json::Error),
@@ -143,6 +152,11 @@ fn parse_plain(value: Value) -> Result<MachineState, StateError> {
     })
 }
 
+/// The most bytes the compressed `status.state` may expand to. A machine's entry is a few
+/// KiB of JSON, so this holds thousands of machines, while a gzip bomb (1 MB of state can
+/// expand to about 1 GiB) stops here instead of exhausting the operator's memory.
+pub const MAX_STATE_BYTES: u64 = 16 * 1024 * 1024;
+
 /// Reads `status.state` (see the module docs for the accepted forms). `None`, `null` and
 /// `{"state": null}` are an empty state.
 pub fn decode(state: Option<&Value>) -> Result<MachineState, StateError> {
@@ -161,9 +175,16 @@ pub fn decode(state: Option<&Value>) -> Result<MachineState, StateError> {
         };
         let bytes = STANDARD.decode(text).map_err(StateError::Base64)?;
         let mut json = Vec::new();
+        // One byte more than allowed tells "at the limit" from "above it".
         GzDecoder::new(bytes.as_slice())
+            .take(MAX_STATE_BYTES + 1)
             .read_to_end(&mut json)
             .map_err(StateError::Gzip)?;
+        if json.len() as u64 > MAX_STATE_BYTES {
+            return Err(StateError::TooLarge {
+                limit: MAX_STATE_BYTES,
+            });
+        }
         if json.is_empty() {
             return Ok(MachineState::default());
         }
@@ -483,6 +504,38 @@ mod tests {
             "md-a-5d8f"
         );
         assert_eq!(decode(Some(&encoded)).unwrap(), state);
+    }
+
+    #[test]
+    fn a_gzip_bomb_is_refused_at_the_limit() {
+        // 64 MiB of zeros compress to about 64 KiB.
+        let mut encoder = GzEncoder::new(Vec::new(), Compression::best());
+        let zeros = vec![0u8; 1024 * 1024];
+        for _ in 0..64 {
+            encoder.write_all(&zeros).unwrap();
+        }
+        let bomb = encoder.finish().unwrap();
+        assert!(bomb.len() < 1024 * 1024, "{}", bomb.len());
+        let error = decode(Some(&json!({"state": STANDARD.encode(&bomb)}))).unwrap_err();
+        assert!(
+            matches!(error, StateError::TooLarge { limit } if limit == MAX_STATE_BYTES),
+            "{error:?}"
+        );
+        assert!(
+            error
+                .to_string()
+                .contains("decompresses to more than 16777216 bytes")
+        );
+        // Just below the limit is read (and then fails as JSON, not as too large).
+        let mut encoder = GzEncoder::new(Vec::new(), Compression::best());
+        encoder
+            .write_all(&vec![b' '; MAX_STATE_BYTES as usize])
+            .unwrap();
+        let at_limit = encoder.finish().unwrap();
+        assert!(matches!(
+            decode(Some(&json!({"state": STANDARD.encode(&at_limit)}))),
+            Ok(_) | Err(StateError::Json(_))
+        ));
     }
 
     #[test]
