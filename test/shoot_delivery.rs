@@ -359,13 +359,20 @@ async fn a_pool_whose_container_runtime_vanished_without_its_delete_flow_is_swep
     annotate(&crs, &p1, "reconcile").await;
     wait_ready(&crs, &p1, LastOperationType::Reconcile).await;
     wait_shoot_daemonset_gone(&shoot_client, "p2").await;
-    assert!(
-        api::<ManagedResource>(&env.client, &env.namespace)
+    // GRM removes its finalizer from the ManagedResource only after the shoot objects are
+    // gone, so the seed side may lag the shoot side a little.
+    let mrs = api::<ManagedResource>(&env.client, &env.namespace);
+    wait_for("the pool's ManagedResource gone", WAIT, || async {
+        match mrs
             .get_opt(&pool_mr("p2"))
             .await
-            .unwrap()
-            .is_none()
-    );
+            .map_err(|e| e.to_string())?
+        {
+            None => Ok(()),
+            Some(_) => Err("still there".to_string()),
+        }
+    })
+    .await;
     assert!(shoot_daemonset(&shoot_client, "p1").await.is_some());
 }
 
