@@ -1,6 +1,8 @@
 # gardener-extension-node — developer entry points (Gardener's conventions).
 #
 #   make start           run the operator: against dev/kubeconfig if present, else a local control plane
+#                        (its state in dev/local-env is kept across restarts)
+#   make start-clean     the local control plane from an empty dev/local-env
 #   make test            everything CI runs: dependencies, format, lint, unit + integration tests
 #   make fmt | lint      format / check format, clippy and citations (hack/check-citations.sh)
 #   make generate        regenerate crds/ from the Rust types and example/controller-registration*.yaml
@@ -15,7 +17,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 KUBECONFIG_DEV := dev/kubeconfig
 
-.PHONY: start test fmt lint generate check-generate envtest deps unit integration check-orphans
+.PHONY: start start-clean test fmt lint generate check-generate envtest deps unit integration check-orphans
 .PHONY: test-resilience fuzz advisories
 
 # The fault-injection binaries; `make test` runs them at reduced counts.
@@ -32,6 +34,10 @@ start:
 	  assets="$$(hack/envtest.sh)"; \
 	  ENVTEST_ASSETS="$$assets" $(CARGO) run -- local-env; \
 	fi
+
+start-clean:
+	@assets="$$(hack/envtest.sh)"; \
+	  ENVTEST_ASSETS="$$assets" $(CARGO) run -- local-env --clean
 
 envtest:
 	@hack/envtest.sh

@@ -4,6 +4,8 @@
 //! `main` only parses, initialises logging, builds the runtime [`Command::runtime`] asks for
 //! and calls [`Command::run`].
 
+use std::io::Write;
+
 use clap::{Parser, Subcommand};
 
 use crate::telemetry::LogFormat;
@@ -15,6 +17,12 @@ pub struct Cli {
     /// Log line format.
     #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Text, global = true)]
     pub log_format: LogFormat,
+
+    /// On failure, print the error's backtrace too (when one was captured: run with
+    /// `RUST_BACKTRACE=1` or `RUST_LIB_BACKTRACE=1`). Without it a failure prints the error
+    /// and its causes only; `RUST_LIB_BACKTRACE=1` alone has the same effect as this flag.
+    #[arg(long, global = true)]
+    pub debug: bool,
 
     /// What to run.
     #[command(subcommand)]
@@ -82,5 +90,58 @@ impl Command {
             Command::GvisorInstall(args) => Ok(crate::gvisor_install::run(args).await?),
             Command::Render(command) => command.run(),
         }
+    }
+}
+
+/// Writes `text` to stdout. A reader that went away (`... | head -1`) is not an error: the
+/// command stops writing and exits 0, as `cat` and other filters do.
+pub fn print_stdout(text: &str) -> std::io::Result<()> {
+    let mut stdout = std::io::stdout().lock();
+    match stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
+        Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => other,
+    }
+}
+
+/// Whether a failure prints the error's backtrace: with `--debug`, or when
+/// `RUST_LIB_BACKTRACE=1` asks for library backtraces. `RUST_BACKTRACE=1` alone does not:
+/// it is meant for panics, and a user error (a missing file, a bad flag value) is not one.
+pub fn wants_backtrace(debug: bool, rust_lib_backtrace: Option<&std::ffi::OsStr>) -> bool {
+    debug || rust_lib_backtrace.is_some_and(|v| v != "0" && !v.is_empty())
+}
+
+/// The text a failed command prints on stderr: `Error: ` and the error with its causes,
+/// `a: b: c`, plus anyhow's report with the backtrace when `backtrace` is set.
+pub fn error_report(error: &anyhow::Error, backtrace: bool) -> String {
+    if backtrace {
+        format!("Error: {error:?}")
+    } else {
+        format!("Error: {error:#}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::ffi::OsStr;
+
+    use super::*;
+
+    #[test]
+    fn backtraces_only_on_request() {
+        assert!(!wants_backtrace(false, None));
+        assert!(!wants_backtrace(false, Some(OsStr::new("0"))));
+        assert!(!wants_backtrace(false, Some(OsStr::new(""))));
+        assert!(wants_backtrace(false, Some(OsStr::new("1"))));
+        assert!(wants_backtrace(true, None));
+    }
+
+    #[test]
+    fn the_report_is_the_chain_on_one_line() {
+        let error = anyhow::anyhow!("inner").context("outer");
+        assert_eq!(error_report(&error, false), "Error: outer: inner");
+        assert!(error_report(&error, true).contains("Caused by:"));
     }
 }

@@ -1,12 +1,27 @@
 //! Entry point: parse the command line, set up logging, run the chosen subcommand on the
-//! runtime it asks for.
+//! runtime it asks for, and report a failure as the error and its causes (no backtrace
+//! unless asked for, see [`cli::wants_backtrace`]).
+
+use std::process::ExitCode;
 
 use clap::Parser;
-use gardener_extension_node::cli::{Cli, RuntimeFlavor};
+use gardener_extension_node::cli::{self, Cli, RuntimeFlavor};
 use gardener_extension_node::malloc_tuning;
 
-fn main() -> anyhow::Result<()> {
+fn main() -> ExitCode {
     let cli = Cli::parse();
+    let backtrace =
+        cli::wants_backtrace(cli.debug, std::env::var_os("RUST_LIB_BACKTRACE").as_deref());
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("{}", cli::error_report(&error, backtrace));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
     // Before logging and threads start: on success this does not return.
     let reexec = malloc_tuning::reexec_with_tunables(cli.command.malloc_tunables());
     gardener_extension_node::telemetry::init(cli.log_format)?;

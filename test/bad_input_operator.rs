@@ -333,11 +333,133 @@ async fn expect_error<K>(
                 description.len()
             );
             wait_warning(env, name, expect.needle).await;
+            assert_no_debug_output::<K>(env, row, name).await;
         }
     }
     let after = shoot_state(env).await;
     assert_eq!(&after, before, "{row}: the shoot's objects changed");
     assert_no_secret_in_log();
+}
+
+/// Pieces of Rust debug output (`{:?}` of a kube Status, an Option, a struct) that must never
+/// reach a user-facing text.
+const DEBUG_OUTPUT: &[&str] = &[
+    "Some(",
+    "None,",
+    "None }",
+    "Status {",
+    "ListMeta",
+    "ErrorResponse",
+    "ApiError",
+    "{ ",
+    " }",
+];
+
+/// Whether `text` holds Rust debug output.
+fn debug_output_in(text: &str) -> Option<&'static str> {
+    DEBUG_OUTPUT
+        .iter()
+        .copied()
+        .find(|piece| text.contains(piece))
+}
+
+/// Every user-facing text about `name` (lastError, lastOperation description, the notes of
+/// its events) reads as a sentence, without Rust debug output.
+async fn assert_no_debug_output<K>(env: &TestEnv, row: &str, name: &str)
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>,
+{
+    let resource = ApiResource::erase::<K>(&());
+    let objects: Api<DynamicObject> =
+        Api::namespaced_with(env.client.clone(), &env.namespace, &resource);
+    let object = objects.get(name).await.unwrap();
+    let status = &object.data["status"];
+    let mut texts: Vec<String> = [
+        &status["lastError"]["description"],
+        &status["lastOperation"]["description"],
+    ]
+    .iter()
+    .filter_map(|v| v.as_str().map(String::from))
+    .collect();
+    let events = api::<Event>(env)
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    texts.extend(
+        events
+            .items
+            .into_iter()
+            .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+            .filter_map(|e| e.note),
+    );
+    assert!(texts.len() >= 2, "{row}: {texts:?}");
+    for text in texts {
+        if let Some(piece) = debug_output_in(&text) {
+            panic!("{row}: {piece:?} (debug output) in {text:?}");
+        }
+    }
+}
+
+#[test]
+fn the_debug_output_check_finds_what_kube_used_to_print() {
+    let old = "Error reconciling Worker: reading Cluster shoot--local--local: ApiError: clusters.extensions.gardener.cloud \"shoot--local--local\" not found: NotFound (Status { status: Some(Failure), code: 404, metadata: Some(ListMeta { continue_: None }) })";
+    assert_eq!(debug_output_in(old), Some("Some("));
+    assert_eq!(
+        debug_output_in("Error reconciling Worker: Cluster shoot--local--local not found"),
+        None
+    );
+}
+
+/// Warning events: the same note again counts up the series of its event; a different note
+/// is an event of its own, so the newest failure is always visible as it is.
+#[tokio::test]
+async fn a_different_note_is_a_new_event_and_the_same_note_a_series() {
+    use gardener_extension_node::extension::events::EventPublisher;
+    use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference};
+
+    let env = support::env_with(crds()).await;
+    let object: ConfigMap = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "failing", "namespace": env.namespace}
+    }))
+    .unwrap();
+    let object = api::<ConfigMap>(&env)
+        .create(&PostParams::default(), &object)
+        .await
+        .unwrap();
+    let regarding: ObjectReference = object.object_ref(&());
+    let publisher = EventPublisher::new(env.client.clone());
+    for note in [
+        "user data Secret missing",
+        "user data Secret missing",
+        "timed out",
+    ] {
+        publisher
+            .warning(&regarding, "ReconcileFailed", "Reconcile", note.to_string())
+            .await;
+    }
+    let mut seen: Vec<(String, i32)> = api::<Event>(&env)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("failing"))
+        .map(|e| {
+            (
+                e.note.unwrap_or_default(),
+                e.series.map(|s| s.count).unwrap_or(1),
+            )
+        })
+        .collect();
+    seen.sort();
+    assert_eq!(
+        seen,
+        [
+            ("timed out".to_string(), 1),
+            ("user data Secret missing".to_string(), 2)
+        ]
+    );
 }
 
 fn gvisor_config(flags: Value) -> Value {
@@ -647,6 +769,16 @@ async fn bad_workers_are_reported_and_keep_the_machines() {
             },
         ),
         (
+            "empty providerConfig",
+            |_| {},
+            |p| p["providerConfig"] = json!({}),
+            Expect {
+                needle: "pool worker-a: invalid providerConfig: providerConfig has no apiVersion and no kind; expected apiVersion \"node.extensions.config.gardener.cloud/v1alpha1\" and kind \"WorkerConfig\"",
+                code: CONFIGURATION,
+                refused_by_our_crds: None,
+            },
+        ),
+        (
             "bad providerConfig",
             |_| {},
             |p| {
@@ -723,7 +855,7 @@ async fn a_missing_or_undecodable_cluster_is_reported_by_every_kind() {
                         .unwrap();
                 })
             },
-            "reading Cluster",
+            "not found",
         ),
         (
             "shoot does not decode",
@@ -780,6 +912,11 @@ async fn a_missing_or_undecodable_cluster_is_reported_by_every_kind() {
             .await;
         expect_error::<OperatingSystemConfig>(&env, (row, &osc), Ok(()), &expect, &before).await;
         expect_error::<Worker>(&env, (row, WORKER), Ok(()), &expect, &before).await;
+        if *row == "Cluster missing" {
+            let sentence = format!("Cluster {} not found", env.namespace);
+            let (description, _) = wait_last_error::<Worker>(&env, WORKER, &sentence).await;
+            assert!(description.ends_with(&sentence), "{description}");
+        }
     });
     futures::future::join_all(runs).await;
 }

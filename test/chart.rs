@@ -216,7 +216,12 @@ async fn chart_lints_renders_and_is_accepted_by_the_api_server() {
         let deployment = objects.iter().find(|o| kind(o) == "Deployment").unwrap();
         let pod = &deployment.data["spec"]["template"];
         let container = &pod["spec"]["containers"][0];
-        assert_eq!(pod["spec"]["priorityClassName"], "gardener-system-900");
+        let priority_class = if values.is_some() {
+            "gardener-system-800"
+        } else {
+            "gardener-system-900"
+        };
+        assert_eq!(pod["spec"]["priorityClassName"], priority_class);
         assert_eq!(pod["spec"]["securityContext"]["runAsNonRoot"], true);
         assert_eq!(container["securityContext"]["readOnlyRootFilesystem"], true);
         assert_eq!(
@@ -605,6 +610,34 @@ fn admission_policy_is_on_by_default_optional_and_takes_extra_namespaces() {
     assert_eq!(
         policy_namespaces(&release(&["admissionPolicy.enabled=false"])),
         None
+    );
+}
+
+/// The chart's comments carry no measured figures (they live in docs/benchmarks.md, which
+/// the benchmarks rewrite), and an empty `priorityClassName` leaves the field out.
+#[test]
+fn values_quote_no_figures_and_the_priority_class_is_optional() {
+    let values =
+        std::fs::read_to_string(support::repo_root().join(CHART).join("values.yaml")).unwrap();
+    for line in values.lines().filter(|l| l.trim_start().starts_with('#')) {
+        for unit in ["MiB", "KiB", "GiB", " ms", "ms)"] {
+            assert!(
+                !line.contains(unit),
+                "a measured figure in values.yaml: {line}"
+            );
+        }
+    }
+    let objects = render_release(
+        "gardener-extension-node",
+        "extension-a",
+        &[],
+        &["priorityClassName="],
+    );
+    let deployment = objects.iter().find(|o| kind(o) == "Deployment").unwrap();
+    assert!(
+        deployment.data["spec"]["template"]["spec"]
+            .get("priorityClassName")
+            .is_none()
     );
 }
 

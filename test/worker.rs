@@ -196,8 +196,103 @@ async fn event_reasons(env: &TestEnv) -> BTreeSet<String> {
         .collect()
 }
 
+/// Notes of the events with `reason`.
+async fn event_notes(env: &TestEnv, reason: &str) -> Vec<String> {
+    api::<Event>(env)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some(reason))
+        .filter_map(|e| e.note)
+        .collect()
+}
+
+/// The operator's log lines at INFO level or above about `namespace`.
+fn info_lines(log: &str, namespace: &str) -> Vec<String> {
+    log.lines()
+        .filter(|l| l.contains(namespace) && !l.contains(" DEBUG ") && !l.contains(" TRACE "))
+        .map(String::from)
+        .collect()
+}
+
+fn operator_log() -> String {
+    OPERATOR.get().unwrap().lock().unwrap().log_text()
+}
+
 // ---------------------------------------------------------------------------------------
 // Tests
+
+/// A user error (the user data Secret is not there yet) is reported; once the Secret comes
+/// and the run waits for machine-controller-manager instead, `lastError` is cleared. While
+/// it waits, the 5-second polls log nothing at INFO level. Migrate without
+/// machine-controller-manager (no machine sets yet) says it found the deployment.
+#[tokio::test]
+async fn waiting_clears_an_old_error_polls_quietly_and_migrate_counts_what_it_found() {
+    const LATER: &str = "osc-result-pool-a-later";
+    let env = setup(|_| {}).await;
+    create_worker(&env, |w| {
+        w["spec"]["pools"][0]["userDataSecretRef"]["name"] = json!(LATER)
+    })
+    .await;
+    until_last_error(
+        &env,
+        &format!("user data Secret {}/{LATER} not found", env.namespace),
+    )
+    .await;
+
+    let secret: Secret = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": LATER, "namespace": env.namespace},
+        "data": {"cloud_config": base64(USER_DATA)}
+    }))
+    .unwrap();
+    api::<Secret>(&env)
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+    let worker = wait_for("Processing without lastError", WAIT, || async {
+        let worker = api::<Worker>(&env).get(WORKER).await.map_err(err)?;
+        let status = worker.status.clone().ok_or("no status")?.default;
+        match (last_operation(&worker), &status.last_error) {
+            (Some((_, LastOperationState::Processing, d)), None) if d.contains("waiting for") => {
+                Ok(worker)
+            }
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    let (_, _, description) = last_operation(&worker).unwrap();
+    assert!(
+        description.ends_with("(waiting at most 300s)"),
+        "{description}"
+    );
+
+    // Steady state (from the second poll on, when the deployment exists and its replicas are
+    // kept): the same wait, poll after poll, at debug level only.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let before = info_lines(&operator_log(), &env.namespace).len();
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    let lines = info_lines(&operator_log(), &env.namespace);
+    assert_eq!(lines.len(), before, "{:#?}", &lines[before..]);
+    let (_, _, still) = last_operation(&api::<Worker>(&env).get(WORKER).await.unwrap()).unwrap();
+    assert!(still.contains("waiting for"), "still waiting: {still}");
+
+    annotate(&api::<Worker>(&env), WORKER, "migrate").await;
+    let note = wait_for("MachineStateRecorded event", WAIT, || async {
+        event_notes(&env, "MachineStateRecorded")
+            .await
+            .into_iter()
+            .next()
+            .ok_or_else(|| "no event yet".to_string())
+    })
+    .await;
+    assert!(
+        note.starts_with("Recorded 0 of 1 machine deployment(s), 0 machine set(s) and 0 machine(s) in status.state (1 without machine sets"),
+        "{note}"
+    );
+}
 
 #[tokio::test]
 async fn create_writes_classes_secrets_deployments_and_status_before_the_machines_are_ready() {
@@ -729,6 +824,13 @@ async fn migrate_records_the_state_and_restore_elsewhere_brings_back_the_same_ma
     assert!(recorded_value["state"].is_string(), "{recorded_value}");
     let recorded = state::decode(Some(&recorded_value)).unwrap();
     assert_eq!(recorded.counts(), (2, 2, 3));
+    assert!(
+        event_notes(&source, "MachineStateRecorded").await.contains(
+            &"Recorded 2 machine deployment(s), 2 machine set(s) and 3 machine(s) in status.state; no machine object was deleted".to_string()
+        ),
+        "{:?}",
+        event_notes(&source, "MachineStateRecorded").await
+    );
     assert_eq!(recorded.machine_deployments[&z1].replicas, 2);
     let recorded_machines: BTreeMap<String, (String, String)> = machines_before
         .iter()

@@ -23,15 +23,18 @@ pub enum EnvelopeError {
     /// Not a JSON/YAML object.
     #[error("providerConfig must be an object")]
     NotAnObject,
-    /// Wrong `apiVersion`/`kind`.
+    /// Wrong or missing `apiVersion`/`kind`.
     #[error(
-        "providerConfig has apiVersion {api_version:?} and kind {kind:?}; expected apiVersion {expected_api_version:?} and kind {expected_kind:?}"
+        "providerConfig has {} and {}; expected apiVersion {expected_api_version:?} and kind {expected_kind:?}",
+        given("apiVersion", api_version.as_deref()),
+        given("kind", kind.as_deref())
     )]
     WrongType {
-        /// What was given (shortened).
-        api_version: String,
-        /// What was given (shortened).
-        kind: String,
+        /// What was given (shortened); `None` when the field is missing, empty or not a
+        /// string.
+        api_version: Option<String>,
+        /// What was given (shortened); `None` as for `api_version`.
+        kind: Option<String>,
         /// What is expected.
         expected_api_version: &'static str,
         /// What is expected.
@@ -53,12 +56,17 @@ impl Envelope {
         let Value::Object(fields) = config else {
             return Err(EnvelopeError::NotAnObject);
         };
-        let text = |key: &str| fields.get(key).and_then(Value::as_str).unwrap_or_default();
+        let text = |key: &str| {
+            fields
+                .get(key)
+                .and_then(Value::as_str)
+                .filter(|v| !v.is_empty())
+        };
         let (api_version, kind) = (text("apiVersion"), text("kind"));
-        if api_version != self.api_version || kind != self.kind {
+        if api_version != Some(self.api_version) || kind != Some(self.kind) {
             return Err(EnvelopeError::WrongType {
-                api_version: shorten(api_version),
-                kind: shorten(kind),
+                api_version: api_version.map(shorten),
+                kind: kind.map(shorten),
                 expected_api_version: self.api_version,
                 expected_kind: self.kind,
             });
@@ -70,6 +78,14 @@ impl Envelope {
             });
         }
         Ok(fields)
+    }
+}
+
+/// `apiVersion "v1"` for a given value, `no apiVersion` for a missing one.
+fn given(field: &str, value: Option<&str>) -> String {
+    match value {
+        Some(value) => format!("{field} {value:?}"),
+        None => format!("no {field}"),
     }
 }
 
@@ -114,7 +130,15 @@ mod tests {
             ),
             (
                 json!({"kind": "Example"}),
-                "providerConfig has apiVersion \"\" and kind \"Example\"; expected apiVersion \"example.gardener.cloud/v1alpha1\" and kind \"Example\"".to_string(),
+                "providerConfig has no apiVersion and kind \"Example\"; expected apiVersion \"example.gardener.cloud/v1alpha1\" and kind \"Example\"".to_string(),
+            ),
+            (
+                json!({}),
+                "providerConfig has no apiVersion and no kind; expected apiVersion \"example.gardener.cloud/v1alpha1\" and kind \"Example\"".to_string(),
+            ),
+            (
+                json!({"apiVersion": "", "kind": 3}),
+                "providerConfig has no apiVersion and no kind; expected apiVersion \"example.gardener.cloud/v1alpha1\" and kind \"Example\"".to_string(),
             ),
             (
                 json!({"apiVersion": "example.gardener.cloud/v1alpha1", "kind": "Example", "sise": 3}),

@@ -7,6 +7,11 @@
 //! status, service-account tokens. So foreground deletions finish, a deleted namespace goes
 //! away, and a DaemonSet gets a status that gardener-resource-manager's health check reads.
 //!
+//! With [`ControlPlaneOptions::reuse_state`] (`make start`) a start picks up what the state
+//! folder holds from the previous one — ports ([`STATE_FILE`]), certificates and keys, etcd's
+//! data — so objects, kubeconfigs and the API server URL survive a restart. Without it
+//! (tests) the folder is emptied and everything is new.
+//!
 //! All processes run in one process group. A small watchdog (`sh`) polls the owning process
 //! and kills the whole group when it is gone, so neither a panic nor a SIGKILL of the owner
 //! leaves kube-apiserver or etcd behind. [`ControlPlane::stop`] (also run on drop) kills the
@@ -78,14 +83,41 @@ pub struct ControlPlaneOptions {
     /// Folder with `kube-apiserver` and `etcd` (printed by `hack/envtest.sh`).
     pub assets: PathBuf,
     /// Folder for certificates, etcd data, logs and the kubeconfig; created if missing and
-    /// emptied first.
+    /// emptied first unless `reuse_state` is set.
     pub state_dir: PathBuf,
+    /// Start on what `state_dir` holds from an earlier start (same ports, certificates and
+    /// etcd data); start fresh when it holds nothing complete. Recorded ports that another
+    /// process has taken meanwhile are replaced by free ones (with a warning).
+    pub reuse_state: bool,
     /// Remove `state_dir` once the control plane is gone (tests); keep it for inspection
     /// otherwise (`make start`).
     pub remove_state_on_exit: bool,
     /// Also run kube-controller-manager (needs `kube-controller-manager` in `assets`).
     pub controller_manager: bool,
 }
+
+/// The file in the state folder that records the ports of a control plane.
+pub const STATE_FILE: &str = "control-plane.json";
+
+/// What a state folder records besides the certificates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RecordedPorts {
+    etcd: u16,
+    etcd_peer: u16,
+    apiserver: u16,
+}
+
+/// The PKI files of a state folder, by field of [`Pki`].
+const PKI_FILES: [&str; 7] = [
+    "ca.crt",
+    "apiserver.crt",
+    "apiserver.key",
+    "admin.crt",
+    "admin.key",
+    "sa.key",
+    "sa.pub",
+];
 
 /// The kube-controller-manager controllers a local control plane runs.
 pub const CONTROLLERS: &str = "garbage-collector-controller,namespace-controller,daemonset-controller,\
@@ -106,6 +138,7 @@ pub struct ControlPlane {
     watchdog: Option<Child>,
     process_group: u32,
     kubeconfig: String,
+    reused: bool,
 }
 
 const READY_TIMEOUT: Duration = Duration::from_secs(120);
@@ -126,24 +159,52 @@ impl ControlPlane {
             }
         }
         let state = &options.state_dir;
-        if state.exists() {
-            fs::remove_dir_all(state).map_err(io_error(state))?;
-        }
+        let previous = if options.reuse_state {
+            read_previous(state)
+        } else {
+            None
+        };
+        let reused = previous.is_some();
+        let (pki, ports) = match previous {
+            Some((pki, ports)) => (pki, usable_ports(ports).await?),
+            None => {
+                if options.reuse_state {
+                    // Nothing complete to pick up: only etcd's data goes, so logs and the
+                    // other planes' folders inside this one stay.
+                    remove_if_present(&state.join("etcd"))?;
+                } else if state.exists() {
+                    fs::remove_dir_all(state).map_err(io_error(state))?;
+                }
+                let pki = pki::generate().map_err(ControlPlaneError::Pki)?;
+                let [etcd, etcd_peer, apiserver] = free_ports()?;
+                (
+                    pki,
+                    RecordedPorts {
+                        etcd,
+                        etcd_peer,
+                        apiserver,
+                    },
+                )
+            }
+        };
         fs::create_dir_all(state.join("etcd")).map_err(io_error(state))?;
         fs::set_permissions(state.join("etcd"), fs::Permissions::from_mode(0o700))
             .map_err(io_error(state))?;
-
-        let pki = pki::generate().map_err(ControlPlaneError::Pki)?;
-        for (name, content) in [
-            ("ca.crt", &pki.ca_cert),
-            ("apiserver.crt", &pki.serving_cert),
-            ("apiserver.key", &pki.serving_key),
-            ("sa.key", &pki.service_account_key),
-            ("sa.pub", &pki.service_account_public_key),
-        ] {
+        for (name, content) in PKI_FILES.iter().zip(pki_contents(&pki)) {
             write_file(&state.join(name), content)?;
         }
-        let [etcd_port, etcd_peer_port, apiserver_port] = free_ports()?;
+        let state_file = state.join(STATE_FILE);
+        let recorded =
+            serde_json::to_string_pretty(&ports).map_err(|source| ControlPlaneError::Io {
+                path: state_file.display().to_string(),
+                source: source.into(),
+            })?;
+        write_file(&state_file, &recorded)?;
+        let RecordedPorts {
+            etcd: etcd_port,
+            etcd_peer: etcd_peer_port,
+            apiserver: apiserver_port,
+        } = ports;
         let server = format!("https://127.0.0.1:{apiserver_port}");
         let kubeconfig = crate::kubeconfig::render_client_cert_kubeconfig(
             &server,
@@ -165,6 +226,7 @@ impl ControlPlane {
             watchdog: None,
             process_group: 0,
             kubeconfig,
+            reused,
         };
         let etcd = plane.spawn_etcd(0)?;
         plane.process_group = etcd.id();
@@ -176,6 +238,12 @@ impl ControlPlane {
             plane.controller_manager = Some(plane.spawn_controller_manager()?);
         }
         Ok(plane)
+    }
+
+    /// Whether this start picked up the state of an earlier one (see
+    /// [`ControlPlaneOptions::reuse_state`]); `false` when everything is new.
+    pub fn reused_state(&self) -> bool {
+        self.reused
     }
 
     /// The admin kubeconfig (client certificate in `system:masters`).
@@ -442,6 +510,88 @@ fn log_tail(path: &Path) -> String {
     let text = fs::read_to_string(path).unwrap_or_default();
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(20)..].join("\n")
+}
+
+fn pki_contents(pki: &Pki) -> [&str; 7] {
+    [
+        &pki.ca_cert,
+        &pki.serving_cert,
+        &pki.serving_key,
+        &pki.admin_cert,
+        &pki.admin_key,
+        &pki.service_account_key,
+        &pki.service_account_public_key,
+    ]
+}
+
+/// The certificates and ports an earlier start left in `state`, when all of them are there
+/// and etcd has data.
+fn read_previous(state: &Path) -> Option<(Pki, RecordedPorts)> {
+    let ports: RecordedPorts =
+        serde_json::from_str(&fs::read_to_string(state.join(STATE_FILE)).ok()?).ok()?;
+    let [
+        ca_cert,
+        serving_cert,
+        serving_key,
+        admin_cert,
+        admin_key,
+        sa_key,
+        sa_pub,
+    ] = PKI_FILES.map(|name| fs::read_to_string(state.join(name)).ok());
+    let pki = Pki {
+        ca_cert: ca_cert?,
+        serving_cert: serving_cert?,
+        serving_key: serving_key?,
+        admin_cert: admin_cert?,
+        admin_key: admin_key?,
+        service_account_key: sa_key?,
+        service_account_public_key: sa_pub?,
+    };
+    let has_data = fs::read_dir(state.join("etcd")).ok()?.next().is_some();
+    has_data.then_some((pki, ports))
+}
+
+/// How long a recorded port may stay taken before new ports are chosen: the processes of a
+/// previous start may still be on their way out.
+const PORT_WAIT: Duration = Duration::from_secs(10);
+
+/// `recorded`, once all three ports are free; new free ports when one stays taken for
+/// [`PORT_WAIT`] (the state is still used; clients need the new kubeconfig).
+async fn usable_ports(recorded: RecordedPorts) -> Result<RecordedPorts, ControlPlaneError> {
+    let started = Instant::now();
+    loop {
+        let taken = [recorded.etcd, recorded.etcd_peer, recorded.apiserver]
+            .into_iter()
+            .find(|port| TcpListener::bind(("127.0.0.1", *port)).is_err());
+        let Some(port) = taken else {
+            return Ok(recorded);
+        };
+        if started.elapsed() > PORT_WAIT {
+            let holder = crate::http::port_holder(port)
+                .map(|h| h.to_string())
+                .unwrap_or_else(|| "another process".to_string());
+            let [etcd, etcd_peer, apiserver] = free_ports()?;
+            tracing::warn!(
+                port,
+                %holder,
+                apiserver,
+                "a recorded port of the control plane is taken; starting on new ports (the kubeconfig changes)"
+            );
+            return Ok(RecordedPorts {
+                etcd,
+                etcd_peer,
+                apiserver,
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+fn remove_if_present(path: &Path) -> Result<(), ControlPlaneError> {
+    match fs::remove_dir_all(path) {
+        Err(error) if error.kind() != std::io::ErrorKind::NotFound => Err(io_error(path)(error)),
+        _ => Ok(()),
+    }
 }
 
 /// Reserves three distinct free loopback ports (bound together so they differ).

@@ -7,9 +7,18 @@
 //! operator in the foreground against the seed. The ManagedResources it writes reach the
 //! shoot as they would in a landscape (`dev/local-env/shoot.kubeconfig`). Ctrl-C stops
 //! everything. The test support code under `test/` uses the same pieces.
+//!
+//! Before anything starts, `local-env` locks its state folder ([`lock`]) and binds the
+//! operator's HTTP port: a second `local-env` on the same folder, or anything on the port,
+//! stops it at once with a message naming what runs there, and the running one is left
+//! alone. The state folder is kept across restarts (ports, certificates, etcd data of seed
+//! and shoot, GRM's configuration), so objects and kubeconfigs survive; the example objects
+//! are applied only into a fresh seed, so edits of them survive too. `--clean`
+//! (`make start-clean`) starts from an empty folder.
 
 pub mod apply;
 pub mod controlplane;
+pub mod lock;
 pub mod pki;
 pub mod resource_manager;
 
@@ -45,6 +54,12 @@ pub struct LocalEnvArgs {
     /// Address of the operator's HTTP server.
     #[arg(long, default_value = "127.0.0.1:8080")]
     pub http_bind_address: SocketAddr,
+
+    /// Empty the state folder first: new certificates and ports, empty etcd for seed and
+    /// shoot, the example objects applied again. Without it a start continues where the
+    /// previous one stopped.
+    #[arg(long)]
+    pub clean: bool,
 }
 
 /// Finds the control-plane binaries: `explicit`, else `$ENVTEST_ASSETS`, else the folder that
@@ -82,24 +97,38 @@ pub async fn run_local_env(args: LocalEnvArgs) -> anyhow::Result<()> {
         crd_dir,
         example_dir,
         http_bind_address,
+        clean,
     } = args;
-    let assets = resolve_assets(envtest_assets.as_deref(), Path::new("."))?;
     let state_dir = std::path::absolute(&state_dir).context("resolving --state-dir")?;
+    // Nothing else before these two: a second local-env must not disturb the first.
+    let state_lock = lock::StateLock::acquire(&state_dir, http_bind_address)?;
+    let listener = crate::http::bind(http_bind_address)?;
+    if clean {
+        clean_state(&state_dir, state_lock.path())?;
+    }
+    let assets = resolve_assets(envtest_assets.as_deref(), Path::new("."))?;
     tracing::info!(assets = %assets.display(), state = %state_dir.display(), "starting the seed control plane");
     let plane = ControlPlane::start(ControlPlaneOptions {
         assets: assets.clone(),
         state_dir: state_dir.clone(),
         remove_state_on_exit: false,
+        reuse_state: true,
         controller_manager: true,
     })
     .await
     .context("starting the local control plane")?;
+    if plane.reused_state() {
+        tracing::info!(
+            "seed: continuing with the state of the previous start (--clean starts afresh)"
+        );
+    }
     let kubeconfig = plane.kubeconfig_path();
     tracing::info!("starting the shoot control plane and gardener-resource-manager");
     let shoot = ControlPlane::start(ControlPlaneOptions {
         assets: assets.clone(),
         state_dir: state_dir.join("shoot"),
         remove_state_on_exit: false,
+        reuse_state: true,
         controller_manager: true,
     })
     .await
@@ -112,10 +141,14 @@ pub async fn run_local_env(args: LocalEnvArgs) -> anyhow::Result<()> {
     apply::install_crds(&client, &crd_dir)
         .await
         .with_context(|| format!("installing {}", crd_dir.display()))?;
-    let examples = apply::read_dir(&example_dir)?;
-    apply::apply_all(&client, &examples, "default")
-        .await
-        .with_context(|| format!("applying {}", example_dir.display()))?;
+    if plane.reused_state() {
+        tracing::info!(examples = %example_dir.display(), "keeping the objects of the previous start; not applying the examples again");
+    } else {
+        let examples = apply::read_dir(&example_dir)?;
+        apply::apply_all(&client, &examples, "default")
+            .await
+            .with_context(|| format!("applying {}", example_dir.display()))?;
+    }
 
     // After the CRDs: GRM's caches need the ManagedResource kind to exist.
     let resource_manager = ResourceManager::start(ResourceManagerOptions {
@@ -127,30 +160,54 @@ pub async fn run_local_env(args: LocalEnvArgs) -> anyhow::Result<()> {
         sync_period: std::time::Duration::from_secs(60),
         health_sync_period: std::time::Duration::from_secs(30),
         remove_state_on_exit: false,
+        reuse_state: true,
     })
     .await
     .context("starting gardener-resource-manager")?;
 
-    println!("Local control plane is up ({}).", plane.server_url());
-    println!("Kubeconfig: {}", kubeconfig.display());
-    println!(
-        "Try: kubectl --kubeconfig {} get containerruntimes,operatingsystemconfigs,workers -A",
-        kubeconfig.display()
+    let banner = format!(
+        "Local control plane is up ({server}).\n\
+         Kubeconfig: {kubeconfig}\n\
+         Try: kubectl --kubeconfig {kubeconfig} get containerruntimes,operatingsystemconfigs,workers -A\n\
+         Shoot ({shoot_server}): kubectl --kubeconfig {shoot_kubeconfig} get runtimeclass,ds -A\n\
+         Health: curl http://{http_bind_address}/healthz   (Ctrl-C stops everything; the state in {state} is kept, --clean starts afresh)\n",
+        server = plane.server_url(),
+        kubeconfig = kubeconfig.display(),
+        shoot_server = shoot.server_url(),
+        shoot_kubeconfig = shoot_kubeconfig.display(),
+        state = state_dir.display(),
     );
-    println!(
-        "Shoot ({}): kubectl --kubeconfig {} get runtimeclass,ds -A",
-        shoot.server_url(),
-        shoot_kubeconfig.display()
-    );
-    println!("Health: curl http://{http_bind_address}/healthz   (Ctrl-C stops everything)");
+    crate::cli::print_stdout(&banner).context("writing to stdout")?;
 
-    let result = crate::operator::run(crate::operator::OperatorArgs::local(
-        kubeconfig,
-        http_bind_address,
-    ))
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    tokio::spawn(crate::operator::forward_signals(shutdown.clone()));
+    let result = crate::operator::run_serving(
+        crate::operator::OperatorArgs::local(kubeconfig, http_bind_address),
+        listener,
+        shutdown,
+    )
     .await;
     drop(resource_manager);
     drop(shoot);
     drop(plane);
+    drop(state_lock);
     result
+}
+
+/// Empties `state` except the lock file (which this process holds).
+fn clean_state(state: &Path, lock_file: &Path) -> anyhow::Result<()> {
+    for entry in std::fs::read_dir(state).with_context(|| format!("reading {}", state.display()))? {
+        let path = entry?.path();
+        if path == lock_file {
+            continue;
+        }
+        let removed = if path.is_dir() {
+            std::fs::remove_dir_all(&path)
+        } else {
+            std::fs::remove_file(&path)
+        };
+        removed.with_context(|| format!("removing {}", path.display()))?;
+    }
+    tracing::info!(state = %state.display(), "state folder emptied (--clean)");
+    Ok(())
 }

@@ -30,8 +30,12 @@ pub const BINARY: &str = "gardener-resource-manager";
 pub struct ResourceManagerOptions {
     /// Folder with the `gardener-resource-manager` binary (printed by `hack/envtest.sh`).
     pub assets: PathBuf,
-    /// Folder for its configuration, serving certificate and log; emptied first.
+    /// Folder for its configuration, serving certificate and log; emptied first unless
+    /// `reuse_state` is set.
     pub state_dir: PathBuf,
+    /// Keep the ports and the serving certificate of an earlier start in `state_dir` (the
+    /// configuration is written again, so kubeconfig paths and periods follow the options).
+    pub reuse_state: bool,
     /// Kubeconfig file of the cluster holding the ManagedResources (the seed).
     pub source_kubeconfig: PathBuf,
     /// Kubeconfig file of the cluster the manifests are applied to (the shoot).
@@ -126,17 +130,32 @@ impl ResourceManager {
             });
         }
         let state = options.state_dir.clone();
-        if state.exists() {
-            fs::remove_dir_all(&state).map_err(io_error(&state))?;
-        }
         let cert_dir = state.join("certs");
-        fs::create_dir_all(&cert_dir).map_err(io_error(&cert_dir))?;
-        let (cert, key) = super::pki::self_signed_serving().map_err(ControlPlaneError::Pki)?;
-        write(&cert_dir.join("tls.crt"), &cert)?;
-        write(&cert_dir.join("tls.key"), &key)?;
-        let ports = free_ports()?;
-        let config = render_config(&options, ports, &cert_dir);
         let config_path = state.join("config.yaml");
+        let previous = if options.reuse_state {
+            previous_ports(&config_path, &cert_dir).filter(|ports| {
+                ports
+                    .iter()
+                    .all(|p| TcpListener::bind(("127.0.0.1", *p)).is_ok())
+            })
+        } else {
+            None
+        };
+        let ports = match previous {
+            Some(ports) => ports,
+            None => {
+                if !options.reuse_state && state.exists() {
+                    fs::remove_dir_all(&state).map_err(io_error(&state))?;
+                }
+                fs::create_dir_all(&cert_dir).map_err(io_error(&cert_dir))?;
+                let (cert, key) =
+                    super::pki::self_signed_serving().map_err(ControlPlaneError::Pki)?;
+                write(&cert_dir.join("tls.crt"), &cert)?;
+                write(&cert_dir.join("tls.key"), &key)?;
+                free_ports()?
+            }
+        };
+        let config = render_config(&options, ports, &cert_dir);
         write(&config_path, &config.to_string())?;
 
         let log = state.join("gardener-resource-manager.log");
@@ -216,6 +235,26 @@ impl Drop for ResourceManager {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// The webhook, health and metrics ports of the configuration an earlier start wrote, when
+/// it and the serving certificate are there.
+fn previous_ports(config: &Path, cert_dir: &Path) -> Option<[u16; 3]> {
+    if !cert_dir.join("tls.crt").is_file() || !cert_dir.join("tls.key").is_file() {
+        return None;
+    }
+    let value: serde_json::Value = serde_json::from_str(&fs::read_to_string(config).ok()?).ok()?;
+    let port = |pointer: &str| {
+        value
+            .pointer(pointer)
+            .and_then(serde_json::Value::as_u64)
+            .and_then(|p| u16::try_from(p).ok())
+    };
+    Some([
+        port("/server/webhooks/port")?,
+        port("/server/healthProbes/port")?,
+        port("/server/metrics/port")?,
+    ])
 }
 
 /// The status code of a plain HTTP GET on loopback, `None` when nothing answers.
@@ -319,6 +358,7 @@ mod tests {
             sync_period: Duration::from_secs(20),
             health_sync_period: Duration::from_millis(500),
             remove_state_on_exit: true,
+            reuse_state: false,
         };
         let config = render_config(&options, [1, 2, 3], Path::new("/certs"));
         assert_eq!(
@@ -348,5 +388,34 @@ mod tests {
         }
         assert_eq!(config["leaderElection"]["leaderElect"], false);
         assert_eq!(config["server"]["healthProbes"]["port"], 2);
+    }
+
+    #[test]
+    fn a_restart_reads_the_ports_back_from_the_configuration() {
+        let dir = tempfile::tempdir().unwrap();
+        let options = ResourceManagerOptions {
+            assets: PathBuf::from("/assets"),
+            state_dir: dir.path().to_path_buf(),
+            source_kubeconfig: PathBuf::from("/seed.kubeconfig"),
+            target_kubeconfig: PathBuf::from("/shoot.kubeconfig"),
+            namespaces: Vec::new(),
+            sync_period: Duration::from_secs(60),
+            health_sync_period: Duration::from_secs(30),
+            remove_state_on_exit: false,
+            reuse_state: true,
+        };
+        let certs = dir.path().join("certs");
+        let config = dir.path().join("config.yaml");
+        fs::create_dir_all(&certs).unwrap();
+        fs::write(
+            &config,
+            render_config(&options, [4001, 4002, 4003], &certs).to_string(),
+        )
+        .unwrap();
+        // Without the serving certificate there is nothing to pick up.
+        assert_eq!(previous_ports(&config, &certs), None);
+        fs::write(certs.join("tls.crt"), "crt").unwrap();
+        fs::write(certs.join("tls.key"), "key").unwrap();
+        assert_eq!(previous_ports(&config, &certs), Some([4001, 4002, 4003]));
     }
 }

@@ -42,9 +42,8 @@ pub async fn lookup(
         Ok(cluster) => ClusterContext::new(cluster).map(Some),
         Err(error) if is_not_found(&error) => {
             if is_shoot_namespace(client, namespace).await? {
-                Err(ReconcilerError::Cluster {
+                Err(ReconcilerError::ClusterMissing {
                     name: namespace.to_string(),
-                    source: Box::new(error),
                 })
             } else {
                 Ok(None)

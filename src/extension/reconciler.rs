@@ -360,6 +360,7 @@ impl<A: Actuator> Reconciler<A> {
         operation: LastOperationType,
         call: ActuatorCall,
     ) -> Result<Ran<A::Object>, Failure> {
+        let before = last_description(object).map(String::from);
         let object = self.processing(api, object, operation, None).await?;
         let request = Request {
             object: &object,
@@ -373,7 +374,7 @@ impl<A: Actuator> Reconciler<A> {
             ActuatorCall::ForceDelete => self.actuator.force_delete(&request).await,
             ActuatorCall::Migrate => self.actuator.migrate(&request).await,
         };
-        match self.handle(api, &object, operation, result).await? {
+        match self.handle(api, &object, operation, result, before).await? {
             Finished::Succeeded(extra) => Ok(Ran::Succeeded(
                 self.succeeded(api, &object, operation, extra).await?,
             )),
@@ -382,13 +383,15 @@ impl<A: Actuator> Reconciler<A> {
     }
 
     /// Turns the actuator result into extra success fields, a pending delay (status already
-    /// updated) or a failure (status and event already written).
+    /// updated) or a failure (status and event already written). `before` is the
+    /// `lastOperation.description` from before the run.
     async fn handle(
         &self,
         api: &Api<A::Object>,
         object: &A::Object,
         operation: LastOperationType,
         result: Result<Outcome, A::Error>,
+        before: Option<String>,
     ) -> Result<Finished, Failure> {
         match result {
             Ok(Outcome::Done { status }) => Ok(Finished::Succeeded(status)),
@@ -396,9 +399,16 @@ impl<A: Actuator> Reconciler<A> {
                 reason,
                 retry_after,
             }) => {
-                tracing::info!(%reason, ?retry_after, "waiting");
-                self.processing(api, object, operation, Some(&reason))
+                let updated = self
+                    .processing(api, object, operation, Some(&reason))
                     .await?;
+                // One info line when what the operation waits for changes; the polls in
+                // between log at debug level.
+                if before.as_deref() == last_description(&updated) {
+                    tracing::debug!(%reason, ?retry_after, "still waiting");
+                } else {
+                    tracing::info!(%reason, ?retry_after, "waiting");
+                }
                 Ok(Finished::Pending(retry_after))
             }
             Err(error) => {
@@ -578,6 +588,14 @@ fn get_error<K: ExtensionKind>(namespace: &str, name: &str, source: kube::Error)
         source: Box::new(source),
     }
     .into()
+}
+
+/// `status.lastOperation.description` of `object`.
+fn last_description<K: ExtensionObject>(object: &K) -> Option<&str> {
+    object
+        .default_status()
+        .and_then(|s| s.last_operation.as_ref())
+        .map(|l| l.description.as_str())
 }
 
 /// Whether `object` carries this extension's finalizer for its kind.

@@ -62,7 +62,10 @@ pub fn verb(operation: LastOperationType) -> &'static str {
     }
 }
 
-/// `lastOperation` with state Processing, progress 1.
+/// `lastOperation` with state Processing, progress 1. With a `detail` (what a run that did
+/// not fail waits for) `lastError` is cleared too: the operation has moved past the error
+/// it reported before, and a stale error next to "waiting for ..." misleads. At the start
+/// of a run (no detail) an earlier `lastError` stays until the run succeeds or fails anew.
 pub fn processing(
     operation: LastOperationType,
     kind: &str,
@@ -74,7 +77,7 @@ pub fn processing(
         description.push_str(": ");
         description.push_str(detail);
     }
-    json!({
+    let mut status = json!({
         "lastOperation": {
             "type": operation.as_str(),
             "state": "Processing",
@@ -82,7 +85,11 @@ pub fn processing(
             "description": description,
             "lastUpdateTime": time(at),
         }
-    })
+    });
+    if detail.is_some() {
+        status["lastError"] = Value::Null;
+    }
+    status
 }
 
 /// `lastOperation` Error + `lastError` + `observedGeneration`. The description is
@@ -170,6 +177,24 @@ mod tests {
 
     fn at(s: &str) -> DateTime<Utc> {
         DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
+    }
+
+    #[test]
+    fn waiting_clears_last_error_and_starting_keeps_it() {
+        let now = at("2026-11-30T08:00:00Z");
+        let waiting = processing(
+            LastOperationType::Reconcile,
+            "Worker",
+            Some("waiting for machines"),
+            now,
+        );
+        assert_eq!(waiting.get("lastError"), Some(&Value::Null));
+        assert_eq!(
+            waiting["lastOperation"]["description"],
+            "Reconciling the Worker: waiting for machines"
+        );
+        let starting = processing(LastOperationType::Reconcile, "Worker", None, now);
+        assert_eq!(starting.get("lastError"), None);
     }
 
     #[test]

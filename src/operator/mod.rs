@@ -39,7 +39,23 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
 }
 
 /// Runs the operator until `shutdown` is cancelled (tests cancel it to stop an operator).
+/// The HTTP port is bound first: when it is taken, nothing else starts.
 pub async fn run_until(args: OperatorArgs, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let listener = crate::http::bind(args.http_bind_address)?;
+    run_serving(args, listener, shutdown).await
+}
+
+/// Runs the operator with its HTTP server on `listener` (bound by the caller with
+/// [`crate::http::bind`], as `local-env` does before it starts the control plane) until
+/// `shutdown` is cancelled.
+pub async fn run_serving(
+    args: OperatorArgs,
+    listener: std::net::TcpListener,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    if let Ok(address) = listener.local_addr() {
+        tracing::info!(http = %address, "HTTP port bound; connecting to the seed API server");
+    }
     let client = crate::kubeconfig::client(args.kubeconfig.as_deref())
         .await
         .context("connecting to the seed API server")?;
@@ -60,7 +76,7 @@ pub async fn run_until(args: OperatorArgs, shutdown: CancellationToken) -> anyho
     let mut registry = crate::metrics::new_registry();
     let metrics = ControllerMetrics::register(&mut registry);
     let readiness = Readiness::default();
-    let server = spawn_server(&args, registry, readiness.clone(), shutdown.clone());
+    let server = spawn_server(listener, registry, readiness.clone(), shutdown.clone());
 
     let identity = identity();
     let elector = args.leader_election.then(|| {
@@ -212,7 +228,7 @@ type ServerTask = tokio::task::JoinHandle<std::io::Result<()>>;
 type LeadershipTask = tokio::task::JoinHandle<Result<(), crate::extension::leader::LeaderError>>;
 
 fn spawn_server(
-    args: &OperatorArgs,
+    listener: std::net::TcpListener,
     registry: Registry,
     readiness: Readiness,
     shutdown: CancellationToken,
@@ -221,9 +237,8 @@ fn spawn_server(
         registry: Arc::new(registry),
         readiness,
     };
-    let address = args.http_bind_address;
     tokio::spawn(async move {
-        crate::http::serve(address, state, async move { shutdown.cancelled().await }).await
+        crate::http::serve(listener, state, async move { shutdown.cancelled().await }).await
     })
 }
 

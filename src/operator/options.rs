@@ -76,8 +76,14 @@ pub struct OperatorArgs {
     #[arg(long, env = "GARDENER_VERSION")]
     pub gardener_version: Option<String>,
 
-    /// Controllers to run.
-    #[arg(long, env = "CONTROLLERS", value_delimiter = ',', value_enum, default_values_t = [ControllerName::Containerruntime, ControllerName::Operatingsystemconfig, ControllerName::Worker])]
+    /// Controllers to run (comma-separated).
+    #[arg(
+        long,
+        env = "CONTROLLERS",
+        value_delimiter = ',',
+        value_enum,
+        default_value = "containerruntime,operatingsystemconfig,worker"
+    )]
     pub controllers: Vec<ControllerName>,
 
     /// Worker types (infrastructure providers) the Worker controller handles.
@@ -136,5 +142,42 @@ impl OperatorArgs {
             node_agent_secrets: NodeAgentSecrets::Auto,
             gvisor_installation_test_repository: None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::{CommandFactory, Parser};
+
+    use super::*;
+
+    #[derive(Debug, Parser)]
+    struct Wrapper {
+        #[command(flatten)]
+        args: OperatorArgs,
+    }
+
+    #[test]
+    fn the_controllers_default_is_shown_and_parsed_comma_separated() {
+        let help = Wrapper::command().render_long_help().to_string();
+        assert!(
+            help.contains("[default: containerruntime,operatingsystemconfig,worker]"),
+            "{help}"
+        );
+        let parsed = Wrapper::try_parse_from(["operator"]).unwrap();
+        assert_eq!(
+            parsed.args.controllers,
+            [
+                ControllerName::Containerruntime,
+                ControllerName::Operatingsystemconfig,
+                ControllerName::Worker
+            ]
+        );
+        let parsed =
+            Wrapper::try_parse_from(["operator", "--controllers=worker,containerruntime"]).unwrap();
+        assert_eq!(
+            parsed.args.controllers,
+            [ControllerName::Worker, ControllerName::Containerruntime]
+        );
     }
 }

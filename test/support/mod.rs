@@ -93,6 +93,7 @@ async fn start(crds: Crds) -> Shared {
         assets,
         state_dir,
         remove_state_on_exit: true,
+        reuse_state: false,
         controller_manager: false,
     })
     .await

@@ -52,6 +52,7 @@ impl Shoot {
             assets: assets.clone(),
             state_dir: dir.join("plane"),
             remove_state_on_exit: true,
+            reuse_state: false,
             controller_manager: true,
         })
         .await
@@ -67,6 +68,7 @@ impl Shoot {
             sync_period: SYNC_PERIOD,
             health_sync_period: SYNC_PERIOD,
             remove_state_on_exit: false,
+            reuse_state: false,
         })
         .await
         .expect("gardener-resource-manager starts");

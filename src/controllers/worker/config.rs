@@ -100,8 +100,8 @@ mod tests {
             (
                 json!({"apiVersion": "v1", "kind": "WorkerConfig"}),
                 EnvelopeError::WrongType {
-                    api_version: "v1".into(),
-                    kind: "WorkerConfig".into(),
+                    api_version: Some("v1".into()),
+                    kind: Some("WorkerConfig".into()),
                     expected_api_version: API_VERSION,
                     expected_kind: KIND,
                 }

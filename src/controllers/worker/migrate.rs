@@ -40,7 +40,6 @@ pub async fn migrate(
     )
     .await?;
     let recorded = state::record(&deployments, &sets, &machines);
-    let (deployment_count, set_count, machine_count) = recorded.counts();
     let encoded = state::encode(&recorded).map_err(Error::State)?;
     objects::patch_worker_status(
         client,
@@ -54,10 +53,45 @@ pub async fn migrate(
             request.object,
             request.operation,
             "MachineStateRecorded",
-            format!(
-                "Recorded {deployment_count} machine deployment(s), {set_count} machine set(s) and {machine_count} machine(s) in status.state; no machine object was deleted"
-            ),
+            recorded_note(deployments.len(), recorded.counts()),
         )
         .await;
     Ok(Outcome::done())
+}
+
+/// The note of the `MachineStateRecorded` event: what was found and what was recorded. Only
+/// deployments with machine sets are recorded (as gardenlet does); the others are counted
+/// too, so a deployment MCM has not acted on yet does not read as "none found".
+fn recorded_note(found: usize, (deployments, sets, machines): (usize, usize, usize)) -> String {
+    let recorded = if deployments == found {
+        format!("Recorded {deployments} machine deployment(s)")
+    } else {
+        format!("Recorded {deployments} of {found} machine deployment(s)")
+    };
+    let skipped = found.saturating_sub(deployments);
+    let without_sets = if skipped > 0 {
+        format!(" ({skipped} without machine sets, so without machines to keep)")
+    } else {
+        String::new()
+    };
+    format!(
+        "{recorded}, {sets} machine set(s) and {machines} machine(s) in status.state{without_sets}; no machine object was deleted"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::recorded_note;
+
+    #[test]
+    fn the_note_counts_what_was_found_and_what_was_recorded() {
+        assert_eq!(
+            recorded_note(2, (2, 2, 3)),
+            "Recorded 2 machine deployment(s), 2 machine set(s) and 3 machine(s) in status.state; no machine object was deleted"
+        );
+        assert_eq!(
+            recorded_note(1, (0, 0, 0)),
+            "Recorded 0 of 1 machine deployment(s), 0 machine set(s) and 0 machine(s) in status.state (1 without machine sets, so without machines to keep); no machine object was deleted"
+        );
+    }
 }

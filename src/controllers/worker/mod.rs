@@ -148,7 +148,10 @@ pub const ANNOTATION_SCALE_DOWN_UNREADY_TIME: &str =
 pub const ANNOTATION_MAX_NODE_PROVISION_TIME: &str =
     "autoscaler.gardener.cloud/max-node-provision-time";
 
-/// Poll interval and bounds of the waits.
+/// Poll interval and bounds of the waits. A wait is a series of runs [`Timings::poll`]
+/// apart, each returning `Pending` (Processing with what it waits for, and the bound); a
+/// series that lasts longer than its bound fails with `timed out after …` and is retried
+/// with the controller's backoff, the retry starting a new series.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Timings {
     /// Requeue delay while waiting (upstream polls every 5 s).
@@ -211,13 +214,20 @@ pub enum Error {
     /// MCM reports failed machines.
     #[error("{0}")]
     MachinesFailed(String),
-    /// A wait exceeded its bound.
-    #[error("timed out after {}s {what}: {last}", waited.as_secs())]
+    /// A wait exceeded its bound ([`Timings`]); the run fails and is retried with backoff,
+    /// and the retry waits afresh.
+    #[error(
+        "timed out after {}s {what} (at most {}s per attempt; retried with backoff): {last}",
+        waited.as_secs(),
+        bound.as_secs()
+    )]
     WaitTimedOut {
         /// What we waited for.
         what: &'static str,
         /// How long.
         waited: Duration,
+        /// The bound that was exceeded.
+        bound: Duration,
         /// The last observation.
         last: String,
     },
@@ -279,8 +289,8 @@ impl WorkerActuator {
     }
 
     /// One look of a bounded wait ([`wait`]): within `bound` a Normal event `reason` with
-    /// `message` and `Pending` (look again after the poll interval); beyond it
-    /// `Error::WaitTimedOut` naming `what`.
+    /// `message` and `Pending` (look again after the poll interval; the Processing
+    /// description states the bound); beyond it `Error::WaitTimedOut` naming `what`.
     async fn keep_waiting(
         &self,
         request: &Request<'_, Worker>,
@@ -303,13 +313,14 @@ impl WorkerActuator {
                     .normal(request.object, request.operation, reason, message.clone())
                     .await;
                 Ok(Outcome::Pending {
-                    reason: message,
+                    reason: format!("{message} (waiting at most {}s)", bound.as_secs()),
                     retry_after: self.timings.poll,
                 })
             }
             wait::WaitState::Exceeded(waited) => Err(Error::WaitTimedOut {
                 what,
                 waited,
+                bound,
                 last: message,
             }),
         }

@@ -19,14 +19,17 @@ use super::render;
 use super::replicas::{self, ReplicaInputs};
 use super::validate;
 use crate::api::{Cluster, Worker};
+use crate::render::input;
 
 /// Flags of `render worker`.
 #[derive(Debug, Args)]
 pub struct RenderWorkerArgs {
-    /// The Worker (YAML or JSON file; `-` for stdin).
+    /// The Worker(s) (YAML or JSON file, several documents or a `List`; `-` for stdin).
     #[arg(short = 'f', long = "file")]
     pub file: PathBuf,
-    /// The shoot's Cluster (technical ID, hibernation, CloudProfile zones, container runtimes).
+    /// The shoot's Cluster (optional: technical ID, hibernation, CloudProfile zones,
+    /// container runtimes). Without it the Worker's namespace stands for the technical ID,
+    /// the shoot counts as awake and zones are not checked against a CloudProfile.
     #[arg(long)]
     pub cluster: Option<PathBuf>,
     /// File whose content is used as every pool's user data.
@@ -34,26 +37,23 @@ pub struct RenderWorkerArgs {
     pub user_data: Option<PathBuf>,
 }
 
-fn read<T: serde::de::DeserializeOwned>(path: &PathBuf) -> anyhow::Result<T> {
-    let text = if path.as_os_str() == "-" {
-        std::io::read_to_string(std::io::stdin()).context("reading stdin")?
-    } else {
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?
-    };
-    serde_norway::from_str(&text).with_context(|| format!("{} does not decode", path.display()))
-}
-
 impl RenderWorkerArgs {
-    /// Reads the files and renders.
+    /// Reads the files and renders every Worker in `--file`.
     pub fn run(&self) -> anyhow::Result<String> {
-        let worker: Worker = read(&self.file)?;
-        let cluster: Option<Cluster> = self.cluster.as_ref().map(read).transpose()?;
+        let workers: Vec<Worker> = input::read_objects(&self.file)?;
+        let cluster: Option<Cluster> = self.cluster.as_deref().map(input::read_one).transpose()?;
         let user_data = self
             .user_data
             .as_ref()
             .map(|p| std::fs::read(p).with_context(|| format!("reading {}", p.display())))
             .transpose()?;
-        manifests(&worker, cluster.as_ref(), user_data.as_deref())
+        let mut parts = Vec::new();
+        for worker in &workers {
+            let text = manifests(worker, cluster.as_ref(), user_data.as_deref())
+                .with_context(|| input::describe(worker))?;
+            parts.push((input::describe(worker), text));
+        }
+        Ok(input::join_rendered(parts))
     }
 }
 

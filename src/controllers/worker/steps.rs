@@ -56,7 +56,8 @@ impl StepEvents {
     }
 
     /// A Normal event for a step of `operation`, unless the same one was published in this
-    /// series.
+    /// series. Logged at info level the first time, at debug level on the repeats of a wait
+    /// (one line per change, not one per poll).
     pub async fn normal(
         &self,
         worker: &Worker,
@@ -64,11 +65,13 @@ impl StepEvents {
         reason: &str,
         note: String,
     ) {
-        tracing::info!(reason, %note, "step");
         if self.first_time(worker, reason, &note) {
+            tracing::info!(reason, %note, "step");
             self.publisher
                 .normal(&worker.object_ref(&()), reason, operation.as_str(), note)
                 .await;
+        } else {
+            tracing::debug!(reason, %note, "step (unchanged)");
         }
     }
 

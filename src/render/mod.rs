@@ -1,11 +1,15 @@
 //! `gardener-extension-node render ...`: print what the operator would create for an object,
 //! without a cluster. Uses the same validate/render functions as the controllers.
+//!
+//! Each command reads one or more objects of its kind ([`input`]: several YAML documents or
+//! a `List`, as `kubectl get -o yaml` prints them) and renders each in turn.
+
+pub mod input;
 
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
-use serde::de::DeserializeOwned;
 
 use crate::api::ContainerRuntime;
 use crate::controllers::containerruntime;
@@ -26,7 +30,8 @@ pub enum RenderCommand {
 /// Flags of `render osc`.
 #[derive(Debug, Args)]
 pub struct OscArgs {
-    /// The OperatingSystemConfig (YAML or JSON file; `-` for stdin).
+    /// The OperatingSystemConfig(s) (YAML or JSON file, several documents or a `List`; `-`
+    /// for stdin).
     #[arg(short = 'f', long = "file")]
     pub file: PathBuf,
     /// Folder of Secret manifests (YAML or JSON, as `kubectl get secret -o yaml` prints
@@ -38,11 +43,12 @@ pub struct OscArgs {
 /// Flags of `render containerruntime`.
 #[derive(Debug, Args)]
 pub struct ContainerRuntimeArgs {
-    /// The ContainerRuntime (YAML or JSON file; `-` for stdin).
+    /// The ContainerRuntime(s) (YAML or JSON file, several documents or a `List`; `-` for
+    /// stdin).
     #[arg(short = 'f', long = "file")]
     pub file: PathBuf,
-    /// The shoot's Cluster (accepted for symmetry with the other kinds; gVisor rendering does
-    /// not depend on it).
+    /// The shoot's Cluster (optional; accepted for symmetry with the other kinds, gVisor
+    /// rendering does not depend on it).
     #[arg(long)]
     pub cluster: Option<PathBuf>,
     /// Repository of a test installation image (see the operator flag of the same name).
@@ -53,47 +59,59 @@ pub struct ContainerRuntimeArgs {
 impl RenderCommand {
     /// Renders and prints to stdout.
     pub fn run(self) -> anyhow::Result<()> {
-        match self {
-            RenderCommand::Containerruntime(args) => {
-                print!("{}", render_container_runtime(&args)?);
-                Ok(())
-            }
-            RenderCommand::Osc(args) => {
-                print!("{}", render_osc(&args)?);
-                Ok(())
-            }
-            RenderCommand::Worker(args) => {
-                print!("{}", args.run()?);
-                Ok(())
-            }
-        }
+        let text = match self {
+            RenderCommand::Containerruntime(args) => render_container_runtimes(&args)?,
+            RenderCommand::Osc(args) => render_oscs(&args)?,
+            RenderCommand::Worker(args) => args.run()?,
+        };
+        crate::cli::print_stdout(&text).context("writing to stdout")
     }
 }
 
-fn read_object<T: DeserializeOwned>(path: &Path) -> anyhow::Result<T> {
-    let text = if path == Path::new("-") {
-        std::io::read_to_string(std::io::stdin()).context("reading stdin")?
-    } else {
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?
-    };
-    serde_norway::from_str(&text).with_context(|| format!("{} does not decode", path.display()))
-}
-
-/// The text `render containerruntime` prints.
-pub fn render_container_runtime(args: &ContainerRuntimeArgs) -> anyhow::Result<String> {
-    let object: ContainerRuntime = read_object(&args.file)?;
+/// The text `render containerruntime` prints for every object in the file.
+pub fn render_container_runtimes(args: &ContainerRuntimeArgs) -> anyhow::Result<String> {
+    let objects: Vec<ContainerRuntime> = input::read_objects(&args.file)?;
     if let Some(cluster) = &args.cluster {
-        let _: crate::api::Cluster = read_object(cluster)?;
+        let _: crate::api::Cluster = input::read_one(cluster)?;
     }
     let templates = containerruntime::render::Templates::new().context("parsing templates")?;
     let images = ImageVector::load().context("loading the image vector")?;
-    let rendered = containerruntime::reconcile::render_parts(
-        &templates,
-        &images,
-        args.gvisor_installation_test_repository.as_deref(),
-        &object,
-    )
-    .map_err(|e| anyhow::anyhow!(crate::extension::error::chain(&e)))?;
+    let mut parts = Vec::new();
+    for object in &objects {
+        let text = render_container_runtime(
+            &templates,
+            &images,
+            args.gvisor_installation_test_repository.as_deref(),
+            object,
+        )
+        .with_context(|| input::describe(object))?;
+        parts.push((input::describe(object), text));
+    }
+    Ok(input::join_rendered(parts))
+}
+
+/// The text `render osc` prints for every object in the file.
+pub fn render_oscs(args: &OscArgs) -> anyhow::Result<String> {
+    let objects: Vec<crate::api::OperatingSystemConfig> = input::read_objects(&args.file)?;
+    let mut parts = Vec::new();
+    for object in &objects {
+        let text =
+            render_osc(object, args.secrets.as_deref()).with_context(|| input::describe(object))?;
+        parts.push((input::describe(object), text));
+    }
+    Ok(input::join_rendered(parts))
+}
+
+/// The text `render containerruntime` prints for one object.
+fn render_container_runtime(
+    templates: &containerruntime::render::Templates,
+    images: &ImageVector,
+    test_repository: Option<&str>,
+    object: &ContainerRuntime,
+) -> anyhow::Result<String> {
+    let rendered =
+        containerruntime::reconcile::render_parts(templates, images, test_repository, object)
+            .map_err(|e| anyhow::anyhow!(crate::extension::error::chain(&e)))?;
     Ok(format!(
         "# ManagedResource {shared_mr}\n{shared}---\n# ManagedResource {pool_mr}\n{installation}",
         shared_mr = containerruntime::SHARED_MANAGED_RESOURCE,
@@ -103,15 +121,17 @@ pub fn render_container_runtime(args: &ContainerRuntimeArgs) -> anyhow::Result<S
     ))
 }
 
-/// The text `render osc` prints: the user data (provision) or the node-agent Secret manifest
-/// (reconcile), exactly as the controller renders them.
-pub fn render_osc(args: &OscArgs) -> anyhow::Result<String> {
+/// The text `render osc` prints for one object: the user data (provision) or the node-agent
+/// Secret manifest (reconcile), exactly as the controller renders them.
+fn render_osc(
+    object: &crate::api::OperatingSystemConfig,
+    secrets_dir: Option<&Path>,
+) -> anyhow::Result<String> {
     use crate::api::operatingsystemconfig::OperatingSystemConfigPurpose;
     use crate::controllers::operatingsystemconfig::{self as osc, content::ReferencedSecrets};
 
-    let object: crate::api::OperatingSystemConfig = read_object(&args.file)?;
     let mut secrets = ReferencedSecrets::default();
-    if let Some(dir) = &args.secrets {
+    if let Some(dir) = secrets_dir {
         for secret in read_secrets(dir)? {
             let name = secret.metadata.name.clone().unwrap_or_default();
             secrets.insert(name, osc::fetch::secret_data(&secret));
@@ -120,17 +140,17 @@ pub fn render_osc(args: &OscArgs) -> anyhow::Result<String> {
     let chain = |e: osc::Error| anyhow::anyhow!(crate::extension::error::chain(&e));
     match object.spec.purpose {
         OperatingSystemConfigPurpose::Provision => {
-            osc::reconcile::render_user_data(&object, &secrets).map_err(chain)
+            osc::reconcile::render_user_data(object, &secrets).map_err(chain)
         }
         OperatingSystemConfigPurpose::Reconcile => {
             let (secret, _) =
-                osc::reconcile::render_node_agent_secret(&object, &secrets).map_err(chain)?;
+                osc::reconcile::render_node_agent_secret(object, &secrets).map_err(chain)?;
             let manifest = secret
                 .manifest()
                 .map_err(|e| chain(osc::Error::NodeAgent(e)))?;
             Ok(format!(
                 "# ManagedResource {}\n{manifest}",
-                osc::node_agent_managed_resource(&object)
+                osc::node_agent_managed_resource(object)
             ))
         }
     }

@@ -1,0 +1,334 @@
+//! `gardener-extension-node local-env` (what `make start` runs), as a user runs it: the real
+//! binary on a state folder of its own, with seed, shoot, kube-controller-manager,
+//! gardener-resource-manager and the operator.
+//!
+//! - A second `local-env` on the same state folder, or anything else on its HTTP port, fails
+//!   at once with a message naming the running one, and the running one keeps working.
+//! - A restart continues on the state of the previous start (same kubeconfig, so same ports
+//!   and certificates; objects and edits kept, in the seed and in the shoot); `--clean`
+//!   starts afresh.
+//!
+//! The tests run one after the other: each local-env runs two control planes, and the
+//! machine running the tests may have two cores.
+
+#![allow(clippy::unwrap_used, clippy::panic)] // test crate: failing loudly is the point
+
+mod support;
+
+use std::net::SocketAddr;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use gardener_extension_node::api::Worker;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use serde_json::json;
+use support::operator::OperatorProcess;
+
+const BINARY: &str = env!("CARGO_BIN_EXE_gardener-extension-node");
+/// Seed and shoot control planes, CRDs, GRM and the operator's first sync on a busy machine.
+const START_TIMEOUT: Duration = Duration::from_secs(300);
+/// How fast a refused second start must fail.
+const AT_ONCE: Duration = Duration::from_secs(10);
+
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+fn free_address() -> SocketAddr {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .unwrap()
+}
+
+fn command(state: &Path, http: SocketAddr, extra: &[&str]) -> Command {
+    let mut command = Command::new(BINARY);
+    command
+        .current_dir(support::repo_root())
+        .arg("local-env")
+        .arg("--state-dir")
+        .arg(state)
+        .arg("--http-bind-address")
+        .arg(http.to_string())
+        .args(extra)
+        .env_remove("RUST_BACKTRACE")
+        .stdin(Stdio::null());
+    command
+}
+
+/// A running `local-env`, stopped (SIGTERM, then SIGKILL) when dropped; a watchdog kills it
+/// if the test process dies first.
+struct LocalEnv {
+    child: Child,
+    watchdog: Child,
+    log: PathBuf,
+    http: SocketAddr,
+}
+
+impl LocalEnv {
+    /// Starts `local-env` and waits until its operator answers `/healthz`.
+    async fn start(state: &Path, http: SocketAddr, extra: &[&str], log: PathBuf) -> Self {
+        let out = std::fs::File::create(&log).unwrap();
+        let child = command(state, http, extra)
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let script = format!(
+            "while kill -0 {owner} 2>/dev/null && kill -0 {pid} 2>/dev/null; do sleep 0.2; done; kill -KILL {pid} 2>/dev/null; exit 0",
+            owner = std::process::id(),
+            pid = child.id(),
+        );
+        let watchdog = Command::new("sh")
+            .args(["-c", &script])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let mut env = LocalEnv {
+            child,
+            watchdog,
+            log,
+            http,
+        };
+        let started = Instant::now();
+        loop {
+            if let Ok(Some(status)) = env.child.try_wait() {
+                panic!(
+                    "local-env exited ({status}) while starting:\n{}",
+                    env.log_text()
+                );
+            }
+            if env.healthz().await == Some(200) {
+                return env;
+            }
+            assert!(
+                started.elapsed() < START_TIMEOUT,
+                "local-env not healthy after {START_TIMEOUT:?}:\n{}",
+                env.log_text()
+            );
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
+    async fn healthz(&self) -> Option<u16> {
+        OperatorProcess::http_get_at(&self.http.to_string(), "/healthz")
+            .await
+            .map(|(status, _)| status)
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// SIGTERM, as Ctrl-C would; waits until the process has stopped everything.
+    fn stop(&mut self) {
+        if !matches!(self.child.try_wait(), Ok(Some(_))) {
+            let _ = Command::new("kill")
+                .args(["-TERM", &self.child.id().to_string()])
+                .stderr(Stdio::null())
+                .status();
+        }
+        let started = Instant::now();
+        while started.elapsed() < Duration::from_secs(60) {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = self.watchdog.kill();
+        let _ = self.watchdog.wait();
+    }
+}
+
+impl Drop for LocalEnv {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+async fn client(kubeconfig: &Path) -> Client {
+    let text = std::fs::read_to_string(kubeconfig).unwrap();
+    let config = gardener_extension_node::kubeconfig::config_from_yaml(&text)
+        .await
+        .unwrap();
+    Client::try_from(config).unwrap()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// The acceptance test of the lock: the second start on the same folder fails at once,
+/// saying what runs there and how to stop it; something else on the HTTP port does too; the
+/// first keeps serving and its API server keeps answering.
+#[tokio::test]
+async fn a_second_local_env_fails_at_once_and_the_first_keeps_working() {
+    let _serial = SERIAL.lock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let http = free_address();
+    let first = LocalEnv::start(&state, http, &[], dir.path().join("first.log")).await;
+    let kubeconfig_before = std::fs::read_to_string(state.join("kubeconfig")).unwrap();
+
+    // Same state folder (another HTTP port).
+    let started = Instant::now();
+    let output = command(&state, free_address(), &[]).output().unwrap();
+    let took = started.elapsed();
+    let text = stderr(&output);
+    assert_eq!(output.status.code(), Some(1), "{text}");
+    assert!(took < AT_ONCE, "took {took:?}: {text}");
+    assert!(
+        text.contains(&format!(
+            "{} is in use by another local-env (process {}, HTTP {http}, started ",
+            state.display(),
+            first.pid()
+        )),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("Ctrl-C in its terminal, or kill {}", first.pid())),
+        "{text}"
+    );
+
+    // Same HTTP port (another state folder): refused before that folder gets any state.
+    let other = dir.path().join("other");
+    let started = Instant::now();
+    let output = command(&other, http, &[]).output().unwrap();
+    let took = started.elapsed();
+    let text = stderr(&output);
+    assert_eq!(output.status.code(), Some(1), "{text}");
+    assert!(took < AT_ONCE, "took {took:?}: {text}");
+    assert!(
+        text.contains(&format!(
+            "{http} is already in use by process {} (",
+            first.pid()
+        )),
+        "{text}"
+    );
+    let created: Vec<String> = std::fs::read_dir(&other)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(created, ["local-env.lock"]);
+
+    // The first one is untouched and keeps working.
+    assert_eq!(first.healthz().await, Some(200), "{}", first.log_text());
+    assert_eq!(
+        std::fs::read_to_string(state.join("kubeconfig")).unwrap(),
+        kubeconfig_before
+    );
+    let seed = client(&state.join("kubeconfig")).await;
+    let namespaces = Api::<Namespace>::all(seed)
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    assert!(
+        namespaces
+            .items
+            .iter()
+            .any(|n| n.metadata.name.as_deref() == Some("shoot--local--local")),
+        "the example namespace is there"
+    );
+    let log = first.log_text();
+    assert!(!log.contains("Address already in use"), "{log}");
+}
+
+async fn create_config_map(client: &Client, name: &str) {
+    let object: ConfigMap = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": "default"},
+        "data": {"kept": "yes"}
+    }))
+    .unwrap();
+    Api::<ConfigMap>::namespaced(client.clone(), "default")
+        .create(&PostParams::default(), &object)
+        .await
+        .unwrap();
+}
+
+async fn config_map_exists(client: &Client, name: &str) -> bool {
+    Api::<ConfigMap>::namespaced(client.clone(), "default")
+        .get_opt(name)
+        .await
+        .unwrap()
+        .is_some()
+}
+
+/// A restart keeps what the previous start had: same kubeconfigs (ports, certificates),
+/// objects created in seed and shoot, and an edit of an example object. `--clean` starts
+/// afresh.
+#[tokio::test]
+async fn a_restart_keeps_the_state_and_clean_resets_it() {
+    let _serial = SERIAL.lock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let http = free_address();
+    let mut first = LocalEnv::start(&state, http, &[], dir.path().join("first.log")).await;
+    let seed_kubeconfig = std::fs::read_to_string(state.join("kubeconfig")).unwrap();
+    let shoot_kubeconfig = std::fs::read_to_string(state.join("shoot.kubeconfig")).unwrap();
+    let seed = client(&state.join("kubeconfig")).await;
+    let shoot = client(&state.join("shoot.kubeconfig")).await;
+    create_config_map(&seed, "created-in-the-seed").await;
+    create_config_map(&shoot, "created-in-the-shoot").await;
+    let workers: Api<Worker> = Api::namespaced(seed.clone(), "shoot--local--local");
+    workers
+        .patch(
+            "local",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"edited": "by-hand"}}})),
+        )
+        .await
+        .unwrap();
+    first.stop();
+
+    let mut second = LocalEnv::start(&state, http, &[], dir.path().join("second.log")).await;
+    assert_eq!(
+        std::fs::read_to_string(state.join("kubeconfig")).unwrap(),
+        seed_kubeconfig,
+        "same API server URL and certificates"
+    );
+    assert_eq!(
+        std::fs::read_to_string(state.join("shoot.kubeconfig")).unwrap(),
+        shoot_kubeconfig
+    );
+    // The kubeconfigs from before the restart still work.
+    assert!(config_map_exists(&seed, "created-in-the-seed").await);
+    assert!(config_map_exists(&shoot, "created-in-the-shoot").await);
+    let worker = workers.get("local").await.unwrap();
+    assert_eq!(
+        worker
+            .metadata
+            .labels
+            .unwrap_or_default()
+            .get("edited")
+            .map(String::as_str),
+        Some("by-hand"),
+        "the examples are not applied over the edit"
+    );
+    second.stop();
+
+    let _third = LocalEnv::start(&state, http, &["--clean"], dir.path().join("third.log")).await;
+    assert_ne!(
+        std::fs::read_to_string(state.join("kubeconfig")).unwrap(),
+        seed_kubeconfig,
+        "--clean makes new certificates"
+    );
+    let seed = client(&state.join("kubeconfig")).await;
+    assert!(!config_map_exists(&seed, "created-in-the-seed").await);
+    let workers: Api<Worker> = Api::namespaced(seed, "shoot--local--local");
+    assert!(
+        workers.get_opt("local").await.unwrap().is_some(),
+        "the examples are applied again"
+    );
+}
