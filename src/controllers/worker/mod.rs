@@ -41,20 +41,21 @@
 //!
 //! # Migrate and restore: where the machine state lives
 //!
-//! This controller's Migrate records the machine state in the Worker's `status.state` and
-//! its Restore recreates deployments, sets and machines from it. Upstream, since GEP-22,
-//! gardenlet computes that state itself during migration (`pkg/utils/gardener/shootstate/`),
-//! stores it in the ShootState, and writes it into the destination Worker's `status.state`
-//! before it sets `restore`; the generic actuator's Migrate is a no-op. We do both sides in a
-//! way that works with either source:
+//! Upstream, since GEP-22, gardenlet computes the machine state itself during migration
+//! (`computeMachineState`, `pkg/utils/gardener/shootstate/`), stores it in the ShootState, and
+//! writes it into the destination Worker's `status.state` before it sets `restore`
+//! (`RestoreWorkerState`, `pkg/extensions/customresources.go`); the generic actuator's
+//! Migrate is a no-op. gardener v1.149.3 also copies each extension object's own
+//! `status.state` back first and then *fails* the Worker's restore when both hold state
+//! (`docs/contract.md#control-plane-migration`, rule 4). So:
 //!
-//! - Migrate records the state in **gardenlet's own format** ([`state`]: gzip + base64 JSON of
-//!   `machineDeployments` → replicas, machine sets, machines) and deletes nothing. Machines,
-//!   sets, deployments and classes stay; gardenlet's shallow delete removes them after it has
-//!   persisted the ShootState (which then carries the state twice, identically — as machine
-//!   state and as the Worker's extension state).
-//! - Restore reads `status.state` in that format (or the older plain JSON form), whoever wrote
-//!   it: for every wanted deployment with state that does not exist yet it creates the
+//! - Migrate deletes nothing and leaves `status.state` empty (clearing an older value), so
+//!   the ShootState carries the machines once, as gardenlet's machine state. Machines, sets,
+//!   deployments and classes stay; gardenlet's shallow delete removes them after it has
+//!   persisted the ShootState.
+//! - Restore reads `status.state` in gardenlet's format ([`state`]: gzip + base64 JSON of
+//!   `machineDeployments` → replicas, machine sets, machines; also the older plain JSON
+//!   form): for every wanted deployment with state that does not exist yet it creates the
 //!   MachineSets and Machines with their names, labels (the `node` label is the node
 //!   reference) and `providerID`, then the deployment with the recorded replicas, so MCM
 //!   adopts the machines instead of creating new ones. Then it scales an existing
@@ -63,15 +64,8 @@
 //!   machines MCM has deleted since.
 //!
 //! gardenlet clears `status.state` itself once the restored Worker is ready; we leave it
-//! alone after a restore.
-//!
-//! Known conflict (`docs/contract.md#control-plane-migration`, rule 4): gardener v1.149.3
-//! rejects this duplicate. `RestoreExtensionObjectState` (`pkg/extensions/customresources.go`)
-//! first copies the Worker's extension state from the ShootState into `status.state`, then
-//! `RestoreWorkerState` fails the restore when the ShootState also holds machine state and
-//! `status.state` is already set. A migration of a shoot that has machines then stops at the
-//! Worker's restore until Migrate no longer writes `status.state`.
-
+//! alone after a restore. [`state::record`] mirrors gardenlet's `computeMachineState`
+//! (the tests play gardenlet with it, and Migrate's event counts with it).
 //!
 //! # Not done (compared with the generic actuator)
 //!
