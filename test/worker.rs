@@ -33,7 +33,7 @@ use std::time::Duration;
 
 use gardener_extension_node::api::machine::{Machine, MachineClass, MachineDeployment, MachineSet};
 use gardener_extension_node::api::{Cluster, LastOperationState, LastOperationType, Worker};
-use gardener_extension_node::controllers::worker::state;
+use gardener_extension_node::controllers::worker::{state, state_objects};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::events::v1::Event;
@@ -854,7 +854,7 @@ async fn migrate_leaves_the_state_to_gardenlet_and_restore_elsewhere_brings_back
         let api = dynamic(kind);
         async move { api.list(&ListParams::default()).await.unwrap().items }
     };
-    let recorded = state::record(
+    let recorded = state_objects::record(
         &list("MachineDeployment").await,
         &list("MachineSet").await,
         &list("Machine").await,

@@ -9,7 +9,7 @@
 use kube::api::ListParams;
 use serde_json::{Value, json};
 
-use super::state;
+use super::state_objects;
 use super::{Error, WorkerActuator, objects};
 use crate::api::machine::{Machine, MachineDeployment, MachineSet};
 use crate::api::{ExtensionObject, Worker};
@@ -42,7 +42,7 @@ pub async fn migrate(
     )
     .await?;
     // What gardenlet's computeMachineState will record from the same objects.
-    let kept = state::record(&deployments, &sets, &machines);
+    let kept = state_objects::record(&deployments, &sets, &machines);
     let has_state = request
         .object
         .default_status()

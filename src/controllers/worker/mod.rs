@@ -64,7 +64,7 @@
 //!   machines MCM has deleted since.
 //!
 //! gardenlet clears `status.state` itself once the restored Worker is ready; we leave it
-//! alone after a restore. [`state::record`] mirrors gardenlet's `computeMachineState`
+//! alone after a restore. [`state_objects::record`] mirrors gardenlet's `computeMachineState`
 //! (the tests play gardenlet with it, and Migrate's event counts with it).
 //!
 //! # Not done (compared with the generic actuator)
@@ -88,6 +88,7 @@ pub mod replicas;
 pub mod restore;
 pub mod rollout;
 pub mod state;
+pub mod state_objects;
 pub mod steps;
 pub mod validate;
 pub mod wait;

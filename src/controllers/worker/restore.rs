@@ -20,7 +20,8 @@ use kube::ResourceExt;
 use kube::api::{DynamicObject, ListParams, PostParams};
 
 use super::reconcile::{self, run_all};
-use super::state::{self, RestoreObjects};
+use super::state;
+use super::state_objects::{self, RestoreObjects};
 use super::{Error, WorkerActuator, objects};
 use crate::api::Worker;
 use crate::api::machine::{Machine, MachineDeployment, MachineSet};
@@ -83,7 +84,7 @@ pub async fn restore(
         };
         replicas.insert(deployment.name.clone(), recorded.replicas);
         if !existing.contains(&deployment.name) {
-            let objects = state::restore_objects(&deployment.name, recorded, namespace)
+            let objects = state_objects::restore_objects(&deployment.name, recorded, namespace)
                 .map_err(Error::State)?;
             to_create.push((deployment.name.clone(), objects));
         }
