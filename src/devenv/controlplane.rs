@@ -475,14 +475,14 @@ impl Drop for ControlPlane {
     }
 }
 
-fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> ControlPlaneError + '_ {
+pub(super) fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> ControlPlaneError + '_ {
     move |source| ControlPlaneError::Io {
         path: path.display().to_string(),
         source,
     }
 }
 
-fn write_file(path: &Path, content: &str) -> Result<(), ControlPlaneError> {
+pub(super) fn write_file(path: &Path, content: &str) -> Result<(), ControlPlaneError> {
     fs::write(path, content).map_err(io_error(path))?;
     fs::set_permissions(path, fs::Permissions::from_mode(0o600)).map_err(io_error(path))
 }
@@ -506,7 +506,7 @@ fn spawn_logged(
         .map_err(|source| ControlPlaneError::Spawn { binary, source })
 }
 
-fn log_tail(path: &Path) -> String {
+pub(super) fn log_tail(path: &Path) -> String {
     let text = fs::read_to_string(path).unwrap_or_default();
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(20)..].join("\n")
@@ -595,7 +595,7 @@ fn remove_if_present(path: &Path) -> Result<(), ControlPlaneError> {
 }
 
 /// Reserves three distinct free loopback ports (bound together so they differ).
-fn free_ports() -> Result<[u16; 3], ControlPlaneError> {
+pub(super) fn free_ports() -> Result<[u16; 3], ControlPlaneError> {
     let bind = || {
         TcpListener::bind("127.0.0.1:0").map_err(|source| ControlPlaneError::Io {
             path: "127.0.0.1:0".into(),

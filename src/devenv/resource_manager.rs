@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::controlplane::ControlPlaneError;
+use super::controlplane::{ControlPlaneError, free_ports, io_error, log_tail, write_file};
 
 /// Name of the binary in the assets folder.
 pub const BINARY: &str = "gardener-resource-manager";
@@ -150,13 +150,13 @@ impl ResourceManager {
                 fs::create_dir_all(&cert_dir).map_err(io_error(&cert_dir))?;
                 let (cert, key) =
                     super::pki::self_signed_serving().map_err(ControlPlaneError::Pki)?;
-                write(&cert_dir.join("tls.crt"), &cert)?;
-                write(&cert_dir.join("tls.key"), &key)?;
+                write_file(&cert_dir.join("tls.crt"), &cert)?;
+                write_file(&cert_dir.join("tls.key"), &key)?;
                 free_ports()?
             }
         };
         let config = render_config(&options, ports, &cert_dir);
-        write(&config_path, &config.to_string())?;
+        write_file(&config_path, &config.to_string())?;
 
         let log = state.join("gardener-resource-manager.log");
         let file = fs::OpenOptions::new()
@@ -301,46 +301,6 @@ fn spawn_watchdog(
             binary: "sh (watchdog)",
             source,
         })
-}
-
-fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> ControlPlaneError + '_ {
-    move |source| ControlPlaneError::Io {
-        path: path.display().to_string(),
-        source,
-    }
-}
-
-fn write(path: &Path, content: &str) -> Result<(), ControlPlaneError> {
-    use std::os::unix::fs::PermissionsExt;
-    fs::write(path, content).map_err(io_error(path))?;
-    fs::set_permissions(path, fs::Permissions::from_mode(0o600)).map_err(io_error(path))
-}
-
-fn log_tail(path: &Path) -> String {
-    let text = fs::read_to_string(path).unwrap_or_default();
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(20)..].join("\n")
-}
-
-fn free_ports() -> Result<[u16; 3], ControlPlaneError> {
-    let bind = || {
-        TcpListener::bind("127.0.0.1:0").map_err(|source| ControlPlaneError::Io {
-            path: "127.0.0.1:0".into(),
-            source,
-        })
-    };
-    let listeners = [bind()?, bind()?, bind()?];
-    let mut ports = [0u16; 3];
-    for (port, listener) in ports.iter_mut().zip(&listeners) {
-        *port = listener
-            .local_addr()
-            .map_err(|source| ControlPlaneError::Io {
-                path: "127.0.0.1:0".into(),
-                source,
-            })?
-            .port();
-    }
-    Ok(ports)
 }
 
 #[cfg(test)]
