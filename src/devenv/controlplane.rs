@@ -396,36 +396,16 @@ impl ControlPlane {
         )
     }
 
-    /// A shell that kills the group once the owning process (this one) is gone.
+    /// A shell that kills the group once the owning process (this one) is gone. It does not
+    /// stop when the group's first process exits: fault-injection tests restart etcd, the
+    /// group's leader.
     fn spawn_watchdog(&self) -> Result<Child, ControlPlaneError> {
-        let cleanup = if self.options.remove_state_on_exit {
-            format!(
-                "sleep 0.5; rm -rf '{}'",
-                self.options
-                    .state_dir
-                    .display()
-                    .to_string()
-                    .replace('\'', "")
-            )
-        } else {
-            String::from("true")
-        };
-        let script = format!(
-            "while kill -0 {owner} 2>/dev/null; do sleep 0.2; done; kill -KILL -{group} 2>/dev/null; {cleanup}; exit 0",
-            owner = std::process::id(),
-            group = self.process_group,
-        );
-        Command::new("sh")
-            .args(["-c", &script])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .process_group(0)
-            .spawn()
-            .map_err(|source| ControlPlaneError::Spawn {
-                binary: "sh (watchdog)",
-                source,
-            })
+        spawn_watchdog(
+            self.process_group,
+            &self.options.state_dir,
+            self.options.remove_state_on_exit,
+            false,
+        )
     }
 
     async fn wait_ready(&mut self) -> Result<(), ControlPlaneError> {
@@ -473,6 +453,44 @@ impl Drop for ControlPlane {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// A shell that kills process group `group` once this process is gone (or, with
+/// `end_with_group`, once the group's leader is gone), then removes `state` if asked.
+pub(super) fn spawn_watchdog(
+    group: u32,
+    state: &Path,
+    remove_state: bool,
+    end_with_group: bool,
+) -> Result<Child, ControlPlaneError> {
+    let cleanup = if remove_state {
+        format!(
+            "sleep 0.5; rm -rf '{}'",
+            state.display().to_string().replace('\'', "")
+        )
+    } else {
+        String::from("true")
+    };
+    let group_alive = if end_with_group {
+        format!(" && kill -0 {group} 2>/dev/null")
+    } else {
+        String::new()
+    };
+    let script = format!(
+        "while kill -0 {owner} 2>/dev/null{group_alive}; do sleep 0.2; done; kill -KILL -{group} 2>/dev/null; {cleanup}; exit 0",
+        owner = std::process::id(),
+    );
+    Command::new("sh")
+        .args(["-c", &script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .spawn()
+        .map_err(|source| ControlPlaneError::Spawn {
+            binary: "sh (watchdog)",
+            source,
+        })
 }
 
 pub(super) fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> ControlPlaneError + '_ {

@@ -20,7 +20,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::controlplane::{ControlPlaneError, free_ports, io_error, log_tail, write_file};
+use super::controlplane::{
+    ControlPlaneError, free_ports, io_error, log_tail, spawn_watchdog, write_file,
+};
 
 /// Name of the binary in the assets folder.
 pub const BINARY: &str = "gardener-resource-manager";
@@ -176,7 +178,7 @@ impl ResourceManager {
                 binary: BINARY,
                 source,
             })?;
-        let watchdog = spawn_watchdog(child.id(), &state, options.remove_state_on_exit)?;
+        let watchdog = spawn_watchdog(child.id(), &state, options.remove_state_on_exit, true)?;
         let mut manager = ResourceManager {
             options,
             child: Some(child),
@@ -270,37 +272,6 @@ fn http_status(port: u16, path: &str) -> Option<u16> {
     let read = stream.read(&mut head).ok()?;
     let line = std::str::from_utf8(&head[..read]).ok()?;
     line.split_whitespace().nth(1)?.parse().ok()
-}
-
-/// A shell that kills the process group `group` once this process is gone.
-fn spawn_watchdog(
-    group: u32,
-    state: &Path,
-    remove_state: bool,
-) -> Result<Child, ControlPlaneError> {
-    let cleanup = if remove_state {
-        format!(
-            "sleep 0.5; rm -rf '{}'",
-            state.display().to_string().replace('\'', "")
-        )
-    } else {
-        String::from("true")
-    };
-    let script = format!(
-        "while kill -0 {owner} 2>/dev/null && kill -0 {group} 2>/dev/null; do sleep 0.2; done; kill -KILL -{group} 2>/dev/null; {cleanup}; exit 0",
-        owner = std::process::id(),
-    );
-    Command::new("sh")
-        .args(["-c", &script])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .process_group(0)
-        .spawn()
-        .map_err(|source| ControlPlaneError::Spawn {
-            binary: "sh (watchdog)",
-            source,
-        })
 }
 
 #[cfg(test)]
