@@ -33,7 +33,7 @@ use std::time::Duration;
 
 use gardener_extension_node::api::machine::{Machine, MachineClass, MachineDeployment, MachineSet};
 use gardener_extension_node::api::{Cluster, LastOperationState, LastOperationType, Worker};
-use gardener_extension_node::controllers::worker::{state, state_objects};
+use gardener_extension_node::controllers::worker::state;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::events::v1::Event;
@@ -836,31 +836,10 @@ async fn migrate_leaves_the_state_to_gardenlet_and_restore_elsewhere_brings_back
         "{:?}",
         event_notes(&source, "MachinesLeftForGardenlet").await
     );
-    // gardenlet computes the machine state from the objects Migrate left (computeMachineState;
-    // `state::record` mirrors it, format and all).
-    let dynamic = |kind: &str| {
-        let resource = kube::api::ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk(
-            "machine.sapcloud.io",
-            "v1alpha1",
-            kind,
-        ));
-        Api::<kube::api::DynamicObject>::namespaced_with(
-            source.client.clone(),
-            &source.namespace,
-            &resource,
-        )
-    };
-    let list = |kind: &'static str| {
-        let api = dynamic(kind);
-        async move { api.list(&ListParams::default()).await.unwrap().items }
-    };
-    let recorded = state_objects::record(
-        &list("MachineDeployment").await,
-        &list("MachineSet").await,
-        &list("Machine").await,
-    );
+    // gardenlet computes the machine state from the objects Migrate left (computeMachineState).
+    let recorded_value = support::gardener::machine_state(&source.client, &source.namespace).await;
+    let recorded = state::decode(Some(&recorded_value)).unwrap();
     assert_eq!(recorded.counts(), (2, 2, 3));
-    let recorded_value = state::encode(&recorded).unwrap().unwrap();
     assert!(recorded_value["state"].is_string(), "{recorded_value}");
     assert_eq!(recorded.machine_deployments[&z1].replicas, 2);
     let recorded_machines: BTreeMap<String, (String, String)> = machines_before

@@ -186,3 +186,36 @@ where
     )
     .await
 }
+
+/// The machine state gardenlet records for a namespace during a control-plane migration
+/// (`computeMachineState`): [`state_objects::record`] over the namespace's MachineDeployments,
+/// MachineSets and Machines, encoded as gardenlet writes it into the destination Worker's
+/// `status.state`. `Value::Null` when there is nothing to record.
+///
+/// [`state_objects::record`]: gardener_extension_node::controllers::worker::state_objects::record
+pub async fn machine_state(client: &kube::Client, namespace: &str) -> serde_json::Value {
+    use gardener_extension_node::controllers::worker::{state, state_objects};
+    let list = |kind: &'static str| {
+        let resource = kube::api::ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk(
+            "machine.sapcloud.io",
+            "v1alpha1",
+            kind,
+        ));
+        let api =
+            Api::<kube::api::DynamicObject>::namespaced_with(client.clone(), namespace, &resource);
+        async move {
+            api.list(&kube::api::ListParams::default())
+                .await
+                .expect("list machine objects")
+                .items
+        }
+    };
+    let recorded = state_objects::record(
+        &list("MachineDeployment").await,
+        &list("MachineSet").await,
+        &list("Machine").await,
+    );
+    state::encode(&recorded)
+        .expect("machine state encodes")
+        .unwrap_or(serde_json::Value::Null)
+}
