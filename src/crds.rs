@@ -42,6 +42,42 @@ pub fn render_files() -> Result<Vec<CrdFile>, serde_norway::Error> {
         .collect()
 }
 
+/// The OpenAPI schema of a CRD's first version as JSON (`Null` when it has none); what the
+/// schema checks of the tests walk with [`walk_schema`].
+pub fn schema_of(crd: &CustomResourceDefinition) -> serde_json::Value {
+    crd.spec
+        .versions
+        .first()
+        .and_then(|version| version.schema.as_ref())
+        .and_then(|validation| validation.open_api_v3_schema.as_ref())
+        .and_then(|schema| serde_json::to_value(schema).ok())
+        .unwrap_or_default()
+}
+
+/// Calls `visit(path, node)` for `node` and every schema node below it: properties as
+/// `.name`, array items as `[]`, map values as `{}`.
+pub fn walk_schema(
+    path: &str,
+    node: &serde_json::Value,
+    visit: &mut dyn FnMut(&str, &serde_json::Value),
+) {
+    visit(path, node);
+    if let Some(properties) = node
+        .get("properties")
+        .and_then(serde_json::Value::as_object)
+    {
+        for (name, child) in properties {
+            walk_schema(&format!("{path}.{name}"), child, visit);
+        }
+    }
+    if let Some(items) = node.get("items") {
+        walk_schema(&format!("{path}[]"), items, visit);
+    }
+    if let Some(additional) = node.get("additionalProperties").filter(|a| a.is_object()) {
+        walk_schema(&format!("{path}{{}}"), additional, visit);
+    }
+}
+
 fn file_name(crd: &CustomResourceDefinition) -> String {
     format!("{}_{}.yaml", crd.spec.group, crd.spec.names.plural)
 }

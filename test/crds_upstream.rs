@@ -14,6 +14,7 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 
 use gardener_extension_node::api::all_crds;
+use gardener_extension_node::crds::{schema_of, walk_schema};
 use gardener_extension_node::devenv::apply;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
     CustomResourceDefinition, CustomResourceDefinitionVersion,
@@ -108,7 +109,7 @@ fn every_path_we_define_exists_upstream_with_a_compatible_type() {
         assert_eq!(columns(ours), columns(theirs), "{kind}: printer columns");
 
         let upstream_schema = schema_of(&upstream);
-        walk("", &schema_of(&crd), &mut |path, node| {
+        walk_schema("", &schema_of(&crd), &mut |path, node| {
             checked += 1;
             compare_node(&kind, path, node, &upstream_schema, &mut problems);
         });
@@ -218,28 +219,6 @@ fn compare_node(
         extra.is_empty(),
         format!("required here but not upstream: {extra:?}"),
     );
-}
-
-fn schema_of(crd: &CustomResourceDefinition) -> Value {
-    let version = &crd.spec.versions[0];
-    let validation = version.schema.as_ref().unwrap();
-    serde_json::to_value(validation.open_api_v3_schema.as_ref().unwrap()).unwrap()
-}
-
-/// Calls `f(path, node)` for every schema node below `node`.
-fn walk(path: &str, node: &Value, f: &mut dyn FnMut(&str, &Value)) {
-    f(path, node);
-    if let Some(props) = node.get("properties").and_then(Value::as_object) {
-        for (name, child) in props {
-            walk(&format!("{path}.{name}"), child, f);
-        }
-    }
-    if let Some(items) = node.get("items") {
-        walk(&format!("{path}[]"), items, f);
-    }
-    if let Some(additional) = node.get("additionalProperties").filter(|a| a.is_object()) {
-        walk(&format!("{path}{{}}"), additional, f);
-    }
 }
 
 fn is_true(node: &Value, key: &str) -> bool {

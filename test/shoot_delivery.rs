@@ -150,20 +150,11 @@ async fn wait_shoot_daemonset(shoot: &Client, pool: &str) -> DaemonSet {
 }
 
 async fn wait_shoot_daemonset_gone(shoot: &Client, pool: &str) {
-    wait_for(
-        &format!("DaemonSet of pool {pool} gone from the shoot"),
-        WAIT,
-        || async {
-            match shoot_daemonset(shoot, pool).await {
-                None => Ok(()),
-                Some(ds) => Err(format!(
-                    "still there (deleting: {})",
-                    ds.metadata.deletion_timestamp.is_some()
-                )),
-            }
-        },
+    wait_gone(
+        &api::<DaemonSet>(shoot, "kube-system"),
+        &daemonset_name(pool),
     )
-    .await
+    .await;
 }
 
 /// The names of the seed namespace's ManagedResource manifest secrets.
@@ -305,17 +296,7 @@ async fn gvisor_objects_follow_the_container_runtimes_through_the_real_resource_
     confirm_and_delete(&crs, &p1).await;
     wait_gone(&crs, &p1).await;
     wait_shoot_daemonset_gone(&shoot_client, "p3").await;
-    wait_for("RuntimeClass gone from the shoot", WAIT, || async {
-        match Api::<RuntimeClass>::all(shoot_client.clone())
-            .get_opt("gvisor")
-            .await
-            .unwrap()
-        {
-            None => Ok(()),
-            Some(_) => Err("still there".to_string()),
-        }
-    })
-    .await;
+    wait_gone(&Api::<RuntimeClass>::all(shoot_client.clone()), "gvisor").await;
     assert!(
         mrs.list(&ListParams::default())
             .await
@@ -519,13 +500,7 @@ async fn node_agent_secret_reaches_the_shoot_and_leaves_with_its_osc() {
 
     confirm_and_delete(&oscs, &name).await;
     wait_gone(&oscs, &name).await;
-    wait_for("node-agent Secret gone from the shoot", WAIT, || async {
-        match shoot_secret(&shoot_client).await {
-            None => Ok(()),
-            Some(s) => Err(format!("still there: {:?}", s.annotations())),
-        }
-    })
-    .await;
+    wait_gone(&api::<Secret>(&shoot_client, "kube-system"), OSC_KEY).await;
     assert_eq!(manifest_secrets(&env).await, Vec::<String>::new());
 }
 

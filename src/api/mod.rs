@@ -82,6 +82,7 @@ mod tests {
     use serde_json::Value;
 
     use super::*;
+    use crate::crds::{schema_of, walk_schema};
 
     const RAW_OBJECT_FIELDS: [&str; 6] = [
         "providerConfig",
@@ -94,28 +95,6 @@ mod tests {
 
     /// Formats the API server understands for CRD schemas (others produce warnings).
     const KNOWN_FORMATS: [&str; 6] = ["int32", "int64", "date-time", "byte", "double", "float"];
-
-    fn schema_of(crd: &CustomResourceDefinition) -> Value {
-        let version = &crd.spec.versions[0];
-        let validation = version.schema.as_ref().unwrap();
-        serde_json::to_value(validation.open_api_v3_schema.as_ref().unwrap()).unwrap()
-    }
-
-    /// Calls `f(path, node, parent_path)` for every schema node below `node`.
-    fn walk(path: &str, node: &Value, f: &mut dyn FnMut(&str, &Value)) {
-        f(path, node);
-        if let Some(props) = node.get("properties").and_then(Value::as_object) {
-            for (name, child) in props {
-                walk(&format!("{path}.{name}"), child, f);
-            }
-        }
-        if let Some(items) = node.get("items") {
-            walk(&format!("{path}[]"), items, f);
-        }
-        if let Some(additional) = node.get("additionalProperties").filter(|a| a.is_object()) {
-            walk(&format!("{path}{{}}"), additional, f);
-        }
-    }
 
     fn is_true(node: &Value, key: &str) -> bool {
         node.get(key).and_then(Value::as_bool) == Some(true)
@@ -152,7 +131,7 @@ mod tests {
                 !text.contains("\"definitions\""),
                 "{kind}: schema contains definitions"
             );
-            walk("", &schema, &mut |path, node| {
+            walk_schema("", &schema, &mut |path, node| {
                 let name = path.rsplit('.').next().unwrap_or_default();
                 let is_raw = RAW_OBJECT_FIELDS.contains(&name) || path == ".status.state";
                 if is_raw {

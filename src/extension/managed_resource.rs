@@ -307,6 +307,15 @@ pub async fn release_objects(
     name: &str,
 ) -> Result<(), ManagedResourceError> {
     let mrs: Api<ManagedResource> = Api::namespaced(client.clone(), namespace);
+    let Some(existing) = mrs.get_opt(name).await.map_err(api_error(
+        "reading",
+        "ManagedResource",
+        namespace,
+        name,
+    ))?
+    else {
+        return Ok(());
+    };
     let body = json!({
         "metadata": {"annotations": {ANNOTATION_IGNORE: "true"}},
         "spec": {"keepObjects": true},
@@ -316,7 +325,7 @@ pub async fn release_objects(
             .await,
     )
     .map_err(api_error("releasing", "ManagedResource", namespace, name))?;
-    delete(client, namespace, name).await
+    delete_found(client, namespace, name, Some(&existing)).await
 }
 
 /// Deletes the MR and its secrets (the legacy `managedresource-<name>` and superseded
@@ -326,7 +335,6 @@ pub async fn delete(
     namespace: &str,
     name: &str,
 ) -> Result<(), ManagedResourceError> {
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
     let mrs: Api<ManagedResource> = Api::namespaced(client.clone(), namespace);
     let existing = mrs.get_opt(name).await.map_err(api_error(
         "reading",
@@ -334,16 +342,30 @@ pub async fn delete(
         namespace,
         name,
     ))?;
+    delete_found(client, namespace, name, existing.as_ref()).await
+}
+
+/// [`delete`] with the MR as just read (`None`: absent). The namespace's secrets are listed
+/// for superseded ones only while the MR exists, so the polls of a deletion in progress and
+/// the calls for an absent MR cost no list.
+async fn delete_found(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    existing: Option<&ManagedResource>,
+) -> Result<(), ManagedResourceError> {
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
     let mut secret_names = vec![format!("managedresource-{name}")];
-    if let Some(mr) = &existing {
+    if let Some(mr) = existing {
         secret_names.extend(mr.spec.secret_refs.iter().map(|r| r.name.clone()));
     }
     for secret in secret_names {
         ignore_not_found(secrets.delete(&secret, &DeleteParams::default()).await)
             .map_err(api_error("deleting", "Secret", namespace, &secret))?;
     }
-    delete_superseded_secrets(client, namespace, name, None).await?;
-    if existing.is_some() {
+    if existing.is_some_and(|mr| mr.metadata.deletion_timestamp.is_none()) {
+        delete_superseded_secrets(client, namespace, name, None).await?;
+        let mrs: Api<ManagedResource> = Api::namespaced(client.clone(), namespace);
         ignore_not_found(mrs.delete(name, &DeleteParams::default()).await).map_err(api_error(
             "deleting",
             "ManagedResource",

@@ -85,6 +85,9 @@ pub fn gardenlet_ships(managed_resource: &ManagedResource) -> bool {
 /// fails (and is retried with backoff) instead of guessing.
 pub const SYNC_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// When a failed hand-over is tried again.
+const RETRY: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// The namespaces in which gardenlet ships the node-agent secrets, as last seen by the watch.
 #[derive(Debug)]
 pub struct GardenletDelivery {
@@ -143,6 +146,7 @@ pub async fn run(actuator: OscActuator, filter: Filter, shutdown: CancellationTo
     let (changes, mut changed) = mpsc::unbounded_channel::<Option<String>>();
     let delivery = Arc::clone(&actuator.delivery);
     let client = actuator.client.clone();
+    let retries = changes.clone();
     let watch = tokio::spawn(async move {
         watch_gardenlet(client, delivery, changes).await;
     });
@@ -153,12 +157,17 @@ pub async fn run(actuator: OscActuator, filter: Filter, shutdown: CancellationTo
         };
         let Some(next) = next else { break };
         // `None`: the first list is in; look at every namespace once.
-        let result = match next {
-            Some(namespace) => hand_over(&actuator, &filter, &namespace).await,
+        let result = match &next {
+            Some(namespace) => hand_over(&actuator, &filter, namespace).await,
             None => initial_pass(&actuator, &filter).await,
         };
         if let Err(error) = result {
-            tracing::error!(error = %crate::extension::error::chain(&error), "node-agent secret hand-over failed; it is retried on the next reconcile of the OSCs");
+            tracing::error!(error = %crate::extension::error::chain(&error), retry_in = ?RETRY, "node-agent secret hand-over failed");
+            let retries = retries.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(RETRY).await;
+                let _ = retries.send(next);
+            });
         }
     }
     watch.abort();
