@@ -4,7 +4,9 @@
 #   docker build --target gvisor-installation -t gardener-extension-node/gvisor-installation:v0.1.0 .
 #
 # Both carry the same static (musl) binary. The installation image adds runsc and
-# containerd-shim-runsc-v1 from a gVisor release, checked against the release's sha512 files.
+# containerd-shim-runsc-v1, built from the gVisor Go module pinned in hack/envtest/gvisor/go.mod.
+# That go.mod is the one pin for tests and images: the tests build the same files with
+# hack/envtest.sh --node.
 
 # --- build: one static binary --------------------------------------------------------------
 FROM rust:1-bookworm AS builder
@@ -21,18 +23,20 @@ COPY benches benches
 RUN cargo build --release --locked --target x86_64-unknown-linux-musl --bin gardener-extension-node \
  && cp target/x86_64-unknown-linux-musl/release/gardener-extension-node /gardener-extension-node
 
-# --- gVisor release binaries -----------------------------------------------------------------
-FROM debian:bookworm-slim AS gvisor
-ARG GVISOR_VERSION=20260810.0
-# Public gVisor release bucket (see https://gvisor.dev/docs/user_guide/install/).
-ARG GVISOR_RELEASE_URL=https://storage.googleapis.com/gvisor/releases/release
-RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates curl && rm -rf /var/lib/apt/lists/*
-WORKDIR /var/content
-RUN set -eu; base="${GVISOR_RELEASE_URL}/${GVISOR_VERSION}/x86_64"; \
-    for f in runsc containerd-shim-runsc-v1; do \
-      curl -fsSLO "${base}/${f}"; curl -fsSLO "${base}/${f}.sha512"; \
-      sha512sum -c "${f}.sha512"; rm "${f}.sha512"; chmod 0755 "${f}"; \
-    done
+# --- gVisor: runsc and its shim from the pinned Go module -----------------------------------
+# Same build as hack/envtest.sh --node: static, version read from go.mod and set by the linker.
+FROM golang:1.26-bookworm AS gvisor
+ENV GOTOOLCHAIN=local GOFLAGS=-mod=mod CGO_ENABLED=0
+WORKDIR /src
+COPY hack/envtest/gvisor/go.mod hack/envtest/gvisor/go.sum ./
+RUN set -eu; \
+    version="$(awk '$1 == "require" && $2 == "gvisor.dev/gvisor" { print $3 } $1 == "gvisor.dev/gvisor" && $2 ~ /^v/ { print $2 }' go.mod | head -n 1)"; \
+    [ -n "$version" ] || { echo "gvisor: no gvisor.dev/gvisor version in go.mod" >&2; exit 1; }; \
+    ldflags="-s -w -X gvisor.dev/gvisor/runsc/version.version=$version"; \
+    mkdir -p /var/content; \
+    go build -trimpath -ldflags "$ldflags" -o /var/content/runsc gvisor.dev/gvisor/runsc; \
+    go build -trimpath -ldflags "$ldflags" -o /var/content/containerd-shim-runsc-v1 gvisor.dev/gvisor/shim; \
+    chmod 0755 /var/content/runsc /var/content/containerd-shim-runsc-v1
 
 # --- operator: static binary, non-root, nothing else ---------------------------------------
 FROM scratch AS operator

@@ -94,6 +94,9 @@ pub struct ControlPlaneOptions {
     pub remove_state_on_exit: bool,
     /// Also run kube-controller-manager (needs `kube-controller-manager` in `assets`).
     pub controller_manager: bool,
+    /// Also run kube-scheduler (needs `kube-scheduler` in `assets`; `hack/envtest.sh --node`):
+    /// a shoot with nodes, where DaemonSet and workload pods must be placed.
+    pub scheduler: bool,
 }
 
 /// The file in the state folder that records the ports of a control plane.
@@ -135,6 +138,7 @@ pub struct ControlPlane {
     etcd: Option<Child>,
     apiserver: Option<Child>,
     controller_manager: Option<Child>,
+    scheduler: Option<Child>,
     watchdog: Option<Child>,
     process_group: u32,
     kubeconfig: String,
@@ -149,6 +153,9 @@ impl ControlPlane {
         let mut binaries = vec!["etcd", "kube-apiserver"];
         if options.controller_manager {
             binaries.push("kube-controller-manager");
+        }
+        if options.scheduler {
+            binaries.push("kube-scheduler");
         }
         for binary in binaries {
             if !options.assets.join(binary).is_file() {
@@ -223,6 +230,7 @@ impl ControlPlane {
             etcd: None,
             apiserver: None,
             controller_manager: None,
+            scheduler: None,
             watchdog: None,
             process_group: 0,
             kubeconfig,
@@ -236,6 +244,9 @@ impl ControlPlane {
         plane.wait_ready().await?;
         if plane.options.controller_manager {
             plane.controller_manager = Some(plane.spawn_controller_manager()?);
+        }
+        if plane.options.scheduler {
+            plane.scheduler = Some(plane.spawn_scheduler()?);
         }
         Ok(plane)
     }
@@ -308,6 +319,7 @@ impl ControlPlane {
             &mut self.etcd,
             &mut self.apiserver,
             &mut self.controller_manager,
+            &mut self.scheduler,
             &mut self.watchdog,
         ] {
             if let Some(mut c) = child.take() {
@@ -394,6 +406,21 @@ impl ControlPlane {
             "kube-controller-manager",
             &state.join("kube-controller-manager.log"),
         )
+    }
+
+    fn spawn_scheduler(&self) -> Result<Child, ControlPlaneError> {
+        let state = &self.options.state_dir;
+        let kubeconfig = state.join("kubeconfig").display().to_string();
+        let mut command = Command::new(self.options.assets.join("kube-scheduler"));
+        command
+            .arg(format!("--kubeconfig={kubeconfig}"))
+            .arg(format!("--authentication-kubeconfig={kubeconfig}"))
+            .arg(format!("--authorization-kubeconfig={kubeconfig}"))
+            .arg("--leader-elect=false")
+            .arg("--secure-port=0")
+            .arg("--v=1")
+            .process_group(self.process_group as i32);
+        spawn_logged(command, "kube-scheduler", &state.join("kube-scheduler.log"))
     }
 
     /// A shell that kills the group once the owning process (this one) is gone. It does not

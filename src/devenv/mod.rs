@@ -114,6 +114,7 @@ pub async fn run_local_env(args: LocalEnvArgs) -> anyhow::Result<()> {
         remove_state_on_exit: false,
         reuse_state: true,
         controller_manager: true,
+        scheduler: false,
     })
     .await
     .context("starting the local control plane")?;
@@ -130,6 +131,7 @@ pub async fn run_local_env(args: LocalEnvArgs) -> anyhow::Result<()> {
         remove_state_on_exit: false,
         reuse_state: true,
         controller_manager: true,
+        scheduler: false,
     })
     .await
     .context("starting the local shoot control plane")?;

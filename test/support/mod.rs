@@ -95,6 +95,7 @@ async fn start(crds: Crds) -> Shared {
         remove_state_on_exit: true,
         reuse_state: false,
         controller_manager: false,
+        scheduler: false,
     })
     .await
     .expect("control plane starts");

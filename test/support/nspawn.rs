@@ -68,6 +68,12 @@ pub struct MachineOptions {
     pub private_network: bool,
     /// How long to wait for `systemctl is-system-running --wait`.
     pub boot_timeout: Duration,
+    /// More `systemd-nspawn` options (e.g. `--capability=all`).
+    pub extra_args: Vec<String>,
+    /// Cgroup folders (one per hierarchy) nspawn joins before it starts, so the container's
+    /// cgroup namespace is rooted there; they are removed (deepest first) once the machine
+    /// is gone, also by the watchdog.
+    pub cgroups: Vec<PathBuf>,
 }
 
 impl Default for MachineOptions {
@@ -78,6 +84,8 @@ impl Default for MachineOptions {
             bind: Vec::new(),
             private_network: false,
             boot_timeout: Duration::from_secs(60),
+            extra_args: Vec::new(),
+            cgroups: Vec::new(),
         }
     }
 }
@@ -173,6 +181,7 @@ pub struct Machine {
     nspawn: Mutex<Option<Child>>,
     watchdog: Mutex<Option<Child>>,
     console_log: PathBuf,
+    cgroups: Vec<PathBuf>,
     _work_dir: tempfile::TempDir,
 }
 
@@ -219,7 +228,26 @@ impl Machine {
         let log = fs::File::create(&console_log).map_err(NspawnError::Spawn)?;
         let log_err = log.try_clone().map_err(NspawnError::Spawn)?;
 
-        let mut command = Command::new("systemd-nspawn");
+        // With cgroups to join, a shell moves itself into them and then becomes nspawn.
+        let mut command = if options.cgroups.is_empty() {
+            Command::new("systemd-nspawn")
+        } else {
+            let procs: Vec<String> = options
+                .cgroups
+                .iter()
+                .map(|dir| dir.join("cgroup.procs").display().to_string())
+                .collect();
+            let mut command = Command::new("sh");
+            command
+                .args([
+                    "-c",
+                    "for f in $GEN_CGROUP_PROCS; do echo $$ > \"$f\" || exit 125; done; exec \"$@\"",
+                    "sh",
+                    "systemd-nspawn",
+                ])
+                .env("GEN_CGROUP_PROCS", procs.join(" "));
+            command
+        };
         command
             .args(["--quiet", "--volatile=yes", "--directory=/"])
             .args(["--register=no", "--keep-unit", "--console=passive"])
@@ -227,6 +255,7 @@ impl Machine {
         if options.private_network {
             command.arg("--private-network");
         }
+        command.args(&options.extra_args);
         for (host, inside) in &options.bind_ro {
             command.arg(format!("--bind-ro={}:{}", host.display(), inside.display()));
         }
@@ -266,13 +295,14 @@ impl Machine {
             }
             std::thread::sleep(Duration::from_millis(20));
         };
-        let watchdog = spawn_watchdog(leader).map_err(NspawnError::Spawn)?;
+        let watchdog = spawn_watchdog(leader, &options.cgroups).map_err(NspawnError::Spawn)?;
         let machine = Self {
             name,
             leader,
             nspawn: Mutex::new(Some(nspawn)),
             watchdog: Mutex::new(Some(watchdog)),
             console_log,
+            cgroups: options.cgroups.clone(),
             _work_dir: work_dir,
         };
         machine.wait_for_boot(started, options.boot_timeout)?;
@@ -451,6 +481,7 @@ impl Machine {
             let _ = watchdog.kill();
             let _ = watchdog.wait();
         }
+        remove_cgroups(&self.cgroups);
     }
 
     fn wait_for_boot(&self, started: Instant, timeout: Duration) -> Result<(), NspawnError> {
@@ -501,10 +532,21 @@ fn find_leader(nspawn: u32) -> Option<u32> {
 /// Kills the container when this test binary is gone (even after SIGKILL or a panic).
 /// Killing the leader is enough: nspawn notices and exits by itself. A zombie owner (dead,
 /// not yet reaped by its parent) counts as gone.
-fn spawn_watchdog(leader: u32) -> io::Result<Child> {
+fn spawn_watchdog(leader: u32, cgroups: &[PathBuf]) -> io::Result<Child> {
+    // Removing a cgroup fails while its last processes are still exiting: a few tries.
+    let remove: String = cgroups
+        .iter()
+        .map(|dir| {
+            format!(
+                " for i in 1 2 3 4 5 6 7 8 9 10; do [ -d '{0}' ] || break; \
+                 find '{0}' -depth -type d -exec rmdir {{}} + 2>/dev/null; sleep 0.5; done;",
+                dir.display().to_string().replace('\'', "")
+            )
+        })
+        .collect();
     let script = format!(
         "while [ -e /proc/{owner} ] && ! grep -q '^State:[[:space:]]*Z' /proc/{owner}/status 2>/dev/null; \
-         do sleep 0.2; done; kill -KILL {leader} 2>/dev/null; exit 0",
+         do sleep 0.2; done; kill -KILL {leader} 2>/dev/null;{remove} exit 0",
         owner = std::process::id(),
     );
     Command::new("sh")
@@ -514,6 +556,37 @@ fn spawn_watchdog(leader: u32) -> io::Result<Child> {
         .stderr(Stdio::null())
         .process_group(0)
         .spawn()
+}
+
+/// Removes cgroup folders deepest first, retrying while their processes finish exiting.
+fn remove_cgroups(cgroups: &[PathBuf]) {
+    for dir in cgroups {
+        for _ in 0..20 {
+            if !dir.exists() {
+                break;
+            }
+            let mut folders: Vec<PathBuf> = walk_folders(dir);
+            folders.sort_by_key(|folder| std::cmp::Reverse(folder.components().count()));
+            for folder in folders {
+                let _ = fs::remove_dir(folder);
+            }
+            if dir.exists() {
+                std::thread::sleep(Duration::from_millis(250));
+            }
+        }
+    }
+}
+
+fn walk_folders(dir: &Path) -> Vec<PathBuf> {
+    let mut found = vec![dir.to_path_buf()];
+    if let Ok(entries) = fs::read_dir(dir) {
+        for entry in entries.flatten() {
+            if entry.file_type().is_ok_and(|kind| kind.is_dir()) {
+                found.extend(walk_folders(&entry.path()));
+            }
+        }
+    }
+    found
 }
 
 fn kill(pid: u32) {

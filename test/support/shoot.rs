@@ -54,6 +54,7 @@ impl Shoot {
             remove_state_on_exit: true,
             reuse_state: false,
             controller_manager: true,
+            scheduler: false,
         })
         .await
         .expect("shoot control plane starts");
