@@ -9,6 +9,7 @@
 #   make check-generate  fail if generated files are out of date
 #   make envtest         build (once) kube-apiserver and etcd and print their folder
 #   make test-resilience the fault-injection tests at full counts (docs/reliability.md)
+#   make e2e             the whole path on a real shoot node: kubelet, containerd, runsc (test/node_e2e.rs)
 #   make fuzz            every cargo-fuzz target for FUZZ_SECONDS (default 60) each
 #   make advisories      cargo deny's RustSec check (needs GitHub for the advisory database)
 
@@ -18,7 +19,7 @@ CARGO ?= cargo
 KUBECONFIG_DEV := dev/kubeconfig
 
 .PHONY: start start-clean test fmt lint generate check-generate envtest deps unit integration check-orphans
-.PHONY: test-resilience fuzz advisories
+.PHONY: test-resilience fuzz advisories e2e
 
 # The fault-injection binaries; `make test` runs them at reduced counts.
 RESILIENCE_TESTS := --test resilience_apiserver --test resilience_etcd \
@@ -86,6 +87,16 @@ test-resilience: deps
 	@assets="$$(hack/envtest.sh)"; \
 	  export GARDENER_EXTENSION_NODE_TEST_RUN="resilience-$$$$-$$(date +%s%N)"; \
 	  ENVTEST_ASSETS="$$assets" RESILIENCE_FULL=1 $(CARGO) test $(RESILIENCE_TESTS) -- --nocapture; \
+	  hack/check-orphans.sh "$$GARDENER_EXTENSION_NODE_TEST_RUN"
+
+# The node runs our binary statically linked (it also goes into the installation image).
+STATIC_TARGET := x86_64-unknown-linux-musl
+e2e: deps
+	@assets="$$(hack/envtest.sh --node)"; \
+	  $(CARGO) build --target $(STATIC_TARGET) --bin gardener-extension-node; \
+	  export GARDENER_EXTENSION_NODE_TEST_RUN="e2e-$$$$-$$(date +%s%N)"; \
+	  ENVTEST_ASSETS="$$assets" E2E_STATIC_BINARY="$$PWD/target/$(STATIC_TARGET)/debug/gardener-extension-node" \
+	    $(CARGO) test --test node_e2e -- --ignored --nocapture; \
 	  hack/check-orphans.sh "$$GARDENER_EXTENSION_NODE_TEST_RUN"
 
 fuzz:

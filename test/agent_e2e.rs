@@ -706,34 +706,35 @@ async fn item8_a_link_in_a_files_place_is_replaced_and_its_target_keeps_its_mode
     );
 }
 
-/// Builds an OCI image archive in the machine with `/bin/tool` = `payload` and imports it
-/// into containerd as `image` (namespace `default`), so no registry is needed.
+/// Writes an OCI image archive (`support::oci`) with `/bin/tool` = `payload` and imports it
+/// into the machine's containerd as `image` (namespace `default`), so no registry is needed.
 fn import_image(m: &support::nspawn::Machine, image: &str, payload: &str) {
-    let arch = match std::env::consts::ARCH {
-        "x86_64" => "amd64",
-        "aarch64" => "arm64",
-        other => other,
-    };
-    let script = format!(
-        r#"set -eu
-d=$(mktemp -d)
-mkdir -p "$d/rootfs/bin" "$d/oci/blobs/sha256"
-printf '%s' '{payload}' > "$d/rootfs/bin/tool"
-chmod 755 "$d/rootfs/bin/tool"
-tar -C "$d/rootfs" -cf "$d/layer.tar" .
-blob() {{ sha=$(sha256sum "$1" | cut -d' ' -f1); cp "$1" "$d/oci/blobs/sha256/$sha"; echo "$sha $(stat -c %s "$1")"; }}
-set -- $(blob "$d/layer.tar"); layer=$1; layer_size=$2
-printf '%s' '{{"architecture":"{arch}","os":"linux","rootfs":{{"type":"layers","diff_ids":["sha256:'"$layer"'"]}},"config":{{}}}}' > "$d/config.json"
-set -- $(blob "$d/config.json"); config=$1; config_size=$2
-printf '%s' '{{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{{"mediaType":"application/vnd.oci.image.config.v1+json","digest":"sha256:'"$config"'","size":'"$config_size"'}},"layers":[{{"mediaType":"application/vnd.oci.image.layer.v1.tar","digest":"sha256:'"$layer"'","size":'"$layer_size"'}}]}}' > "$d/manifest.json"
-set -- $(blob "$d/manifest.json"); manifest=$1; manifest_size=$2
-printf '%s' '{{"schemaVersion":2,"manifests":[{{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":"sha256:'"$manifest"'","size":'"$manifest_size"',"annotations":{{"io.containerd.image.name":"{image}","org.opencontainers.image.ref.name":"v1"}}}}]}}' > "$d/oci/index.json"
-printf '%s' '{{"imageLayoutVersion":"1.0.0"}}' > "$d/oci/oci-layout"
-tar -C "$d/oci" -cf "$d/image.tar" .
-ctr --namespace default images import "$d/image.tar"
-"#
-    );
-    m.sh(&script).expect_success("import the test image");
+    use support::oci::{Content, Image, ImageFile, write_archive};
+    let dir = tempfile::tempdir().unwrap();
+    let archive = dir.path().join("image.tar");
+    write_archive(
+        &Image {
+            reference: image.into(),
+            entrypoint: vec!["/bin/tool".into()],
+            files: vec![ImageFile {
+                path: "/bin/tool".into(),
+                content: Content::Bytes(payload.as_bytes().to_vec()),
+                mode: 0o755,
+            }],
+        },
+        &archive,
+    )
+    .unwrap();
+    m.copy_in(&archive, "/root/image.tar", 0o644).unwrap();
+    m.run(&[
+        "ctr",
+        "--namespace",
+        "default",
+        "images",
+        "import",
+        "/root/image.tar",
+    ])
+    .expect_success("import the test image");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

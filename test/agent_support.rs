@@ -86,11 +86,26 @@ pub async fn limited_kubeconfig(env: &TestEnv, node: &str, secrets: &[&str]) -> 
     render_token_kubeconfig(&env.server_url, &env.ca_pem, &token)
 }
 
+/// [`limited_kubeconfig`] in any cluster (ServiceAccount in `kube-system`).
+pub async fn limited_kubeconfig_in(
+    client: &Client,
+    server_url: &str,
+    ca_pem: &str,
+    node: &str,
+    secrets: &[&str],
+) -> String {
+    let token = limited_token_in(client, "kube-system", node, secrets).await;
+    render_token_kubeconfig(server_url, ca_pem, &token)
+}
+
 /// The bearer token behind [`limited_kubeconfig`].
 pub async fn limited_token(env: &TestEnv, node: &str, secrets: &[&str]) -> String {
-    let client = &env.client;
+    limited_token_in(&env.client, &env.namespace, node, secrets).await
+}
+
+/// [`limited_token`] in any cluster: the ServiceAccount lives in `ns`.
+pub async fn limited_token_in(client: &Client, ns: &str, node: &str, secrets: &[&str]) -> String {
     let sa = format!("agent-{node}");
-    let ns = env.namespace.as_str();
     let lease = format!("gardener-node-agent-{node}");
     let pp = PostParams::default();
     let subject = json!([{"kind": "ServiceAccount", "name": sa, "namespace": ns}]);
@@ -335,6 +350,45 @@ pub fn agent_unit(setup: &AgentSetup, metrics_port: u16) -> String {
     )
 }
 
+/// Writes the agent's config, CA and kubeconfig into `machine`, installs and starts its
+/// unit; returns the agent's metrics port (reachable from the host when the machine shares
+/// its network).
+pub fn install_agent(machine: &Machine, setup: &AgentSetup) -> u16 {
+    let metrics_port = free_port();
+    let files = [
+        (
+            format!("{CONFIG_DIR}/config-v1.120.0.yaml"),
+            config_yaml(setup),
+            0o600,
+        ),
+        (
+            format!("{CONFIG_DIR}/cluster-ca.crt"),
+            setup.ca_pem.clone(),
+            0o644,
+        ),
+        (
+            format!("{CONFIG_DIR}/credentials/kubeconfig"),
+            setup.kubeconfig.clone(),
+            0o600,
+        ),
+        (
+            format!("/etc/systemd/system/{AGENT_UNIT}"),
+            agent_unit(setup, metrics_port),
+            0o644,
+        ),
+    ];
+    for (path, content, mode) in files {
+        machine.write_file(path, content.as_bytes(), mode).unwrap();
+    }
+    machine
+        .run(&["systemctl", "daemon-reload"])
+        .expect_success("daemon-reload");
+    machine
+        .run(&["systemctl", "start", AGENT_UNIT])
+        .expect_success("start the agent");
+    metrics_port
+}
+
 /// A machine running the agent.
 pub struct AgentMachine {
     /// The machine.
@@ -348,41 +402,7 @@ pub struct AgentMachine {
 impl AgentMachine {
     /// Writes config, CA and kubeconfig, installs and starts the agent unit.
     pub fn start(machine: Machine, setup: &AgentSetup) -> Self {
-        let metrics_port = free_port();
-        machine
-            .write_file(
-                format!("{CONFIG_DIR}/config-v1.120.0.yaml"),
-                config_yaml(setup).as_bytes(),
-                0o600,
-            )
-            .unwrap();
-        machine
-            .write_file(
-                format!("{CONFIG_DIR}/cluster-ca.crt"),
-                setup.ca_pem.as_bytes(),
-                0o644,
-            )
-            .unwrap();
-        machine
-            .write_file(
-                format!("{CONFIG_DIR}/credentials/kubeconfig"),
-                setup.kubeconfig.as_bytes(),
-                0o600,
-            )
-            .unwrap();
-        machine
-            .write_file(
-                format!("/etc/systemd/system/{AGENT_UNIT}"),
-                agent_unit(setup, metrics_port).as_bytes(),
-                0o644,
-            )
-            .unwrap();
-        machine
-            .run(&["systemctl", "daemon-reload"])
-            .expect_success("daemon-reload");
-        machine
-            .run(&["systemctl", "start", AGENT_UNIT])
-            .expect_success("start the agent");
+        let metrics_port = install_agent(&machine, setup);
         let node = machine.name().to_string();
         AgentMachine {
             machine,

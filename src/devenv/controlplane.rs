@@ -125,7 +125,7 @@ const PKI_FILES: [&str; 7] = [
 /// The kube-controller-manager controllers a local control plane runs.
 pub const CONTROLLERS: &str = "garbage-collector-controller,namespace-controller,daemonset-controller,\
 deployment-controller,replicaset-controller,serviceaccount-controller,serviceaccount-token-controller,\
-root-ca-certificate-publisher-controller";
+root-ca-certificate-publisher-controller,node-lifecycle-controller";
 
 /// A running etcd + kube-apiserver pair.
 #[derive(Debug)]

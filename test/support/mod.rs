@@ -15,7 +15,9 @@ pub mod fixtures;
 pub mod gardener;
 pub mod load;
 pub mod mcm;
+pub mod node;
 pub mod nspawn;
+pub mod oci;
 pub mod operator;
 pub mod shoot;
 

@@ -74,6 +74,11 @@ pub struct MachineOptions {
     /// cgroup namespace is rooted there; they are removed (deepest first) once the machine
     /// is gone, also by the watchdog.
     pub cgroups: Vec<PathBuf>,
+    /// Environment of `systemd-nspawn` itself (e.g. `SYSTEMD_SECCOMP=0`).
+    pub nspawn_env: Vec<(String, String)>,
+    /// Host folders (e.g. behind a read-write bind) removed once the machine is gone, also
+    /// by the watchdog.
+    pub scratch_dirs: Vec<PathBuf>,
 }
 
 impl Default for MachineOptions {
@@ -86,6 +91,8 @@ impl Default for MachineOptions {
             boot_timeout: Duration::from_secs(60),
             extra_args: Vec::new(),
             cgroups: Vec::new(),
+            nspawn_env: Vec::new(),
+            scratch_dirs: Vec::new(),
         }
     }
 }
@@ -182,6 +189,7 @@ pub struct Machine {
     watchdog: Mutex<Option<Child>>,
     console_log: PathBuf,
     cgroups: Vec<PathBuf>,
+    scratch_dirs: Vec<PathBuf>,
     _work_dir: tempfile::TempDir,
 }
 
@@ -256,6 +264,7 @@ impl Machine {
             command.arg("--private-network");
         }
         command.args(&options.extra_args);
+        command.envs(options.nspawn_env.iter().map(|(k, v)| (k, v)));
         for (host, inside) in &options.bind_ro {
             command.arg(format!("--bind-ro={}:{}", host.display(), inside.display()));
         }
@@ -295,7 +304,8 @@ impl Machine {
             }
             std::thread::sleep(Duration::from_millis(20));
         };
-        let watchdog = spawn_watchdog(leader, &options.cgroups).map_err(NspawnError::Spawn)?;
+        let watchdog = spawn_watchdog(leader, &options.cgroups, &options.scratch_dirs)
+            .map_err(NspawnError::Spawn)?;
         let machine = Self {
             name,
             leader,
@@ -303,6 +313,7 @@ impl Machine {
             watchdog: Mutex::new(Some(watchdog)),
             console_log,
             cgroups: options.cgroups.clone(),
+            scratch_dirs: options.scratch_dirs.clone(),
             _work_dir: work_dir,
         };
         machine.wait_for_boot(started, options.boot_timeout)?;
@@ -482,6 +493,9 @@ impl Machine {
             let _ = watchdog.wait();
         }
         remove_cgroups(&self.cgroups);
+        for dir in &self.scratch_dirs {
+            let _ = fs::remove_dir_all(dir);
+        }
     }
 
     fn wait_for_boot(&self, started: Instant, timeout: Duration) -> Result<(), NspawnError> {
@@ -532,7 +546,7 @@ fn find_leader(nspawn: u32) -> Option<u32> {
 /// Kills the container when this test binary is gone (even after SIGKILL or a panic).
 /// Killing the leader is enough: nspawn notices and exits by itself. A zombie owner (dead,
 /// not yet reaped by its parent) counts as gone.
-fn spawn_watchdog(leader: u32, cgroups: &[PathBuf]) -> io::Result<Child> {
+fn spawn_watchdog(leader: u32, cgroups: &[PathBuf], scratch: &[PathBuf]) -> io::Result<Child> {
     // Removing a cgroup fails while its last processes are still exiting: a few tries.
     let remove: String = cgroups
         .iter()
@@ -544,9 +558,13 @@ fn spawn_watchdog(leader: u32, cgroups: &[PathBuf]) -> io::Result<Child> {
             )
         })
         .collect();
+    let scratch: String = scratch
+        .iter()
+        .map(|dir| format!(" rm -rf '{}';", dir.display().to_string().replace('\'', "")))
+        .collect();
     let script = format!(
         "while [ -e /proc/{owner} ] && ! grep -q '^State:[[:space:]]*Z' /proc/{owner}/status 2>/dev/null; \
-         do sleep 0.2; done; kill -KILL {leader} 2>/dev/null;{remove} exit 0",
+         do sleep 0.2; done; kill -KILL {leader} 2>/dev/null;{remove}{scratch} exit 0",
         owner = std::process::id(),
     );
     Command::new("sh")

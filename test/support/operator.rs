@@ -20,6 +20,7 @@ pub struct OperatorProcess {
     pub http_address: String,
     kubeconfig: PathBuf,
     extra_args: Vec<String>,
+    env: Vec<(String, String)>,
     /// The folder holding the kubeconfig and the log; removed on drop unless the test failed.
     dir: Option<PathBuf>,
 }
@@ -35,6 +36,11 @@ impl OperatorProcess {
     /// Starts the operator with `--kubeconfig` (written from `kubeconfig`), leader election
     /// off unless `extra_args` set `--leader-election=...`, and `extra_args`.
     pub fn start(kubeconfig: &str, extra_args: &[&str]) -> Self {
+        Self::start_with_env(kubeconfig, extra_args, &[])
+    }
+
+    /// [`Self::start`] with more environment variables (e.g. `IMAGEVECTOR_OVERWRITE`).
+    pub fn start_with_env(kubeconfig: &str, extra_args: &[&str], env: &[(&str, &str)]) -> Self {
         let n = COUNTER.fetch_add(1, Ordering::SeqCst);
         let dir = std::env::temp_dir().join(format!(
             "gardener-extension-node-operator-{}-{n}",
@@ -46,13 +52,21 @@ impl OperatorProcess {
         let mut process = Self::spawn(
             path,
             extra_args.iter().map(|s| s.to_string()).collect(),
+            env.iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
             dir.join("operator.log"),
         );
         process.dir = Some(dir);
         process
     }
 
-    fn spawn(kubeconfig: PathBuf, extra_args: Vec<String>, log: PathBuf) -> Self {
+    fn spawn(
+        kubeconfig: PathBuf,
+        extra_args: Vec<String>,
+        env: Vec<(String, String)>,
+        log: PathBuf,
+    ) -> Self {
         let http_address = format!("127.0.0.1:{}", free_port());
         let out = fs::OpenOptions::new()
             .create(true)
@@ -73,6 +87,7 @@ impl OperatorProcess {
         }
         let child = command
             .args(&extra_args)
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .env(
                 "RUST_LOG",
                 "info,gardener_extension_node=debug,kube_client::client::builder=off",
@@ -103,6 +118,7 @@ impl OperatorProcess {
             http_address,
             kubeconfig,
             extra_args,
+            env,
             dir: None,
         }
     }
@@ -121,6 +137,7 @@ impl OperatorProcess {
         let next = Self::spawn(
             self.kubeconfig.clone(),
             self.extra_args.clone(),
+            self.env.clone(),
             self.log.clone(),
         );
         let dir = self.dir.take();

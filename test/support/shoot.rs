@@ -39,8 +39,17 @@ impl Shoot {
         Self::start_for(env, &[env.namespace.as_str()]).await
     }
 
+    /// Starts a shoot that can have nodes (kube-scheduler too) and a GRM for `env.namespace`.
+    pub async fn start_with_scheduler(env: &TestEnv) -> Shoot {
+        Self::start_with(env, &[env.namespace.as_str()], true).await
+    }
+
     /// Starts a shoot and a GRM for the given seed namespaces.
     pub async fn start_for(env: &TestEnv, namespaces: &[&str]) -> Shoot {
+        Self::start_with(env, namespaces, false).await
+    }
+
+    async fn start_with(env: &TestEnv, namespaces: &[&str], scheduler: bool) -> Shoot {
         let n = COUNTER.fetch_add(1, Ordering::SeqCst);
         let dir = std::env::temp_dir().join(format!(
             "gardener-extension-node-shoot-{}-{n}",
@@ -54,7 +63,7 @@ impl Shoot {
             remove_state_on_exit: true,
             reuse_state: false,
             controller_manager: true,
-            scheduler: false,
+            scheduler,
         })
         .await
         .expect("shoot control plane starts");

@@ -1,0 +1,649 @@
+//! Test support: a shoot **node** — a systemd-nspawn machine (`support::nspawn`) prepared to
+//! run containerd 2.x and kubelet, both built from their Go modules by
+//! `hack/envtest.sh --node`. What the node runs comes from an OperatingSystemConfig applied
+//! by our agent ([`NodeOsc`] builds its files and units); this module only prepares what a
+//! node image and a cloud provider would:
+//!
+//! - **Binaries**: kubelet, containerd, containerd-shim-runc-v2 and ctr in `/usr/local/sbin`
+//!   (a bind mount of a per-node folder; the host's empty `/usr/local/sbin` is the mount
+//!   point), our static binary at [`AGENT_BINARY`], OCI archives in [`IMAGES_DIR`].
+//!   runsc is *not* there: the gVisor installation DaemonSet must bring it.
+//! - **Network**: a private network namespace with a bridge `cni0` at [`NODE_IP`] (the
+//!   kubelet's node IP; the bridge CNI plugin of the OSC uses it for pods). Nodes are
+//!   isolated from each other and from the host. The shoot's kube-apiserver listens on host
+//!   loopback; a forwarder listens on the same port on the node's loopback, so kubeconfigs
+//!   carry the same URL on the node as on the host.
+//! - **Cgroups** (this host has the v1/v2 hybrid layout): every hierarchy gets a folder
+//!   `gen-node-<machine>` under this process's cgroup, nspawn starts in it, so the node's
+//!   cgroup namespace is rooted there and kubelets of two nodes never share `/kubepods`.
+//!   nspawn mounts the controllers read-only; they are remounted read-write inside the node
+//!   (the node is a whole machine to its kubelet). The folders are removed with the machine,
+//!   by the nspawn watchdog when the test binary dies, and stale ones of dead test
+//!   processes at the next boot.
+//! - **Kernel tunables**: kubelet insists on six `vm.*`/`kernel.*` values and would write
+//!   them, host-wide. Instead the node sees files with those values bind-mounted over
+//!   `/proc/sys/...`; the host's values stay as they are.
+//! - **Disk**: `/var` is a per-node folder of the host's temporary folder (on disk), not
+//!   the tmpfs of the volatile root: container images, pod logs and the binaries the
+//!   installation pod copies are page cache there, which memory limits can reclaim.
+//! - `/dev/kmsg` (kubelet's OOM watcher) is the host's, read-only; `--capability=all` and no
+//!   seccomp filter from nspawn (`SYSTEMD_SECCOMP=0`), so containerd, runc and runsc get the
+//!   privileges they have on a real node.
+//!
+//! Clean-up: everything runs inside the machine, whose PID namespace dies with its systemd
+//! (see `support::nspawn`); the forwarder is a thread of the test process.
+
+use std::collections::BTreeMap;
+use std::fs::{self, File};
+use std::io;
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use k8s_openapi::api::authentication::v1::TokenRequest;
+use k8s_openapi::api::core::v1::ServiceAccount;
+use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
+use kube::api::PostParams;
+use kube::{Api, Client};
+use serde_json::{Value, json};
+
+use super::nspawn::{Machine, MachineOptions, NspawnError};
+
+/// The node's IP: the address of its `cni0` bridge.
+pub const NODE_IP: &str = "10.88.0.1";
+/// The pod network of a node (each node has its own; they never meet).
+pub const POD_SUBNET: &str = "10.88.0.0/16";
+/// Where our static binary is in the node.
+pub const AGENT_BINARY: &str = "/opt/gardener-extension-node/gardener-extension-node";
+/// Where the OCI archives the node preloads are.
+pub const IMAGES_DIR: &str = "/opt/e2e-images";
+/// The binaries from `hack/envtest.sh --node` a node carries in `/usr/local/sbin`.
+pub const NODE_BINARIES: [&str; 4] = ["kubelet", "containerd", "containerd-shim-runc-v2", "ctr"];
+
+/// The kernel tunables kubelet checks (`setupKernelTunables`), with the values it wants.
+const KUBELET_SYSCTLS: [(&str, &str); 6] = [
+    ("vm/overcommit_memory", "1"),
+    ("vm/panic_on_oom", "0"),
+    ("kernel/panic", "10"),
+    ("kernel/panic_on_oops", "1"),
+    ("kernel/keys/root_maxkeys", "1000000"),
+    ("kernel/keys/root_maxbytes", "25000000"),
+];
+
+/// What a node is built from.
+#[derive(Debug, Clone)]
+pub struct NodeOptions {
+    /// The folder `hack/envtest.sh --node` prints.
+    pub assets: PathBuf,
+    /// Our binary, statically linked (it also runs in the installation image).
+    pub agent_binary: PathBuf,
+    /// A folder of OCI archives (`*.tar`) the node imports before kubelet starts.
+    pub images: PathBuf,
+    /// The shoot kube-apiserver's port on host loopback.
+    pub apiserver_port: u16,
+}
+
+/// A booted node. Its kubelet and containerd start once the agent applies [`NodeOsc`].
+pub struct Node {
+    /// The machine (its name is the Node's name).
+    pub machine: Machine,
+    forwarder: Forwarder,
+    cgroups: Vec<PathBuf>,
+    _binaries: tempfile::TempDir,
+}
+
+/// What a node's processes use, read from its cgroups and `/proc` on the host.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NodeMemory {
+    /// Processes in the node's cgroups (systemd, journald, agent, containerd, kubelet, pods).
+    pub processes: usize,
+    /// Sum of their VmRSS (shared pages counted once per process).
+    pub rss_sum_kib: u64,
+    /// Anonymous memory of the node's memory cgroup (`total_rss`).
+    pub cgroup_anon_kib: u64,
+    /// Page cache charged to it (`total_cache`: images, logs, binaries under /var).
+    pub cgroup_cache_kib: u64,
+}
+
+impl Node {
+    /// Boots a node.
+    pub fn boot(options: &NodeOptions) -> Result<Self, String> {
+        for binary in NODE_BINARIES {
+            if !options.assets.join(binary).is_file() {
+                return Err(format!(
+                    "{binary} missing in {}: run hack/envtest.sh --node (make e2e does)",
+                    options.assets.display()
+                ));
+            }
+        }
+        // The mount point of the node's binaries; an FHS folder some hosts lack.
+        fs::create_dir_all("/usr/local/sbin").map_err(|e| format!("/usr/local/sbin: {e}"))?;
+        let binaries = link_binaries(&options.assets)?;
+        remove_stale_cgroups();
+        let name = format!(
+            "gen-node-{}-{}",
+            std::process::id(),
+            NODE_COUNTER.fetch_add(1, Ordering::SeqCst)
+        );
+        let cgroups = create_cgroups(&name)?;
+        // /var on disk: the volatile root is a tmpfs, whose pages a container's memory
+        // limit cannot reclaim (the installation pod copies runsc and its shim to /var).
+        let var = std::env::temp_dir().join(format!("{name}-var"));
+        fs::create_dir_all(&var).map_err(|e| format!("{}: {e}", var.display()))?;
+        let machine = Machine::boot(MachineOptions {
+            private_network: true,
+            bind_ro: vec![
+                (binaries.path().to_path_buf(), "/usr/local/sbin".into()),
+                (options.agent_binary.clone(), AGENT_BINARY.into()),
+                (options.images.clone(), IMAGES_DIR.into()),
+                ("/dev/kmsg".into(), "/dev/kmsg".into()),
+            ],
+            extra_args: vec!["--capability=all".into()],
+            cgroups: cgroups.clone(),
+            bind: vec![(var.clone(), "/var".into())],
+            scratch_dirs: vec![var.clone()],
+            nspawn_env: vec![("SYSTEMD_SECCOMP".into(), "0".into())],
+            ..MachineOptions::default()
+        })
+        .map_err(|e: NspawnError| {
+            remove_cgroup_folders(&cgroups);
+            let _ = fs::remove_dir_all(&var);
+            e.to_string()
+        })?;
+        prepare(&machine)?;
+        let forwarder = Forwarder::start(machine.leader_pid(), options.apiserver_port)
+            .map_err(|e| format!("API forwarder into the node: {e}"))?;
+        Ok(Self {
+            machine,
+            forwarder,
+            cgroups,
+            _binaries: binaries,
+        })
+    }
+
+    /// The node's name (its host name).
+    pub fn name(&self) -> &str {
+        self.machine.name()
+    }
+
+    /// `systemctl status` and the journal of a unit, for failure messages.
+    pub fn describe(&self, unit: &str) -> String {
+        let status = self
+            .machine
+            .run(&["systemctl", "status", "--no-pager", unit]);
+        format!(
+            "--- {unit} ---\n{}{}\n{}",
+            status.stdout,
+            status.stderr,
+            self.machine.journal(unit)
+        )
+    }
+
+    /// The node's memory use now.
+    pub fn memory(&self) -> NodeMemory {
+        let mut memory = NodeMemory::default();
+        let Some(memory_cgroup) = self
+            .cgroups
+            .iter()
+            .find(|dir| dir.starts_with("/sys/fs/cgroup/memory"))
+        else {
+            return memory;
+        };
+        let stat = fs::read_to_string(memory_cgroup.join("memory.stat")).unwrap_or_default();
+        for line in stat.lines() {
+            let mut parts = line.split_whitespace();
+            match (
+                parts.next(),
+                parts.next().and_then(|v| v.parse::<u64>().ok()),
+            ) {
+                (Some("total_rss"), Some(bytes)) => memory.cgroup_anon_kib = bytes / 1024,
+                (Some("total_cache"), Some(bytes)) => memory.cgroup_cache_kib = bytes / 1024,
+                _ => {}
+            }
+        }
+        let mut pids = std::collections::BTreeSet::new();
+        let mut folders = vec![memory_cgroup.clone()];
+        while let Some(folder) = folders.pop() {
+            let procs = fs::read_to_string(folder.join("cgroup.procs")).unwrap_or_default();
+            pids.extend(procs.lines().filter_map(|pid| pid.parse::<u32>().ok()));
+            if let Ok(entries) = fs::read_dir(&folder) {
+                folders.extend(
+                    entries
+                        .flatten()
+                        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                        .map(|e| e.path()),
+                );
+            }
+        }
+        memory.processes = pids.len();
+        memory.rss_sum_kib = pids
+            .iter()
+            .filter_map(|pid| fs::read_to_string(format!("/proc/{pid}/status")).ok())
+            .filter_map(|status| {
+                status
+                    .lines()
+                    .find_map(|line| line.strip_prefix("VmRSS:"))
+                    .and_then(|value| {
+                        value
+                            .trim()
+                            .trim_end_matches("kB")
+                            .trim()
+                            .parse::<u64>()
+                            .ok()
+                    })
+            })
+            .sum();
+        memory
+    }
+
+    /// How many connections the forwarder has carried (a node that never reached the API
+    /// server shows 0).
+    pub fn forwarded_connections(&self) -> usize {
+        self.forwarder.connections.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.forwarder.stop.store(true, Ordering::SeqCst);
+        self.machine.stop();
+    }
+}
+
+static NODE_COUNTER: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Hard links (or copies, across file systems) of the node binaries in a fresh folder.
+fn link_binaries(assets: &Path) -> Result<tempfile::TempDir, String> {
+    let dir = tempfile::Builder::new()
+        .prefix("gen-node-bin-")
+        .tempdir()
+        .map_err(|e| e.to_string())?;
+    for binary in NODE_BINARIES {
+        let source = assets.join(binary);
+        let target = dir.path().join(binary);
+        if fs::hard_link(&source, &target).is_err() {
+            fs::copy(&source, &target).map_err(|e| format!("{}: {e}", source.display()))?;
+        }
+    }
+    Ok(dir)
+}
+
+/// This process's cgroup folder in each mounted hierarchy, from `/proc/self/cgroup`.
+fn own_cgroups() -> Vec<PathBuf> {
+    let own = fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    let mut found = Vec::new();
+    let Ok(entries) = fs::read_dir("/sys/fs/cgroup") else {
+        return found;
+    };
+    for entry in entries.flatten() {
+        let mount = entry.path();
+        let hierarchy = entry.file_name().to_string_lossy().into_owned();
+        let path = own.lines().find_map(|line| {
+            let mut parts = line.splitn(3, ':');
+            let (id, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+            let matches = if hierarchy == "unified" {
+                id == "0"
+            } else {
+                controllers
+                    .split(',')
+                    .any(|c| c == hierarchy || c == format!("name={hierarchy}"))
+            };
+            matches.then(|| path.trim_start_matches('/').to_string())
+        });
+        if let Some(path) = path
+            && mount.join("cgroup.procs").exists()
+        {
+            found.push(mount.join(path));
+        }
+    }
+    found
+}
+
+/// A `gen-node-<name>` folder in every hierarchy (cpuset: with the parent's CPUs and memory
+/// nodes, which v1 requires before a process may join).
+fn create_cgroups(name: &str) -> Result<Vec<PathBuf>, String> {
+    let mut created = Vec::new();
+    for parent in own_cgroups() {
+        let dir = parent.join(name);
+        if let Err(e) = fs::create_dir(&dir) {
+            remove_cgroup_folders(&created);
+            return Err(format!("cgroup {}: {e}", dir.display()));
+        }
+        created.push(dir.clone());
+        for file in ["cpuset.cpus", "cpuset.mems"] {
+            if let Ok(value) = fs::read_to_string(parent.join(file)) {
+                fs::write(dir.join(file), value.trim())
+                    .map_err(|e| format!("{}: {e}", dir.join(file).display()))?;
+            }
+        }
+    }
+    Ok(created)
+}
+
+/// Removes the cgroup folders of nodes whose test process is gone.
+fn remove_stale_cgroups() {
+    for parent in own_cgroups() {
+        let Ok(entries) = fs::read_dir(&parent) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let owner = name
+                .strip_prefix("gen-node-")
+                .and_then(|rest| rest.split('-').next())
+                .and_then(|pid| pid.parse::<u32>().ok());
+            if let Some(owner) = owner
+                && !Path::new(&format!("/proc/{owner}")).exists()
+            {
+                remove_cgroup_folders(&[entry.path()]);
+            }
+        }
+    }
+}
+
+fn remove_cgroup_folders(dirs: &[PathBuf]) {
+    for dir in dirs {
+        let mut folders = vec![dir.clone()];
+        let mut index = 0;
+        while index < folders.len() {
+            if let Ok(entries) = fs::read_dir(&folders[index]) {
+                folders.extend(
+                    entries
+                        .flatten()
+                        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                        .map(|e| e.path()),
+                );
+            }
+            index += 1;
+        }
+        for folder in folders.iter().rev() {
+            let _ = fs::remove_dir(folder);
+        }
+    }
+}
+
+/// What the node image would have done: writable cgroups, kubelet's tunables, `/etc/hosts`
+/// (containerd copies it into every sandbox), the bridge.
+fn prepare(machine: &Machine) -> Result<(), String> {
+    let mut script = String::from(
+        "set -eu\n\
+         mount -o remount,bind,rw /sys/fs/cgroup\n\
+         for d in /sys/fs/cgroup/*; do mount -o remount,bind,rw \"$d\"; done\n\
+         mkdir -p /run/e2e-sysctl\n\
+         printf '127.0.0.1 localhost\\n::1 localhost\\n' > /etc/hosts\n",
+    );
+    for (key, value) in KUBELET_SYSCTLS {
+        let file = format!("/run/e2e-sysctl/{}", key.replace('/', "_"));
+        script.push_str(&format!(
+            "echo {value} > {file}; mount --bind {file} /proc/sys/{key}\n"
+        ));
+    }
+    script.push_str(&format!(
+        "ip link add cni0 type bridge\nip addr add {NODE_IP}/16 dev cni0\nip link set cni0 up\n"
+    ));
+    let output = machine.sh(&script);
+    if output.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "preparing the node failed: {}{}",
+            output.stdout, output.stderr
+        ))
+    }
+}
+
+/// Listens on `127.0.0.1:<port>` in the node's network namespace and connects each
+/// accepted connection to the same port on the host's loopback.
+struct Forwarder {
+    stop: Arc<AtomicBool>,
+    connections: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Forwarder {
+    fn start(leader: u32, port: u16) -> io::Result<Self> {
+        let node_netns = File::open(format!("/proc/{leader}/ns/net"))?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let connections = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let (stop_flag, counter) = (stop.clone(), connections.clone());
+        std::thread::spawn(move || {
+            let listener = listen_in(&node_netns, port);
+            let listener = match listener {
+                Ok(listener) => {
+                    let _ = ready_tx.send(Ok(()));
+                    listener
+                }
+                Err(error) => {
+                    let _ = ready_tx.send(Err(error));
+                    return;
+                }
+            };
+            while !stop_flag.load(Ordering::SeqCst) {
+                match listener.accept() {
+                    Ok((client, _)) => {
+                        counter.fetch_add(1, Ordering::SeqCst);
+                        std::thread::spawn(move || pipe(client, port));
+                    }
+                    Err(error) if error.kind() == io::ErrorKind::WouldBlock => {
+                        std::thread::sleep(Duration::from_millis(20));
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(100)),
+                }
+            }
+        });
+        ready_rx
+            .recv()
+            .map_err(|_| io::Error::other("forwarder thread ended"))??;
+        Ok(Self { stop, connections })
+    }
+}
+
+/// A non-blocking listener created inside `netns`; the calling thread returns to its own
+/// network namespace before this returns, so its outgoing connections use the host's.
+fn listen_in(netns: &File, port: u16) -> io::Result<TcpListener> {
+    let own = File::open("/proc/thread-self/ns/net")?;
+    setns(netns)?;
+    let listener = TcpListener::bind(("127.0.0.1", port));
+    setns(&own)?;
+    let listener = listener?;
+    listener.set_nonblocking(true)?;
+    Ok(listener)
+}
+
+/// Moves the calling thread into the network namespace `netns`.
+fn setns(netns: &File) -> io::Result<()> {
+    use rustix::thread::{LinkNameSpaceType, move_into_link_name_space};
+    move_into_link_name_space(netns.as_fd(), Some(LinkNameSpaceType::Network))
+        .map_err(io::Error::from)
+}
+
+fn pipe(client: TcpStream, port: u16) {
+    let _ = client.set_nonblocking(false);
+    let Ok(server) = TcpStream::connect(("127.0.0.1", port)) else {
+        let _ = client.shutdown(Shutdown::Both);
+        return;
+    };
+    let (Ok(mut client_read), Ok(mut server_write)) = (client.try_clone(), server.try_clone())
+    else {
+        return;
+    };
+    let upstream = std::thread::spawn(move || {
+        let _ = io::copy(&mut client_read, &mut server_write);
+        let _ = server_write.shutdown(Shutdown::Write);
+    });
+    let (mut server_read, mut client_write) = (server, client);
+    let _ = io::copy(&mut server_read, &mut client_write);
+    let _ = client_write.shutdown(Shutdown::Write);
+    let _ = upstream.join();
+}
+
+/// A token of a `kube-system` ServiceAccount bound to the `system:node` ClusterRole: the
+/// kubelet's credentials (a real landscape bootstraps them through a CSR instead).
+pub async fn kubelet_token(shoot: &Client, node: &str) -> String {
+    let name = format!("e2e-kubelet-{node}");
+    let pp = PostParams::default();
+    let sa: ServiceAccount =
+        serde_json::from_value(json!({"metadata": {"name": name, "namespace": "kube-system"}}))
+            .unwrap();
+    Api::<ServiceAccount>::namespaced(shoot.clone(), "kube-system")
+        .create(&pp, &sa)
+        .await
+        .unwrap();
+    let binding: ClusterRoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "system:node"},
+        "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": "kube-system"}],
+    }))
+    .unwrap();
+    Api::<ClusterRoleBinding>::all(shoot.clone())
+        .create(&pp, &binding)
+        .await
+        .unwrap();
+    let request: TokenRequest =
+        serde_json::from_value(json!({"spec": {"expirationSeconds": 7200}})).unwrap();
+    Api::<ServiceAccount>::namespaced(shoot.clone(), "kube-system")
+        .create_token_request(&name, &pp, &request)
+        .await
+        .unwrap()
+        .status
+        .and_then(|status| status.token)
+        .unwrap()
+}
+
+/// The parts of a reconcile OperatingSystemConfig that make a machine a node of the shoot:
+/// containerd (criConfig, a drop-in that runs the 2.x build, the CNI bridge), the preloaded
+/// images, and kubelet with its config, kubeconfig and pool labels. The test puts them into
+/// the OSC it creates as gardenlet; our agent applies them on the node.
+#[derive(Debug, Clone)]
+pub struct NodeOsc {
+    /// The shoot API server URL (the same on the node, through the forwarder).
+    pub server_url: String,
+    /// The shoot's CA (PEM).
+    pub ca_pem: String,
+    /// A token kubelet authenticates with (bound to the `system:node` ClusterRole).
+    pub kubelet_token: String,
+    /// The Node's labels (pool, CRI name, container runtimes).
+    pub labels: BTreeMap<String, String>,
+    /// The sandbox (pause) image reference, preloaded.
+    pub sandbox_image: String,
+}
+
+/// The kubelet unit.
+pub const KUBELET_UNIT: &str = "kubelet.service";
+/// The unit that imports the preloaded images.
+pub const PRELOAD_UNIT: &str = "e2e-preload-images.service";
+
+impl NodeOsc {
+    /// `criConfig` of the OSC.
+    pub fn cri_config(&self) -> Value {
+        json!({
+            "name": "containerd",
+            "cgroupDriver": "cgroupfs",
+            "containerd": {
+                "sandboxImage": self.sandbox_image,
+                "plugins": [
+                    // Debian's CNI plugins (containernetworking-plugins) live in /usr/lib/cni.
+                    {
+                        "op": "add",
+                        "path": ["io.containerd.cri.v1.runtime", "cni"],
+                        "values": {"bin_dirs": ["/usr/lib/cni"], "conf_dir": "/etc/cni/net.d"},
+                    },
+                    // Lowering a process's OOM score needs CAP_SYS_RESOURCE, which this
+                    // sandbox's root lacks (a real node's root has it): kubelet's -998 for
+                    // sandboxes would make runc fail, so containerd caps it at its own.
+                    {
+                        "op": "add",
+                        "path": ["io.containerd.cri.v1.runtime"],
+                        "values": {"restrict_oom_score_adj": true},
+                    },
+                ],
+            },
+        })
+    }
+
+    /// Files of the OSC.
+    pub fn files(&self) -> Vec<Value> {
+        let inline = |path: &str, mode: u32, text: &str| json!({"path": path, "permissions": mode, "content": {"inline": {"encoding": "", "data": text}}});
+        let kubeconfig = gardener_extension_node::kubeconfig::render_token_kubeconfig(
+            &self.server_url,
+            &self.ca_pem,
+            &self.kubelet_token,
+        );
+        vec![
+            inline("/var/lib/kubelet/config/kubelet", 0o644, KUBELET_CONFIG),
+            inline("/var/lib/kubelet/kubeconfig-real", 0o600, &kubeconfig),
+            inline(
+                "/etc/cni/net.d/10-e2e-bridge.conflist",
+                0o644,
+                &json!({
+                    "cniVersion": "1.0.0",
+                    "name": "e2e",
+                    "plugins": [{
+                        "type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": false,
+                        "ipam": {"type": "host-local",
+                                 "ranges": [[{"subnet": POD_SUBNET, "gateway": NODE_IP}]],
+                                 "routes": [{"dst": "0.0.0.0/0"}]},
+                    }],
+                })
+                .to_string(),
+            ),
+        ]
+    }
+
+    /// Units of the OSC: containerd's drop-in, the image preload, kubelet.
+    pub fn units(&self) -> Vec<Value> {
+        let labels = self
+            .labels
+            .iter()
+            .map(|(key, value)| format!("{key}={value}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        let kubelet = format!(
+            "[Unit]\nDescription=kubelet\nAfter=containerd.service {PRELOAD_UNIT}\nWants={PRELOAD_UNIT}\n\
+             [Service]\nExecStart=/usr/local/sbin/kubelet --config=/var/lib/kubelet/config/kubelet \
+             --kubeconfig=/var/lib/kubelet/kubeconfig-real --node-ip={NODE_IP} --node-labels={labels} --v=2\n\
+             Restart=always\nRestartSec=2\n[Install]\nWantedBy=multi-user.target\n"
+        );
+        let preload = format!(
+            "[Unit]\nDescription=import the node image's preloaded container images\n\
+             After=containerd.service\nRequires=containerd.service\n\
+             [Service]\nType=oneshot\nRemainAfterExit=yes\n\
+             ExecStart=/bin/sh -c 'for f in {IMAGES_DIR}/*.tar; do /usr/local/sbin/ctr --namespace k8s.io images import \"$f\" || exit 1; done'\n\
+             [Install]\nWantedBy=multi-user.target\n"
+        );
+        vec![
+            json!({
+                "name": "containerd.service",
+                "dropIns": [{"name": "10-e2e-containerd-2.conf",
+                             "content": "[Service]\nExecStart=\nExecStart=/usr/local/sbin/containerd\n"}],
+            }),
+            json!({"name": PRELOAD_UNIT, "enable": true, "command": "start", "content": preload}),
+            json!({"name": KUBELET_UNIT, "enable": true, "command": "start", "content": kubelet,
+                   "filePaths": ["/var/lib/kubelet/config/kubelet", "/var/lib/kubelet/kubeconfig-real"]}),
+        ]
+    }
+}
+
+/// kubelet's configuration on a node: cgroupfs (this host's cgroup v1 hierarchies), no swap
+/// check, no host resolv.conf, eviction and image GC thresholds a tmpfs root never hits.
+const KUBELET_CONFIG: &str = "\
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+authentication:
+  anonymous: {enabled: false}
+  webhook: {enabled: false}
+authorization: {mode: AlwaysAllow}
+cgroupDriver: cgroupfs
+containerRuntimeEndpoint: unix:///run/containerd/containerd.sock
+failSwapOn: false
+failCgroupV1: false
+resolvConf: \"\"
+readOnlyPort: 0
+volumePluginDir: /var/lib/kubelet/volumeplugins
+evictionHard: {memory.available: \"1Mi\", nodefs.available: \"1%\", imagefs.available: \"1%\", nodefs.inodesFree: \"1%\"}
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+";
