@@ -31,7 +31,7 @@ pub fn render(actuator: &GVisorActuator, object: &ContainerRuntime) -> Result<Re
     render_parts(
         &actuator.templates,
         &actuator.images,
-        actuator.test_repository.as_deref(),
+        actuator.options.test_repository.as_deref(),
         object,
     )
 }
@@ -45,6 +45,38 @@ pub fn render_parts(
 ) -> Result<Rendered, Error> {
     let settings =
         config::validate(object.spec.default.provider_config.as_ref()).map_err(Error::Config)?;
+    let inputs = installation_inputs(images, test_repository, object, settings)?;
+    Ok(Rendered {
+        pool: inputs.pool.clone(),
+        shared: render::render_runtime_class(templates).map_err(Error::Render)?,
+        installation: render::render_installation(templates, &inputs).map_err(Error::Render)?,
+    })
+}
+
+/// The pool's uninstall DaemonSet ([`render::render_uninstall`]), without any API access.
+/// Lenient on purpose, since a deletion must not hang on the spec: an invalid
+/// `providerConfig` (the runsc flags do not matter for an uninstall) only loses its
+/// `testImageTag`, so the image vector's installation image is used.
+pub fn render_uninstall_parts(
+    templates: &render::Templates,
+    images: &ImageVector,
+    test_repository: Option<&str>,
+    object: &ContainerRuntime,
+) -> Result<String, Error> {
+    let settings =
+        config::validate(object.spec.default.provider_config.as_ref()).unwrap_or_default();
+    let inputs = installation_inputs(images, test_repository, object, settings)?;
+    render::render_uninstall(templates, &inputs).map_err(Error::Render)
+}
+
+/// The inputs of the pool's DaemonSet: the image (the test repository with the
+/// providerConfig's `testImageTag`, else the image vector's) and the pool.
+fn installation_inputs(
+    images: &ImageVector,
+    test_repository: Option<&str>,
+    object: &ContainerRuntime,
+    settings: config::GVisorSettings,
+) -> Result<InstallationInputs, Error> {
     let image = match (test_repository, &settings.test_image_tag) {
         (Some(repository), Some(tag)) if !repository.is_empty() => format!("{repository}:{tag}"),
         _ => images
@@ -52,9 +84,8 @@ pub fn render_parts(
             .ok_or(Error::MissingImage(GVISOR_INSTALLATION))?
             .to_string(),
     };
-    let pool = object.spec.worker_pool.name.clone();
-    let inputs = InstallationInputs {
-        pool: pool.clone(),
+    Ok(InstallationInputs {
+        pool: object.spec.worker_pool.name.clone(),
         pool_selector: object
             .spec
             .worker_pool
@@ -65,15 +96,11 @@ pub fn render_parts(
         image,
         bin_dir: object.spec.binary_path.clone(),
         settings,
-    };
-    Ok(Rendered {
-        pool,
-        shared: render::render_runtime_class(templates).map_err(Error::Render)?,
-        installation: render::render_installation(templates, &inputs).map_err(Error::Render)?,
     })
 }
 
-fn data(manifests: &str) -> BTreeMap<String, Vec<u8>> {
+/// The data of a pool's or the shared MR secret: the manifests under [`DATA_KEY`].
+pub(super) fn data(manifests: &str) -> BTreeMap<String, Vec<u8>> {
     BTreeMap::from([(DATA_KEY.to_string(), manifests.as_bytes().to_vec())])
 }
 
