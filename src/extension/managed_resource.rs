@@ -657,6 +657,9 @@ mod tests {
         .unwrap()
     }
 
+    /// Condition type, status, message.
+    type Conditions = (&'static str, &'static str, &'static str);
+
     #[test]
     fn rolled_out_needs_the_current_generation_applied_healthy_and_not_progressing() {
         let done = [
@@ -672,7 +675,7 @@ mod tests {
             rollout_pending_reason(&stale).unwrap(),
             "ManagedResource x: generation 3 not yet processed by gardener-resource-manager"
         );
-        let rows: [(&[(&str, &str, &str)], &str); 4] = [
+        let rows: [(&[Conditions], &str); 4] = [
             (
                 &[
                     ("ResourcesApplied", "True", ""),

@@ -8,8 +8,8 @@
 //! Deleting only the pool's MR would leave `runsc` registered in every node's containerd
 //! config. So a deletion runs in phases, one step per run, decided by the pure [`phase`]:
 //!
-//! 1. **Write** the uninstall rendering ([`super::render::render_uninstall`]) into the pool's MR
-//!    (the same DaemonSet in uninstall mode, through the same
+//! 1. **Write** the uninstall rendering ([`super::render::render_uninstall`]) into the pool's
+//!    MR (the same DaemonSet in uninstall mode, through the same
 //!    [`managed_resource::apply_for_shoot`] as reconcile) and requeue. GRM updates the
 //!    DaemonSet in place; its rolling update replaces each node's installation pod by an
 //!    uninstall pod, which removes runsc from config.toml, deletes runsc.toml and restarts
@@ -24,11 +24,13 @@
 //! The wait is bounded by `--gvisor-uninstall-timeout-seconds` from the ContainerRuntime's
 //! deletion timestamp: after it, a `GVisorUninstallIncomplete` Warning event says why (GRM's
 //! condition message) and the deletion goes on; the nodes that did not finish keep the runsc
-//! entry until they are replaced. No uninstall at all (straight to step 3) when it cannot or
-//! need not run: force deletion, a shoot being deleted or hibernated (its nodes go away, and
-//! a hibernated shoot's GRM does not run), a timeout of zero, or no MR left (already
-//! deleted, or never created). Migrate never uninstalls ([`super::migrate`]): the nodes keep
-//! running under the new seed.
+//! entry until they are replaced. The same holds for a failure to render the uninstall
+//! DaemonSet (e.g. a broken image vector): an error, retried, until the timeout.
+//!
+//! No uninstall at all (straight to step 3) when it cannot or need not run: force deletion,
+//! a shoot being deleted or hibernated (its nodes go away, and a hibernated shoot's GRM does
+//! not run), a timeout of zero, or no live MR (already deleting, or never created). Migrate
+//! never uninstalls ([`super::migrate`]): the nodes keep running under the new seed.
 //!
 //! Every step is idempotent: a run that dies anywhere is repeated from what the MR shows.
 
@@ -42,6 +44,7 @@ use super::reconcile::{data, render_uninstall_parts};
 use super::render::daemonset_name;
 use super::{Error, GVisorActuator, SHARED_MANAGED_RESOURCE, TYPE, installation_managed_resource};
 use crate::api::{ContainerRuntime, ManagedResource};
+use crate::extension::error::chain;
 use crate::extension::managed_resource;
 use crate::extension::{ClusterContext, Outcome, Request};
 
@@ -207,6 +210,10 @@ async fn uninstall(
 ) -> Result<Option<Outcome>, Error> {
     let namespace = request.namespace();
     let timeout = actuator.options.uninstall_timeout;
+    let waited = since(
+        request.object.meta().deletion_timestamp.as_ref(),
+        Utc::now(),
+    );
     let skip = skip_reason(wait, request.cluster, timeout);
     let (mr, manifests) = match skip {
         Some(_) => (None, String::new()),
@@ -214,22 +221,26 @@ async fn uninstall(
             // Only a live MR needs the uninstall rendering (whose failure must not block
             // the deletion of an MR that is gone anyway).
             Some(mr) if mr.metadata.deletion_timestamp.is_none() => {
-                let manifests = render_uninstall_parts(
+                match render_uninstall_parts(
                     &actuator.templates,
                     &actuator.images,
                     actuator.options.test_repository.as_deref(),
                     request.object,
-                )?;
-                (Some(mr), manifests)
+                ) {
+                    Ok(manifests) => (Some(mr), manifests),
+                    // Retried and reported like any error, but not past the timeout: a
+                    // broken image vector must not hold a deletion forever.
+                    Err(error) if waited < timeout => return Err(error),
+                    Err(error) => {
+                        give_up(actuator, request, pool_mr, timeout, &chain(&error)).await;
+                        return Ok(None);
+                    }
+                }
             }
             other => (other, String::new()),
         },
     };
     let secret = managed_resource::secret_name(pool_mr, &data(&manifests));
-    let waited = since(
-        request.object.meta().deletion_timestamp.as_ref(),
-        Utc::now(),
-    );
     let daemonset = daemonset_name(&request.object.spec.worker_pool.name);
     match phase(skip, mr.as_ref(), &secret, waited, timeout) {
         Phase::Skipped(skip) => {
@@ -242,23 +253,7 @@ async fn uninstall(
             Ok(None)
         }
         Phase::TimedOut { reason } => {
-            let note = format!(
-                "gVisor uninstall on the nodes of pool {pool} (DaemonSet kube-system/{daemonset}) \
-                 did not finish within {timeout:?} of the deletion; deleting the installation \
-                 anyway, nodes that did not finish keep the runsc runtime in containerd's \
-                 config until they are replaced: {reason}",
-                pool = request.object.spec.worker_pool.name,
-            );
-            tracing::warn!(managed_resource = %pool_mr, %reason, "gVisor uninstall incomplete; giving up");
-            actuator
-                .events
-                .warning(
-                    &request.object.object_ref(&()),
-                    REASON_UNINSTALL_INCOMPLETE,
-                    "Delete",
-                    note,
-                )
-                .await;
+            give_up(actuator, request, pool_mr, timeout, &reason).await;
             Ok(None)
         }
         Phase::WriteUninstall => {
@@ -278,6 +273,36 @@ async fn uninstall(
         }
         Phase::Waiting { reason, remaining } => Ok(Some(waiting(&reason, remaining))),
     }
+}
+
+/// Gives the uninstall up: a [`REASON_UNINSTALL_INCOMPLETE`] Warning event on the
+/// ContainerRuntime naming the pool's DaemonSet and why (`reason`), and a log line. Once per
+/// deletion: the next step deletes the MR, and a deleting MR is never uninstalled again.
+async fn give_up(
+    actuator: &GVisorActuator,
+    request: &Request<'_, ContainerRuntime>,
+    pool_mr: &str,
+    timeout: Duration,
+    reason: &str,
+) {
+    let pool = &request.object.spec.worker_pool.name;
+    let note = format!(
+        "gVisor uninstall on the nodes of pool {pool} (DaemonSet kube-system/{daemonset}) did \
+         not finish within {timeout:?} of the deletion; deleting the installation anyway, nodes \
+         that did not finish keep the runsc runtime in containerd's config until they are \
+         replaced: {reason}",
+        daemonset = daemonset_name(pool),
+    );
+    tracing::warn!(managed_resource = %pool_mr, %reason, "gVisor uninstall incomplete; giving up");
+    actuator
+        .events
+        .warning(
+            &request.object.object_ref(&()),
+            REASON_UNINSTALL_INCOMPLETE,
+            "Delete",
+            note,
+        )
+        .await;
 }
 
 /// Pending with [`WAITING_FOR_UNINSTALL`], looked at again after [`UNINSTALL_POLL`] or

@@ -131,3 +131,81 @@ pub async fn reconcile(
     sweep::sweep(actuator, namespace).await?;
     Ok(Outcome::done())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::imagevector::DEFAULT_IMAGES;
+    use serde_json::json;
+
+    fn container_runtime(provider_config: serde_json::Value) -> ContainerRuntime {
+        serde_json::from_value(json!({
+            "apiVersion": "extensions.gardener.cloud/v1alpha1",
+            "kind": "ContainerRuntime",
+            "metadata": {"name": "gvisor-p", "namespace": "shoot--a--b"},
+            "spec": {
+                "type": "gvisor",
+                "binaryPath": "/var/bin/containerruntimes",
+                "providerConfig": provider_config,
+                "workerPool": {"name": "p", "selector": {"matchLabels": {
+                    "worker.gardener.cloud/pool": "p"}}},
+            },
+        }))
+        .unwrap()
+    }
+
+    fn config(extra: serde_json::Value) -> serde_json::Value {
+        let mut config = json!({
+            "apiVersion": "gvisor.runtime.extensions.config.gardener.cloud/v1alpha1",
+            "kind": "GVisorConfiguration",
+        });
+        config
+            .as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        config
+    }
+
+    fn image_of(text: &str) -> String {
+        let ds: serde_json::Value = serde_norway::from_str(text).unwrap();
+        ds["spec"]["template"]["spec"]["containers"][0]["image"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    }
+
+    /// A deletion must not hang on the spec: an invalid providerConfig blocks the
+    /// installation but not the uninstall, which then uses the image vector's image.
+    #[test]
+    fn the_uninstall_renders_whatever_the_provider_config() {
+        let templates = render::Templates::new().unwrap();
+        let images = ImageVector::from_yaml(DEFAULT_IMAGES, None).unwrap();
+        let default_image = images.get(GVISOR_INSTALLATION).unwrap().to_string();
+        let repository = Some("registry.example/test");
+
+        let invalid = container_runtime(config(
+            json!({"configFlags": {"platform": "kvm"}, "testImageTag": "v9"}),
+        ));
+        assert!(matches!(
+            render_parts(&templates, &images, repository, &invalid),
+            Err(Error::Config(_))
+        ));
+        let text = render_uninstall_parts(&templates, &images, repository, &invalid).unwrap();
+        assert!(text.contains("--uninstall"), "{text}");
+        assert_eq!(image_of(&text), default_image);
+
+        let test_image = container_runtime(config(json!({"testImageTag": "v9"})));
+        let installation = render_parts(&templates, &images, repository, &test_image).unwrap();
+        let uninstall =
+            render_uninstall_parts(&templates, &images, repository, &test_image).unwrap();
+        assert_eq!(
+            image_of(&installation.installation),
+            "registry.example/test:v9"
+        );
+        assert_eq!(
+            image_of(&uninstall),
+            "registry.example/test:v9",
+            "same image"
+        );
+    }
+}

@@ -371,13 +371,21 @@ mod tests {
         let mut i = inputs(json!({}));
         i.pool = "a: {b}".into();
         i.image = "x\"y\n#z".into();
-        let objects = parse_all(&render_installation(&templates, &i).unwrap());
+        for text in [
+            render_installation(&templates, &i).unwrap(),
+            render_uninstall(&templates, &i).unwrap(),
+        ] {
+            let objects = parse_all(&text);
+            assert_eq!(
+                objects[0]["metadata"]["labels"]["worker.gardener.cloud/pool"],
+                "a: {b}"
+            );
+            let spec = &objects[0]["spec"]["template"]["spec"];
+            assert_eq!(spec["containers"][0]["image"], "x\"y\n#z");
+        }
+        let uninstall = parse_all(&render_uninstall(&templates, &i).unwrap());
         assert_eq!(
-            objects[0]["metadata"]["labels"]["worker.gardener.cloud/pool"],
-            "a: {b}"
-        );
-        assert_eq!(
-            objects[0]["spec"]["template"]["spec"]["containers"][0]["image"],
+            uninstall[0]["spec"]["template"]["spec"]["initContainers"][0]["image"],
             "x\"y\n#z"
         );
     }
