@@ -37,7 +37,9 @@ use k8s_openapi::api::rbac::v1::ClusterRole;
 use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
-use support::gardener::{annotate, check_ready, confirm_and_delete, wait_gone, wait_ready};
+use support::gardener::{
+    GvisorRolloutStandIn, annotate, check_ready, confirm_and_delete, wait_gone, wait_ready,
+};
 use support::mcm::Mcm;
 use support::operator::OperatorProcess;
 use support::{TestEnv, fixtures, wait_for};
@@ -259,6 +261,11 @@ async fn chart_lints_renders_and_is_accepted_by_the_api_server() {
             .map(|e| e["name"].as_str().unwrap())
             .collect();
         assert!(env_names.contains(&"LEADER_ELECTION_NAMESPACE"));
+        let timeout = if values.is_some() { 300 } else { 600 };
+        assert!(
+            args.contains(&format!("--gvisor-uninstall-timeout-seconds={timeout}").as_str()),
+            "{args:?}"
+        );
         if values.is_some() {
             assert!(args.contains(&"--gardener-version=v1.150.0"));
             assert!(args.contains(&"--os-types=debian,ubuntu,gardenlinux"));
@@ -776,8 +783,11 @@ async fn operator_with_only_the_charts_rbac_runs_every_lifecycle_without_a_403()
     .await;
     annotate(&crs, "gvisor-worker-a", "restore").await;
     wait_ready(&crs, "gvisor-worker-a", LastOperationType::Restore).await;
+    // The deletion uninstalls first; GRM's rollout report is played by the stand-in.
+    let grm = GvisorRolloutStandIn::start(client.clone(), ns);
     confirm_and_delete(&crs, "gvisor-worker-a").await;
     wait_gone(&crs, "gvisor-worker-a").await;
+    drop(grm);
 
     // OSC: provision (with a secretRef file) and reconcile, then delete.
     create::<Secret>(

@@ -3,7 +3,9 @@
 //! What reaches the shoot through the real gardener-resource-manager is checked in
 //! `test/shoot_delivery.rs`; these tests run without it and, where they assert what the
 //! operator does *while* GRM still deletes shoot objects (a state the real GRM passes in
-//! milliseconds here), hold GRM's finalizer on the ManagedResource by hand (stand-in).
+//! milliseconds here), hold GRM's finalizer on the ManagedResource by hand (stand-in). GRM's
+//! report that the uninstall DaemonSet of a deleted pool is rolled out is written by hand
+//! (`report_rolled_out`) or by `GvisorRolloutStandIn`.
 
 #![allow(clippy::unwrap_used, clippy::panic)] // test crate: failing loudly is the point
 
@@ -18,8 +20,8 @@ use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
 use support::gardener::{
-    add_grm_finalizer, annotate, confirm_and_delete, remove_grm_finalizer, wait_gone,
-    wait_migrated, wait_ready,
+    GvisorRolloutStandIn, add_grm_finalizer, annotate, confirm_and_delete, remove_grm_finalizer,
+    report_rolled_out, wait_gone, wait_migrated, wait_ready,
 };
 use support::operator::OperatorProcess;
 use support::{TestEnv, fixtures, wait_for};
@@ -255,6 +257,7 @@ async fn deleting_one_pool_keeps_the_shared_resource_and_the_last_removes_it() {
     let b = create_cr(&env, "pool-b", json!({})).await;
     wait_ready(&crs(&env), &a, LastOperationType::Create).await;
     wait_ready(&crs(&env), &b, LastOperationType::Create).await;
+    let _grm = GvisorRolloutStandIn::start(env.client.clone(), &env.namespace);
 
     confirm_and_delete(&crs(&env), &a).await;
     wait_gone(&crs(&env), &a).await;
@@ -301,6 +304,8 @@ async fn normal_deletion_waits_for_the_managed_resource_and_force_deletion_does_
     wait_ready(&crs(&env), &name, LastOperationType::Create).await;
     add_grm_finalizer(&mrs(&env), &pool_mr("worker-a")).await;
     confirm_and_delete(&crs(&env), &name).await;
+    wait_uninstall_written(&env, "worker-a").await;
+    report_rolled_out(&mrs(&env), &pool_mr("worker-a"), None).await;
     wait_for("delete processing", Duration::from_secs(30), || async {
         let cr = crs(&env).get(&name).await.map_err(|e| e.to_string())?;
         let last = cr
@@ -332,6 +337,7 @@ async fn normal_deletion_waits_for_the_managed_resource_and_force_deletion_does_
     .await;
     let name = create_cr(&env, "worker-a", json!({})).await;
     wait_ready(&crs(&env), &name, LastOperationType::Create).await;
+    let installation = mrs(&env).get(&pool_mr("worker-a")).await.unwrap();
     add_grm_finalizer(&mrs(&env), &pool_mr("worker-a")).await;
     add_grm_finalizer(&mrs(&env), SHARED_MR).await;
     confirm_and_delete(&crs(&env), &name).await;
@@ -340,6 +346,260 @@ async fn normal_deletion_waits_for_the_managed_resource_and_force_deletion_does_
     assert!(
         stuck.metadata.deletion_timestamp.is_some(),
         "deleted, not waited for"
+    );
+    assert_eq!(
+        stuck.spec.secret_refs, installation.spec.secret_refs,
+        "force deletion does not uninstall"
+    );
+}
+
+/// Waits until the pool's MR holds the uninstall DaemonSet (and still exists); returns the
+/// DaemonSet.
+async fn wait_uninstall_written(env: &TestEnv, pool: &str) -> Value {
+    wait_for(
+        &format!("the uninstall DaemonSet in {}", pool_mr(pool)),
+        Duration::from_secs(30),
+        || async {
+            let mr = mrs(env)
+                .get_opt(&pool_mr(pool))
+                .await
+                .map_err(|e| e.to_string())?
+                .ok_or("ManagedResource gone")?;
+            let secrets: Api<Secret> = Api::namespaced(env.client.clone(), &env.namespace);
+            let secret = secrets
+                .get(&mr.spec.secret_refs[0].name)
+                .await
+                .map_err(|e| e.to_string())?;
+            let text = String::from_utf8(secret.data.unwrap()["config.yaml"].0.clone()).unwrap();
+            let ds: Value = serde_norway::from_str(&text).map_err(|e| e.to_string())?;
+            let command = &ds["spec"]["template"]["spec"]["containers"][0]["command"];
+            if command
+                .as_array()
+                .is_some_and(|c| c.iter().any(|a| a == "--uninstall"))
+            {
+                Ok(ds)
+            } else {
+                Err(format!("command {command}"))
+            }
+        },
+    )
+    .await
+}
+
+/// The status the CR shows while it waits for the uninstall.
+async fn wait_waiting_for_uninstall(env: &TestEnv, name: &str) -> String {
+    wait_for(
+        "Delete Processing, waiting for the uninstall",
+        Duration::from_secs(30),
+        || async {
+            let cr = crs(env).get(name).await.map_err(|e| e.to_string())?;
+            let last = cr
+                .status
+                .and_then(|s| s.default.last_operation)
+                .ok_or("no op")?;
+            if last.type_ == LastOperationType::Delete
+                && last.state == gardener_extension_node::api::LastOperationState::Processing
+                && last
+                    .description
+                    .contains("waiting for the gVisor uninstall on the pool's nodes")
+            {
+                Ok(last.description)
+            } else {
+                Err(format!(
+                    "{:?} {:?}: {}",
+                    last.type_, last.state, last.description
+                ))
+            }
+        },
+    )
+    .await
+}
+
+/// Deleting a ContainerRuntime first turns the pool's DaemonSet into the uninstall DaemonSet
+/// (same MR, same DaemonSet name) and waits until GRM reports it rolled out for the MR's
+/// current generation; only then are the MRs deleted and the finalizer removed.
+#[tokio::test]
+async fn deletion_uninstalls_gvisor_from_the_pools_nodes_before_removing_it() {
+    let env = setup().await;
+    let name = create_cr(&env, "worker-a", json!({"net-raw": "true"})).await;
+    wait_ready(&crs(&env), &name, LastOperationType::Create).await;
+    let installation = mrs(&env).get(&pool_mr("worker-a")).await.unwrap();
+    // GRM had reported the installation rolled out: that report must not count.
+    report_rolled_out(&mrs(&env), &pool_mr("worker-a"), None).await;
+
+    confirm_and_delete(&crs(&env), &name).await;
+    let ds = wait_uninstall_written(&env, "worker-a").await;
+    assert_eq!(ds["metadata"]["name"], "containerd-gvisor-worker-a");
+    assert_eq!(
+        ds["spec"]["template"]["metadata"]["labels"]["runtime.gvisor.extensions.gardener.cloud/mode"],
+        "uninstall"
+    );
+    let init = &ds["spec"]["template"]["spec"]["initContainers"][0]["command"];
+    assert!(
+        init.as_array()
+            .unwrap()
+            .ends_with(&[json!("--uninstall"), json!("--once")]),
+        "{init}"
+    );
+    let description = wait_waiting_for_uninstall(&env, &name).await;
+    assert!(
+        description.contains("ManagedResource extension-runtime-gvisor-installation-worker-a"),
+        "{description}"
+    );
+    let uninstall = mrs(&env).get(&pool_mr("worker-a")).await.unwrap();
+    assert_eq!(uninstall.metadata.uid, installation.metadata.uid, "same MR");
+    assert!(uninstall.metadata.generation > installation.metadata.generation);
+    assert_eq!(
+        mr_manifests(&env, &pool_mr("worker-a"))
+            .await
+            .matches("kind: DaemonSet")
+            .count(),
+        1
+    );
+
+    // GRM reports an older generation rolled out: still waiting.
+    let old = uninstall.metadata.generation.unwrap() - 1;
+    report_rolled_out(&mrs(&env), &pool_mr("worker-a"), Some(old)).await;
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    let cr = crs(&env).get(&name).await.unwrap();
+    assert!(
+        cr.finalizers()
+            .contains(&"extensions.gardener.cloud/containerruntime".to_string()),
+        "still waiting for the uninstall"
+    );
+    assert!(
+        mrs(&env)
+            .get_opt(&pool_mr("worker-a"))
+            .await
+            .unwrap()
+            .is_some()
+    );
+    assert!(mrs(&env).get_opt(SHARED_MR).await.unwrap().is_some());
+
+    // GRM reports the uninstall rolled out on every node: the MRs go, then the CR.
+    report_rolled_out(&mrs(&env), &pool_mr("worker-a"), None).await;
+    wait_gone(&crs(&env), &name).await;
+    assert!(
+        mrs(&env)
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+    assert!(
+        Api::<Secret>::namespaced(env.client.clone(), &env.namespace)
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .all(|s| !s.name_any().starts_with("managedresource-")),
+        "MR secrets removed"
+    );
+    assert!(
+        events_with_reason(&env, "GVisorUninstallIncomplete")
+            .await
+            .is_empty(),
+        "no warning on success"
+    );
+}
+
+/// The notes of the namespace's events with `reason` (all of them Warnings).
+async fn events_with_reason(env: &TestEnv, reason: &str) -> Vec<String> {
+    let events: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(env.client.clone(), &env.namespace);
+    events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some(reason))
+        .inspect(|e| assert_eq!(e.type_.as_deref(), Some("Warning"), "{e:?}"))
+        .map(|e| e.note.unwrap_or_default())
+        .collect()
+}
+
+/// A shoot being deleted or hibernated: the pool's nodes go away (and a hibernated shoot's
+/// GRM does not run), so the deletion skips the uninstall and needs no GRM report.
+#[tokio::test]
+async fn a_deleted_or_hibernated_shoot_skips_the_uninstall() {
+    let adjustments: [fn(&mut Value); 2] = [
+        |c| c["spec"]["shoot"]["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z"),
+        |c| c["spec"]["shoot"]["spec"]["hibernation"] = json!({"enabled": true}),
+    ];
+    for adjust in adjustments {
+        let env = setup_with_cluster(adjust).await;
+        let name = create_cr(&env, "worker-a", json!({})).await;
+        wait_ready(&crs(&env), &name, LastOperationType::Create).await;
+        let installation = mrs(&env).get(&pool_mr("worker-a")).await.unwrap();
+        add_grm_finalizer(&mrs(&env), &pool_mr("worker-a")).await;
+        confirm_and_delete(&crs(&env), &name).await;
+        // Deleted at once with the installation in it, no uninstall written.
+        let mr = wait_for("pool MR deleting", Duration::from_secs(30), || async {
+            let mr = mrs(&env)
+                .get(&pool_mr("worker-a"))
+                .await
+                .map_err(|e| e.to_string())?;
+            mr.metadata
+                .deletion_timestamp
+                .is_some()
+                .then_some(mr)
+                .ok_or_else(|| "not deleting".to_string())
+        })
+        .await;
+        assert_eq!(mr.spec.secret_refs, installation.spec.secret_refs);
+        remove_grm_finalizer(&mrs(&env), &pool_mr("worker-a")).await;
+        wait_gone(&crs(&env), &name).await;
+    }
+}
+
+/// An uninstall that does not finish within `--gvisor-uninstall-timeout-seconds` is given
+/// up: a `GVisorUninstallIncomplete` Warning event, then the deletion goes on. Runs its own
+/// operator with a short timeout, for ContainerRuntimes of a class of their own (the shared
+/// operator handles only `shoot`).
+#[tokio::test]
+async fn an_unfinished_uninstall_is_given_up_after_the_timeout_with_a_warning() {
+    const CLASS: &str = "uninstall-timeout-test";
+    let env = setup().await;
+    let _operator = OperatorProcess::start(
+        &env.kubeconfig,
+        &[
+            &format!("--extension-classes={CLASS}"),
+            &format!("--heartbeat-namespace={}", env.namespace),
+            "--gvisor-uninstall-timeout-seconds=8",
+        ],
+    );
+    let mut cr = fixtures::container_runtime_json(&env.namespace, "worker-a");
+    cr["spec"]["class"] = json!(CLASS);
+    cr["metadata"]["annotations"] = json!({"gardener.cloud/operation": "reconcile"});
+    let cr: ContainerRuntime = serde_json::from_value(cr).unwrap();
+    crs(&env).create(&PostParams::default(), &cr).await.unwrap();
+    let name = "gvisor-worker-a";
+    wait_ready(&crs(&env), name, LastOperationType::Create).await;
+
+    confirm_and_delete(&crs(&env), name).await;
+    wait_uninstall_written(&env, "worker-a").await;
+    wait_waiting_for_uninstall(&env, name).await;
+    // Nobody reports the rollout.
+    wait_gone(&crs(&env), name).await;
+    assert!(
+        mrs(&env)
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+    let notes = events_with_reason(&env, "GVisorUninstallIncomplete").await;
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    assert!(
+        notes[0].contains("did not finish within 8s")
+            && notes[0].contains("DaemonSet kube-system/containerd-gvisor-worker-a")
+            && notes[0].contains("not yet processed by gardener-resource-manager"),
+        "{}",
+        notes[0]
     );
 }
 

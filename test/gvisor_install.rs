@@ -342,8 +342,27 @@ fn up_to_date_host_needs_no_systemd_and_waits_for_sigterm() {
     }
 
     // Without --once: does its (no) work, then waits for SIGTERM.
+    let actions = run_until_sigterm(&host, &[]);
+    assert_eq!(
+        actions,
+        [
+            "up-to-date",
+            "up-to-date",
+            "up-to-date",
+            "up-to-date",
+            "skipped"
+        ],
+        "two binaries, config, runsc.toml, no restart"
+    );
+    assert_eq!(host.snapshot(), installed, "second run changed files");
+}
+
+/// Starts the command with `extra`, reads its log until "done; waiting for SIGTERM" (panics
+/// if it exits first), sends SIGTERM, checks it exits 0 within 10 s and logs the signal, and
+/// returns the `action`s it logged.
+fn run_until_sigterm(host: &Host, extra: &[&str]) -> Vec<String> {
     let mut child = host
-        .command(&[])
+        .command(extra)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -364,32 +383,11 @@ fn up_to_date_host_needs_no_systemd_and_waits_for_sigterm() {
             break;
         }
     }
-    assert_eq!(
-        actions,
-        [
-            "up-to-date",
-            "up-to-date",
-            "up-to-date",
-            "up-to-date",
-            "skipped"
-        ],
-        "two binaries, config, runsc.toml, no restart"
-    );
     Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()
         .unwrap();
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "no exit after SIGTERM"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let status = wait_bounded(&mut child, "no exit after SIGTERM");
     assert!(status.success(), "{status}");
     let rest: Vec<String> = lines.map(|line| line.unwrap()).collect();
     assert!(
@@ -397,15 +395,83 @@ fn up_to_date_host_needs_no_systemd_and_waits_for_sigterm() {
             .any(|line| line.contains("\"signal\":\"SIGTERM\"")),
         "{rest:?}"
     );
-    assert_eq!(host.snapshot(), installed, "second run changed files");
+    actions
+}
+
+/// Waits up to 10 s for `child` to exit; kills it and panics with `what` otherwise.
+fn wait_bounded(child: &mut std::process::Child, what: &str) -> std::process::ExitStatus {
+    let started = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if started.elapsed() > Duration::from_secs(10) {
+            let _ = child.kill();
+            panic!("{what}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 #[test]
 fn uninstall_of_a_clean_host_changes_nothing_and_needs_no_systemd() {
     let host = Host::new(Some("v2-debian"));
     let before = host.snapshot();
-    let output = host.run(&["--uninstall"]);
+    let output = host.run(&["--uninstall", "--once"]);
     assert!(output.status.success(), "{}", stderr(&output));
     assert_eq!(host.snapshot(), before);
     assert!(stderr(&output).contains("containerd restart not needed"));
+}
+
+/// The uninstall DaemonSet's main container: `--uninstall` without `--once` keeps the pod
+/// Running once the node is clean, like install.
+#[test]
+fn uninstall_waits_for_sigterm_like_install() {
+    let host = Host::new(Some("v2-debian"));
+    let before = host.snapshot();
+    let actions = run_until_sigterm(&host, &["--uninstall"]);
+    assert_eq!(
+        actions,
+        ["up-to-date", "up-to-date", "kept", "skipped"],
+        "config, runsc.toml, binaries kept, no restart"
+    );
+    assert_eq!(host.snapshot(), before);
+}
+
+/// A failed uninstall exits non-zero at once, also without `--once` (the pod restarts and
+/// stays unready): here the restart fails (no bus), after the files were cleaned, and the
+/// marker makes the next run retry the restart.
+#[test]
+fn a_failed_uninstall_exits_non_zero_instead_of_waiting() {
+    let host = Host::new(Some("v2-debian"));
+    // Install; its restart fails (no bus). Pretend the restart happened.
+    assert!(
+        !host
+            .run(&["--once", "--runsc-flags=net-raw=true"])
+            .status
+            .success()
+    );
+    std::fs::remove_file(host.root().join(MARKER)).unwrap();
+
+    let mut child = host
+        .command(&["--uninstall"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let status = wait_bounded(&mut child, "a failed uninstall waited instead of exiting");
+    let mut message = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut message).unwrap();
+    assert!(!status.success(), "{message}");
+    assert!(
+        message.contains("restarting containerd.service through systemd"),
+        "{message}"
+    );
+    let config = std::fs::read_to_string(host.config_path()).unwrap();
+    assert!(!config.contains("runsc"), "{config}");
+    assert!(!host.root().join("etc/containerd/runsc.toml").exists());
+    assert!(
+        host.root().join(MARKER).exists(),
+        "the owed restart is remembered"
+    );
 }

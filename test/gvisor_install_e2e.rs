@@ -321,7 +321,7 @@ fn installs_runsc_restarts_containerd_once_and_a_second_run_changes_nothing() {
     assert_eq!(machine.read_file(RUNSC_TOML).unwrap(), runsc_toml);
 
     // Uninstall: runtime and runsc.toml go, containerd restarts, binaries stay.
-    let (ok, actions, stderr) = run_installer(&machine, "", &["--uninstall"]);
+    let (ok, actions, stderr) = run_installer(&machine, "", &["--uninstall", "--once"]);
     assert!(ok, "uninstall failed:\n{stderr}");
     assert_eq!(
         actions,
@@ -340,7 +340,7 @@ fn installs_runsc_restarts_containerd_once_and_a_second_run_changes_nothing() {
     assert!(machine.exists(format!("{BIN_DIR}/runsc")));
 
     // A second uninstall has nothing to do.
-    let (ok, actions, stderr) = run_installer(&machine, "", &["--uninstall"]);
+    let (ok, actions, stderr) = run_installer(&machine, "", &["--uninstall", "--once"]);
     assert!(ok, "{stderr}");
     assert_eq!(count(&actions, "restarted"), 0, "{stderr}");
     assert_eq!(invocation(&machine), third);

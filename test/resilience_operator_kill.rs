@@ -30,7 +30,7 @@ use kube::{Api, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
-use support::gardener::{annotate, confirm_and_delete};
+use support::gardener::{GvisorRolloutStandIn, annotate, confirm_and_delete};
 use support::load::{self, CREATED, Extra, Rng, Shoot, WORKER, list};
 use support::mcm;
 use support::operator::OperatorProcess;
@@ -354,7 +354,10 @@ async fn round(operator: &mut OperatorProcess, seed: u64, runtimes: usize) -> Ve
         "the recorded machines came back; none was created anew"
     );
 
-    // Delete.
+    // Delete (the gVisor deletions uninstall first; GRM's rollout report comes from the
+    // stand-in, whatever the operator's kill point).
+    let _grm =
+        GvisorRolloutStandIn::start(destination.env.client.clone(), &destination.env.namespace);
     for_all(&destination, Action::Delete).await;
     kills.push(
         kill_at(operator, "delete", rng.range(0, 800), total, || async {

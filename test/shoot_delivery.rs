@@ -27,7 +27,7 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
@@ -157,6 +157,30 @@ async fn wait_shoot_daemonset_gone(shoot: &Client, pool: &str) {
     .await;
 }
 
+/// Watches the shoot's kube-system DaemonSets and records in `seen` the uid of each one that
+/// runs `gvisor-install --uninstall`, once, in order (until aborted).
+async fn record_uninstall_daemonsets(shoot: Client, seen: Arc<Mutex<Vec<String>>>) {
+    let api = api::<DaemonSet>(&shoot, "kube-system");
+    let mut stream = watcher::watcher(api, watcher::Config::default()).boxed();
+    while let Ok(Some(event)) = stream.try_next().await {
+        let (watcher::Event::Apply(ds) | watcher::Event::InitApply(ds)) = event else {
+            continue;
+        };
+        let uninstalls = ds
+            .spec
+            .as_ref()
+            .and_then(|s| s.template.spec.as_ref())
+            .and_then(|s| s.containers.first())
+            .and_then(|c| c.command.as_ref())
+            .is_some_and(|c| c.iter().any(|a| a == "--uninstall"));
+        let uid = ds.uid().unwrap_or_default();
+        let mut seen = seen.lock().unwrap();
+        if uninstalls && !seen.contains(&uid) {
+            seen.push(uid);
+        }
+    }
+}
+
 /// The names of the seed namespace's ManagedResource manifest secrets.
 async fn manifest_secrets(env: &TestEnv) -> Vec<String> {
     let mut names: Vec<String> = api::<Secret>(&env.client, &env.namespace)
@@ -239,11 +263,26 @@ async fn gvisor_objects_follow_the_container_runtimes_through_the_real_resource_
         "one manifest secret per ManagedResource, superseded ones deleted: {secrets:?}"
     );
 
-    // A pool removed: its DaemonSet leaves the shoot, the RuntimeClass stays.
+    // A pool removed: its DaemonSet is first updated in place to uninstall gVisor (GRM
+    // applies it, kube-controller-manager rolls it out, GRM reports it rolled out: no nodes
+    // here, so at once), then it leaves the shoot; the RuntimeClass stays.
+    let ds2 = shoot_daemonset(&shoot_client, "p2").await.unwrap();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let recorder = tokio::spawn(record_uninstall_daemonsets(
+        shoot_client.clone(),
+        seen.clone(),
+    ));
+    tokio::time::sleep(Duration::from_millis(500)).await;
     confirm_and_delete(&crs, &p2).await;
     wait_gone(&crs, &p2).await;
     wait_shoot_daemonset_gone(&shoot_client, "p2").await;
     assert!(mrs.get_opt(&pool_mr("p2")).await.unwrap().is_none());
+    recorder.abort();
+    assert_eq!(
+        *seen.lock().unwrap(),
+        vec![ds2.uid().unwrap()],
+        "the pool's DaemonSet ran in uninstall mode, updated in place, before it was deleted"
+    );
 
     // A pool renamed in place: the new pool's DaemonSet comes, the old one is swept.
     crs.patch(

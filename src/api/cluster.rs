@@ -268,6 +268,11 @@ impl ShootView {
             .unwrap_or(false)
     }
 
+    /// The shoot has a deletion timestamp (gardenlet is deleting it).
+    pub fn is_being_deleted(&self) -> bool {
+        self.metadata.deletion_timestamp.is_some()
+    }
+
     /// `spec.hibernation.enabled` is true.
     pub fn is_hibernation_enabled(&self) -> bool {
         self.spec
@@ -387,6 +392,7 @@ spec:
         let shoot = cluster.shoot().unwrap();
         assert_eq!(shoot.metadata.name.as_deref(), Some("local"));
         assert!(shoot.metadata.deletion_timestamp.is_some());
+        assert!(shoot.is_being_deleted());
         assert_eq!(shoot.spec.kubernetes.version.as_deref(), Some("1.33.1"));
         assert!(shoot.is_failed());
         assert!(shoot.needs_force_deletion());
@@ -427,6 +433,7 @@ spec:
         assert!(!shoot.needs_force_deletion());
         assert!(!shoot.is_hibernated());
         assert!(shoot.metadata.deletion_timestamp.is_none());
+        assert!(!shoot.is_being_deleted());
         assert_eq!(shoot.technical_id(), None);
 
         let empty: ShootView = serde_json::from_value(serde_json::json!({})).unwrap();

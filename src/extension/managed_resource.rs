@@ -27,7 +27,9 @@ use sha2::{Digest, Sha256};
 
 use super::finalizer::{ignore_not_found, is_not_found};
 use crate::api::common::LocalObjectReference;
-use crate::api::managedresource::CONDITION_RESOURCES_APPLIED;
+use crate::api::managedresource::{
+    CONDITION_RESOURCES_APPLIED, CONDITION_RESOURCES_HEALTHY, CONDITION_RESOURCES_PROGRESSING,
+};
 use crate::api::{ConditionStatus, ErrorCode, ManagedResource, ManagedResourceSpec};
 
 /// Field manager of every server-side apply of the operator.
@@ -191,6 +193,72 @@ pub fn is_applied(mr: &ManagedResource) -> bool {
         && mr
             .condition(CONDITION_RESOURCES_APPLIED)
             .is_some_and(|c| c.status == ConditionStatus::True)
+}
+
+/// Whether GRM has applied the MR's current spec **and** its objects are healthy and fully
+/// rolled out: [`is_applied`], `ResourcesHealthy` True and `ResourcesProgressing` False
+/// (pure). `ResourcesHealthy` alone is not enough for a DaemonSet rollout: during one, GRM
+/// tolerates `maxUnavailable` unavailable pods; only once `ResourcesProgressing` is False are
+/// all pods updated, and then none may be unavailable. GRM resets both conditions to Unknown
+/// when the MR's secret data change, so neither is left over from the previous content.
+pub fn is_rolled_out(mr: &ManagedResource) -> bool {
+    is_applied(mr) && mr.is_healthy_and_not_progressing()
+}
+
+/// Why [`is_rolled_out`] does not hold, for status descriptions and events (pure): the MR's
+/// generation GRM has not processed yet, or the first condition not in its wanted state with
+/// the first line of GRM's message (at most 300 characters). `None` when rolled out.
+pub fn rollout_pending_reason(mr: &ManagedResource) -> Option<String> {
+    if is_rolled_out(mr) {
+        return None;
+    }
+    let name = mr.metadata.name.as_deref().unwrap_or_default();
+    let observed = mr.status.as_ref().and_then(|s| s.observed_generation);
+    if observed != mr.metadata.generation {
+        return Some(format!(
+            "ManagedResource {name}: generation {} not yet processed by gardener-resource-manager",
+            mr.metadata.generation.unwrap_or_default()
+        ));
+    }
+    let wanted = [
+        (CONDITION_RESOURCES_APPLIED, ConditionStatus::True),
+        (CONDITION_RESOURCES_HEALTHY, ConditionStatus::True),
+        (CONDITION_RESOURCES_PROGRESSING, ConditionStatus::False),
+    ];
+    for (type_, status) in wanted {
+        match mr.condition(type_) {
+            None => return Some(format!("ManagedResource {name}: no {type_} condition yet")),
+            Some(c) if c.status != status => {
+                let message: String = c
+                    .message
+                    .lines()
+                    .next()
+                    .unwrap_or_default()
+                    .chars()
+                    .take(300)
+                    .collect();
+                // The variant names are the API's values (True, False, Unknown, Progressing).
+                let status = format!("{:?}", c.status);
+                return Some(format!(
+                    "ManagedResource {name}: {type_} {status}: {message}"
+                ));
+            }
+            Some(_) => {}
+        }
+    }
+    Some(format!("ManagedResource {name}: not rolled out"))
+}
+
+/// Reads the MR `name` (`None`: absent).
+pub async fn get(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+) -> Result<Option<ManagedResource>, ManagedResourceError> {
+    let mrs: Api<ManagedResource> = Api::namespaced(client.clone(), namespace);
+    mrs.get_opt(name)
+        .await
+        .map_err(api_error("reading", "ManagedResource", namespace, name))
 }
 
 /// The manifest secret (pure).
@@ -564,6 +632,98 @@ mod tests {
             "managedresource-trailing-deadbeef",
             None
         ));
+    }
+
+    fn mr_with(
+        generation: i64,
+        observed: i64,
+        conditions: &[(&str, &str, &str)],
+    ) -> ManagedResource {
+        let conditions: Vec<serde_json::Value> = conditions
+            .iter()
+            .map(|(type_, status, message)| {
+                json!({"type": type_, "status": status, "reason": "R", "message": message,
+                    "lastTransitionTime": "2026-01-01T00:00:00Z",
+                    "lastUpdateTime": "2026-01-01T00:00:00Z"})
+            })
+            .collect();
+        serde_json::from_value(json!({
+            "apiVersion": "resources.gardener.cloud/v1alpha1",
+            "kind": "ManagedResource",
+            "metadata": {"name": "x", "namespace": "ns", "generation": generation},
+            "spec": {"secretRefs": []},
+            "status": {"observedGeneration": observed, "conditions": conditions},
+        }))
+        .unwrap()
+    }
+
+    /// Condition type, status, message.
+    type Conditions = (&'static str, &'static str, &'static str);
+
+    #[test]
+    fn rolled_out_needs_the_current_generation_applied_healthy_and_not_progressing() {
+        let done = [
+            ("ResourcesApplied", "True", ""),
+            ("ResourcesHealthy", "True", ""),
+            ("ResourcesProgressing", "False", ""),
+        ];
+        assert!(is_rolled_out(&mr_with(2, 2, &done)));
+        assert_eq!(rollout_pending_reason(&mr_with(2, 2, &done)), None);
+        let stale = mr_with(3, 2, &done);
+        assert!(!is_rolled_out(&stale));
+        assert_eq!(
+            rollout_pending_reason(&stale).unwrap(),
+            "ManagedResource x: generation 3 not yet processed by gardener-resource-manager"
+        );
+        let rows: [(&[Conditions], &str); 4] = [
+            (
+                &[
+                    ("ResourcesApplied", "True", ""),
+                    (
+                        "ResourcesHealthy",
+                        "False",
+                        "DaemonSet kube-system/d is unhealthy: too many unavailable pods found (1/3)\n\nmore",
+                    ),
+                    ("ResourcesProgressing", "False", ""),
+                ],
+                "ManagedResource x: ResourcesHealthy False: DaemonSet kube-system/d is unhealthy: too many unavailable pods found (1/3)",
+            ),
+            (
+                &[
+                    ("ResourcesApplied", "True", ""),
+                    ("ResourcesHealthy", "True", ""),
+                    (
+                        "ResourcesProgressing",
+                        "True",
+                        "DaemonSet kube-system/d is progressing: 1 of 3 replica(s) have been updated",
+                    ),
+                ],
+                "ManagedResource x: ResourcesProgressing True: DaemonSet kube-system/d is progressing: 1 of 3 replica(s) have been updated",
+            ),
+            (
+                &[
+                    ("ResourcesApplied", "True", ""),
+                    (
+                        "ResourcesHealthy",
+                        "Unknown",
+                        "The health checks have not yet been executed for the current set of resources.",
+                    ),
+                ],
+                "ManagedResource x: ResourcesHealthy Unknown: The health checks have not yet been executed for the current set of resources.",
+            ),
+            (
+                &[
+                    ("ResourcesApplied", "True", ""),
+                    ("ResourcesHealthy", "True", ""),
+                ],
+                "ManagedResource x: no ResourcesProgressing condition yet",
+            ),
+        ];
+        for (conditions, reason) in rows {
+            let mr = mr_with(2, 2, conditions);
+            assert!(!is_rolled_out(&mr), "{reason}");
+            assert_eq!(rollout_pending_reason(&mr).unwrap(), reason);
+        }
     }
 
     #[test]

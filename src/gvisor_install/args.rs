@@ -76,12 +76,13 @@ pub struct GvisorInstallArgs {
     #[arg(long, env = "GVISOR_RESTART_TIMEOUT_SECONDS", default_value_t = 120)]
     pub restart_timeout_seconds: u64,
 
-    /// Exit when done instead of waiting for SIGTERM.
+    /// Exit when done instead of waiting for SIGTERM (install and uninstall).
     #[arg(long, env = "GVISOR_ONCE")]
     pub once: bool,
 
-    /// Remove the runsc runtime from containerd's config and runsc.toml, restart containerd,
-    /// exit. Binaries stay (running sandboxes still need them).
+    /// Remove the runsc runtime from containerd's config and runsc.toml and restart
+    /// containerd (if that changed anything), then wait for SIGTERM like install (exit with
+    /// `--once`). Binaries stay (running sandboxes still need them).
     #[arg(long, env = "GVISOR_UNINSTALL")]
     pub uninstall: bool,
 }
@@ -181,7 +182,7 @@ pub struct Settings {
     pub dbus_address: String,
     /// Restart job timeout.
     pub restart_timeout: Duration,
-    /// Exit after the work instead of waiting for SIGTERM.
+    /// Exit after the work instead of waiting for SIGTERM (install and uninstall).
     pub once: bool,
     /// Uninstall instead of install.
     pub uninstall: bool,
@@ -348,6 +349,14 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    #[test]
+    fn uninstall_waits_for_sigterm_unless_once() {
+        let settings = Settings::from_args(parse(&["--uninstall"])).unwrap();
+        assert!(settings.uninstall && !settings.once);
+        let settings = Settings::from_args(parse(&["--uninstall", "--once"])).unwrap();
+        assert!(settings.uninstall && settings.once);
     }
 
     #[test]

@@ -36,16 +36,24 @@
 //! # `--uninstall`
 //!
 //! Removes the `runsc` runtime (under every version's key) from config.toml and deletes
-//! runsc.toml, then restarts containerd if either changed, and exits. The binaries stay:
-//! pods still running in gVisor sandboxes need `runsc` for their shim to stop them.
+//! runsc.toml, then restarts containerd if either changed (with the same restart-pending
+//! marker as install). The binaries stay: pods still running in gVisor sandboxes need
+//! `runsc` for their shim to stop them. It is idempotent: on a clean node it changes nothing
+//! and restarts nothing. Like install, it then waits for SIGTERM (`--once`: exits), and a
+//! failure exits non-zero with the reason in the termination log.
 //!
-//! When it runs: **not automatically**. Removing gVisor from a worker pool deletes the
-//! ContainerRuntime; the operator then deletes the pool's installation DaemonSet and leaves
-//! the node files in place, as upstream does (a runtime entry whose RuntimeClass no longer
-//! selects the node is harmless). `--uninstall` is the clean-up path for an operator who
-//! wants the nodes clean without replacing them: run the same image once per node with the
-//! DaemonSet's mounts and privileges plus `--uninstall` (e.g. a one-off pod pinned to the
-//! node, or a temporary DaemonSet). It is idempotent.
+//! When it runs: **automatically** when gVisor is removed from a worker pool. The
+//! ContainerRuntime's deletion first turns the pool's installation DaemonSet into the
+//! uninstall DaemonSet (same name, updated in place, rolled node by node): an init container
+//! runs `--uninstall --once`, so a pod is Ready only once its node is clean (a failure
+//! restarts the init container and keeps the pod unready), and the main container runs
+//! `--uninstall`, which finds nothing left to do and keeps the pod Running and Ready until
+//! SIGTERM. The operator waits until the DaemonSet is rolled out and healthy on every node
+//! (bounded by `--gvisor-uninstall-timeout-seconds`) and only then deletes it; see
+//! [`crate::controllers::containerruntime::delete`]. Shoot deletion, hibernation, force
+//! deletion and migration do not uninstall (the nodes go away, or keep running elsewhere).
+//! By hand, the same image with the DaemonSet's mounts and privileges plus
+//! `--uninstall --once` cleans one node (e.g. a one-off pod pinned to it).
 //!
 //! # Flags
 //!
@@ -179,18 +187,16 @@ impl Error {
     }
 }
 
-/// Runs `gvisor-install` with `args`: install (or uninstall), then wait for SIGTERM unless
-/// `--once` or `--uninstall`. On failure the reason also goes to `/dev/termination-log`
-/// when that exists (Kubernetes shows it in the pod status).
+/// Runs `gvisor-install` with `args`: install (or with `--uninstall` uninstall), then wait
+/// for SIGTERM unless `--once`. A failure returns at once (the process exits non-zero and
+/// the pod restarts); the reason also goes to `/dev/termination-log` when that exists
+/// (Kubernetes shows it in the pod status).
 pub async fn run(args: GvisorInstallArgs) -> Result<(), Error> {
     let settings = Settings::from_args(args)?;
-    // Listen before working: a SIGTERM during the work ends the process once the work is
+    // Listen before working, with `--once` too: a SIGTERM during the work (the pod deleted
+    // while it edits config.toml or restarts containerd) ends the process once the work is
     // done instead of in the middle of it.
-    let termination = if settings.once || settings.uninstall {
-        None
-    } else {
-        Some(Termination::listen()?)
-    };
+    let termination = Termination::listen()?;
     let result = if settings.uninstall {
         uninstall::run(&settings).await
     } else {
@@ -200,7 +206,7 @@ pub async fn run(args: GvisorInstallArgs) -> Result<(), Error> {
         write_termination_log(error);
     }
     result?;
-    if let Some(termination) = termination {
+    if !settings.once {
         termination.wait().await;
     }
     Ok(())

@@ -131,7 +131,13 @@ pub async fn run_serving(
                     client.clone(),
                     templates.clone(),
                     images.clone(),
-                    args.gvisor_installation_test_repository.clone(),
+                    events.clone(),
+                    containerruntime::Options {
+                        test_repository: args.gvisor_installation_test_repository.clone(),
+                        uninstall_timeout: Duration::from_secs(
+                            args.gvisor_uninstall_timeout_seconds,
+                        ),
+                    },
                 );
                 let (task, ready) = start_controller(
                     &client,

@@ -115,6 +115,14 @@ pub struct OperatorArgs {
     /// providerConfig (testing unreleased images only).
     #[arg(long, env = "GVISOR_INSTALLATION_TEST_REPOSITORY")]
     pub gvisor_installation_test_repository: Option<String>,
+
+    /// Seconds a gVisor ContainerRuntime deletion waits, from its deletion timestamp, for the
+    /// pool's nodes to uninstall gVisor (runsc removed from containerd's config) before it
+    /// gives up with a `GVisorUninstallIncomplete` Warning event and deletes anyway. 0 turns
+    /// the uninstall off: the installation is deleted at once and nodes keep the runtime
+    /// entry (upstream's behaviour).
+    #[arg(long, env = "GVISOR_UNINSTALL_TIMEOUT_SECONDS", default_value_t = 600)]
+    pub gvisor_uninstall_timeout_seconds: u64,
 }
 
 impl OperatorArgs {
@@ -141,6 +149,7 @@ impl OperatorArgs {
             os_types: vec!["debian".into(), "ubuntu".into()],
             node_agent_secrets: NodeAgentSecrets::Auto,
             gvisor_installation_test_repository: None,
+            gvisor_uninstall_timeout_seconds: 600,
         }
     }
 }
@@ -155,6 +164,17 @@ mod tests {
     struct Wrapper {
         #[command(flatten)]
         args: OperatorArgs,
+    }
+
+    #[test]
+    fn the_uninstall_timeout_defaults_to_ten_minutes_and_zero_is_accepted() {
+        let parsed = Wrapper::try_parse_from(["operator"]).unwrap();
+        assert_eq!(parsed.args.gvisor_uninstall_timeout_seconds, 600);
+        let parsed =
+            Wrapper::try_parse_from(["operator", "--gvisor-uninstall-timeout-seconds=0"]).unwrap();
+        assert_eq!(parsed.args.gvisor_uninstall_timeout_seconds, 0);
+        let help = Wrapper::command().render_long_help().to_string();
+        assert!(help.contains("GVISOR_UNINSTALL_TIMEOUT_SECONDS"), "{help}");
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! What gardenlet does to extension objects, for tests: annotate with an operation and a
 //! timestamp, confirm and delete, and the readiness check it waits on
-//! (`docs/contract.md#readiness`); and
-//! gardener-resource-manager's finalizer on ManagedResources.
+//! (`docs/contract.md#readiness`); and gardener-resource-manager's part on ManagedResources:
+//! its finalizer, and its status for a rolled-out generation (by hand, or for the gVisor
+//! uninstall by a background stand-in).
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use gardener_extension_node::api::{
@@ -41,6 +42,99 @@ async fn set_finalizers(
         )
         .await
         .expect("patch the ManagedResource's finalizers");
+}
+
+/// The status gardener-resource-manager writes once `generation` is applied, healthy and
+/// fully rolled out: `ResourcesApplied` True, `ResourcesHealthy` True, `ResourcesProgressing`
+/// False.
+pub fn rolled_out_status(generation: Option<i64>) -> serde_json::Value {
+    let now = Utc::now().to_rfc3339_opts(SecondsFormat::Secs, true);
+    let condition = |type_: &str, status: &str, reason: &str| {
+        json!({"type": type_, "status": status, "reason": reason, "message": reason,
+            "lastTransitionTime": now, "lastUpdateTime": now})
+    };
+    json!({
+        "observedGeneration": generation,
+        "conditions": [
+            condition("ResourcesApplied", "True", "ApplySucceeded"),
+            condition("ResourcesHealthy", "True", "ResourcesHealthy"),
+            condition("ResourcesProgressing", "False", "ResourcesRolledOut"),
+        ],
+    })
+}
+
+/// Reports ManagedResource `name` rolled out ([`rolled_out_status`]) for its current
+/// generation, or for `observed_generation` when given (a report for an older generation).
+pub async fn report_rolled_out(
+    managed_resources: &Api<ManagedResource>,
+    name: &str,
+    observed_generation: Option<i64>,
+) -> ManagedResource {
+    let mr = managed_resources
+        .get(name)
+        .await
+        .expect("read the ManagedResource");
+    let status = rolled_out_status(observed_generation.or(mr.metadata.generation));
+    managed_resources
+        .patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "status": status })),
+        )
+        .await
+        .expect("patch the ManagedResource status")
+}
+
+/// Prefix of the gVisor pools' installation ManagedResources.
+pub const GVISOR_INSTALLATION_MR_PREFIX: &str = "extension-runtime-gvisor-installation-";
+
+/// gardener-resource-manager's part in gVisor deletions, for tests without it: while this
+/// lives, every gVisor installation ManagedResource of the namespace (not being deleted)
+/// whose current generation has no report yet is reported rolled out within about 200 ms,
+/// as GRM does for an uninstall DaemonSet whose nodes all finish at once. Stops when
+/// dropped.
+pub struct GvisorRolloutStandIn {
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl GvisorRolloutStandIn {
+    /// Starts the stand-in for `namespace` on the calling test's runtime.
+    pub fn start(client: kube::Client, namespace: &str) -> Self {
+        let managed_resources: Api<ManagedResource> = Api::namespaced(client, namespace);
+        let task = tokio::spawn(async move {
+            loop {
+                let list = managed_resources
+                    .list(&kube::api::ListParams::default())
+                    .await;
+                for mr in list.map(|l| l.items).unwrap_or_default() {
+                    let reported = mr.status.as_ref().and_then(|s| s.observed_generation)
+                        == mr.metadata.generation;
+                    if mr.name_any().starts_with(GVISOR_INSTALLATION_MR_PREFIX)
+                        && mr.metadata.deletion_timestamp.is_none()
+                        && !reported
+                    {
+                        // Failures (the MR deleted meanwhile) are retried by the next pass.
+                        let status = rolled_out_status(mr.metadata.generation);
+                        let _ = managed_resources
+                            .patch_status(
+                                &mr.name_any(),
+                                &PatchParams::default(),
+                                &Patch::Merge(json!({ "status": status })),
+                            )
+                            .await;
+                    }
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            }
+        });
+        GvisorRolloutStandIn { task }
+    }
+}
+
+impl Drop for GvisorRolloutStandIn {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
 }
 
 /// Sets `gardener.cloud/operation=<operation>` and a fresh `gardener.cloud/timestamp`.

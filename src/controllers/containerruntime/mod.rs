@@ -7,7 +7,8 @@
 //!
 //! ManagedResources (names as upstream runtime-gvisor, so it can be replaced in place):
 //! `extension-runtime-gvisor` (shared by all pools of a shoot) and
-//! `extension-runtime-gvisor-installation-<pool>`.
+//! `extension-runtime-gvisor-installation-<pool>`. While a ContainerRuntime is deleted, the
+//! pool's ManagedResource first carries the uninstall DaemonSet ([`delete`]).
 
 pub mod config;
 pub mod delete;
@@ -17,9 +18,12 @@ pub mod render;
 pub mod restore;
 pub mod sweep;
 
+use std::time::Duration;
+
 use kube::Client;
 
 use crate::api::{ContainerRuntime, ErrorCode};
+use crate::extension::events::EventPublisher;
 use crate::extension::managed_resource::ManagedResourceError;
 use crate::extension::{Classify, Outcome, Request};
 use crate::imagevector::ImageVector;
@@ -90,29 +94,44 @@ impl From<ManagedResourceError> for Error {
     }
 }
 
-/// The gVisor actuator: the client, the parsed templates and the image vector.
+/// Operator options of the gVisor controller.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Options {
+    /// `--gvisor-installation-test-repository`: together with a `testImageTag` in the
+    /// providerConfig it replaces the installation image.
+    pub test_repository: Option<String>,
+    /// `--gvisor-uninstall-timeout-seconds`: how long a deletion waits for the uninstall on
+    /// the pool's nodes, from the ContainerRuntime's deletion timestamp; zero turns the
+    /// uninstall off ([`delete`]).
+    pub uninstall_timeout: Duration,
+}
+
+/// The gVisor actuator: the client, the parsed templates, the image vector, the event
+/// publisher and the options.
 #[derive(Clone)]
 pub struct GVisorActuator {
     client: Client,
     templates: render::Templates,
     images: ImageVector,
-    test_repository: Option<String>,
+    events: EventPublisher,
+    options: Options,
 }
 
 impl GVisorActuator {
-    /// Builds the actuator. `test_repository` is `--gvisor-installation-test-repository`:
-    /// together with a `testImageTag` in the providerConfig it replaces the installation image.
+    /// Builds the actuator.
     pub fn new(
         client: Client,
         templates: render::Templates,
         images: ImageVector,
-        test_repository: Option<String>,
+        events: EventPublisher,
+        options: Options,
     ) -> Self {
         GVisorActuator {
             client,
             templates,
             images,
-            test_repository,
+            events,
+            options,
         }
     }
 }

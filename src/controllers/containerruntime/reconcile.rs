@@ -31,7 +31,7 @@ pub fn render(actuator: &GVisorActuator, object: &ContainerRuntime) -> Result<Re
     render_parts(
         &actuator.templates,
         &actuator.images,
-        actuator.test_repository.as_deref(),
+        actuator.options.test_repository.as_deref(),
         object,
     )
 }
@@ -45,6 +45,38 @@ pub fn render_parts(
 ) -> Result<Rendered, Error> {
     let settings =
         config::validate(object.spec.default.provider_config.as_ref()).map_err(Error::Config)?;
+    let inputs = installation_inputs(images, test_repository, object, settings)?;
+    Ok(Rendered {
+        pool: inputs.pool.clone(),
+        shared: render::render_runtime_class(templates).map_err(Error::Render)?,
+        installation: render::render_installation(templates, &inputs).map_err(Error::Render)?,
+    })
+}
+
+/// The pool's uninstall DaemonSet ([`render::render_uninstall`]), without any API access.
+/// Lenient on purpose, since a deletion must not hang on the spec: an invalid
+/// `providerConfig` (the runsc flags do not matter for an uninstall) only loses its
+/// `testImageTag`, so the image vector's installation image is used.
+pub fn render_uninstall_parts(
+    templates: &render::Templates,
+    images: &ImageVector,
+    test_repository: Option<&str>,
+    object: &ContainerRuntime,
+) -> Result<String, Error> {
+    let settings =
+        config::validate(object.spec.default.provider_config.as_ref()).unwrap_or_default();
+    let inputs = installation_inputs(images, test_repository, object, settings)?;
+    render::render_uninstall(templates, &inputs).map_err(Error::Render)
+}
+
+/// The inputs of the pool's DaemonSet: the image (the test repository with the
+/// providerConfig's `testImageTag`, else the image vector's) and the pool.
+fn installation_inputs(
+    images: &ImageVector,
+    test_repository: Option<&str>,
+    object: &ContainerRuntime,
+    settings: config::GVisorSettings,
+) -> Result<InstallationInputs, Error> {
     let image = match (test_repository, &settings.test_image_tag) {
         (Some(repository), Some(tag)) if !repository.is_empty() => format!("{repository}:{tag}"),
         _ => images
@@ -52,9 +84,8 @@ pub fn render_parts(
             .ok_or(Error::MissingImage(GVISOR_INSTALLATION))?
             .to_string(),
     };
-    let pool = object.spec.worker_pool.name.clone();
-    let inputs = InstallationInputs {
-        pool: pool.clone(),
+    Ok(InstallationInputs {
+        pool: object.spec.worker_pool.name.clone(),
         pool_selector: object
             .spec
             .worker_pool
@@ -65,15 +96,11 @@ pub fn render_parts(
         image,
         bin_dir: object.spec.binary_path.clone(),
         settings,
-    };
-    Ok(Rendered {
-        pool,
-        shared: render::render_runtime_class(templates).map_err(Error::Render)?,
-        installation: render::render_installation(templates, &inputs).map_err(Error::Render)?,
     })
 }
 
-fn data(manifests: &str) -> BTreeMap<String, Vec<u8>> {
+/// The data of a pool's or the shared MR secret: the manifests under [`DATA_KEY`].
+pub(super) fn data(manifests: &str) -> BTreeMap<String, Vec<u8>> {
     BTreeMap::from([(DATA_KEY.to_string(), manifests.as_bytes().to_vec())])
 }
 
@@ -103,4 +130,82 @@ pub async fn reconcile(
     tracing::info!(pool = %rendered.pool, "ManagedResources applied");
     sweep::sweep(actuator, namespace).await?;
     Ok(Outcome::done())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::imagevector::DEFAULT_IMAGES;
+    use serde_json::json;
+
+    fn container_runtime(provider_config: serde_json::Value) -> ContainerRuntime {
+        serde_json::from_value(json!({
+            "apiVersion": "extensions.gardener.cloud/v1alpha1",
+            "kind": "ContainerRuntime",
+            "metadata": {"name": "gvisor-p", "namespace": "shoot--a--b"},
+            "spec": {
+                "type": "gvisor",
+                "binaryPath": "/var/bin/containerruntimes",
+                "providerConfig": provider_config,
+                "workerPool": {"name": "p", "selector": {"matchLabels": {
+                    "worker.gardener.cloud/pool": "p"}}},
+            },
+        }))
+        .unwrap()
+    }
+
+    fn config(extra: serde_json::Value) -> serde_json::Value {
+        let mut config = json!({
+            "apiVersion": "gvisor.runtime.extensions.config.gardener.cloud/v1alpha1",
+            "kind": "GVisorConfiguration",
+        });
+        config
+            .as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        config
+    }
+
+    fn image_of(text: &str) -> String {
+        let ds: serde_json::Value = serde_norway::from_str(text).unwrap();
+        ds["spec"]["template"]["spec"]["containers"][0]["image"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    }
+
+    /// A deletion must not hang on the spec: an invalid providerConfig blocks the
+    /// installation but not the uninstall, which then uses the image vector's image.
+    #[test]
+    fn the_uninstall_renders_whatever_the_provider_config() {
+        let templates = render::Templates::new().unwrap();
+        let images = ImageVector::from_yaml(DEFAULT_IMAGES, None).unwrap();
+        let default_image = images.get(GVISOR_INSTALLATION).unwrap().to_string();
+        let repository = Some("registry.example/test");
+
+        let invalid = container_runtime(config(
+            json!({"configFlags": {"platform": "kvm"}, "testImageTag": "v9"}),
+        ));
+        assert!(matches!(
+            render_parts(&templates, &images, repository, &invalid),
+            Err(Error::Config(_))
+        ));
+        let text = render_uninstall_parts(&templates, &images, repository, &invalid).unwrap();
+        assert!(text.contains("--uninstall"), "{text}");
+        assert_eq!(image_of(&text), default_image);
+
+        let test_image = container_runtime(config(json!({"testImageTag": "v9"})));
+        let installation = render_parts(&templates, &images, repository, &test_image).unwrap();
+        let uninstall =
+            render_uninstall_parts(&templates, &images, repository, &test_image).unwrap();
+        assert_eq!(
+            image_of(&installation.installation),
+            "registry.example/test:v9"
+        );
+        assert_eq!(
+            image_of(&uninstall),
+            "registry.example/test:v9",
+            "same image"
+        );
+    }
 }

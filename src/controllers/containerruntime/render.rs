@@ -1,6 +1,7 @@
 //! Rendering of the gVisor shoot manifests (pure): the shared RuntimeClass + ServiceAccount
-//! and the per-pool installation DaemonSet, from tera templates under
-//! `charts/internal/gvisor/` that are embedded at compile time and parsed once at start-up.
+//! and the per-pool installation DaemonSet (or, while a ContainerRuntime is deleted, the same
+//! DaemonSet in uninstall mode), from tera templates under `charts/internal/gvisor/` that are
+//! embedded at compile time and parsed once at start-up.
 
 use std::collections::BTreeMap;
 
@@ -13,6 +14,12 @@ use crate::api::constants::{LABEL_CRI_NAME, LABEL_WORKER_POOL};
 
 const RUNTIME_CLASS: &str = "runtimeclass.yaml";
 const INSTALLATION: &str = "installation.yaml";
+
+/// Label on the DaemonSet and its pods in uninstall mode (value `uninstall`). The
+/// installation carries none, so its rendering stayed byte-identical when uninstall came.
+pub const LABEL_MODE: &str = "runtime.gvisor.extensions.gardener.cloud/mode";
+/// Value of [`LABEL_MODE`] on the uninstall DaemonSet.
+pub const MODE_UNINSTALL: &str = "uninstall";
 
 /// Errors of rendering.
 #[derive(Debug, thiserror::Error)]
@@ -83,6 +90,8 @@ struct InstallationContext<'a> {
     bin_dir_flag: String,
     flags_text: String,
     flags_checksum: String,
+    uninstall: bool,
+    mode_label: &'static str,
 }
 
 /// Name of the per-pool DaemonSet.
@@ -112,6 +121,31 @@ pub fn render_installation(
     templates: &Templates,
     inputs: &InstallationInputs,
 ) -> Result<String, RenderError> {
+    render_daemonset(templates, inputs, false)
+}
+
+/// The uninstall DaemonSet of one pool: the installation DaemonSet with the same name,
+/// labels, selector, node selector, tolerations, priority class, image, privileges and
+/// host-root mount, so gardener-resource-manager updates it in place and the rolling update
+/// replaces each node's installation pod by an uninstall pod. The pod runs
+/// `gvisor-install --uninstall --once` as init container (containerd config cleaned and
+/// restarted, or the container fails and is retried), then `gvisor-install --uninstall` in
+/// the main container, which finds nothing left to do and waits for SIGTERM: a pod is Ready
+/// only on a node that is uninstalled, so the DaemonSet is healthy and rolled out exactly
+/// when every node of the pool is. Marked with [`LABEL_MODE`]` = `[`MODE_UNINSTALL`] on the
+/// DaemonSet and its pods. The runsc flags of `inputs.settings` are not used.
+pub fn render_uninstall(
+    templates: &Templates,
+    inputs: &InstallationInputs,
+) -> Result<String, RenderError> {
+    render_daemonset(templates, inputs, true)
+}
+
+fn render_daemonset(
+    templates: &Templates,
+    inputs: &InstallationInputs,
+    uninstall: bool,
+) -> Result<String, RenderError> {
     let flags_text = inputs.settings.flags_text();
     let context = InstallationContext {
         name: daemonset_name(&inputs.pool),
@@ -121,6 +155,8 @@ pub fn render_installation(
         bin_dir_flag: format!("--bin-dir={}", inputs.bin_dir),
         flags_checksum: hex::encode(Sha256::digest(flags_text.as_bytes())),
         flags_text,
+        uninstall,
+        mode_label: LABEL_MODE,
     };
     let context = Context::from_serialize(&context).map_err(|source| RenderError::Template {
         template: INSTALLATION,
@@ -223,6 +259,87 @@ mod tests {
     }
 
     #[test]
+    fn uninstall_snapshot() {
+        let templates = Templates::new().unwrap();
+        let text = render_uninstall(
+            &templates,
+            &inputs(json!({"net-raw": "true", "debug": "true"})),
+        )
+        .unwrap();
+        insta::assert_snapshot!(text);
+    }
+
+    /// The uninstall DaemonSet is the installation DaemonSet with other commands, no flags,
+    /// an init container and the mode label: everything GRM and the DaemonSet controller
+    /// match on (name, selector, scheduling, image, privileges, mounts) is the same, so the
+    /// update is in place and rolls node by node.
+    #[test]
+    fn uninstall_differs_from_the_installation_only_in_mode() {
+        let templates = Templates::new().unwrap();
+        let i = inputs(json!({"net-raw": "true"}));
+        let install = parse_all(&render_installation(&templates, &i).unwrap()).remove(0);
+        let uninstall = parse_all(&render_uninstall(&templates, &i).unwrap()).remove(0);
+        assert_eq!(uninstall["metadata"]["name"], install["metadata"]["name"]);
+        assert_eq!(
+            uninstall["metadata"]["namespace"],
+            install["metadata"]["namespace"]
+        );
+        assert_eq!(uninstall["spec"]["selector"], install["spec"]["selector"]);
+        assert_eq!(
+            uninstall["spec"]["updateStrategy"],
+            install["spec"]["updateStrategy"]
+        );
+        assert_eq!(uninstall["metadata"]["labels"][LABEL_MODE], MODE_UNINSTALL);
+        assert!(install["metadata"]["labels"].get(LABEL_MODE).is_none());
+        let (u, i) = (&uninstall["spec"]["template"], &install["spec"]["template"]);
+        assert_eq!(u["metadata"]["labels"][LABEL_MODE], MODE_UNINSTALL);
+        assert!(
+            u["metadata"].get("annotations").is_none(),
+            "no flags checksum"
+        );
+        for field in [
+            "nodeSelector",
+            "tolerations",
+            "priorityClassName",
+            "serviceAccountName",
+            "securityContext",
+            "volumes",
+        ] {
+            assert_eq!(u["spec"][field], i["spec"][field], "{field}");
+        }
+        let main = &u["spec"]["containers"][0];
+        let installer = &i["spec"]["containers"][0];
+        for field in [
+            "name",
+            "image",
+            "securityContext",
+            "volumeMounts",
+            "resources",
+        ] {
+            assert_eq!(main[field], installer[field], "{field}");
+        }
+        let command = |c: &serde_json::Value| -> Vec<String> {
+            c["command"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|a| a.as_str().unwrap().to_string())
+                .collect()
+        };
+        let mut expected = command(installer);
+        expected.push("--uninstall".into());
+        assert_eq!(command(main), expected, "same dirs, plus --uninstall");
+        assert!(main.get("env").is_none(), "no runsc flags");
+        let init = &u["spec"]["initContainers"][0];
+        expected.push("--once".into());
+        assert_eq!(command(init), expected);
+        for field in ["image", "securityContext", "volumeMounts"] {
+            assert_eq!(init[field], installer[field], "{field}");
+        }
+        assert_eq!(u["spec"]["initContainers"].as_array().unwrap().len(), 1);
+    }
+
+    #[test]
     fn a_flag_change_changes_the_pod_template_checksum_and_nothing_else_is_random() {
         let templates = Templates::new().unwrap();
         let a = render_installation(
@@ -254,13 +371,21 @@ mod tests {
         let mut i = inputs(json!({}));
         i.pool = "a: {b}".into();
         i.image = "x\"y\n#z".into();
-        let objects = parse_all(&render_installation(&templates, &i).unwrap());
+        for text in [
+            render_installation(&templates, &i).unwrap(),
+            render_uninstall(&templates, &i).unwrap(),
+        ] {
+            let objects = parse_all(&text);
+            assert_eq!(
+                objects[0]["metadata"]["labels"]["worker.gardener.cloud/pool"],
+                "a: {b}"
+            );
+            let spec = &objects[0]["spec"]["template"]["spec"];
+            assert_eq!(spec["containers"][0]["image"], "x\"y\n#z");
+        }
+        let uninstall = parse_all(&render_uninstall(&templates, &i).unwrap());
         assert_eq!(
-            objects[0]["metadata"]["labels"]["worker.gardener.cloud/pool"],
-            "a: {b}"
-        );
-        assert_eq!(
-            objects[0]["spec"]["template"]["spec"]["containers"][0]["image"],
+            uninstall[0]["spec"]["template"]["spec"]["initContainers"][0]["image"],
             "x\"y\n#z"
         );
     }
