@@ -4,7 +4,8 @@
 # inherit GARDENER_EXTENSION_NODE_TEST_RUN from `make test`, so they are found by that
 # variable and nothing else (a `make start` in another terminal or another project's
 # kube-apiserver has a different value or none). The test harness's watchdogs kill
-# everything right after each test binary exits; allow them a few seconds.
+# everything right after each test binary exits; allow them a few seconds. The cgroup
+# folders of shoot nodes must be gone as well.
 #
 #   hack/check-orphans.sh <run id>
 set -uo pipefail
@@ -28,14 +29,29 @@ leftovers() {
   done
 }
 
+# Cgroup folders of shoot nodes (test/support/node.rs) whose test process is gone.
+stale_node_cgroups() {
+  local dir owner
+  for dir in $(find /sys/fs/cgroup -maxdepth 6 -type d -name 'gen-node-*' 2>/dev/null); do
+    owner="${dir##*/gen-node-}"
+    owner="${owner%%-*}"
+    [[ -e "/proc/$owner" ]] || echo "$dir"
+  done
+}
+
 for _ in $(seq 1 50); do
   pids="$(leftovers)"
-  if [[ -z "$pids" ]]; then
+  cgroups="$(stale_node_cgroups)"
+  if [[ -z "$pids" && -z "$cgroups" ]]; then
     echo "check-orphans: nothing this test run started is left running"
     exit 0
   fi
   sleep 0.2
 done
+if [[ -n "$cgroups" ]]; then
+  echo "check-orphans: cgroup folders of finished nodes are left:" >&2
+  echo "$cgroups" >&2
+fi
 echo "check-orphans: processes of this test run outlived the tests:" >&2
 for pid in $pids; do
   ps -o pid=,args= -p "$pid" >&2

@@ -6,8 +6,12 @@ set -euo pipefail
 # Debian packages the tests use (procps: pgrep for the orphan check; systemd-container,
 # dbus, containerd, runsc: the gVisor installer's e2e test boots a real systemd with
 # systemd-nspawn and runs Debian's containerd and runsc in it; the host's /usr is the
-# container's, so installing them here puts them there).
-packages=(procps systemd-container dbus containerd runsc)
+# container's, so installing them here puts them there). For `make e2e`'s shoot node:
+# runc (containerd 2.x's runc shim drives it), containernetworking-plugins (the pod bridge),
+# iproute2, busybox-static (the test images) and musl-tools (our static binary, which the
+# node and the installation image run).
+packages=(procps systemd-container dbus containerd runsc runc containernetworking-plugins iproute2
+  busybox-static musl-tools)
 
 missing=()
 for p in "${packages[@]}"; do
@@ -31,6 +35,14 @@ if command -v rustup >/dev/null; then
     rustup component list --installed 2>/dev/null | grep -q "^$component" || rustup component add "$component"
   done
 fi
+
+# The static target for the node's binary (make e2e).
+if command -v rustup >/dev/null && ! rustup target list --installed 2>/dev/null | grep -qx x86_64-unknown-linux-musl; then
+  rustup target add x86_64-unknown-linux-musl
+fi
+# The node fixture mounts its binaries here (test/support/node.rs); an FHS folder some
+# images lack.
+if [[ $(id -u) -eq 0 ]]; then mkdir -p /usr/local/sbin; fi
 
 # cargo-deny for `make lint` (licences, duplicate versions, sources). Pinned so a fresh
 # machine gets the version deny.toml was written for; about 8 minutes to build on 2 cores.

@@ -92,7 +92,6 @@ pub struct Node {
     pub machine: Machine,
     forwarder: Forwarder,
     cgroups: Vec<PathBuf>,
-    _binaries: tempfile::TempDir,
 }
 
 /// What a node's processes use, read from its cgroups and `/proc` on the host.
@@ -121,13 +120,14 @@ impl Node {
         }
         // The mount point of the node's binaries; an FHS folder some hosts lack.
         fs::create_dir_all("/usr/local/sbin").map_err(|e| format!("/usr/local/sbin: {e}"))?;
-        let binaries = link_binaries(&options.assets)?;
         remove_stale_cgroups();
         let name = format!(
             "gen-node-{}-{}",
             std::process::id(),
             NODE_COUNTER.fetch_add(1, Ordering::SeqCst)
         );
+        let binaries = std::env::temp_dir().join(format!("{name}-bin"));
+        link_binaries(&options.assets, &binaries)?;
         let cgroups = create_cgroups(&name)?;
         // /var on disk: the volatile root is a tmpfs, whose pages a container's memory
         // limit cannot reclaim (the installation pod copies runsc and its shim to /var).
@@ -136,7 +136,7 @@ impl Node {
         let machine = Machine::boot(MachineOptions {
             private_network: true,
             bind_ro: vec![
-                (binaries.path().to_path_buf(), "/usr/local/sbin".into()),
+                (binaries.clone(), "/usr/local/sbin".into()),
                 (options.agent_binary.clone(), AGENT_BINARY.into()),
                 (options.images.clone(), IMAGES_DIR.into()),
                 ("/dev/kmsg".into(), "/dev/kmsg".into()),
@@ -144,13 +144,14 @@ impl Node {
             extra_args: vec!["--capability=all".into()],
             cgroups: cgroups.clone(),
             bind: vec![(var.clone(), "/var".into())],
-            scratch_dirs: vec![var.clone()],
+            scratch_dirs: vec![var.clone(), binaries.clone()],
             nspawn_env: vec![("SYSTEMD_SECCOMP".into(), "0".into())],
             ..MachineOptions::default()
         })
         .map_err(|e: NspawnError| {
             remove_cgroup_folders(&cgroups);
             let _ = fs::remove_dir_all(&var);
+            let _ = fs::remove_dir_all(&binaries);
             e.to_string()
         })?;
         prepare(&machine)?;
@@ -160,7 +161,6 @@ impl Node {
             machine,
             forwarder,
             cgroups,
-            _binaries: binaries,
         })
     }
 
@@ -255,20 +255,17 @@ impl Drop for Node {
 
 static NODE_COUNTER: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
-/// Hard links (or copies, across file systems) of the node binaries in a fresh folder.
-fn link_binaries(assets: &Path) -> Result<tempfile::TempDir, String> {
-    let dir = tempfile::Builder::new()
-        .prefix("gen-node-bin-")
-        .tempdir()
-        .map_err(|e| e.to_string())?;
+/// Hard links (or copies, across file systems) of the node binaries in folder `dir`.
+fn link_binaries(assets: &Path, dir: &Path) -> Result<(), String> {
+    fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     for binary in NODE_BINARIES {
         let source = assets.join(binary);
-        let target = dir.path().join(binary);
+        let target = dir.join(binary);
         if fs::hard_link(&source, &target).is_err() {
             fs::copy(&source, &target).map_err(|e| format!("{}: {e}", source.display()))?;
         }
     }
-    Ok(dir)
+    Ok(())
 }
 
 /// This process's cgroup folder in each mounted hierarchy, from `/proc/self/cgroup`.
