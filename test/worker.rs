@@ -1183,3 +1183,108 @@ fn render_worker_prints_the_machine_objects_without_a_cluster() {
         "{stderr}"
     );
 }
+
+/// Item 6 of the Worker's gaps (`waitUntilUnwantedMachineDeploymentsDeleted`): while
+/// machine-controller-manager runs, the Worker is not Succeeded before the deployments the
+/// cleanup deleted are gone, and a failed machine of such a deployment fails the operation
+/// with its own error. The test plays MCM's finalizer (it keeps the old deployment while
+/// MCM drains it) and MCM's Deployment (replicas 1, so the wait applies).
+#[tokio::test]
+async fn unwanted_deployments_are_waited_for_and_their_failed_machines_fail_the_reconcile() {
+    let env = setup(|_| {}).await;
+    create_worker(&env, |_| {}).await;
+    let mcm = Mcm::new(&env);
+    until_ready(&env, &mcm, LastOperationType::Create).await;
+    let mcm_deployment: Deployment = serde_json::from_value(json!({
+        "metadata": {"name": "machine-controller-manager", "namespace": env.namespace},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"role": "machine-controller-manager"}},
+            "template": {"metadata": {"labels": {"role": "machine-controller-manager"}},
+                         "spec": {"containers": [{"name": "mcm", "image": "mcm"}]}},
+        },
+    }))
+    .unwrap();
+    Api::<Deployment>::namespaced(env.client.clone(), &env.namespace)
+        .create(&PostParams::default(), &mcm_deployment)
+        .await
+        .unwrap();
+    let old = format!("{}-worker-a-z1", env.namespace);
+    let deployments = api::<MachineDeployment>(&env);
+    deployments
+        .patch(
+            &old,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": [
+                gardener_extension_node::controllers::worker::leftovers::MCM_FINALIZER
+            ]}})),
+        )
+        .await
+        .unwrap();
+    mcm.fail(&old, "old-machine", "draining old-machine failed: PDB")
+        .await;
+
+    // The pool is renamed: its deployment is no longer wanted.
+    patch_pool(&env, |p| p["name"] = json!("worker-b")).await;
+    annotate(&api::<Worker>(&env), WORKER, "reconcile").await;
+    let workers = api::<Worker>(&env);
+    wait_for(
+        "the old deployment's failed machine in lastError",
+        WAIT,
+        || async {
+            mcm.sync().await?;
+            let worker = workers.get(WORKER).await.map_err(err)?;
+            let error = worker
+                .status
+                .as_ref()
+                .and_then(|s| s.default.last_error.as_ref())
+                .map(|e| e.description.clone())
+                .unwrap_or_default();
+            if error.contains("draining old-machine failed: PDB") {
+                Ok(())
+            } else {
+                Err(format!("lastError: {error}"))
+            }
+        },
+    )
+    .await;
+    let terminating = deployments.get(&old).await.unwrap();
+    assert!(
+        terminating.metadata.deletion_timestamp.is_some(),
+        "the cleanup deleted the old deployment"
+    );
+
+    // MCM finishes: the failed machine is gone and its finalizer released.
+    deployments
+        .patch_status(
+            &old,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"failedMachines": null}})),
+        )
+        .await
+        .unwrap();
+    let worker = wait_for("still waiting for the old deployment", WAIT, || async {
+        mcm.sync().await?;
+        let worker = workers.get(WORKER).await.map_err(err)?;
+        match last_operation(&worker) {
+            Some((_, LastOperationState::Processing, description))
+                if description.contains(&old) =>
+            {
+                Ok(worker)
+            }
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    assert!(check_ready(&worker, LastOperationType::Reconcile).is_err());
+    deployments
+        .patch(
+            &old,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+        )
+        .await
+        .unwrap();
+    until_ready(&env, &mcm, LastOperationType::Reconcile).await;
+    assert!(deployments.get_opt(&old).await.unwrap().is_none());
+}

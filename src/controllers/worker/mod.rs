@@ -27,8 +27,16 @@
 //! `Pending` (at most [`Timings::rollout_timeout`] per series, failing with the machines' own
 //! errors when MCM reports failed machines). Only after the rollout are the deployments,
 //! classes and class secrets that are no longer wanted deleted, in that order, so an old
-//! class outlives the machines that use it. Hibernated shoots finally get the
-//! `machine-controller-manager` Deployment scaled to 0 (when it exists).
+//! class outlives the machines that use it. While machine-controller-manager runs (its
+//! Deployment has replicas), the operation then waits until the deleted deployments are
+//! gone, failing at once with the errors of their failed machines
+//! (`waitUntilUnwantedMachineDeploymentsDeleted`; [`leftovers`]). Hibernated shoots finally
+//! get the `machine-controller-manager` Deployment scaled to 0 (when it exists).
+//!
+//! When a rollout wait runs out, machine-controller-manager is checked for being stuck — a
+//! deployment it has taken over (finalizer), older than two minutes, without a machine set
+//! of the wanted class — and its pods (`role=machine-controller-manager`) are deleted so
+//! its Deployment starts a fresh one (`IsMachineControllerStuck`; [`leftovers`]).
 //!
 //! # Delete and force delete
 //!
@@ -71,14 +79,13 @@
 //!
 //! - `status.inPlaceUpdates.workerPoolToHashMap` for in-place update pools (the strategy and
 //!   the template label are rendered, the hash map is not written);
-//! - deleting a stuck machine-controller-manager pod after a rollout timeout, and waiting
-//!   for unwanted deployments to disappear after the cleanup;
 //! - `providerStatus` with resolved machine images (our MachineClass carries the image name
 //!   and version itself, there is nothing to resolve).
 
 pub mod config;
 pub mod delete;
 pub mod hash;
+pub mod leftovers;
 pub mod migrate;
 mod objects;
 pub mod print;

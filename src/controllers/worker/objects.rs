@@ -182,6 +182,36 @@ pub async fn scale_machine_controller_manager(
     Ok(Some(current))
 }
 
+/// `spec.replicas` of the `machine-controller-manager` Deployment, `None` when there is none.
+pub async fn machine_controller_manager_replicas(
+    client: &Client,
+    namespace: &str,
+) -> Result<Option<i32>, Error> {
+    let name = format!("{namespace}/{MCM_DEPLOYMENT}");
+    let deployment = api::<Deployment>(client, namespace)
+        .get_opt(MCM_DEPLOYMENT)
+        .await
+        .map_err(api_error("reading", "Deployment", name))?;
+    Ok(deployment.map(|d| d.spec.and_then(|s| s.replicas).unwrap_or(1)))
+}
+
+/// Deletes machine-controller-manager's pods (label `selector`); returns their names.
+pub async fn delete_pods(
+    client: &Client,
+    namespace: &str,
+    selector: &str,
+) -> Result<Vec<String>, Error> {
+    let pods = api::<k8s_openapi::api::core::v1::Pod>(client, namespace);
+    let mut deleted = Vec::new();
+    for pod in list(&pods, &ListParams::default().labels(selector), "Pod").await? {
+        let name = pod.name_any();
+        if delete(&pods, &name, "Pod").await? {
+            deleted.push(name);
+        }
+    }
+    Ok(deleted)
+}
+
 /// Merge-patches `status` of the Worker through `/status`.
 pub async fn patch_worker_status(
     client: &Client,

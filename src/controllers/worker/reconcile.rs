@@ -16,6 +16,7 @@ use kube::ResourceExt;
 use kube::api::ListParams;
 use serde_json::json;
 
+use super::leftovers::{self, Unwanted};
 use super::objects::{self, PARALLEL};
 use super::render::{self, RenderedDeployment};
 use super::replicas::{self, ReplicaInputs};
@@ -166,6 +167,9 @@ pub async fn run(
         return Ok(pending);
     }
     cleanup(actuator, request, prepared).await?;
+    if let Some(pending) = wait_for_unwanted_deletion(actuator, request, prepared).await? {
+        return Ok(pending);
+    }
     let scaled = if hibernated {
         objects::scale_machine_controller_manager(client, namespace, 0).await?
     } else {
@@ -344,7 +348,7 @@ async fn wait_for_rollout(
         Rollout::Failed(message) => return Err(Error::MachinesFailed(message)),
         Rollout::Waiting(message) => message,
     };
-    actuator
+    let waited = actuator
         .keep_waiting(
             request,
             WaitKind::Rollout,
@@ -355,8 +359,95 @@ async fn wait_for_rollout(
             ),
             message,
         )
-        .await
-        .map(Some)
+        .await;
+    if waited.is_err() {
+        restart_stuck_machine_controller(actuator, request, prepared, &deployments, &sets).await?;
+    }
+    waited.map(Some)
+}
+
+/// After a rollout wait ran out: deletes machine-controller-manager's pods when it looks
+/// stuck ([`leftovers::stuck_controller`]), so its Deployment starts a fresh one.
+async fn restart_stuck_machine_controller(
+    actuator: &WorkerActuator,
+    request: &Request<'_, Worker>,
+    prepared: &Prepared,
+    deployments: &[MachineDeployment],
+    sets: &[MachineSet],
+) -> Result<(), Error> {
+    let wanted_class = |name: &str| {
+        prepared
+            .rendered
+            .iter()
+            .find(|d| d.name == name)
+            .map(|d| d.class_name.as_str())
+    };
+    let Some(why) = leftovers::stuck_controller(deployments, sets, wanted_class, Utc::now()) else {
+        return Ok(());
+    };
+    let namespace = request.namespace();
+    let deleted =
+        objects::delete_pods(&actuator.client, namespace, leftovers::MCM_POD_SELECTOR).await?;
+    tracing::warn!(%why, pods = ?deleted, "machine-controller-manager looks stuck; deleted its pods");
+    actuator
+        .steps
+        .warning(
+            request.object,
+            request.operation,
+            "MachineControllerManagerRestarted",
+            format!(
+                "machine-controller-manager looks stuck ({why}); deleted its pod(s) [{}]",
+                deleted.join(", ")
+            ),
+        )
+        .await;
+    Ok(())
+}
+
+/// `None` once the deployments the cleanup deleted are gone (or nothing runs MCM), while
+/// they remain `Some(Pending)`; fails with their failed machines' errors.
+async fn wait_for_unwanted_deletion(
+    actuator: &WorkerActuator,
+    request: &Request<'_, Worker>,
+    prepared: &Prepared,
+) -> Result<Option<Outcome>, Error> {
+    let namespace = request.namespace();
+    let client = &actuator.client;
+    // Upstream waits only while MCM runs: without it (hibernated, scaled down by hand)
+    // nothing would ever delete them.
+    let mcm_running = objects::machine_controller_manager_replicas(client, namespace)
+        .await?
+        .is_some_and(|replicas| replicas > 0);
+    if !mcm_running {
+        return Ok(None);
+    }
+    let deployments = objects::list(
+        &objects::api::<MachineDeployment>(client, namespace),
+        &ListParams::default(),
+        "MachineDeployment",
+    )
+    .await?;
+    let wanted: BTreeSet<&str> = prepared.rendered.iter().map(|d| d.name.as_str()).collect();
+    match leftovers::unwanted_deployments(&deployments, &wanted) {
+        Unwanted::Gone => Ok(None),
+        Unwanted::Failed(message) => Err(Error::MachinesFailed(message)),
+        Unwanted::Remaining(names) => actuator
+            .keep_waiting(
+                request,
+                WaitKind::UnwantedDeletion,
+                actuator.timings.rollout_timeout,
+                (
+                    "WaitingForUnwantedMachineDeployments",
+                    "waiting for the machine deployments no longer wanted to be deleted",
+                ),
+                format!(
+                    "waiting until machine-controller-manager has deleted machine deployment(s) [{}]",
+                    names.join(", ")
+                ),
+            )
+            .await
+            .map(Some),
+    }
 }
 
 /// Deletes deployments, then classes, then class secrets that are no longer wanted.

@@ -52,7 +52,8 @@ pub fn belongs_to(set: &MachineSet, deployment: &str) -> bool {
         .is_some_and(|name| name == deployment)
 }
 
-fn set_class(set: &MachineSet) -> Option<&str> {
+/// The class a MachineSet's machines run.
+pub(super) fn set_class(set: &MachineSet) -> Option<&str> {
     set.spec
         .template
         .as_ref()

@@ -75,6 +75,22 @@ impl StepEvents {
         }
     }
 
+    /// A Warning event for a step, with the same de-duplication as [`Self::normal`].
+    pub async fn warning(
+        &self,
+        worker: &Worker,
+        operation: LastOperationType,
+        reason: &str,
+        note: String,
+    ) {
+        if self.first_time(worker, reason, &note) {
+            tracing::warn!(reason, %note, "step");
+            self.publisher
+                .warning(&worker.object_ref(&()), reason, operation.as_str(), note)
+                .await;
+        }
+    }
+
     /// Forgets the series of `worker` (its operation finished or failed).
     pub fn forget(&self, worker: &Worker) {
         self.published

@@ -22,6 +22,8 @@ pub enum WaitKind {
     Rollout,
     /// Until every machine object is gone.
     Deletion,
+    /// Until the deployments the cleanup deleted are gone.
+    UnwantedDeletion,
 }
 
 /// namespace/name of a Worker plus the wait kind.
