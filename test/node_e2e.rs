@@ -170,18 +170,6 @@ async fn running_pod(pods: &Api<Pod>, name: &str) -> Result<Pod, String> {
     }
 }
 
-/// Whether processes here may lower OOM scores (CAP_SYS_RESOURCE in the bounding set).
-/// gVisor's shim sets its own to -999 and fails without it.
-fn host_can_lower_oom_scores() -> bool {
-    const CAP_SYS_RESOURCE: u32 = 24;
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix("CapBnd:"))
-        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
-        .is_some_and(|bounding| bounding & (1 << CAP_SYS_RESOURCE) != 0)
-}
-
 /// What kubelet logged of the pod's container `main` on the node.
 fn container_log(node: &Node, pod: &Pod) -> String {
     let uid = pod.metadata.uid.clone().unwrap_or_default();
@@ -507,77 +495,42 @@ async fn a_gvisor_pod_runs_on_a_real_node_and_deleting_the_runtime_uninstalls_it
     )
     .await
     .unwrap();
-    if host_can_lower_oom_scores() {
-        let running = wait_on_node(&node, "the gVisor pod is Running", STAGE_TIMEOUT, || {
-            running_pod(&pods, "in-gvisor")
-        })
-        .await;
-        let log = wait_on_node(
-            &node,
-            "gVisor's boot lines in the pod log",
-            STAGE_TIMEOUT,
-            || async {
-                let log = container_log(&node, &running);
-                if log.contains("Starting gVisor") {
-                    Ok(log)
-                } else {
-                    Err(format!("log so far: {log}"))
-                }
-            },
-        )
-        .await;
-        eprintln!("e2e: the gVisor pod's dmesg:\n{log}");
-        let listed = node
-            .machine
-            .run(&[&format!("{BIN_DIR}/runsc"), "--root", RUNSC_ROOT, "list"]);
-        let container_id = running
-            .status
-            .as_ref()
-            .and_then(|s| s.container_statuses.as_ref())
-            .and_then(|c| c.first())
-            .and_then(|c| c.container_id.clone())
-            .unwrap_or_default();
-        let container_id = container_id.trim_start_matches("containerd://");
-        assert!(
-            !container_id.is_empty() && listed.stdout.contains(container_id),
-            "runsc lists the pod's container {container_id}: {}{}",
-            listed.stdout,
-            listed.stderr
-        );
-    } else {
-        // Without CAP_SYS_RESOURCE in the bounding set (this sandbox), gVisor's shim cannot
-        // set its own OOM score to -999 and refuses to start. The chain up to it still
-        // holds: containerd picked the runsc runtime from the installed config and ran the
-        // installed shim from /var/bin/containerruntimes.
-        let events =
-            Api::<k8s_openapi::api::core::v1::Event>::namespaced(shoot_client.clone(), "default");
-        let message = wait_on_node(
-            &node,
-            "the gVisor shim's start (and its OOM-score refusal on this host)",
-            STAGE_TIMEOUT,
-            || async {
-                let list = events
-                    .list(&ListParams::default().fields("involvedObject.name=in-gvisor"))
-                    .await
-                    .map_err(|e| e.to_string())?;
-                list.items
-                    .into_iter()
-                    .filter_map(|e| e.message)
-                    .find(|m| m.contains("io.containerd.runsc.v1"))
-                    .ok_or_else(|| "no sandbox event from the runsc shim yet".to_string())
-            },
-        )
-        .await;
-        assert!(
-            message.contains("failed to set OOM Score on shim"),
-            "the runsc shim failed for another reason than this host's missing \
-             CAP_SYS_RESOURCE: {message}"
-        );
-        eprintln!(
-            "e2e: LIMIT: this host's capability bounding set lacks CAP_SYS_RESOURCE; gVisor's \
-             shim needs it and stops here: {message}"
-        );
-    }
+    let running = wait_on_node(&node, "the gVisor pod is Running", STAGE_TIMEOUT, || {
+        running_pod(&pods, "in-gvisor")
+    })
+    .await;
+    let log = wait_on_node(
+        &node,
+        "gVisor's boot lines in the pod log",
+        STAGE_TIMEOUT,
+        || async {
+            let log = container_log(&node, &running);
+            if log.contains("Starting gVisor") {
+                Ok(log)
+            } else {
+                Err(format!("log so far: {log}"))
+            }
+        },
+    )
+    .await;
+    eprintln!("e2e: the gVisor pod's dmesg:\n{log}");
+    let listed = node
+        .machine
+        .run(&[&format!("{BIN_DIR}/runsc"), "--root", RUNSC_ROOT, "list"]);
+    let container_id = running
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|c| c.first())
+        .and_then(|c| c.container_id.clone())
+        .unwrap_or_default();
+    let container_id = container_id.trim_start_matches("containerd://");
+    assert!(
+        !container_id.is_empty() && listed.stdout.contains(container_id),
+        "runsc lists the pod's container {container_id}: {}{}",
+        listed.stdout,
+        listed.stderr
+    );
 
     // Deleting the ContainerRuntime uninstalls gVisor from the node's containerd.
     pods.delete("in-gvisor", &DeleteParams::default())

@@ -29,6 +29,16 @@
 //! - `/dev/kmsg` (kubelet's OOM watcher) is the host's, read-only; `--capability=all` and no
 //!   seccomp filter from nspawn (`SYSTEMD_SECCOMP=0`), so containerd, runc and runsc get the
 //!   privileges they have on a real node.
+//! - **User namespace**: the node runs in its own user namespace that maps uids and gids
+//!   `0..2^31-1` each to itself (`--private-users=0:2147483647`, files keep their owners).
+//!   Why: this machine's capability bounding set lacks `CAP_SYS_RESOURCE`, so no process
+//!   here may lower an OOM score, and gVisor's shim sets its own to -999 and refuses to
+//!   start when that fails ("failed to set OOM Score on shim: … permission denied") —
+//!   unless it runs in a user namespace, where it accepts the refusal. kubelet runs with
+//!   its `KubeletInUserNamespace` feature gate (it then tolerates the same refusals), and
+//!   containerd's `restrict_oom_score_adj` keeps the -998 kubelet asks for sandboxes from
+//!   reaching runc. A real node has the capability and needs none of this; everything
+//!   else (cgroups, mounts, the bridge, runsc's sandboxes) behaves as on a node.
 //!
 //! Clean-up: everything runs inside the machine, whose PID namespace dies with its systemd
 //! (see `support::nspawn`); the forwarder is a thread of the test process.
@@ -62,6 +72,10 @@ pub const AGENT_BINARY: &str = "/opt/gardener-extension-node/gardener-extension-
 pub const IMAGES_DIR: &str = "/opt/e2e-images";
 /// The binaries from `hack/envtest.sh --node` a node carries in `/usr/local/sbin`.
 pub const NODE_BINARIES: [&str; 4] = ["kubelet", "containerd", "containerd-shim-runc-v2", "ctr"];
+
+/// How many user and group ids the node's user namespace maps, each to itself (all but the
+/// top half of the id space, which a full mapping would need and nspawn refuses).
+const USERNS_IDS: u32 = 2_147_483_647;
 
 /// The kernel tunables kubelet checks (`setupKernelTunables`), with the values it wants.
 const KUBELET_SYSCTLS: [(&str, &str); 6] = [
@@ -141,7 +155,12 @@ impl Node {
                 (options.images.clone(), IMAGES_DIR.into()),
                 ("/dev/kmsg".into(), "/dev/kmsg".into()),
             ],
-            extra_args: vec!["--capability=all".into()],
+            extra_args: vec![
+                "--capability=all".into(),
+                // See the module docs (user namespace).
+                format!("--private-users=0:{USERNS_IDS}"),
+                "--private-users-ownership=off".into(),
+            ],
             cgroups: cgroups.clone(),
             bind: vec![(var.clone(), "/var".into())],
             scratch_dirs: vec![var.clone(), binaries.clone()],
@@ -367,8 +386,10 @@ fn remove_cgroup_folders(dirs: &[PathBuf]) {
 fn prepare(machine: &Machine) -> Result<(), String> {
     let mut script = String::from(
         "set -eu\n\
-         mount -o remount,bind,rw /sys/fs/cgroup\n\
-         for d in /sys/fs/cgroup/*; do mount -o remount,bind,rw \"$d\"; done\n\
+         for d in /sys/fs/cgroup /sys/fs/cgroup/*; do\n\
+           [ -L \"$d\" ] && continue\n\
+           if findmnt -no OPTIONS \"$d\" | grep -q '^ro'; then mount -o remount,bind,rw \"$d\"; fi\n\
+         done\n\
          mkdir -p /run/e2e-sysctl\n\
          printf '127.0.0.1 localhost\\n::1 localhost\\n' > /etc/hosts\n",
     );
@@ -549,8 +570,8 @@ impl NodeOsc {
                         "values": {"bin_dirs": ["/usr/lib/cni"], "conf_dir": "/etc/cni/net.d"},
                     },
                     // Lowering a process's OOM score needs CAP_SYS_RESOURCE, which this
-                    // sandbox's root lacks (a real node's root has it): kubelet's -998 for
-                    // sandboxes would make runc fail, so containerd caps it at its own.
+                    // machine lacks (a real node has it; see the module docs): kubelet's
+                    // -998 for sandboxes would make runc fail, so containerd caps it.
                     {
                         "op": "add",
                         "path": ["io.containerd.cri.v1.runtime"],
@@ -625,7 +646,8 @@ impl NodeOsc {
 }
 
 /// kubelet's configuration on a node: cgroupfs (this host's cgroup v1 hierarchies), no swap
-/// check, no host resolv.conf, eviction and image GC thresholds a tmpfs root never hits.
+/// check, no host resolv.conf, eviction and image GC thresholds a tmpfs root never hits,
+/// and `KubeletInUserNamespace` (see the module docs).
 const KUBELET_CONFIG: &str = "\
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
@@ -637,6 +659,7 @@ cgroupDriver: cgroupfs
 containerRuntimeEndpoint: unix:///run/containerd/containerd.sock
 failSwapOn: false
 failCgroupV1: false
+featureGates: {KubeletInUserNamespace: true}
 resolvConf: \"\"
 readOnlyPort: 0
 volumePluginDir: /var/lib/kubelet/volumeplugins
