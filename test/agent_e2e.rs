@@ -801,8 +801,7 @@ fn agent_unit_in_osc(metrics_port: u16) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn item7_full_chain_user_data_boots_the_agent_and_the_operators_secret_is_applied() {
-    use base64::Engine;
-    use gardener_extension_node::api::{Cluster, ManagedResource, OperatingSystemConfig};
+    use gardener_extension_node::api::{Cluster, ManagedResource};
     use kube::api::PostParams;
 
     let env = support::env().await;
@@ -822,84 +821,27 @@ async fn item7_full_chain_user_data_boots_the_agent_and_the_operators_secret_is_
         .await
         .unwrap();
 
-    // gardenlet's part: the two OSCs of a pool. The provision one carries the agent's
-    // configuration, the CA, the token placeholder MCM fills in and the agent's unit; the
-    // reconcile one what the node must run, including the agent's own unit (so the agent
-    // restarts itself once, as with gardenlet's OSCs).
-    let b64 = |text: &str| base64::engine::general_purpose::STANDARD.encode(text);
-    let config = format!(
-        "apiVersion: nodeagent.config.gardener.cloud/v1alpha1\nkind: NodeAgentConfiguration\napiServer:\n  server: {}\n  caFile: {CONFIG_DIR}/cluster-ca.crt\ncontrollers:\n  operatingSystemConfig:\n    secretName: {key}\n    kubernetesVersion: {KUBERNETES_VERSION}\n",
-        env.server_url
-    );
-    let config_path = format!("{CONFIG_DIR}/config-v1.120.0.yaml");
-    let agent_unit = json!({
-        "name": AGENT_UNIT, "enable": true, "command": "start",
-        "content": agent_unit_in_osc(metrics_port),
-        "filePaths": [config_path],
-    });
-    let osc = |name: &str, purpose: &str, spec: Value| -> OperatingSystemConfig {
-        let mut value = json!({
-            "apiVersion": "extensions.gardener.cloud/v1alpha1",
-            "kind": "OperatingSystemConfig",
-            "metadata": {"name": name, "namespace": ns,
-                         "labels": {"worker.gardener.cloud/pool": "worker-a"},
-                         "annotations": {"gardener.cloud/operation": "reconcile"}},
-            "spec": spec,
-        });
-        value["spec"]["type"] = json!("debian");
-        value["spec"]["purpose"] = json!(purpose);
-        serde_json::from_value(value).unwrap()
+    // gardenlet's part: the two OSCs of a pool (PoolOscs).
+    let pool = PoolOscs {
+        namespace: ns.clone(),
+        key: key.clone(),
+        pool: "worker-a".into(),
+        server_url: env.server_url.clone(),
+        ca_pem: env.ca_pem.clone(),
+        agent_unit_content: agent_unit_in_osc(metrics_port),
     };
-    let config_file = json!({"path": config_path, "permissions": 0o600, "content": {"inline": {"encoding": "b64", "data": b64(&config)}}});
-    let provision = osc(
-        &format!("{key}-init"),
-        "provision",
-        json!({
-            "criConfig": {"name": "containerd"},
-            "files": [
-                config_file,
-                {"path": format!("{CONFIG_DIR}/cluster-ca.crt"), "permissions": 0o644, "content": {"inline": {"encoding": "b64", "data": b64(&env.ca_pem)}}},
-                {"path": format!("{CONFIG_DIR}/credentials/token"), "permissions": 0o600, "content": {"transmitUnencoded": true, "inline": {"encoding": "", "data": "<<BOOTSTRAP_TOKEN>>"}}},
-                {"path": format!("{CONFIG_DIR}/machine-name"), "permissions": 0o640, "content": {"transmitUnencoded": true, "inline": {"encoding": "", "data": "<<MACHINE_NAME>>"}}},
-            ],
-            "units": [agent_unit],
-        }),
-    );
     let mut app = service("chain-app.service", "a workload of the reconcile OSC");
     app["filePaths"] = json!(["/etc/chain/app.conf"]);
-    let reconcile = osc(
-        &format!("{key}-original"),
-        "reconcile",
-        json!({
-            "criConfig": {"name": "containerd", "cgroupDriver": "systemd", "containerd": {"sandboxImage": "registry.k8s.io/pause:3.10"}},
-            "files": [config_file, plain_file("/etc/chain/app.conf", "from the reconcile OSC\n", Some(0o644))],
-            "units": [agent_unit, app],
-        }),
+    let reconcile = pool.reconcile(
+        json!({"name": "containerd", "cgroupDriver": "systemd", "containerd": {"sandboxImage": "registry.k8s.io/pause:3.10"}}),
+        &[plain_file("/etc/chain/app.conf", "from the reconcile OSC\n", Some(0o644))],
+        &[app],
     );
-    let oscs = Api::<OperatingSystemConfig>::namespaced(env.client.clone(), &ns);
-    oscs.create(&PostParams::default(), &provision)
-        .await
-        .unwrap();
-    oscs.create(&PostParams::default(), &reconcile)
-        .await
-        .unwrap();
+    pool.create(&env.client, &reconcile).await;
 
     // The operator's outputs: user data and the ManagedResource with the node-agent secret.
     let seed_secrets = Api::<Secret>::namespaced(env.client.clone(), &ns);
-    let result_name = format!("osc-result-{key}-init");
-    let user_data = support::wait_for("user data", APPLY_TIMEOUT, || async {
-        let secret = seed_secrets
-            .get_opt(&result_name)
-            .await
-            .map_err(|e| e.to_string())?
-            .ok_or("no result secret yet")?;
-        let data = secret
-            .data
-            .and_then(|d| d.get("cloud_config").cloned())
-            .ok_or("no cloud_config")?;
-        Ok::<_, String>(String::from_utf8(data.0).unwrap())
-    })
-    .await;
+    let user_data = pool.user_data(&env.client, APPLY_TIMEOUT).await;
     let managed = Api::<ManagedResource>::namespaced(env.client.clone(), &ns);
     let shipped: Secret =
         support::wait_for("node-agent ManagedResource", APPLY_TIMEOUT, || async {

@@ -14,6 +14,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use base64::Engine;
+use gardener_extension_node::api::OperatingSystemConfig;
 use gardener_extension_node::kubeconfig::render_token_kubeconfig;
 use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::core::v1::{Node, Secret, ServiceAccount};
@@ -520,4 +521,123 @@ pub async fn node_events(client: &Client, node: &str, reason: &str) -> Vec<Event
                 && event.reason.as_deref() == Some(reason)
         })
         .collect()
+}
+
+/// gardenlet's two OSCs of one pool, as the chain tests create them in the seed. The
+/// provision OSC carries the agent's configuration, the CA, the placeholders MCM fills in
+/// and the agent's unit; the reconcile OSC what the node must run, always including the
+/// agent's own unit and configuration (so the agent restarts itself once, as with
+/// gardenlet's OSCs).
+pub struct PoolOscs {
+    /// The seed namespace.
+    pub namespace: String,
+    /// The node-agent secret's name (`<key>-init` and `<key>-original` are the OSCs).
+    pub key: String,
+    /// The worker pool.
+    pub pool: String,
+    /// The API server the agent talks to, and its CA.
+    pub server_url: String,
+    /// PEM.
+    pub ca_pem: String,
+    /// The agent's unit file.
+    pub agent_unit_content: String,
+}
+
+impl PoolOscs {
+    fn config_path() -> String {
+        format!("{CONFIG_DIR}/config-v1.120.0.yaml")
+    }
+
+    /// The agent's configuration as an OSC file.
+    pub fn config_file(&self) -> Value {
+        let config = format!(
+            "apiVersion: nodeagent.config.gardener.cloud/v1alpha1\nkind: NodeAgentConfiguration\napiServer:\n  server: {}\n  caFile: {CONFIG_DIR}/cluster-ca.crt\ncontrollers:\n  operatingSystemConfig:\n    secretName: {}\n    kubernetesVersion: {KUBERNETES_VERSION}\n",
+            self.server_url, self.key
+        );
+        b64_file(&Self::config_path(), config.as_bytes(), Some(0o600))
+    }
+
+    /// The agent's unit as an OSC unit.
+    pub fn agent_unit(&self) -> Value {
+        json!({
+            "name": AGENT_UNIT, "enable": true, "command": "start",
+            "content": self.agent_unit_content,
+            "filePaths": [Self::config_path()],
+        })
+    }
+
+    fn object(&self, name: String, purpose: &str, mut spec: Value) -> OperatingSystemConfig {
+        spec["type"] = json!("debian");
+        spec["purpose"] = json!(purpose);
+        from_json(json!({
+            "apiVersion": "extensions.gardener.cloud/v1alpha1",
+            "kind": "OperatingSystemConfig",
+            "metadata": {"name": name, "namespace": self.namespace,
+                         "labels": {"worker.gardener.cloud/pool": self.pool},
+                         "annotations": {"gardener.cloud/operation": "reconcile"}},
+            "spec": spec,
+        }))
+    }
+
+    /// The provision OSC `<key>-init`.
+    pub fn provision(&self) -> OperatingSystemConfig {
+        let placeholder = |path: String, mode: u32, data: &str| {
+            json!({"path": path, "permissions": mode,
+                   "content": {"transmitUnencoded": true, "inline": {"encoding": "", "data": data}}})
+        };
+        self.object(
+            format!("{}-init", self.key),
+            "provision",
+            json!({
+                "criConfig": {"name": "containerd"},
+                "files": [
+                    self.config_file(),
+                    b64_file(&format!("{CONFIG_DIR}/cluster-ca.crt"), self.ca_pem.as_bytes(), Some(0o644)),
+                    placeholder(format!("{CONFIG_DIR}/credentials/token"), 0o600, "<<BOOTSTRAP_TOKEN>>"),
+                    placeholder(format!("{CONFIG_DIR}/machine-name"), 0o640, "<<MACHINE_NAME>>"),
+                ],
+                "units": [self.agent_unit()],
+            }),
+        )
+    }
+
+    /// The reconcile OSC `<key>-original`: the agent's file and unit, then these.
+    pub fn reconcile(&self, cri: Value, files: &[Value], units: &[Value]) -> OperatingSystemConfig {
+        let mut all_files = vec![self.config_file()];
+        all_files.extend_from_slice(files);
+        let mut all_units = vec![self.agent_unit()];
+        all_units.extend_from_slice(units);
+        self.object(
+            format!("{}-original", self.key),
+            "reconcile",
+            json!({"criConfig": cri, "files": all_files, "units": all_units}),
+        )
+    }
+
+    /// Creates both OSCs in the seed.
+    pub async fn create(&self, seed: &Client, reconcile: &OperatingSystemConfig) {
+        let oscs = Api::<OperatingSystemConfig>::namespaced(seed.clone(), &self.namespace);
+        for osc in [&self.provision(), reconcile] {
+            oscs.create(&PostParams::default(), osc).await.unwrap();
+        }
+    }
+
+    /// The user data our operator rendered from the provision OSC (its result secret).
+    pub async fn user_data(&self, seed: &Client, timeout: Duration) -> String {
+        let secrets = Api::<Secret>::namespaced(seed.clone(), &self.namespace);
+        let name = format!("osc-result-{}-init", self.key);
+        crate::support::wait_for("user data", timeout, || async {
+            let secret = secrets
+                .get_opt(&name)
+                .await
+                .map_err(|e| e.to_string())?
+                .ok_or("no result secret yet")?;
+            let data = secret
+                .data
+                .and_then(|d| d.get("cloud_config").cloned())
+                .ok_or("no cloud_config")?;
+            String::from_utf8(data.0).map_err(|e| e.to_string())
+        })
+        .await
+    }
 }

@@ -34,16 +34,13 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use agent_support::{AGENT_UNIT, CONFIG_DIR, KUBERNETES_VERSION, limited_token_in};
-use base64::Engine;
-use gardener_extension_node::api::{
-    Cluster, ContainerRuntime, ManagedResource, OperatingSystemConfig,
-};
+use agent_support::{AGENT_UNIT, CONFIG_DIR, PoolOscs, limited_token_in};
+use gardener_extension_node::api::{Cluster, ContainerRuntime, ManagedResource};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node as KubeNode, Pod, Secret};
 use kube::Api;
 use kube::api::{DeleteParams, ListParams, PostParams};
-use serde_json::{Value, json};
+use serde_json::json;
 use support::node::{AGENT_BINARY, KUBELET_UNIT, Node, NodeOptions, NodeOsc};
 use support::oci::{Content, Image, ImageFile, write_archive};
 
@@ -253,77 +250,21 @@ async fn a_gvisor_pod_runs_on_a_real_node_and_deleting_the_runtime_uninstalls_it
         labels,
         sandbox_image: PAUSE_IMAGE.into(),
     };
-    let b64 = |text: &str| base64::engine::general_purpose::STANDARD.encode(text);
-    let config = format!(
-        "apiVersion: nodeagent.config.gardener.cloud/v1alpha1\nkind: NodeAgentConfiguration\napiServer:\n  server: {shoot_url}\n  caFile: {CONFIG_DIR}/cluster-ca.crt\ncontrollers:\n  operatingSystemConfig:\n    secretName: {key}\n    kubernetesVersion: {KUBERNETES_VERSION}\n"
-    );
-    let config_path = format!("{CONFIG_DIR}/config-v1.120.0.yaml");
-    let config_file = json!({"path": config_path, "permissions": 0o600, "content": {"inline": {"encoding": "b64", "data": b64(&config)}}});
-    let agent_unit = json!({
-        "name": AGENT_UNIT, "enable": true, "command": "start",
-        "content": format!("[Unit]\nDescription=gardener-extension-node agent\nAfter=network-online.target\n[Service]\nEnvironment=RUST_LOG=info,gardener_extension_node=debug\nExecStart={AGENT_BINARY} --log-format json agent --config-dir={CONFIG_DIR}\nRestart=always\nRestartSec=1\n[Install]\nWantedBy=multi-user.target\n"),
-        "filePaths": [config_path],
-    });
-    let osc = |name: String, purpose: &str, spec: Value| -> OperatingSystemConfig {
-        let mut value = json!({
-            "apiVersion": "extensions.gardener.cloud/v1alpha1",
-            "kind": "OperatingSystemConfig",
-            "metadata": {"name": name, "namespace": ns,
-                         "labels": {"worker.gardener.cloud/pool": POOL},
-                         "annotations": {"gardener.cloud/operation": "reconcile"}},
-            "spec": spec,
-        });
-        value["spec"]["type"] = json!("debian");
-        value["spec"]["purpose"] = json!(purpose);
-        serde_json::from_value(value).unwrap()
+    let pool = PoolOscs {
+        namespace: ns.clone(),
+        key: key.clone(),
+        pool: POOL.into(),
+        server_url: shoot_url.clone(),
+        ca_pem: shoot_ca.clone(),
+        agent_unit_content: format!(
+            "[Unit]\nDescription=gardener-extension-node agent\nAfter=network-online.target\n[Service]\nEnvironment=RUST_LOG=info,gardener_extension_node=debug\nExecStart={AGENT_BINARY} --log-format json agent --config-dir={CONFIG_DIR}\nRestart=always\nRestartSec=1\n[Install]\nWantedBy=multi-user.target\n"
+        ),
     };
-    let provision = osc(
-        format!("{key}-init"),
-        "provision",
-        json!({
-            "criConfig": {"name": "containerd"},
-            "files": [
-                config_file,
-                {"path": format!("{CONFIG_DIR}/cluster-ca.crt"), "permissions": 0o644, "content": {"inline": {"encoding": "b64", "data": b64(&shoot_ca)}}},
-                {"path": format!("{CONFIG_DIR}/credentials/token"), "permissions": 0o600, "content": {"transmitUnencoded": true, "inline": {"encoding": "", "data": "<<BOOTSTRAP_TOKEN>>"}}},
-                {"path": format!("{CONFIG_DIR}/machine-name"), "permissions": 0o640, "content": {"transmitUnencoded": true, "inline": {"encoding": "", "data": "<<MACHINE_NAME>>"}}},
-            ],
-            "units": [agent_unit],
-        }),
-    );
-    let mut files = vec![config_file];
-    files.extend(node_osc.files());
-    let mut units = vec![agent_unit];
-    units.extend(node_osc.units());
-    let reconcile = osc(
-        format!("{key}-original"),
-        "reconcile",
-        json!({"criConfig": node_osc.cri_config(), "files": files, "units": units}),
-    );
-    let oscs = Api::<OperatingSystemConfig>::namespaced(env.client.clone(), &ns);
-    oscs.create(&PostParams::default(), &provision)
-        .await
-        .unwrap();
-    oscs.create(&PostParams::default(), &reconcile)
-        .await
-        .unwrap();
+    let reconcile = pool.reconcile(node_osc.cri_config(), &node_osc.files(), &node_osc.units());
+    pool.create(&env.client, &reconcile).await;
 
     // Our operator renders the user data; GRM carries the node-agent secret into the shoot.
-    let seed_secrets = Api::<Secret>::namespaced(env.client.clone(), &ns);
-    let result_name = format!("osc-result-{key}-init");
-    let user_data = support::wait_for("user data", STAGE_TIMEOUT, || async {
-        let secret = seed_secrets
-            .get_opt(&result_name)
-            .await
-            .map_err(|e| e.to_string())?
-            .ok_or("no result secret yet")?;
-        let data = secret
-            .data
-            .and_then(|d| d.get("cloud_config").cloned())
-            .ok_or("no cloud_config")?;
-        Ok::<_, String>(String::from_utf8(data.0).unwrap())
-    })
-    .await;
+    let user_data = pool.user_data(&env.client, STAGE_TIMEOUT).await;
     let shoot_secrets = Api::<Secret>::namespaced(shoot_client.clone(), "kube-system");
     support::wait_for(
         "the node-agent secret in the shoot (through GRM)",
