@@ -275,25 +275,7 @@ async fn deleting_one_pool_keeps_the_shared_resource_and_the_last_removes_it() {
 
     confirm_and_delete(&crs(&env), &b).await;
     wait_gone(&crs(&env), &b).await;
-    assert!(
-        mrs(&env)
-            .list(&ListParams::default())
-            .await
-            .unwrap()
-            .items
-            .is_empty()
-    );
-    let secrets = Api::<Secret>::namespaced(env.client.clone(), &env.namespace)
-        .list(&ListParams::default())
-        .await
-        .unwrap();
-    assert!(
-        secrets
-            .items
-            .iter()
-            .all(|s| !s.name_any().starts_with("managedresource-")),
-        "MR secrets removed"
-    );
+    assert_no_managed_resources_left(&env).await;
 }
 
 #[tokio::test]
@@ -479,8 +461,19 @@ async fn deletion_uninstalls_gvisor_from_the_pools_nodes_before_removing_it() {
     // GRM reports the uninstall rolled out on every node: the MRs go, then the CR.
     report_rolled_out(&mrs(&env), &pool_mr("worker-a"), None).await;
     wait_gone(&crs(&env), &name).await;
+    assert_no_managed_resources_left(&env).await;
     assert!(
-        mrs(&env)
+        events_with_reason(&env, "GVisorUninstallIncomplete")
+            .await
+            .is_empty(),
+        "no warning on success"
+    );
+}
+
+/// No ManagedResource and no ManagedResource secret is left in the test's namespace.
+async fn assert_no_managed_resources_left(env: &TestEnv) {
+    assert!(
+        mrs(env)
             .list(&ListParams::default())
             .await
             .unwrap()
@@ -496,12 +489,6 @@ async fn deletion_uninstalls_gvisor_from_the_pools_nodes_before_removing_it() {
             .iter()
             .all(|s| !s.name_any().starts_with("managedresource-")),
         "MR secrets removed"
-    );
-    assert!(
-        events_with_reason(&env, "GVisorUninstallIncomplete")
-            .await
-            .is_empty(),
-        "no warning on success"
     );
 }
 

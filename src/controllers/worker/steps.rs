@@ -65,14 +65,7 @@ impl StepEvents {
         reason: &str,
         note: String,
     ) {
-        if self.first_time(worker, reason, &note) {
-            tracing::info!(reason, %note, "step");
-            self.publisher
-                .normal(&worker.object_ref(&()), reason, operation.as_str(), note)
-                .await;
-        } else {
-            tracing::debug!(reason, %note, "step (unchanged)");
-        }
+        self.publish(worker, operation, reason, note, false).await;
     }
 
     /// A Warning event for a step, with the same de-duplication as [`Self::normal`].
@@ -83,10 +76,31 @@ impl StepEvents {
         reason: &str,
         note: String,
     ) {
-        if self.first_time(worker, reason, &note) {
+        self.publish(worker, operation, reason, note, true).await;
+    }
+
+    async fn publish(
+        &self,
+        worker: &Worker,
+        operation: LastOperationType,
+        reason: &str,
+        note: String,
+        warning: bool,
+    ) {
+        if !self.first_time(worker, reason, &note) {
+            tracing::debug!(reason, %note, "step (unchanged)");
+            return;
+        }
+        let regarding = worker.object_ref(&());
+        if warning {
             tracing::warn!(reason, %note, "step");
             self.publisher
-                .warning(&worker.object_ref(&()), reason, operation.as_str(), note)
+                .warning(&regarding, reason, operation.as_str(), note)
+                .await;
+        } else {
+            tracing::info!(reason, %note, "step");
+            self.publisher
+                .normal(&regarding, reason, operation.as_str(), note)
                 .await;
         }
     }
