@@ -40,7 +40,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{Error, OscActuator, nodeagent, reconcile};
 use crate::api::operatingsystemconfig::OperatingSystemConfigPurpose;
-use crate::api::{ExtensionObject, ManagedResource, OperatingSystemConfig};
+use crate::api::{ExtensionObject, LastOperationType, ManagedResource, OperatingSystemConfig};
 use crate::extension::managed_resource::{self, ORIGIN};
 use crate::extension::operation;
 use crate::extension::predicate::Filter;
@@ -275,9 +275,19 @@ pub async fn hand_over(
             .list(&ListParams::default())
             .await
             .map_err(list_error("OperatingSystemConfigs", namespace))?;
-        for osc in list.items.iter().filter(|osc| shippable(osc, filter)) {
+        for listed in list.items.iter().filter(|osc| shippable(osc, filter)) {
+            // Read it again right before writing: the list may be older than a migrate
+            // gardenlet has asked for since.
+            let Some(osc) = oscs
+                .get_opt(&listed.name_any())
+                .await
+                .map_err(list_error("OperatingSystemConfigs", namespace))?
+                .filter(|osc| shippable(osc, filter))
+            else {
+                continue;
+            };
             tracing::info!(%namespace, osc = %osc.name_any(), "taking over the node-agent secret");
-            reconcile::ship_node_agent_secret(actuator, osc).await?;
+            reconcile::ship_node_agent_secret(actuator, &osc).await?;
         }
     } else {
         for mr in list_ours(actuator, Some(namespace)).await? {
@@ -298,14 +308,22 @@ pub async fn release(actuator: &OscActuator, namespace: &str, name: &str) -> Res
 
 /// A `reconcile` OSC of ours that is live: not deleting, not migrated, not waiting for state.
 fn shippable(osc: &OperatingSystemConfig, filter: &Filter) -> bool {
+    let last = osc
+        .default_status()
+        .and_then(|status| status.last_operation.as_ref());
+    let deleting = osc.metadata.deletion_timestamp.is_some();
+    // A migrate or restore that is asked for or unfinished belongs to the reconciler alone:
+    // shipping here would put the secret back behind a migrate that just removed it.
+    let plain_reconcile = matches!(
+        operation::operation_type(osc.annotations(), deleting, last),
+        LastOperationType::Reconcile | LastOperationType::Create
+    );
     osc.spec.purpose == OperatingSystemConfigPurpose::Reconcile
         && filter.accepts(osc.default_spec())
-        && osc.metadata.deletion_timestamp.is_none()
+        && !deleting
+        && plain_reconcile
         && !operation::is_waiting_for_state(osc.annotations())
-        && !operation::is_migrated(
-            osc.default_status()
-                .and_then(|status| status.last_operation.as_ref()),
-        )
+        && !operation::is_migrated(last)
 }
 
 /// Our node-agent ManagedResources (label `origin=<ours>`, name `extension-osc-*`).

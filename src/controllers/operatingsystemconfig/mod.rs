@@ -80,10 +80,10 @@ pub enum Error {
         "gardenlet's ManagedResources shoot-gardener-node-agent are not listed yet; cannot tell who ships the node-agent secret"
     )]
     DeliveryUnknown,
-    /// Listing objects failed.
-    #[error("listing {what} in namespace {namespace:?}")]
+    /// Listing (or reading) objects failed.
+    #[error("reading {what} in namespace {namespace:?}")]
     List {
-        /// What was listed.
+        /// What was listed or read.
         what: &'static str,
         /// The namespace (empty: all).
         namespace: String,
