@@ -388,6 +388,10 @@ impl<H: Host + 'static> Agent<H> {
                 }
                 state.due = Some(Instant::now() + retry);
                 state.retry = (retry * 2).min(MAX_RETRY);
+                // Jobs may have failed: report the units' state now, not in a minute.
+                if matches!(error, ReconcileError::Apply(ApplyError::Commands(_))) {
+                    state.unit_check_due = Instant::now();
+                }
                 Reconciled::NoSecret
             }
         }
