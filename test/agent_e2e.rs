@@ -276,7 +276,55 @@ async fn item1_first_apply_files_units_containerd_and_node_report() {
     let spec = lease.spec.unwrap();
     assert_eq!(spec.holder_identity.as_deref(), Some(lease_name.as_str()));
     assert_eq!(spec.lease_duration_seconds, Some(40));
-    assert_eq!(lease.metadata.owner_references.unwrap()[0].name, agent.node);
+    let owner = lease.metadata.owner_references.clone().unwrap()[0].clone();
+    assert_eq!(
+        (
+            owner.kind.as_str(),
+            owner.name.as_str(),
+            owner.controller,
+            owner.block_owner_deletion
+        ),
+        ("Node", agent.node.as_str(), Some(true), Some(true)),
+        "as GNA writes it"
+    );
+    // Renewals go on after someone else wrote the Lease: the agent's kept copy is stale, its
+    // PUT conflicts, it reads the Lease once and writes again (keeping the foreign label).
+    let renewed_at = spec.renew_time.clone().unwrap().0;
+    lease_api
+        .patch(
+            &lease_name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"e2e": "touched"}}})),
+        )
+        .await
+        .unwrap();
+    support::wait_for(
+        "renewal after a foreign write",
+        Duration::from_secs(30),
+        || async {
+            let lease = lease_api
+                .get(&lease_name)
+                .await
+                .map_err(|e| e.to_string())?;
+            let touched = lease
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get("e2e"))
+                .is_some();
+            let at = lease.spec.and_then(|s| s.renew_time).map(|t| t.0);
+            match at {
+                Some(at)
+                    if touched
+                        && at > renewed_at + k8s_openapi::jiff::SignedDuration::from_secs(15) =>
+                {
+                    Ok(())
+                }
+                other => Err(format!("touched {touched}, renewTime {other:?}")),
+            }
+        },
+    )
+    .await;
     support::wait_for("token file", Duration::from_secs(30), || async {
         match agent.machine.read_file(TOKEN_FILE) {
             Ok(bytes) if bytes == b"token-1" => Ok(()),
