@@ -276,7 +276,55 @@ async fn item1_first_apply_files_units_containerd_and_node_report() {
     let spec = lease.spec.unwrap();
     assert_eq!(spec.holder_identity.as_deref(), Some(lease_name.as_str()));
     assert_eq!(spec.lease_duration_seconds, Some(40));
-    assert_eq!(lease.metadata.owner_references.unwrap()[0].name, agent.node);
+    let owner = lease.metadata.owner_references.clone().unwrap()[0].clone();
+    assert_eq!(
+        (
+            owner.kind.as_str(),
+            owner.name.as_str(),
+            owner.controller,
+            owner.block_owner_deletion
+        ),
+        ("Node", agent.node.as_str(), Some(true), Some(true)),
+        "as GNA writes it"
+    );
+    // Renewals go on after someone else wrote the Lease: the agent's kept copy is stale, its
+    // PUT conflicts, it reads the Lease once and writes again (keeping the foreign label).
+    let renewed_at = spec.renew_time.clone().unwrap().0;
+    lease_api
+        .patch(
+            &lease_name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"e2e": "touched"}}})),
+        )
+        .await
+        .unwrap();
+    support::wait_for(
+        "renewal after a foreign write",
+        Duration::from_secs(30),
+        || async {
+            let lease = lease_api
+                .get(&lease_name)
+                .await
+                .map_err(|e| e.to_string())?;
+            let touched = lease
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get("e2e"))
+                .is_some();
+            let at = lease.spec.and_then(|s| s.renew_time).map(|t| t.0);
+            match at {
+                Some(at)
+                    if touched
+                        && at > renewed_at + k8s_openapi::jiff::SignedDuration::from_secs(15) =>
+                {
+                    Ok(())
+                }
+                other => Err(format!("touched {touched}, renewTime {other:?}")),
+            }
+        },
+    )
+    .await;
     support::wait_for("token file", Duration::from_secs(30), || async {
         match agent.machine.read_file(TOKEN_FILE) {
             Ok(bytes) if bytes == b"token-1" => Ok(()),
@@ -927,4 +975,360 @@ async fn item7_full_chain_user_data_boots_the_agent_and_the_operators_secret_is_
         "the user data's run-once guard"
     );
     operator.kill();
+}
+
+/// The Node's `SystemdUnitsReady` condition: (status, reason, message).
+async fn units_condition(client: &kube::Client, node: &str) -> Option<(String, String, String)> {
+    let node = Api::<Node>::all(client.clone()).get(node).await.unwrap();
+    node.status?
+        .conditions?
+        .into_iter()
+        .find(|c| c.type_ == "SystemdUnitsReady")
+        .map(|c| {
+            (
+                c.status,
+                c.reason.unwrap_or_default(),
+                c.message.unwrap_or_default(),
+            )
+        })
+}
+
+/// Waits until `SystemdUnitsReady` has `reason` and a message containing `message`. The
+/// agent checks the units right after an apply and then every minute, hence the timeout.
+async fn wait_for_units_condition(
+    client: &kube::Client,
+    agent: &AgentMachine,
+    reason: &str,
+    message: &str,
+) -> (String, String, String) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(100);
+    let mut last = None;
+    while tokio::time::Instant::now() < deadline {
+        last = units_condition(client, &agent.node).await;
+        if let Some(found) = &last
+            && found.1 == reason
+            && found.2.contains(message)
+        {
+            return found.clone();
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    panic!(
+        "SystemdUnitsReady did not become {reason} ({message}); last {last:?}; agent log:\n{}",
+        agent.log()
+    );
+}
+
+/// Waits for an event on the Node with `reason` whose note contains `text`.
+async fn wait_for_event(
+    client: &kube::Client,
+    agent: &AgentMachine,
+    reason: &str,
+    text: &str,
+) -> Vec<k8s_openapi::api::events::v1::Event> {
+    let deadline = tokio::time::Instant::now() + APPLY_TIMEOUT;
+    loop {
+        let events = node_events(client, &agent.node, reason).await;
+        if events
+            .iter()
+            .any(|e| e.note.as_deref().unwrap_or_default().contains(text))
+        {
+            return events;
+        }
+        if tokio::time::Instant::now() > deadline {
+            panic!(
+                "no {reason} event with {text:?} (have {:?}); agent log:\n{}",
+                events.iter().map(|e| &e.note).collect::<Vec<_>>(),
+                agent.log()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn item9_systemd_units_ready_and_aggregated_unit_events() {
+    let env = support::env().await;
+    let names = names();
+    let units = base_units();
+    let files = base_files(&names);
+    let (agent, _) = start_agent(&env, &names, &osc_yaml(&units, &files, None), "10m").await;
+
+    // After the first apply: all units as they should be (stopped.service is disabled and
+    // stopped, which is what it should be).
+    let (status, _, message) = wait_for_units_condition(
+        &env.client,
+        &agent,
+        "AllUnitsHealthy",
+        "All systemd units from the operating system config are running as expected.",
+    )
+    .await;
+    assert_eq!(status, "True");
+
+    // One event per command for the whole apply, GNA's reasons and wording.
+    let restarts = wait_for_event(
+        &env.client,
+        &agent,
+        "SystemDUnitRestart",
+        "processed restart of units app.service, other.service",
+    )
+    .await;
+    assert_eq!(restarts.len(), 1, "one aggregated event: {restarts:?}");
+    assert_eq!(restarts[0].type_.as_deref(), Some("Normal"));
+    let stops = wait_for_event(
+        &env.client,
+        &agent,
+        "SystemDUnitStop",
+        "processed stop of unit stopped.service",
+    )
+    .await;
+    assert_eq!(stops.len(), 1, "{stops:?}");
+
+    // A unit whose job fails: a Warning event with GNA's wording and the error.
+    let mut broken_units = units.clone();
+    broken_units.push(json!({
+        "name": "broken.service",
+        "enable": true,
+        "command": "start",
+        "content": "[Unit]\nDescription=fails\n[Service]\nType=oneshot\nExecStart=/bin/false\n[Install]\nWantedBy=multi-user.target\n",
+    }));
+    put_osc(
+        &env.client,
+        &names.secret,
+        &osc_yaml(&broken_units, &files, None),
+    )
+    .await;
+    let warnings = wait_for_event(
+        &env.client,
+        &agent,
+        "SystemDUnitRestart",
+        "processed restart of unit broken.service failed with error",
+    )
+    .await;
+    assert!(
+        warnings
+            .iter()
+            .any(|e| e.type_.as_deref() == Some("Warning")),
+        "{warnings:?}"
+    );
+    // The same unit, now failing a moment after it started: the apply succeeds, and the next
+    // unit check (at most a minute later) turns the condition False/UnhealthyUnits.
+    let mut failing_units = units.clone();
+    failing_units.push(json!({
+        "name": "broken.service",
+        "enable": true,
+        "command": "start",
+        "content": "[Unit]\nDescription=fails later\n[Service]\nExecStart=/bin/sh -c 'sleep 2; exit 1'\n[Install]\nWantedBy=multi-user.target\n",
+    }));
+    let failing = put_osc(
+        &env.client,
+        &names.secret,
+        &osc_yaml(&failing_units, &files, None),
+    )
+    .await;
+    wait_for_checksum(&env.client, &agent, &failing, APPLY_TIMEOUT).await;
+    let (status, _, message_bad) = wait_for_units_condition(
+        &env.client,
+        &agent,
+        "UnhealthyUnits",
+        "broken.service: failed",
+    )
+    .await;
+    assert_eq!(status, "False");
+    assert_ne!(message, message_bad);
+
+    // Removing it: the condition is back to healthy.
+    let fixed = put_osc(&env.client, &names.secret, &osc_yaml(&units, &files, None)).await;
+    wait_for_checksum(&env.client, &agent, &fixed, APPLY_TIMEOUT).await;
+    wait_for_units_condition(&env.client, &agent, "AllUnitsHealthy", "").await;
+}
+
+/// A oneshot unit that appends `<host> start <time>` and `<host> end <time>` to a log around
+/// a sleep, so an apply takes a while and its window can be read back.
+fn slow_unit(round: u32) -> Value {
+    json!({
+        "name": "slow.service",
+        "enable": true,
+        "command": "start",
+        "content": format!("[Unit]\nDescription=slow apply, round {round}\n[Service]\nType=oneshot\nRemainAfterExit=yes\nExecStart=/bin/sh -c 'echo start $(date +%%s.%%N) >> /var/lib/e2e-slow.log; sleep 3; echo end $(date +%%s.%%N) >> /var/lib/e2e-slow.log'\n[Install]\nWantedBy=multi-user.target\n"),
+    })
+}
+
+/// The (start, end) windows of `slow.service` runs in one machine, in order.
+fn slow_windows(agent: &AgentMachine) -> Vec<(f64, f64)> {
+    let log = String::from_utf8(read(agent, "/var/lib/e2e-slow.log")).unwrap();
+    let mut windows = Vec::new();
+    let mut start = None;
+    for line in log.lines() {
+        let (kind, at) = line.split_once(' ').unwrap();
+        let at: f64 = at.parse().unwrap();
+        match kind {
+            "start" => start = Some(at),
+            _ => windows.push((start.take().unwrap(), at)),
+        }
+    }
+    windows
+}
+
+/// Creates or replaces the OSC secret with the serial annotation (in one write, so no agent
+/// ever sees the new data without it); returns its checksum.
+async fn put_serial_osc(secrets: &Api<Secret>, name: &str, osc: &str) -> String {
+    let mut secret = osc_secret(name, osc);
+    secret.metadata.annotations.get_or_insert_default().insert(
+        "reconciliation.osc.node-agent.gardener.cloud/serial".into(),
+        "true".into(),
+    );
+    match secrets.get_opt(name).await.unwrap() {
+        Some(existing) => {
+            secret.metadata.resource_version = existing.metadata.resource_version;
+            secrets
+                .replace(name, &Default::default(), &secret)
+                .await
+                .unwrap();
+        }
+        None => {
+            secrets.create(&Default::default(), &secret).await.unwrap();
+        }
+    }
+    sha256_hex(osc.as_bytes())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn item10_serial_reconciliation_applies_one_node_at_a_time() {
+    let env = support::env().await;
+    let names = names();
+    let secrets = Api::<Secret>::namespaced(env.client.clone(), "kube-system");
+    let leases = Api::<Lease>::namespaced(env.client.clone(), "kube-system");
+    let first = put_serial_osc(
+        &secrets,
+        &names.secret,
+        &osc_yaml(&[slow_unit(1)], &[], None),
+    )
+    .await;
+
+    let mut agents = Vec::new();
+    for _ in 0..2 {
+        let machine = boot(BIN);
+        let node = machine.name().to_string();
+        create_node(&env.client, &node).await;
+        let kubeconfig = limited_kubeconfig(&env, &node, &[&names.secret]).await;
+        agents.push((machine, kubeconfig));
+    }
+    let agents: Vec<AgentMachine> = agents
+        .into_iter()
+        .map(|(machine, kubeconfig)| {
+            AgentMachine::start(
+                machine,
+                &AgentSetup {
+                    secret_name: names.secret.clone(),
+                    kubeconfig,
+                    server_url: env.server_url.clone(),
+                    ca_pem: env.ca_pem.clone(),
+                    drift_interval: "10m".into(),
+                    token_sync: Vec::new(),
+                    binary_in_machine: BIN_IN_MACHINE.to_string(),
+                },
+            )
+        })
+        .collect();
+    let hosts: Vec<String> = agents.iter().map(|a| a.node.clone()).collect();
+
+    // Watch the lock's holder while both apply.
+    let holders = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let watcher = {
+        let (leases, name, holders) = (leases.clone(), names.secret.clone(), holders.clone());
+        tokio::spawn(async move {
+            loop {
+                if let Some(lease) = leases.get_opt(&name).await.unwrap() {
+                    let holder = lease
+                        .spec
+                        .and_then(|s| s.holder_identity)
+                        .unwrap_or_default();
+                    let mut seen = holders.lock().unwrap();
+                    if seen.last() != Some(&holder) {
+                        seen.push(holder);
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+    };
+
+    let check_round = |round: usize| {
+        let windows: Vec<(f64, f64)> = agents
+            .iter()
+            .map(|a| {
+                let all = slow_windows(a);
+                assert_eq!(all.len(), round, "{}: {all:?}", a.node);
+                all[round - 1]
+            })
+            .collect();
+        let (a, b) = (windows[0], windows[1]);
+        assert!(
+            a.1 <= b.0 || b.1 <= a.0,
+            "round {round}: applies overlap: {a:?} {b:?}"
+        );
+    };
+
+    for agent in &agents {
+        wait_for_checksum(&env.client, agent, &first, APPLY_TIMEOUT).await;
+    }
+    check_round(1);
+
+    // A change: both agents see it at once (no reconciliation delay in serial mode), and
+    // still apply one after the other.
+    let second = put_serial_osc(
+        &secrets,
+        &names.secret,
+        &osc_yaml(&[slow_unit(2)], &[], None),
+    )
+    .await;
+    for agent in &agents {
+        wait_for_checksum(&env.client, agent, &second, APPLY_TIMEOUT).await;
+    }
+    check_round(2);
+    // Give the last holder's release a moment to be observed.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    watcher.abort();
+
+    // The lock went from one node to the other and was released after each apply.
+    let seen = holders.lock().unwrap().clone();
+    for host in &hosts {
+        assert!(seen.contains(host), "{host} never held the lock: {seen:?}");
+    }
+    assert_eq!(
+        seen.last().map(String::as_str),
+        Some(""),
+        "released: {seen:?}"
+    );
+    let lease = leases.get(&names.secret).await.unwrap();
+    let spec = lease.spec.unwrap();
+    assert_eq!(
+        (
+            spec.holder_identity,
+            spec.lease_duration_seconds,
+            spec.renew_time
+        ),
+        (None, None, None)
+    );
+    let owner = &lease.metadata.owner_references.unwrap()[0];
+    assert_eq!(
+        (
+            owner.kind.as_str(),
+            owner.name.as_str(),
+            owner.controller,
+            owner.block_owner_deletion
+        ),
+        ("Secret", names.secret.as_str(), Some(true), Some(true))
+    );
+    // Nobody waited out the 600 s: each took it when the other released it.
+    for agent in &agents {
+        assert!(
+            agent
+                .log()
+                .contains("serial reconciliation: holding the lock"),
+            "{}",
+            agent.log()
+        );
+    }
 }

@@ -81,7 +81,8 @@ pub async fn create_node(client: &Client, name: &str) -> Node {
 /// A kubeconfig for a ServiceAccount that may do exactly what the node-agent authorizer
 /// allows for one node (`docs/agent.md#authorizer-limits`): get/list/watch the named secrets in
 /// kube-system (list/watch only with a name field selector), list nodes (host name lookup),
-/// get/watch/patch its Node, get/update its Lease (and create leases), create/patch events.
+/// get/watch/patch its Node and patch its status, get/update its Lease and the serial lock
+/// Lease named like its OSC secret (the first of `secrets`), create leases, create/patch events.
 pub async fn limited_kubeconfig(env: &TestEnv, node: &str, secrets: &[&str]) -> String {
     let token = limited_token(env, node, secrets).await;
     render_token_kubeconfig(&env.server_url, &env.ca_pem, &token)
@@ -108,6 +109,11 @@ pub async fn limited_token(env: &TestEnv, node: &str, secrets: &[&str]) -> Strin
 pub async fn limited_token_in(client: &Client, ns: &str, node: &str, secrets: &[&str]) -> String {
     let sa = format!("agent-{node}");
     let lease = format!("gardener-node-agent-{node}");
+    // The node-agent authorizer also allows the Lease named like the node's OSC secret (the
+    // serial reconciliation lock); the OSC secret comes first in `secrets`.
+    let leases: Vec<&str> = std::iter::once(lease.as_str())
+        .chain(secrets.first().copied())
+        .collect();
     let pp = PostParams::default();
     let subject = json!([{"kind": "ServiceAccount", "name": sa, "namespace": ns}]);
     Api::<ServiceAccount>::namespaced(client.clone(), ns)
@@ -122,7 +128,7 @@ pub async fn limited_token_in(client: &Client, ns: &str, node: &str, secrets: &[
             "kube-system",
             json!([
                 {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list", "watch"], "resourceNames": secrets},
-                {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "update"], "resourceNames": [lease]},
+                {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "update"], "resourceNames": leases},
                 {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
             ]),
         ),
@@ -153,6 +159,7 @@ pub async fn limited_token_in(client: &Client, ns: &str, node: &str, secrets: &[
         "rules": [
             {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]},
             {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "watch", "patch"], "resourceNames": [node]},
+            {"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"], "resourceNames": [node]},
         ],
     }));
     Api::<ClusterRole>::all(client.clone())

@@ -102,8 +102,19 @@ pub enum ApplyError {
         source: crate::containerd::Error,
     },
     /// Unit jobs failed; they stay in the journal.
-    #[error("unit jobs failed: {}", .0.iter().map(|(unit, error)| format!("{unit}: {error}")).collect::<Vec<_>>().join("; "))]
-    Commands(Vec<(String, String)>),
+    #[error("unit jobs failed: {}", .0.iter().map(|job| format!("{}: {}", job.unit, job.error)).collect::<Vec<_>>().join("; "))]
+    Commands(Vec<FailedJob>),
+}
+
+/// A unit job that failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FailedJob {
+    /// The unit.
+    pub unit: String,
+    /// What was asked of it.
+    pub command: UnitCommand,
+    /// Why it failed (error chain).
+    pub error: String,
 }
 
 impl ApplyError {
@@ -406,7 +417,11 @@ pub async fn apply<H: Host, S: Secrets>(
         let (command, result) = outcome?;
         match result {
             Ok(()) => summary.commands.push(command),
-            Err(error) => failures.push((command.name, super::error_chain(&error))),
+            Err(error) => failures.push(FailedJob {
+                unit: command.name,
+                command: command.command,
+                error: super::error_chain(&error),
+            }),
         }
     }
     if !failures.is_empty() {
@@ -417,10 +432,11 @@ pub async fn apply<H: Host, S: Secrets>(
             host.unit_job(CONTAINERD_UNIT, UnitCommand::Restart)
                 .await
                 .map_err(|error| {
-                    ApplyError::Commands(vec![(
-                        CONTAINERD_UNIT.to_string(),
-                        super::error_chain(&error),
-                    )])
+                    ApplyError::Commands(vec![FailedJob {
+                        unit: CONTAINERD_UNIT.to_string(),
+                        command: UnitCommand::Restart,
+                        error: super::error_chain(&error),
+                    }])
                 })?;
             summary.commands.push(CommandEntry {
                 name: CONTAINERD_UNIT.to_string(),
@@ -953,7 +969,7 @@ mod tests {
         let osc = base_osc();
         let error = run(&host, &osc, "c1", None).await.unwrap_err();
         assert!(
-            matches!(&error, ApplyError::Commands(failed) if failed.len() == 1 && failed[0].0 == "other.service"),
+            matches!(&error, ApplyError::Commands(failed) if failed.len() == 1 && failed[0].unit == "other.service"),
             "{error}"
         );
         assert_eq!(error.category(), "unit-job");

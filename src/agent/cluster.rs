@@ -9,7 +9,9 @@
 //! | read the OSC secret | `GET secrets/<secret> -n kube-system` when its resourceVersion moved |
 //! | `secretRef` files, token sync | `GET secrets/<name> -n kube-system` |
 //! | report | `PATCH nodes/<node>` (merge), `POST events` (events.k8s.io, namespace `default`) |
-//! | lease | `GET/POST/PUT leases/gardener-node-agent-<node> -n kube-system` |
+//! | `SystemdUnitsReady` | `PATCH nodes/<node>/status` (strategic merge) when it changed; `GET nodes/<node>` once per process, before the first write |
+//! | lease | `PUT leases/gardener-node-agent-<node> -n kube-system` (GET/POST only at start, after a conflict or when it is gone) |
+//! | serial lock | `GET`, then `POST/PUT leases/<secret> -n kube-system` around an apply (only when the secret asks for it) |
 //!
 //! Nothing lists or watches a resource without a selector naming the object. Watches carry
 //! metadata only (`PartialObjectMetadata`): a Node's status (images, conditions) and the
@@ -17,7 +19,7 @@
 //! as the largest event it carried. The secret's data is read with a GET when it changed.
 
 use futures::{Stream, StreamExt};
-use k8s_openapi::api::core::v1::{Node, ObjectReference, Secret};
+use k8s_openapi::api::core::v1::{Node, NodeCondition, ObjectReference, Secret};
 use kube::api::{ListParams, PartialObjectMeta, Patch, PatchParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -176,6 +178,32 @@ pub async fn mark_applied(
     // The response (the whole Node) is only checked for success.
     Api::<Node>::all(client.clone())
         .patch_metadata(node, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map(drop)
+}
+
+/// The Node's condition of `type_` (full GET of the Node: done once per process).
+pub async fn node_condition(
+    client: &Client,
+    node: &str,
+    type_: &str,
+) -> Result<Option<NodeCondition>, kube::Error> {
+    let node = Api::<Node>::all(client.clone()).get(node).await?;
+    Ok(node
+        .status
+        .and_then(|status| status.conditions)
+        .and_then(|conditions| conditions.into_iter().find(|c| c.type_ == type_)))
+}
+
+/// Sets one condition on the Node's status (strategic merge: the other conditions stay).
+pub async fn patch_node_condition(
+    client: &Client,
+    node: &str,
+    condition: &NodeCondition,
+) -> Result<(), kube::Error> {
+    let patch = json!({ "status": { "conditions": [condition] } });
+    Api::<Node>::all(client.clone())
+        .patch_status(node, &PatchParams::default(), &Patch::Strategic(&patch))
         .await
         .map(drop)
 }

@@ -5,15 +5,22 @@
 //! When the OSC is applied (`docs/agent.md#reconciliation-delay`, `#apply-order`):
 //! - the first sight of the secret after start, and a secret that reappears, apply at once;
 //! - a changed `osc.yaml` applies after the Node's reconciliation delay (a later change does
-//!   not push an earlier due time back);
+//!   not push an earlier due time back) — at once when the secret asks for serial
+//!   reconciliation ([`serial`]), where the lock spaces the nodes out instead;
 //! - the Node becoming known applies at once (to report the checksum);
 //! - otherwise every `syncPeriod` (a no-op while the Node reports the checksum);
 //! - after a failure: 2 s, doubling up to 5 min.
 //!
+//! Besides, every minute and right after an apply, the units of the last applied OSC are
+//! checked ([`unit_check`]) and the Node's `SystemdUnitsReady` condition is patched when it
+//! changed.
+//!
 //! A reconcile: decode and validate `osc.yaml` (invalid → Warning event, nothing touched,
 //! retried only when the secret changes or on the sync period); if the Node already reports
-//! the checksum and the journal is done, stop; else [`apply`] it, then patch the Node
-//! (checksum annotation, kubernetes-version and role labels) and publish `OSCApplied`.
+//! the checksum and the journal is done, stop (releasing a serial lock still held); else, in
+//! serial mode, take the lock (held by another node: look again later), [`apply`] the OSC,
+//! patch the Node (checksum annotation, kubernetes-version and role labels), publish
+//! `OSCApplied` and release the lock.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -38,6 +45,9 @@ use super::host::Host;
 use super::journal::Journal;
 use super::metrics::Metrics;
 use super::osc::{self, InvalidOsc, NodeOsc};
+use super::serial::{self, Acquired, SerialLock};
+use super::unit_check::{self, UnitsCondition};
+use super::unit_events;
 use crate::api::constants::DATA_KEY_OPERATING_SYSTEM_CONFIG;
 
 /// First retry after a failed apply.
@@ -61,6 +71,9 @@ pub enum ReconcileError {
     /// Reporting on the Node failed.
     #[error("patching node {0}")]
     Node(String, #[source] kube::Error),
+    /// Taking or releasing the serial lock failed.
+    #[error("serial reconciliation lock kube-system/{0}")]
+    SerialLock(String, #[source] kube::Error),
 }
 
 impl ReconcileError {
@@ -69,6 +82,7 @@ impl ReconcileError {
             ReconcileError::Invalid(_) => "invalid-osc",
             ReconcileError::Apply(error) => error.category(),
             ReconcileError::Node(..) => "node-patch",
+            ReconcileError::SerialLock(..) => "serial-lock",
         }
     }
 }
@@ -84,6 +98,8 @@ pub enum Reconciled {
     Applied,
     /// The agent's own unit changed: exit so systemd starts the new one.
     RestartSelf,
+    /// Serial reconciliation: another node holds the lock; try again after this long.
+    Waiting(Duration),
 }
 
 /// Shared pieces of the running agent.
@@ -102,6 +118,8 @@ pub struct Agent<H: Host> {
     pub secrets: ApiSecrets,
     /// Wakes the token sync.
     pub token_trigger: Arc<Notify>,
+    /// The serial reconciliation lock (used only when the secret asks for it).
+    pub serial: tokio::sync::Mutex<SerialLock>,
 }
 
 /// State of the main loop.
@@ -115,6 +133,10 @@ struct LoopState {
     drift_due: Instant,
     reported_invalid: Option<String>,
     last_applied: LastApplied,
+    unit_check_due: Instant,
+    /// The `SystemdUnitsReady` condition as last written (or found) on the Node, with its
+    /// transition time; `None`: not known in this process yet.
+    units_condition: Option<(UnitsCondition, k8s_openapi::jiff::Timestamp)>,
 }
 
 /// The last applied OSC, decoded once: read from `last-applied-osc.yaml` on first use, then
@@ -191,13 +213,16 @@ impl<H: Host + 'static> Agent<H> {
             drift_due: Instant::now() + self.settings.drift_check_interval,
             reported_invalid: None,
             last_applied: LastApplied::Unread,
+            unit_check_due: Instant::now() + unit_check::CHECK_INTERVAL,
+            units_condition: None,
         };
         let mut node_known = false;
         loop {
             let wake = match state.due {
                 Some(due) => due.min(state.drift_due),
                 None => state.drift_due,
-            };
+            }
+            .min(state.unit_check_due);
             tokio::select! {
                 update = secret_rx.recv() => {
                     let Some(update) = update else { return Ok(()) };
@@ -218,10 +243,20 @@ impl<H: Host + 'static> Agent<H> {
                     if state.due.is_some_and(|due| due <= now) {
                         state.due = None;
                         let node = node_rx.borrow().clone();
-                        if self.reconcile_and_schedule(&mut state, node).await == Reconciled::RestartSelf {
-                            info!(unit = %self.settings.own_unit, "own unit changed; exiting so systemd starts the new agent");
-                            return Ok(());
+                        match self.reconcile_and_schedule(&mut state, node).await {
+                            Reconciled::RestartSelf => {
+                                info!(unit = %self.settings.own_unit, "own unit changed; exiting so systemd starts the new agent");
+                                return Ok(());
+                            }
+                            // Units were just started or restarted: report how they are.
+                            Reconciled::Applied => state.unit_check_due = Instant::now(),
+                            _ => {}
                         }
+                    }
+                    if state.unit_check_due <= Instant::now() {
+                        let node = node_rx.borrow().clone();
+                        self.check_units(node.as_ref(), &mut state).await;
+                        state.unit_check_due = Instant::now() + unit_check::CHECK_INTERVAL;
                     }
                     if state.drift_due <= Instant::now() {
                         let node = node_rx.borrow().clone();
@@ -257,6 +292,13 @@ impl<H: Host + 'static> Agent<H> {
         let due = match delay::trigger(state.seen_data.as_ref(), &digest) {
             delay::Trigger::Now => Some(now),
             delay::Trigger::Nothing => None,
+            // GNA skips the delay in serial mode: the lock spaces the nodes out.
+            delay::Trigger::AfterDelay
+                if serial::is_serial(secret.metadata.annotations.as_ref()) =>
+            {
+                info!("OSC changed; serial reconciliation, applying once the lock is free");
+                Some(now)
+            }
             delay::Trigger::AfterDelay => {
                 let (delay, error) = delay::reconciliation_delay(
                     node.and_then(|n| n.metadata.annotations.as_ref()),
@@ -301,11 +343,15 @@ impl<H: Host + 'static> Agent<H> {
                     Reconciled::UpToDate => "up-to-date",
                     Reconciled::Applied => "applied",
                     Reconciled::RestartSelf => "restart-self",
+                    Reconciled::Waiting(_) => "waiting",
                 };
                 self.metrics.apply_result(label);
                 state.retry = FIRST_RETRY;
                 state.reported_invalid = None;
-                state.due = state.due.or(sync);
+                state.due = match outcome {
+                    Reconciled::Waiting(retry_in) => Some(Instant::now() + retry_in),
+                    _ => state.due.or(sync),
+                };
                 if outcome == Reconciled::Applied {
                     info!(elapsed_ms = elapsed.as_millis() as u64, "OSC applied");
                 }
@@ -333,9 +379,19 @@ impl<H: Host + 'static> Agent<H> {
                 if let Some(node) = &node {
                     self.event(node, true, "OSCApplyFailed", error_chain(&error))
                         .await;
+                    if let ReconcileError::Apply(ApplyError::Commands(failed)) = &error {
+                        for event in unit_events::aggregate(&[], failed) {
+                            self.event(node, event.warning, event.reason, event.note)
+                                .await;
+                        }
+                    }
                 }
                 state.due = Some(Instant::now() + retry);
                 state.retry = (retry * 2).min(MAX_RETRY);
+                // Jobs may have failed: report the units' state now, not in a minute.
+                if matches!(error, ReconcileError::Apply(ApplyError::Commands(_))) {
+                    state.unit_check_due = Instant::now();
+                }
                 Reconciled::NoSecret
             }
         }
@@ -372,8 +428,30 @@ impl<H: Host + 'static> Agent<H> {
             .and_then(|n| n.metadata.annotations.as_ref())
             .and_then(|a| a.get(ANNOTATION_NODE_CHECKSUM))
             .is_some_and(|value| *value == checksum);
+        let serial_mode = serial::is_serial(secret.metadata.annotations.as_ref());
         if reported && journal_done && host.mode(&paths.last_applied()).ok().flatten().is_some() {
+            if serial_mode {
+                self.release_serial_lock(secret).await?;
+            }
             return Ok(Reconciled::UpToDate);
+        }
+        if serial_mode {
+            let acquired = self
+                .serial
+                .lock()
+                .await
+                .acquire(secret)
+                .await
+                .map_err(|error| ReconcileError::SerialLock(secret.name_any(), error))?;
+            match acquired {
+                Acquired::Held => {
+                    info!(lease = %secret.name_any(), "serial reconciliation: holding the lock")
+                }
+                Acquired::Busy { holder, retry_in } => {
+                    info!(lease = %secret.name_any(), %holder, retry_in = ?retry_in, "serial reconciliation: another node holds the lock; waiting");
+                    return Ok(Reconciled::Waiting(retry_in));
+                }
+            }
         }
 
         let effective = osc::effective(&osc, &self.settings.hostname);
@@ -458,10 +536,29 @@ impl<H: Host + 'static> Agent<H> {
                 ),
             )
             .await;
+            for event in unit_events::aggregate(&summary.commands, &[]) {
+                self.event(node, event.warning, event.reason, event.note)
+                    .await;
+            }
+            // As GNA: the lock is released once the node reports the new checksum.
+            if serial_mode || self.serial.lock().await.holds() {
+                self.release_serial_lock(secret).await?;
+            }
         } else {
             info!("node not registered yet; the checksum is reported once it is");
         }
         Ok(Reconciled::Applied)
+    }
+
+    /// Releases the serial lock when this agent holds it (see [`SerialLock::release`]).
+    async fn release_serial_lock(&self, secret: &Secret) -> Result<(), ReconcileError> {
+        let name = secret.name_any();
+        self.serial
+            .lock()
+            .await
+            .release(&name)
+            .await
+            .map_err(|error| ReconcileError::SerialLock(name, error))
     }
 
     fn record(&self, summary: &apply::Summary) {
@@ -560,6 +657,97 @@ impl<H: Host + 'static> Agent<H> {
             Err(error) => {
                 self.metrics.error("drift", error.category());
                 warn!(error = %error_chain(&error), "drift check failed");
+            }
+        }
+    }
+
+    /// Checks the units of the last applied OSC and patches `SystemdUnitsReady` on the Node
+    /// when it differs from what was last written (see [`unit_check`]). Failures are logged
+    /// and retried at the next check.
+    async fn check_units(&self, node: Option<&NodeMeta>, state: &mut LoopState) {
+        let Some(node) = node else { return };
+        let Some(last) = self.last_applied(&mut state.last_applied) else {
+            return;
+        };
+        let units = unit_check::managed_units(last);
+        let now_us = u64::try_from(chrono::Utc::now().timestamp_micros()).unwrap_or_default();
+        let mut findings = Vec::with_capacity(units.len());
+        for unit in &units {
+            match self.host.unit_health(&unit.name).await {
+                Ok(health) => findings.push(unit_check::judge(unit, &health, now_us)),
+                Err(error) => {
+                    self.metrics.error("unit-check", "systemd");
+                    warn!(error = %error_chain(&error), unit = %unit.name, "reading a unit's state failed; the unit check is skipped");
+                    return;
+                }
+            }
+        }
+        let wanted = unit_check::condition(&findings);
+        let name = node.name_any();
+        if state.units_condition.is_none() {
+            // First check of this process: take what the Node has (one GET), so a restart
+            // neither rewrites an unchanged condition nor resets its transition time.
+            match cluster::node_condition(&self.client, &name, unit_check::CONDITION_TYPE).await {
+                Ok(Some(found)) => {
+                    let transition = found
+                        .last_transition_time
+                        .as_ref()
+                        .map(|t| t.0)
+                        .unwrap_or_else(k8s_openapi::jiff::Timestamp::now);
+                    let found_condition = UnitsCondition {
+                        status: if found.status == "True" {
+                            "True"
+                        } else {
+                            "False"
+                        },
+                        reason: match found.reason.as_deref() {
+                            Some(unit_check::REASON_ALL_HEALTHY) => unit_check::REASON_ALL_HEALTHY,
+                            Some(unit_check::REASON_PROGRESSING) => unit_check::REASON_PROGRESSING,
+                            Some(unit_check::REASON_UNHEALTHY) => unit_check::REASON_UNHEALTHY,
+                            _ => "",
+                        },
+                        message: found.message.unwrap_or_default(),
+                    };
+                    state.units_condition = Some((found_condition, transition));
+                }
+                Ok(None) => {}
+                Err(error) => {
+                    self.metrics.error("unit-check", "api");
+                    warn!(error = %error_chain(&error), "reading the node's conditions failed");
+                    return;
+                }
+            }
+        }
+        if state
+            .units_condition
+            .as_ref()
+            .is_some_and(|(written, _)| *written == wanted)
+        {
+            return;
+        }
+        let now = k8s_openapi::jiff::Timestamp::now();
+        let transition = match &state.units_condition {
+            Some((written, since)) if written.status == wanted.status => *since,
+            _ => now,
+        };
+        let condition = k8s_openapi::api::core::v1::NodeCondition {
+            type_: unit_check::CONDITION_TYPE.to_string(),
+            status: wanted.status.to_string(),
+            reason: Some(wanted.reason.to_string()),
+            message: Some(wanted.message.clone()),
+            last_heartbeat_time: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now)),
+            last_transition_time: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                transition,
+            )),
+        };
+        match cluster::patch_node_condition(&self.client, &name, &condition).await {
+            Ok(()) => {
+                info!(condition = unit_check::CONDITION_TYPE, status = wanted.status, reason = wanted.reason, message = %wanted.message, "node condition updated");
+                state.units_condition = Some((wanted, transition));
+            }
+            Err(error) => {
+                self.metrics.error("unit-check", "api");
+                warn!(error = %error_chain(&error), "patching the node's SystemdUnitsReady condition failed");
             }
         }
     }

@@ -152,7 +152,11 @@ pub async fn check_and_repair<H: Host, S: Secrets>(
     for (unit, result) in futures::future::join_all(jobs).await {
         match result {
             Ok(()) => report.restarted.push(unit),
-            Err(error) => failures.push((unit, super::error_chain(&error))),
+            Err(error) => failures.push(apply::FailedJob {
+                unit,
+                command: UnitCommand::Restart,
+                error: super::error_chain(&error),
+            }),
         }
     }
     if !failures.is_empty() {

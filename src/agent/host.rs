@@ -103,6 +103,11 @@ pub trait Host: Send + Sync {
     ) -> impl Future<Output = Result<(), HostError>> + Send;
     /// True when systemd has the unit loaded (it exists somewhere in its search path).
     fn unit_known(&self, unit: &str) -> impl Future<Output = Result<bool, HostError>> + Send;
+    /// The unit's state as the systemd unit check needs it.
+    fn unit_health(
+        &self,
+        unit: &str,
+    ) -> impl Future<Output = Result<systemd::UnitHealth, HostError>> + Send;
 
     /// `containerd config default`.
     fn containerd_default_config(&self) -> impl Future<Output = Result<String, HostError>> + Send;
@@ -338,6 +343,10 @@ impl Host for SystemHost {
     async fn unit_known(&self, unit: &str) -> Result<bool, HostError> {
         let status = self.systemd().await?.unit_status(unit).await?;
         Ok(status.load_state == "loaded")
+    }
+
+    async fn unit_health(&self, unit: &str) -> Result<systemd::UnitHealth, HostError> {
+        Ok(self.systemd().await?.unit_health(unit).await?)
     }
 
     async fn containerd_default_config(&self) -> Result<String, HostError> {

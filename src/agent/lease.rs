@@ -1,7 +1,13 @@
 //! The node agent's heartbeat (`docs/agent.md#node-agent-lease`): Lease
 //! `kube-system/gardener-node-agent-<node>`, holder = the lease name, 40 s duration, renewed
-//! every 10 s, owned by the Node. Gardener's shoot care marks the node's agent unhealthy
-//! when it is missing or expired. Started once the Node is known.
+//! every 10 s, owned by the Node (controller, `blockOwnerDeletion`, as GNA writes it).
+//! Gardener's shoot care marks the node's agent unhealthy when it is missing or expired.
+//! Started once the Node is known.
+//!
+//! One request per renewal: the object returned by the last write is kept, and the next
+//! renewal replaces it directly (its resourceVersion makes the PUT a compare-and-swap). Only
+//! at start, after a conflict (someone else wrote the Lease) or after it vanished is the Lease
+//! read again — GNA reads it from its informer cache instead, which costs a watch.
 
 use std::time::Duration;
 
@@ -45,7 +51,7 @@ pub fn renewed(existing: Option<Lease>, node: &NodeMeta, now: Timestamp) -> Leas
             name: node.name_any(),
             uid,
             controller: Some(true),
-            block_owner_deletion: None,
+            block_owner_deletion: Some(true),
         }]);
     }
     let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
@@ -55,23 +61,73 @@ pub fn renewed(existing: Option<Lease>, node: &NodeMeta, now: Timestamp) -> Leas
     lease
 }
 
-/// One renewal: GET, then create or replace.
-pub async fn renew(client: &Client, node: &NodeMeta) -> Result<(), kube::Error> {
-    let api = Api::<Lease>::namespaced(client.clone(), NAMESPACE);
-    let name = lease_name(&node.name_any());
-    let existing = api.get_opt(&name).await?;
-    let create = existing.is_none();
-    let lease = renewed(existing, node, Timestamp::now());
-    if create {
-        api.create(&PostParams::default(), &lease).await?;
-    } else {
-        api.replace(&name, &PostParams::default(), &lease).await?;
+/// Renews one node's Lease, remembering the object of the last successful write.
+pub struct Renewer {
+    api: Api<Lease>,
+    /// The Lease as the last write returned it; `None`: read it first.
+    last: Option<Lease>,
+}
+
+impl Renewer {
+    /// A renewer that reads the Lease on its first renewal.
+    pub fn new(client: &Client) -> Self {
+        Renewer {
+            api: Api::namespaced(client.clone(), NAMESPACE),
+            last: None,
+        }
     }
-    Ok(())
+
+    /// One renewal. With the object of the last write at hand this is a single PUT; on a
+    /// conflict the Lease is read again once and the PUT repeated, when it is gone it is
+    /// created. Without one (start, or after a failure that left the state unknown) it is
+    /// GET, then PUT or POST. On error the kept object is dropped, so the next renewal reads.
+    pub async fn renew(&mut self, node: &NodeMeta) -> Result<(), kube::Error> {
+        let result = self.write(node).await;
+        match result {
+            Ok(lease) => {
+                self.last = Some(lease);
+                Ok(())
+            }
+            Err(error) => {
+                self.last = None;
+                Err(error)
+            }
+        }
+    }
+
+    async fn write(&mut self, node: &NodeMeta) -> Result<Lease, kube::Error> {
+        let name = lease_name(&node.name_any());
+        let pp = PostParams::default();
+        if let Some(last) = self.last.take() {
+            match self
+                .api
+                .replace(&name, &pp, &renewed(Some(last), node, Timestamp::now()))
+                .await
+            {
+                Ok(lease) => return Ok(lease),
+                // Someone else wrote it (409), or it was deleted (404): read it again, once.
+                Err(kube::Error::Api(status)) if status.code == 409 || status.code == 404 => {}
+                Err(error) => return Err(error),
+            }
+        }
+        match self.api.get_opt(&name).await? {
+            Some(existing) => {
+                self.api
+                    .replace(&name, &pp, &renewed(Some(existing), node, Timestamp::now()))
+                    .await
+            }
+            None => {
+                self.api
+                    .create(&pp, &renewed(None, node, Timestamp::now()))
+                    .await
+            }
+        }
+    }
 }
 
 /// Renews every [`RENEW_INTERVAL`] for the node in `node` (waits until there is one).
 pub async fn run(client: Client, mut node: watch::Receiver<Option<NodeMeta>>, metrics: Metrics) {
+    let mut renewer = Renewer::new(&client);
     let mut ticker = tokio::time::interval(RENEW_INTERVAL);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -87,7 +143,7 @@ pub async fn run(client: Client, mut node: watch::Receiver<Option<NodeMeta>>, me
         };
         let renewal = tokio::time::timeout(
             Duration::from_secs(LEASE_DURATION_SECONDS as u64),
-            renew(&client, &current),
+            renewer.renew(&current),
         )
         .await;
         match renewal {
@@ -99,6 +155,8 @@ pub async fn run(client: Client, mut node: watch::Receiver<Option<NodeMeta>>, me
                 tracing::warn!(%error, lease = %lease_name(&current.name_any()), "renewing the lease failed");
             }
             Err(_) => {
+                // The write may or may not have landed: read before the next one.
+                renewer.last = None;
                 metrics.error("lease", "timeout");
                 tracing::warn!(lease = %lease_name(&current.name_any()), "renewing the lease timed out");
             }
@@ -134,8 +192,13 @@ mod tests {
         assert_eq!(spec.lease_duration_seconds, Some(40));
         let owner = &lease.metadata.owner_references.as_ref().unwrap()[0];
         assert_eq!(
-            (owner.kind.as_str(), owner.uid.as_str(), owner.controller),
-            ("Node", "uid-1", Some(true))
+            (
+                owner.kind.as_str(),
+                owner.uid.as_str(),
+                owner.controller,
+                owner.block_owner_deletion
+            ),
+            ("Node", "uid-1", Some(true), Some(true))
         );
         let json = serde_json::to_value(&lease).unwrap();
         assert_eq!(json["spec"]["renewTime"], "2025-01-02T03:04:05.123456Z");

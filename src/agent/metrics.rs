@@ -12,7 +12,7 @@ use prometheus_client::registry::Registry;
 /// `result` label.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResultLabels {
-    /// `applied`, `up-to-date`, `restart-self`, `invalid`, `error`.
+    /// `applied`, `up-to-date`, `restart-self`, `waiting`, `invalid`, `error`, `no-secret`.
     pub result: String,
 }
 

@@ -11,11 +11,13 @@
 //! 3. [`apply`]: work through the journal on the [`host::Host`] — files, containerd config
 //!    ([`crate::containerd::cri`]), units, daemon-reload, parallel unit jobs, deletions —
 //!    rewriting the journal after every item, so a killed agent resumes where it stopped.
-//! 4. [`controller`]: report on the Node (checksum annotation, labels, events).
+//! 4. [`controller`]: report on the Node (checksum annotation, labels, events — unit job
+//!    events aggregated by [`unit_events`]).
 //!
 //! Around it: [`config`] (flags + NodeAgentConfiguration), [`credentials`] (which kubeconfig
 //! or token), [`cluster`] (the narrowly scoped API calls), [`delay`] (reconciliation delay),
-//! [`lease`] (heartbeat), [`token`] (token sync), [`drift`] (drift repair), [`metrics`].
+//! [`lease`] (heartbeat), [`serial`] (serial reconciliation lock), [`token`] (token sync),
+//! [`drift`] (drift repair), [`unit_check`] (the `SystemdUnitsReady` condition), [`metrics`].
 //! See `docs/agent.md` for the node layout and the supported bootstrap path.
 
 pub mod apply;
@@ -33,7 +35,10 @@ pub mod metrics;
 pub mod osc;
 pub mod paths;
 pub mod safe_fs;
+pub mod serial;
 pub mod token;
+pub mod unit_check;
+pub mod unit_events;
 
 #[cfg(test)]
 pub(crate) mod testing;
@@ -134,6 +139,7 @@ pub async fn run(args: AgentArgs) -> Result<(), AgentError> {
     );
     let agent = Arc::new(controller::Agent {
         events: cluster::NodeEvents::new(&client, &settings.hostname),
+        serial: tokio::sync::Mutex::new(serial::SerialLock::new(&client, &settings.hostname)),
         secrets: cluster::ApiSecrets::new(&client),
         client,
         host: Arc::new(host),

@@ -235,6 +235,14 @@ impl Host for FakeHost {
         Ok(self.known_units.lock().unwrap().contains(unit))
     }
 
+    async fn unit_health(&self, _unit: &str) -> Result<crate::systemd::UnitHealth, HostError> {
+        Ok(crate::systemd::UnitHealth {
+            active_state: "active".into(),
+            sub_state: "running".into(),
+            ..crate::systemd::UnitHealth::default()
+        })
+    }
+
     async fn containerd_default_config(&self) -> Result<String, HostError> {
         Ok(self.default_containerd_config.clone())
     }

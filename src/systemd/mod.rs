@@ -182,6 +182,21 @@ pub struct UnitStatus {
     pub exec_main_start_timestamp: Option<u64>,
 }
 
+/// What a health check needs to know about a unit (GNA's systemd unit check reads the same).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct UnitHealth {
+    /// `active`, `inactive`, `failed`, `activating`, ...
+    pub active_state: String,
+    /// `running`, `dead`, `exited`, `auto-restart`, ...
+    pub sub_state: String,
+    /// When the unit last changed state, µs since the epoch (0 if never).
+    pub state_change_timestamp: u64,
+    /// Services that are `inactive (dead)` only: their `Type`.
+    pub service_type: Option<String>,
+    /// Units that are `inactive (dead)` only: what triggers them (timers, paths, ...).
+    pub triggered_by: Vec<String>,
+}
+
 /// One change `EnableUnitFiles`/`DisableUnitFiles` made.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UnitFileChange {
@@ -344,6 +359,48 @@ impl Systemd {
             );
         }
         Ok(status)
+    }
+
+    /// The health of `unit`: states and state-change time, plus service type and triggers
+    /// when it is `inactive (dead)` (only then are they needed, so only then read).
+    pub async fn unit_health(&self, unit: &str) -> Result<UnitHealth, Error> {
+        let call = |method: &'static str| call_error(method, unit);
+        let path = self
+            .manager
+            .load_unit(unit)
+            .await
+            .map_err(call("LoadUnit"))?;
+        let unit_proxy = UnitProxy::builder(&self.connection)
+            .path(path.clone())
+            .map_err(call("Get"))?
+            .cache_properties(CacheProperties::No)
+            .build()
+            .await
+            .map_err(call("Get"))?;
+        let mut health = UnitHealth {
+            active_state: unit_proxy.active_state().await.map_err(call("Get"))?,
+            sub_state: unit_proxy.sub_state().await.map_err(call("Get"))?,
+            state_change_timestamp: unit_proxy
+                .state_change_timestamp()
+                .await
+                .map_err(call("Get"))?,
+            service_type: None,
+            triggered_by: Vec::new(),
+        };
+        if health.active_state == "inactive" && health.sub_state == "dead" {
+            health.triggered_by = unit_proxy.triggered_by().await.map_err(call("Get"))?;
+            if unit.ends_with(".service") {
+                let service = ServiceProxy::builder(&self.connection)
+                    .path(path)
+                    .map_err(call("Get"))?
+                    .cache_properties(CacheProperties::No)
+                    .build()
+                    .await
+                    .map_err(call("Get"))?;
+                health.service_type = Some(service.service_type().await.map_err(call("Get"))?);
+            }
+        }
+        Ok(health)
     }
 
     /// Queues a job for `unit` and waits for its `JobRemoved` signal.

@@ -91,6 +91,14 @@ pub trait Unit {
     /// When the unit last entered `active`, µs since the epoch (0 if never).
     #[zbus(property)]
     fn active_enter_timestamp(&self) -> zbus::Result<u64>;
+
+    /// When the unit last changed its state, µs since the epoch (0 if never).
+    #[zbus(property)]
+    fn state_change_timestamp(&self) -> zbus::Result<u64>;
+
+    /// Units (timers, paths, sockets) that activate this one.
+    #[zbus(property)]
+    fn triggered_by(&self) -> zbus::Result<Vec<String>>;
 }
 
 #[zbus::proxy(
@@ -106,4 +114,8 @@ pub trait Service {
     /// When the main process was started, µs since the epoch.
     #[zbus(property)]
     fn exec_main_start_timestamp(&self) -> zbus::Result<u64>;
+
+    /// `simple`, `oneshot`, `notify`, ...
+    #[zbus(property, name = "Type")]
+    fn service_type(&self) -> zbus::Result<String>;
 }
