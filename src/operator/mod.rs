@@ -56,7 +56,7 @@ pub async fn run_serving(
     if let Ok(address) = listener.local_addr() {
         tracing::info!(http = %address, "HTTP port bound; connecting to the seed API server");
     }
-    let client = crate::kubeconfig::client(args.kubeconfig.as_deref())
+    let client = crate::kubeconfig::client(args.kubeconfig.as_deref(), "operator")
         .await
         .context("connecting to the seed API server")?;
     let version = client
