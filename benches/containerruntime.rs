@@ -203,14 +203,14 @@ async fn main() {
         let ours = audit::total(mix);
         sum += ours;
         rows.push_str(&format!(
-            "| {phase} | {time:.2?} | {ours} | {peer} | {ratio:.2}× | ≤ 0.5× |\n",
+            "| {phase} | {time:.2?} | {ours} | {peer} | {ratio:.3}× | ≤ 0.5× |\n",
             ratio = ours as f64 / peer as f64,
         ));
         mixes.push_str(&format!("- {phase}: {}\n", audit::describe(mix)));
     }
     let peer_sum: usize = PEER.iter().sum();
     rows.push_str(&format!(
-        "| all three | — | {sum} | {peer_sum} | {ratio:.2}× | ≤ 0.5× |\n",
+        "| all three | — | {sum} | {peer_sum} | {ratio:.3}× | ≤ 0.5× |\n",
         ratio = sum as f64 / peer_sum as f64,
     ));
 

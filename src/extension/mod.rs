@@ -15,6 +15,7 @@
 //! logic. Liveness pieces live beside it: [`heartbeat`], [`leader`]; and the shoot delivery
 //! helpers in [`managed_resource`].
 
+pub mod cache;
 pub mod cluster;
 pub mod controller;
 pub mod error;
@@ -125,6 +126,9 @@ pub enum Outcome {
         /// Extra status fields (merged into the success patch).
         status: Map<String, Value>,
     },
+    /// Finished, and nothing had to be written: the run found everything as it should be.
+    /// The status says Succeeded as after [`Outcome::Done`], but no event is published.
+    Unchanged,
     /// Not finished yet (e.g. waiting for a rollout): keep the status Processing with
     /// `reason` and run again after `retry_after`.
     Pending {
