@@ -52,7 +52,8 @@ pub struct Reconciler<A: Actuator> {
     pub events: EventPublisher,
     /// Metrics.
     pub metrics: ControllerMetrics,
-    /// The shared seed cache (Clusters); `None` reads with GETs.
+    /// The shared seed cache (Clusters, for kinds that may read them cached); `None` reads
+    /// with GETs.
     pub cache: Option<SeedCache>,
     /// The store of this kind's objects kept by the controller's watch; `None` reads with GETs.
     pub objects: Option<ObjectStore>,
@@ -131,6 +132,11 @@ impl<A: Actuator> Reconciler<A> {
         .await
     }
 
+    /// The cache to read the Cluster from, if the kind may ([`ExtensionKind::CACHED_CLUSTER`]).
+    fn cluster_cache(&self) -> Option<&SeedCache> {
+        self.cache.as_ref().filter(|_| A::Object::CACHED_CLUSTER)
+    }
+
     /// The object: from the store unless the last run failed, else with a GET.
     async fn read(
         &self,
@@ -191,7 +197,7 @@ impl<A: Actuator> Reconciler<A> {
 
         // Dispatch, steps 2-3: the Cluster, and the ShootNotFailed precondition (no writes at all
         // for failed shoots; gardenlet re-annotates the object when it retries the shoot).
-        let cluster = match cluster::lookup(&self.client, self.cache.as_ref(), namespace).await {
+        let cluster = match cluster::lookup(&self.client, self.cluster_cache(), namespace).await {
             Ok(cluster) => cluster,
             Err(error) => {
                 let failure = Failure::of(&error);
@@ -276,11 +282,11 @@ impl<A: Actuator> Reconciler<A> {
             .get("spec")
             .and_then(|s| serde_json::from_value(s.clone()).ok());
         let annotations = object.annotations().clone();
-        let failed_shoot = match cluster::lookup(&self.client, self.cache.as_ref(), namespace).await
-        {
-            Ok(cluster) => cluster.is_some_and(|c| c.shoot.is_failed()),
-            Err(_) => false,
-        };
+        let failed_shoot =
+            match cluster::lookup(&self.client, self.cluster_cache(), namespace).await {
+                Ok(cluster) => cluster.is_some_and(|c| c.shoot.is_failed()),
+                Err(_) => false,
+            };
         if spec.is_none_or(|s| !self.filter.accepts(&s))
             || operation::is_waiting_for_state(&annotations)
             || failed_shoot
