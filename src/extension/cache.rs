@@ -24,6 +24,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
@@ -192,6 +193,11 @@ impl SeedCache {
     }
 }
 
+/// How long our own write stands in for a store that has not shown it yet: far above the
+/// watch latency, short enough that an object someone else deletes is written again by the
+/// next run.
+pub const TRUST_OWN_WRITE: Duration = Duration::from_secs(5);
+
 /// Our own last writes of ManagedResources by namespace/name, and the manifest secrets we
 /// created. resourceVersions are etcd revisions (integers) on every kube-apiserver; one that
 /// does not parse counts as stale, so the caller reads or writes instead of trusting the
@@ -209,8 +215,12 @@ struct WrittenState {
 /// Our last write of one MR.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Write {
-    /// Applied: the resourceVersion the API server answered and what we applied.
-    Applied { version: u64, content: String },
+    /// Applied: the resourceVersion the API server answered, what we applied and when.
+    Applied {
+        version: u64,
+        content: String,
+        at: Instant,
+    },
     /// Deleted, and gone at once.
     Deleted,
 }
@@ -238,6 +248,7 @@ impl Written {
                     Write::Applied {
                         version,
                         content: content.to_string(),
+                        at: Instant::now(),
                     },
                 );
             }
@@ -262,11 +273,13 @@ impl Written {
             == Some(&Write::Deleted)
     }
 
-    /// Whether our last write applied exactly `content` to the MR.
+    /// Whether our last write applied exactly `content` to the MR within [`TRUST_OWN_WRITE`]
+    /// (after that an MR missing from the store was deleted by someone else, not unseen).
     pub fn applied(&self, namespace: &str, name: &str, content: &str) -> bool {
         matches!(
             self.state().managed_resources.get(&(namespace.to_string(), name.to_string())),
-            Some(Write::Applied { content: c, .. }) if c == content
+            Some(Write::Applied { content: c, at, .. })
+                if c == content && at.elapsed() < TRUST_OWN_WRITE
         )
     }
 

@@ -83,6 +83,12 @@ pub async fn run<A: Actuator>(
         let queue = Arc::clone(&queue);
         let failures = Arc::clone(&failures);
         workers.push(tokio::spawn(async move {
+            // The store takes the first list in at its end, so before that it is empty: a run
+            // must not take that for "no objects" (the gVisor sweep would delete the
+            // installations of every pool).
+            if let Some(store) = &reconciler.objects {
+                let _ = store.wait_until_ready().await;
+            }
             while let Some(key) = queue.next().await {
                 reconciler.metrics.set_queue_depth(kind, queue.len());
                 let result = reconciler.reconcile(&key.namespace, &key.name).await;

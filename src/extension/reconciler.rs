@@ -137,7 +137,8 @@ impl<A: Actuator> Reconciler<A> {
         self.cache.as_ref().filter(|_| A::Object::CACHED_CLUSTER)
     }
 
-    /// The object: from the store unless the last run failed, else with a GET.
+    /// The object: from the store unless the last run failed or the store lacks it, else
+    /// with a GET.
     async fn read(
         &self,
         api: &Api<A::Object>,
@@ -152,13 +153,13 @@ impl<A: Actuator> Reconciler<A> {
         if let Some(store) = self.objects.as_ref().filter(|_| !fresh) {
             let resource = ApiResource::erase::<A::Object>(&());
             let key = ObjectRef::<DynamicObject>::new_with(name, resource).within(namespace);
-            return match store.get(&key) {
-                None => Ok(None),
-                Some(stored) => serde_json::to_value(&*stored)
+            // Not in the store: gone, or (rarely) not seen yet; the API server tells.
+            if let Some(stored) = store.get(&key) {
+                return serde_json::to_value(&*stored)
                     .and_then(serde_json::from_value)
                     .map(Some)
-                    .map_err(kube::Error::SerdeError),
-            };
+                    .map_err(kube::Error::SerdeError);
+            }
         }
         api.get_opt(name).await
     }
