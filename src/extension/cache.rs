@@ -265,6 +265,14 @@ impl Written {
             .insert((namespace.to_string(), name.to_string()), Write::Deleted);
     }
 
+    /// Forgets our last write of the MR (its deletion started but waits for finalizers: only
+    /// the store can tell when it is gone).
+    pub fn forget(&self, namespace: &str, name: &str) {
+        self.state()
+            .managed_resources
+            .remove(&(namespace.to_string(), name.to_string()));
+    }
+
     /// Whether our last write deleted the MR (and nothing applied it since).
     pub fn deleted(&self, namespace: &str, name: &str) -> bool {
         self.state()

@@ -541,10 +541,12 @@ async fn delete_found(
         .map_err(api_error("deleting", "ManagedResource", namespace, name))?;
     // `Right`: deleted at once (no finalizer); `Left`: still there, deleting.
     let gone = deleted.is_none_or(|d| d.is_right());
-    if let Some(cache) = cache
-        && gone
-    {
-        cache.written.record_deleted(namespace, name);
+    if let Some(cache) = cache {
+        if gone {
+            cache.written.record_deleted(namespace, name);
+        } else {
+            cache.written.forget(namespace, name);
+        }
     }
     Ok(gone)
 }
