@@ -1,5 +1,10 @@
 //! Building a [`kube::Client`] from a kubeconfig file or the in-cluster environment, and
 //! writing the admin kubeconfig of the local control plane.
+//!
+//! Every client the binary builds goes through [`build`], which sets the `User-Agent`
+//! `gardener-extension-node/<version> (<subcommand>)`: an API server's audit log then tells
+//! the operator's, the agent's and the local environment's requests apart from each other and
+//! from other clients (kube-rs sends no `User-Agent` of its own).
 
 use std::path::Path;
 
@@ -58,10 +63,34 @@ pub async fn config(path: Option<&Path>) -> Result<kube::Config, KubeconfigError
     }
 }
 
-/// Builds a client; see [`config`].
-pub async fn client(path: Option<&Path>) -> Result<kube::Client, KubeconfigError> {
+/// Builds a client for `subcommand` (see [`build`]); the configuration as [`config`] loads it.
+pub async fn client(
+    path: Option<&Path>,
+    subcommand: &str,
+) -> Result<kube::Client, KubeconfigError> {
     let config = config(path).await?;
-    kube::Client::try_from(config).map_err(KubeconfigError::Client)
+    build(config, subcommand).map_err(KubeconfigError::Client)
+}
+
+/// `gardener-extension-node/<version> (<subcommand>)` (pure).
+pub fn user_agent(subcommand: &str) -> String {
+    format!(
+        "gardener-extension-node/{} ({subcommand})",
+        env!("CARGO_PKG_VERSION")
+    )
+}
+
+/// Builds a client from `config` that sends [`user_agent`] with every request (replacing a
+/// `User-Agent` the configuration may carry). Fails only where [`kube::Client::try_from`]
+/// does (TLS set-up), or on a subcommand name that is no valid header value.
+pub fn build(mut config: kube::Config, subcommand: &str) -> Result<kube::Client, kube::Error> {
+    let value = http::HeaderValue::from_str(&user_agent(subcommand))
+        .map_err(|e| kube::Error::HttpError(http::Error::from(e)))?;
+    config
+        .headers
+        .retain(|(name, _)| name != http::header::USER_AGENT);
+    config.headers.push((http::header::USER_AGENT, value));
+    kube::Client::try_from(config)
 }
 
 /// Renders a kubeconfig that authenticates with a client certificate (PEM inputs).
@@ -99,4 +128,21 @@ pub async fn config_from_yaml(yaml: &str) -> Result<kube::Config, KubeconfigErro
             path: "<inline>".into(),
             source,
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_user_agent_names_version_and_subcommand() {
+        assert_eq!(
+            user_agent("operator"),
+            format!(
+                "gardener-extension-node/{} (operator)",
+                env!("CARGO_PKG_VERSION")
+            )
+        );
+        assert!(http::HeaderValue::from_str(&user_agent("local-env")).is_ok());
+    }
 }

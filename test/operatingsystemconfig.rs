@@ -705,6 +705,7 @@ async fn without_node_agent_secrets_only_the_status_is_written_and_an_old_mr_is_
         [("secret__kube-system__x.yaml".to_string(), b"{}".to_vec())].into();
     gardener_extension_node::extension::managed_resource::apply_for_shoot(
         &env.client,
+        None,
         &env.namespace,
         &node_agent_mr(),
         &data,

@@ -108,7 +108,7 @@ pub async fn run(args: AgentArgs) -> Result<(), AgentError> {
     info!(credentials = ?source, "credentials");
     let client_config =
         credentials::client_config(&source, &settings.config, &settings.paths).await?;
-    let client = kube::Client::try_from(client_config).map_err(AgentError::Client)?;
+    let client = crate::kubeconfig::build(client_config, "agent").map_err(AgentError::Client)?;
 
     let mut registry = crate::metrics::new_registry();
     let metrics = metrics::Metrics::register(&mut registry);

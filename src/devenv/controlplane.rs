@@ -97,7 +97,15 @@ pub struct ControlPlaneOptions {
     /// Also run kube-scheduler (needs `kube-scheduler` in `assets`; `hack/envtest.sh --node`):
     /// a shoot with nodes, where DaemonSet and workload pods must be placed.
     pub scheduler: bool,
+    /// Write kube-apiserver's audit log (metadata of every request, one JSON line each, with
+    /// user agent and user) to `audit.log` in `state_dir`: benchmarks count a client's
+    /// requests there, since `apiserver_request_total` has no label telling clients apart.
+    pub audit_log: bool,
 }
+
+/// The audit policy of [`ControlPlaneOptions::audit_log`]: metadata of every request, one
+/// event when the response is complete (a watch also logs when its response starts).
+const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n- level: Metadata\n";
 
 /// The file in the state folder that records the ports of a control plane.
 pub const STATE_FILE: &str = "control-plane.json";
@@ -380,6 +388,18 @@ impl ControlPlane {
             .arg("--enable-priority-and-fairness=false")
             .arg("--v=1")
             .process_group(self.process_group as i32);
+        if self.options.audit_log {
+            let policy = state.join("audit-policy.yaml");
+            fs::write(&policy, AUDIT_POLICY).map_err(|source| ControlPlaneError::Io {
+                path: policy.display().to_string(),
+                source,
+            })?;
+            command
+                .arg(format!("--audit-policy-file={}", policy.display()))
+                .arg(format!("--audit-log-path={}", path("audit.log")))
+                .arg("--audit-log-format=json")
+                .arg("--audit-log-mode=blocking");
+        }
         spawn_logged(command, "kube-apiserver", &state.join("kube-apiserver.log"))
     }
 
@@ -456,7 +476,7 @@ impl ControlPlane {
             // Probe the port first: the client logs every refused connection as an error.
             let listening =
                 std::net::TcpStream::connect(("127.0.0.1", self.apiserver_port)).is_ok();
-            if listening && let Ok(client) = kube::Client::try_from(config.clone()) {
+            if listening && let Ok(client) = crate::kubeconfig::build(config.clone(), "local-env") {
                 let request = http::Request::get("/readyz").body(Vec::new());
                 if let Ok(request) = request
                     && let Ok(body) = client.request_text(request).await

@@ -115,6 +115,7 @@ pub async fn run_local_env(args: LocalEnvArgs) -> anyhow::Result<()> {
         reuse_state: true,
         controller_manager: true,
         scheduler: false,
+        audit_log: false,
     })
     .await
     .context("starting the local control plane")?;
@@ -132,13 +133,14 @@ pub async fn run_local_env(args: LocalEnvArgs) -> anyhow::Result<()> {
         reuse_state: true,
         controller_manager: true,
         scheduler: false,
+        audit_log: false,
     })
     .await
     .context("starting the local shoot control plane")?;
     let shoot_kubeconfig = state_dir.join("shoot.kubeconfig");
     std::fs::write(&shoot_kubeconfig, shoot.kubeconfig())
         .with_context(|| format!("writing {}", shoot_kubeconfig.display()))?;
-    let client = kube::Client::try_from(plane.admin_config().await?)?;
+    let client = crate::kubeconfig::build(plane.admin_config().await?, "local-env")?;
 
     apply::install_crds(&client, &crd_dir)
         .await

@@ -4,6 +4,7 @@
 use k8s_openapi::api::core::v1::Namespace;
 use kube::{Api, Client};
 
+use super::cache::SeedCache;
 use super::error::ReconcilerError;
 use super::finalizer::is_not_found;
 use crate::api::constants::{LABEL_ROLE, ROLE_SHOOT};
@@ -31,12 +32,18 @@ impl ClusterContext {
     }
 }
 
-/// Reads the Cluster named `namespace`. A missing Cluster is an error in a shoot namespace
-/// (`gardener.cloud/role=shoot`) and `None` elsewhere (objects in e.g. `garden` have none).
+/// Reads the Cluster named `namespace`: from the cache when it holds it, else with a GET (a
+/// Cluster created a moment ago may not be in the store yet). A missing Cluster is an error
+/// in a shoot namespace (`gardener.cloud/role=shoot`) and `None` elsewhere (objects in e.g.
+/// `garden` have none).
 pub async fn lookup(
     client: &Client,
+    cache: Option<&SeedCache>,
     namespace: &str,
 ) -> Result<Option<ClusterContext>, ReconcilerError> {
+    if let Some(cluster) = cache.and_then(|c| c.cluster(namespace)) {
+        return ClusterContext::new((*cluster).clone()).map(Some);
+    }
     let clusters: Api<Cluster> = Api::all(client.clone());
     match clusters.get(namespace).await {
         Ok(cluster) => ClusterContext::new(cluster).map(Some),

@@ -1,9 +1,10 @@
 //! The controller loop of one extension kind: a watch feeding the [`predicate`] rules into a
 //! [`WorkQueue`], and `max_concurrent` workers running the [`Reconciler`].
 //!
-//! The watch keeps only a [`Fingerprint`] per object (not the object), which is all the
-//! update rule needs; reconcile runs read the object fresh. In ignore-operation-annotation
-//! mode a second watch on Clusters enqueues every object of a Cluster's namespace.
+//! The watch keeps a [`Fingerprint`] per object for the update rule and fills the kind's
+//! object store (a reflector [`Writer`], objects without `managedFields`), from which the
+//! runs and the actuator read. In ignore-operation-annotation mode a second watch on Clusters
+//! enqueues every object of a Cluster's namespace.
 //!
 //! [`predicate`]: super::predicate
 
@@ -13,6 +14,7 @@ use std::sync::{Arc, Mutex};
 use futures::{StreamExt, TryStreamExt};
 use kube::api::{ApiResource, DynamicObject};
 use kube::runtime::WatchStreamExt;
+use kube::runtime::reflector::store::Writer;
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, ResourceExt};
 use tokio::sync::oneshot;
@@ -45,11 +47,13 @@ pub struct ControllerOptions {
 
 type Fingerprints = Arc<Mutex<HashMap<ObjectKey, Fingerprint>>>;
 
-/// Runs the controller until `shutdown`. `synced` fires once the first list of the watch
-/// has been processed (the basis of `/readyz`).
+/// Runs the controller until `shutdown`, keeping `store` (the reconciler's and actuator's
+/// object store). `synced` fires once the first list of the watch has been processed (the
+/// basis of `/readyz`).
 pub async fn run<A: Actuator>(
     reconciler: Arc<Reconciler<A>>,
     options: ControllerOptions,
+    store: Writer<DynamicObject>,
     synced: oneshot::Sender<()>,
     shutdown: CancellationToken,
 ) {
@@ -62,6 +66,7 @@ pub async fn run<A: Actuator>(
         Arc::clone(&reconciler),
         Arc::clone(&queue),
         Arc::clone(&fingerprints),
+        store,
         synced,
     ));
     let cluster_watch = reconciler.filter.ignore_operation_annotation.then(|| {
@@ -78,6 +83,12 @@ pub async fn run<A: Actuator>(
         let queue = Arc::clone(&queue);
         let failures = Arc::clone(&failures);
         workers.push(tokio::spawn(async move {
+            // The store takes the first list in at its end, so before that it is empty: a run
+            // must not take that for "no objects" (the gVisor sweep would delete the
+            // installations of every pool).
+            if let Some(store) = &reconciler.objects {
+                let _ = store.wait_until_ready().await;
+            }
             while let Some(key) = queue.next().await {
                 reconciler.metrics.set_queue_depth(kind, queue.len());
                 let result = reconciler.reconcile(&key.namespace, &key.name).await;
@@ -172,13 +183,18 @@ async fn watch_objects<A: Actuator>(
     reconciler: Arc<Reconciler<A>>,
     queue: Arc<WorkQueue<ObjectKey>>,
     fingerprints: Fingerprints,
+    store: Writer<DynamicObject>,
     synced: oneshot::Sender<()>,
 ) {
     let kind = A::Object::KIND;
     let resource = ApiResource::erase::<A::Object>(&());
     let api: Api<DynamicObject> = Api::all_with(reconciler.client.clone(), &resource);
+    // The store is updated before an event reaches the queue rules, so a run queued by an
+    // event reads at least that version.
     let mut stream = watcher::watcher(api, watcher::Config::default())
         .default_backoff()
+        .modify(|o| o.metadata.managed_fields = None)
+        .reflect(store)
         .boxed();
     let mut synced = Some(synced);
     // Keys seen during a (re)list, to forget objects deleted while the watch was down.

@@ -27,6 +27,38 @@ where
     patch_with_precondition(api, object, json!(finalizers)).await
 }
 
+/// Adds `finalizer` and removes the `gardener.cloud/operation` annotation in one merge patch
+/// that carries the resourceVersion (a concurrent change makes it fail with a conflict, as
+/// [`add`]): the first run of a new object needs both, and one request does both.
+pub async fn add_removing_operation_annotation<K>(
+    api: &Api<K>,
+    object: &K,
+    finalizer: &str,
+) -> Result<Option<K>, kube::Error>
+where
+    K: Resource + Clone + DeserializeOwned + Serialize + std::fmt::Debug,
+{
+    let mut finalizers = object.finalizers().to_vec();
+    if !finalizers.iter().any(|f| f == finalizer) {
+        finalizers.push(finalizer.to_string());
+    }
+    let body = json!({
+        "metadata": {
+            "finalizers": finalizers,
+            "annotations": {ANNOTATION_OPERATION: null},
+            "resourceVersion": object.resource_version(),
+        }
+    });
+    ignore_not_found(
+        api.patch(
+            &object.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(body),
+        )
+        .await,
+    )
+}
+
 /// Removes `finalizer` if present. Returns the updated object, or `None` when the object is
 /// gone (the removal let the API server delete it, or it was deleted meanwhile).
 pub async fn remove<K>(api: &Api<K>, object: &K, finalizer: &str) -> Result<Option<K>, kube::Error>

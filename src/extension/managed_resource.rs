@@ -11,8 +11,12 @@
 //!   label `shoot.gardener.cloud/no-cleanup=true`, `keepObjects` as asked, and one reference
 //!   annotation `reference.resources.gardener.cloud/secret-<8 hex of sha256(secret name)>`
 //!   per secret so the garbage collector keeps it.
-//! - Writes are server-side applies with our field manager, so an unchanged MR is not
-//!   written at all and fields of other managers (GRM's finalizer, status) stay untouched.
+//! - Writes are server-side applies with our field manager, so fields of other managers
+//!   (GRM's finalizer, status) stay untouched. With the operator's [`SeedCache`] nothing is
+//!   sent at all when the stored MR already has the rendered spec, labels and annotations
+//!   and its secret exists ([`matches`]); reads (the MR, the secret names) come from the
+//!   cache too. Every function takes the cache as an `Option`: without one it reads with
+//!   GETs and lists, as callers outside the operator's controllers do.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -25,6 +29,7 @@ use kube::{Api, Client};
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
+use super::cache::SeedCache;
 use super::finalizer::{ignore_not_found, is_not_found};
 use crate::api::common::LocalObjectReference;
 use crate::api::managedresource::{
@@ -156,29 +161,40 @@ pub fn is_superseded_secret(managed_resource: &str, secret: &str, current: Optio
         && Some(secret) != current
 }
 
-/// Deletes the manifest secrets of MR `name` other than `current` (metadata-only list of the
-/// garbage-collectable secrets of the namespace).
+/// Deletes the manifest secrets of MR `name` other than `current`: the names come from the
+/// cache's secret store, or without a cache from a metadata-only list of the
+/// garbage-collectable secrets of the namespace.
 pub async fn delete_superseded_secrets(
     client: &Client,
+    cache: Option<&SeedCache>,
     namespace: &str,
     name: &str,
     current: Option<&str>,
 ) -> Result<(), ManagedResourceError> {
     let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
-    let params =
-        kube::api::ListParams::default().labels(&format!("{LABEL_GARBAGE_COLLECTABLE}=true"));
-    let list = secrets
-        .list_metadata(&params)
-        .await
-        .map_err(api_error("listing", "Secret", namespace, name))?;
-    for secret in list.items {
-        let Some(secret) = secret.metadata.name else {
-            continue;
-        };
+    let names = match cache {
+        Some(cache) => cache.secret_names(namespace),
+        None => {
+            let params = kube::api::ListParams::default()
+                .labels(&format!("{LABEL_GARBAGE_COLLECTABLE}=true"));
+            secrets
+                .list_metadata(&params)
+                .await
+                .map_err(api_error("listing", "Secret", namespace, name))?
+                .items
+                .into_iter()
+                .filter_map(|s| s.metadata.name)
+                .collect()
+        }
+    };
+    for secret in names {
         if is_superseded_secret(name, &secret, current) {
             tracing::debug!(%namespace, %secret, managed_resource = %name, "deleting a superseded ManagedResource secret");
             ignore_not_found(secrets.delete(&secret, &DeleteParams::default()).await)
                 .map_err(api_error("deleting", "Secret", namespace, &secret))?;
+            if let Some(cache) = cache {
+                cache.written.record_secret(namespace, &secret, false);
+            }
         }
     }
     Ok(())
@@ -249,12 +265,22 @@ pub fn rollout_pending_reason(mr: &ManagedResource) -> Option<String> {
     Some(format!("ManagedResource {name}: not rolled out"))
 }
 
-/// Reads the MR `name` (`None`: absent).
+/// Reads the MR `name` (`None`: absent): from the cache when it holds a current copy, else
+/// with a GET (an MR missing from the store may just not have arrived yet).
 pub async fn get(
     client: &Client,
+    cache: Option<&SeedCache>,
     namespace: &str,
     name: &str,
 ) -> Result<Option<ManagedResource>, ManagedResourceError> {
+    if let Some(cache) = cache {
+        if let Some(mr) = cache.managed_resource(namespace, name) {
+            return Ok(Some((*mr).clone()));
+        }
+        if cache.written.deleted(namespace, name) {
+            return Ok(None);
+        }
+    }
     let mrs: Api<ManagedResource> = Api::namespaced(client.clone(), namespace);
     mrs.get_opt(name)
         .await
@@ -306,41 +332,103 @@ pub fn render_managed_resource(
     mr
 }
 
+/// Whether the stored MR `stored` already is `desired` as far as our apply goes (pure): same
+/// spec, our labels and annotations present, no reference annotation of another secret, not
+/// being deleted. Then an apply would change nothing.
+pub fn matches(stored: &ManagedResource, desired: &ManagedResource) -> bool {
+    let contains = |have: &Option<BTreeMap<String, String>>,
+                    want: &Option<BTreeMap<String, String>>| {
+        want.iter()
+            .flatten()
+            .all(|(k, v)| have.as_ref().and_then(|h| h.get(k)) == Some(v))
+    };
+    let references = |m: &ManagedResource| -> Vec<String> {
+        m.metadata
+            .annotations
+            .iter()
+            .flatten()
+            .filter(|(k, _)| k.starts_with(ANNOTATION_REFERENCE_PREFIX))
+            .map(|(k, _)| k.clone())
+            .collect()
+    };
+    stored.metadata.deletion_timestamp.is_none()
+        && serde_json::to_value(&stored.spec).ok() == serde_json::to_value(&desired.spec).ok()
+        && contains(&stored.metadata.labels, &desired.metadata.labels)
+        && contains(&stored.metadata.annotations, &desired.metadata.annotations)
+        && references(stored) == references(desired)
+}
+
 /// Creates or updates the MR `name` "for shoot" with the manifests in `data` (keys are data
-/// keys of the secret, e.g. `config.yaml`). Idempotent: unchanged content writes nothing.
+/// keys of the secret, e.g. `config.yaml`). Idempotent: unchanged content writes nothing,
+/// and with a cache nothing is read either. Returns whether anything was written.
 pub async fn apply_for_shoot(
     client: &Client,
+    cache: Option<&SeedCache>,
     namespace: &str,
     name: &str,
     data: &BTreeMap<String, Vec<u8>>,
     keep_objects: bool,
-) -> Result<(), ManagedResourceError> {
+) -> Result<bool, ManagedResourceError> {
+    let _turn = match cache {
+        Some(cache) => Some(cache.lock(namespace, name).await),
+        None => None,
+    };
     let secret_name = secret_name(name, data);
+    let desired = render_managed_resource(namespace, name, &secret_name, keep_objects);
     let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
     let params = PatchParams::apply(FIELD_MANAGER).force();
     // Same name means same content, so an existing (immutable) secret is already right.
-    let created = secrets
-        .get_opt(&secret_name)
-        .await
-        .map_err(api_error("reading", "Secret", namespace, &secret_name))?
-        .is_none();
-    if created {
+    let exists = match cache {
+        Some(cache) => cache.has_secret(namespace, &secret_name),
+        None => secrets
+            .get_opt(&secret_name)
+            .await
+            .map_err(api_error("reading", "Secret", namespace, &secret_name))?
+            .is_some(),
+    };
+    // What we applied: the rest of the MR follows from namespace and name.
+    let content = format!("{secret_name} keepObjects={keep_objects}");
+    let mr_current = cache.is_some_and(|cache| match cache.managed_resource(namespace, name) {
+        // The store is at least as new as our last write: it tells.
+        Some(stored) => matches(&stored, &desired),
+        // It is not (or has not seen the MR yet): our last write tells.
+        None => cache.written.applied(namespace, name, &content),
+    });
+    if exists && mr_current {
+        return Ok(false);
+    }
+    if !exists {
+        // Also right when the secret exists but the store has not seen it yet: applying the
+        // same content to an immutable secret changes nothing.
         let secret = render_secret(namespace, &secret_name, data);
         secrets
             .patch(&secret_name, &params, &Patch::Apply(&secret))
             .await
             .map_err(api_error("applying", "Secret", namespace, &secret_name))?;
+        if let Some(cache) = cache {
+            cache.written.record_secret(namespace, &secret_name, true);
+        }
     }
-    let mrs: Api<ManagedResource> = Api::namespaced(client.clone(), namespace);
-    let mr = render_managed_resource(namespace, name, &secret_name, keep_objects);
-    mrs.patch(name, &params, &Patch::Apply(&mr))
-        .await
-        .map_err(api_error("applying", "ManagedResource", namespace, name))?;
-    if created {
+    if !mr_current {
+        let mrs: Api<ManagedResource> = Api::namespaced(client.clone(), namespace);
+        let written = mrs
+            .patch(name, &params, &Patch::Apply(&desired))
+            .await
+            .map_err(api_error("applying", "ManagedResource", namespace, name))?;
+        if let Some(cache) = cache {
+            cache.written.record_applied(
+                namespace,
+                name,
+                written.metadata.resource_version.as_deref(),
+                &content,
+            );
+        }
+    }
+    if !exists {
         // The MR now references the new secret: GRM no longer reads the old ones.
-        delete_superseded_secrets(client, namespace, name, Some(&secret_name)).await?;
+        delete_superseded_secrets(client, cache, namespace, name, Some(&secret_name)).await?;
     }
-    Ok(())
+    Ok(true)
 }
 
 /// Sets `spec.keepObjects` (merge patch); a missing MR is fine.
@@ -393,72 +481,102 @@ pub async fn release_objects(
             .await,
     )
     .map_err(api_error("releasing", "ManagedResource", namespace, name))?;
-    delete_found(client, namespace, name, Some(&existing)).await
+    delete_found(client, None, namespace, name, Some(&existing)).await?;
+    Ok(())
 }
 
 /// Deletes the MR and its secrets (the legacy `managedresource-<name>` and superseded
-/// `managedresource-<name>-<hash>` ones too). Does not wait.
+/// `managedresource-<name>-<hash>` ones too). Does not wait. Returns whether the MR is gone
+/// (it had no finalizer left, or was absent).
 pub async fn delete(
     client: &Client,
+    cache: Option<&SeedCache>,
     namespace: &str,
     name: &str,
-) -> Result<(), ManagedResourceError> {
-    let mrs: Api<ManagedResource> = Api::namespaced(client.clone(), namespace);
-    let existing = mrs.get_opt(name).await.map_err(api_error(
-        "reading",
-        "ManagedResource",
-        namespace,
-        name,
-    ))?;
-    delete_found(client, namespace, name, existing.as_ref()).await
+) -> Result<bool, ManagedResourceError> {
+    let _turn = match cache {
+        Some(cache) => Some(cache.lock(namespace, name).await),
+        None => None,
+    };
+    let existing = get(client, cache, namespace, name).await?;
+    delete_found(client, cache, namespace, name, existing.as_ref()).await
 }
 
-/// [`delete`] with the MR as just read (`None`: absent). The namespace's secrets are listed
-/// for superseded ones only while the MR exists, so the polls of a deletion in progress and
-/// the calls for an absent MR cost no list.
+/// [`delete`] with the MR as just read (`None`: absent). The namespace's secrets are looked
+/// at for superseded ones only while the MR exists, so the polls of a deletion in progress
+/// and the calls for an absent MR cost no list. With a cache, only secrets the store knows
+/// (or the MR references) are deleted, so no request goes out for a secret that is not there.
 async fn delete_found(
     client: &Client,
+    cache: Option<&SeedCache>,
     namespace: &str,
     name: &str,
     existing: Option<&ManagedResource>,
-) -> Result<(), ManagedResourceError> {
+) -> Result<bool, ManagedResourceError> {
     let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
-    let mut secret_names = vec![format!("managedresource-{name}")];
+    let legacy = format!("managedresource-{name}");
+    let mut secret_names = Vec::new();
+    if cache.is_none_or(|c| c.has_secret(namespace, &legacy)) {
+        secret_names.push(legacy);
+    }
     if let Some(mr) = existing {
         secret_names.extend(mr.spec.secret_refs.iter().map(|r| r.name.clone()));
     }
     for secret in secret_names {
         ignore_not_found(secrets.delete(&secret, &DeleteParams::default()).await)
             .map_err(api_error("deleting", "Secret", namespace, &secret))?;
+        if let Some(cache) = cache {
+            cache.written.record_secret(namespace, &secret, false);
+        }
     }
-    if existing.is_some_and(|mr| mr.metadata.deletion_timestamp.is_none()) {
-        delete_superseded_secrets(client, namespace, name, None).await?;
-        let mrs: Api<ManagedResource> = Api::namespaced(client.clone(), namespace);
-        ignore_not_found(mrs.delete(name, &DeleteParams::default()).await).map_err(api_error(
-            "deleting",
-            "ManagedResource",
-            namespace,
-            name,
-        ))?;
+    let Some(mr) = existing else {
+        return Ok(true);
+    };
+    if mr.metadata.deletion_timestamp.is_some() {
+        return Ok(false);
     }
-    Ok(())
+    delete_superseded_secrets(client, cache, namespace, name, None).await?;
+    let mrs: Api<ManagedResource> = Api::namespaced(client.clone(), namespace);
+    let deleted = ignore_not_found(mrs.delete(name, &DeleteParams::default()).await)
+        .map_err(api_error("deleting", "ManagedResource", namespace, name))?;
+    // `Right`: deleted at once (no finalizer); `Left`: still there, deleting.
+    let gone = deleted.is_none_or(|d| d.is_right());
+    if let Some(cache) = cache {
+        if gone {
+            cache.written.record_deleted(namespace, name);
+        } else {
+            cache.written.forget(namespace, name);
+        }
+    }
+    Ok(gone)
 }
 
 /// Whether the MR is gone. While it is still deleting, `Ok(false)`; once it has been deleting
 /// for longer than [`DELETION_GRACE`], an error carrying GRM's `ResourcesApplied` message.
+/// With a cache the store is looked at, without a request.
 pub async fn is_deleted(
     client: &Client,
+    cache: Option<&SeedCache>,
     namespace: &str,
     name: &str,
 ) -> Result<bool, ManagedResourceError> {
-    let mrs: Api<ManagedResource> = Api::namespaced(client.clone(), namespace);
-    let Some(mr) = mrs.get_opt(name).await.map_err(api_error(
-        "reading",
-        "ManagedResource",
-        namespace,
-        name,
-    ))?
-    else {
+    let mr = match cache {
+        Some(cache) if cache.written.deleted(namespace, name) => None,
+        Some(cache) => cache
+            .managed_resources
+            .get(&kube::runtime::reflector::ObjectRef::new(name).within(namespace))
+            .map(|mr| (*mr).clone()),
+        None => {
+            let mrs: Api<ManagedResource> = Api::namespaced(client.clone(), namespace);
+            mrs.get_opt(name).await.map_err(api_error(
+                "reading",
+                "ManagedResource",
+                namespace,
+                name,
+            ))?
+        }
+    };
+    let Some(mr) = mr else {
         return Ok(true);
     };
     let deleting_since = mr
@@ -497,22 +615,28 @@ pub async fn is_deleted(
     })
 }
 
-/// Polls [`is_deleted`] every second for up to `budget`; `Ok(false)` if still there.
+/// Polls [`is_deleted`] for up to `budget`; `Ok(false)` if still there. Every second with
+/// GETs; five times a second in the cache (which costs no request).
 pub async fn wait_deleted(
     client: &Client,
+    cache: Option<&SeedCache>,
     namespace: &str,
     name: &str,
     budget: Duration,
 ) -> Result<bool, ManagedResourceError> {
     let deadline = tokio::time::Instant::now() + budget;
+    let interval = match cache {
+        Some(_) => Duration::from_millis(200),
+        None => Duration::from_secs(1),
+    };
     loop {
-        if is_deleted(client, namespace, name).await? {
+        if is_deleted(client, cache, namespace, name).await? {
             return Ok(true);
         }
         if tokio::time::Instant::now() >= deadline {
             return Ok(false);
         }
-        tokio::time::sleep(Duration::from_secs(1)).await;
+        tokio::time::sleep(interval).await;
     }
 }
 
@@ -526,15 +650,15 @@ pub const DELETE_RETRY: Duration = Duration::from_secs(5);
 /// `wait` is false, as in a force-delete) and reports whether it is gone.
 pub async fn delete_and_wait(
     client: &Client,
+    cache: Option<&SeedCache>,
     namespace: &str,
     name: &str,
     wait: bool,
 ) -> Result<bool, ManagedResourceError> {
-    delete(client, namespace, name).await?;
-    if !wait {
+    if delete(client, cache, namespace, name).await? || !wait {
         return Ok(true);
     }
-    wait_deleted(client, namespace, name, INLINE_DELETE_WAIT).await
+    wait_deleted(client, cache, namespace, name, INLINE_DELETE_WAIT).await
 }
 
 /// The outcome of an operation that waits for `what` (e.g. `ManagedResource x`) to be

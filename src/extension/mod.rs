@@ -15,6 +15,7 @@
 //! logic. Liveness pieces live beside it: [`heartbeat`], [`leader`]; and the shoot delivery
 //! helpers in [`managed_resource`].
 
+pub mod cache;
 pub mod cluster;
 pub mod controller;
 pub mod error;
@@ -70,6 +71,14 @@ pub trait ExtensionKind:
     const MIGRATE_REMOVES_ALL_FINALIZERS: bool;
     /// Whether migrate is a no-op when our finalizer is absent (OSC only).
     const MIGRATE_REQUIRES_FINALIZER: bool;
+    /// Whether runs may take the Cluster from the operator's cache. gardenlet changes the
+    /// Cluster and then annotates the extension objects, and the two watches do not deliver
+    /// in a common order, so a store may still hold the Cluster from before the change. Kinds
+    /// whose actuator acts on the shoot spec (hibernation, pools, OS settings: Worker, OSC)
+    /// read it with a GET. The gVisor actuator reads only the failed, deleting, hibernated
+    /// and force-delete markers of the shoot; a deletion that started on an old view is
+    /// polled again and takes the new one then.
+    const CACHED_CLUSTER: bool;
 }
 
 impl ExtensionKind for ContainerRuntime {
@@ -77,6 +86,7 @@ impl ExtensionKind for ContainerRuntime {
     const FINALIZER: &'static str = FINALIZER_CONTAINER_RUNTIME;
     const MIGRATE_REMOVES_ALL_FINALIZERS: bool = true;
     const MIGRATE_REQUIRES_FINALIZER: bool = false;
+    const CACHED_CLUSTER: bool = true;
 }
 
 impl ExtensionKind for OperatingSystemConfig {
@@ -84,6 +94,7 @@ impl ExtensionKind for OperatingSystemConfig {
     const FINALIZER: &'static str = FINALIZER_OPERATING_SYSTEM_CONFIG;
     const MIGRATE_REMOVES_ALL_FINALIZERS: bool = true;
     const MIGRATE_REQUIRES_FINALIZER: bool = true;
+    const CACHED_CLUSTER: bool = false;
 }
 
 impl ExtensionKind for Worker {
@@ -91,6 +102,7 @@ impl ExtensionKind for Worker {
     const FINALIZER: &'static str = FINALIZER_WORKER;
     const MIGRATE_REMOVES_ALL_FINALIZERS: bool = false;
     const MIGRATE_REQUIRES_FINALIZER: bool = false;
+    const CACHED_CLUSTER: bool = false;
 }
 
 /// What an actuator is asked to act on.
@@ -125,6 +137,9 @@ pub enum Outcome {
         /// Extra status fields (merged into the success patch).
         status: Map<String, Value>,
     },
+    /// Finished, and nothing had to be written: the run found everything as it should be.
+    /// The status says Succeeded as after [`Outcome::Done`], but no event is published.
+    Unchanged,
     /// Not finished yet (e.g. waiting for a rollout): keep the status Processing with
     /// `reason` and run again after `retry_after`.
     Pending {

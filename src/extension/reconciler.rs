@@ -4,14 +4,30 @@
 //!
 //! Every API write returns the updated object and the run continues with it, so the
 //! resourceVersion precondition of finalizer patches is always the one we just wrote.
+//!
+//! Reads: in the operator a run takes its object from the store the controller's watch keeps
+//! (the watch event that queued the run has already updated it) and the Cluster from the
+//! [`SeedCache`]. A store may trail our own last write; a finalizer patch made from such a
+//! copy fails on its resourceVersion precondition, and a run after a failure reads the
+//! object with a GET.
+//!
+//! Writes per run: the `reconcile` annotation goes in the same patch that adds the finalizer
+//! when both are due; Processing is written only when the actuator has not finished after
+//! [`PROCESSING_AFTER`] (or waits, or fails): a run that finishes at once goes straight to
+//! Succeeded, since a Processing state that lasts milliseconds tells gardenlet nothing; and a
+//! reconcile that found nothing to change ([`Outcome::Unchanged`]) publishes no event.
 
+use std::collections::HashSet;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use chrono::Utc;
 use kube::api::{ApiResource, DynamicObject};
+use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Client, Resource, ResourceExt};
 use tracing::{Instrument, info_span};
 
+use super::cache::{ObjectStore, SeedCache};
 use super::cluster::{self, ClusterContext};
 use super::error::{Failure, ReconcilerError};
 use super::events::EventPublisher;
@@ -36,7 +52,18 @@ pub struct Reconciler<A: Actuator> {
     pub events: EventPublisher,
     /// Metrics.
     pub metrics: ControllerMetrics,
+    /// The shared seed cache (Clusters, for kinds that may read them cached); `None` reads
+    /// with GETs.
+    pub cache: Option<SeedCache>,
+    /// The store of this kind's objects kept by the controller's watch; `None` reads with GETs.
+    pub objects: Option<ObjectStore>,
+    /// Objects whose last run failed: the next run reads them with a GET, in case the store
+    /// trails a write of ours (namespace, name).
+    pub read_fresh: Mutex<HashSet<(String, String)>>,
 }
+
+/// How long a run's actuator may take before the status says Processing.
+pub const PROCESSING_AFTER: Duration = Duration::from_secs(1);
 
 /// What the controller loop does after a successful run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -82,6 +109,15 @@ impl<A: Actuator> Reconciler<A> {
         async move {
             let timer = self.metrics.start(kind);
             let (label, result) = self.run(namespace, name).await;
+            {
+                let mut fresh = self.read_fresh.lock().unwrap_or_else(|p| p.into_inner());
+                let key = (namespace.to_string(), name.to_string());
+                if result.is_err() {
+                    fresh.insert(key);
+                } else {
+                    fresh.remove(&key);
+                }
+            }
             let outcome = match &result {
                 Ok(Next::Done) => "success",
                 Ok(Next::After(_)) => "pending",
@@ -96,9 +132,41 @@ impl<A: Actuator> Reconciler<A> {
         .await
     }
 
+    /// The cache to read the Cluster from, if the kind may ([`ExtensionKind::CACHED_CLUSTER`]).
+    fn cluster_cache(&self) -> Option<&SeedCache> {
+        self.cache.as_ref().filter(|_| A::Object::CACHED_CLUSTER)
+    }
+
+    /// The object: from the store unless the last run failed or the store lacks it, else
+    /// with a GET.
+    async fn read(
+        &self,
+        api: &Api<A::Object>,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<A::Object>, kube::Error> {
+        let fresh = self
+            .read_fresh
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(&(namespace.to_string(), name.to_string()));
+        if let Some(store) = self.objects.as_ref().filter(|_| !fresh) {
+            let resource = ApiResource::erase::<A::Object>(&());
+            let key = ObjectRef::<DynamicObject>::new_with(name, resource).within(namespace);
+            // Not in the store: gone, or (rarely) not seen yet; the API server tells.
+            if let Some(stored) = store.get(&key) {
+                return serde_json::to_value(&*stored)
+                    .and_then(serde_json::from_value)
+                    .map(Some)
+                    .map_err(kube::Error::SerdeError);
+            }
+        }
+        api.get_opt(name).await
+    }
+
     async fn run(&self, namespace: &str, name: &str) -> (&'static str, Result<Next, Failure>) {
         let api: Api<A::Object> = Api::namespaced(self.client.clone(), namespace);
-        let object = match api.get_opt(name).await {
+        let object = match self.read(&api, namespace, name).await {
             Ok(Some(object)) => object,
             Ok(None) => return ("none", Ok(Next::Done)),
             Err(kube::Error::SerdeError(source)) => {
@@ -130,7 +198,7 @@ impl<A: Actuator> Reconciler<A> {
 
         // Dispatch, steps 2-3: the Cluster, and the ShootNotFailed precondition (no writes at all
         // for failed shoots; gardenlet re-annotates the object when it retries the shoot).
-        let cluster = match cluster::lookup(&self.client, namespace).await {
+        let cluster = match cluster::lookup(&self.client, self.cluster_cache(), namespace).await {
             Ok(cluster) => cluster,
             Err(error) => {
                 let failure = Failure::of(&error);
@@ -144,10 +212,21 @@ impl<A: Actuator> Reconciler<A> {
             return ("none", Ok(Next::Done));
         }
 
-        // Annotation wrapper, step 3: `reconcile` is removed before the work.
-        let object = if annotations.get(ANNOTATION_OPERATION).map(String::as_str)
-            == Some(OPERATION_RECONCILE)
-        {
+        // Annotation wrapper, step 3: `reconcile` is removed before the work; together with
+        // adding the finalizer when the reconcile flow would add it next.
+        let strip =
+            annotations.get(ANNOTATION_OPERATION).map(String::as_str) == Some(OPERATION_RECONCILE);
+        let with_finalizer =
+            matches!(planned, Step::Reconcile(_)) && !deleting && !has_our_finalizer(&object);
+        let object = if strip && with_finalizer {
+            match finalizer::add_removing_operation_annotation(&api, &object, A::Object::FINALIZER)
+                .await
+            {
+                Ok(Some(object)) => object,
+                Ok(None) => return ("none", Ok(Next::Done)),
+                Err(source) => return (label, Err(metadata_error("finalizers", &object, source))),
+            }
+        } else if strip {
             match finalizer::remove_operation_annotation(&api, &object).await {
                 Ok(Some(object)) => object,
                 Ok(None) => return ("none", Ok(Next::Done)),
@@ -204,10 +283,11 @@ impl<A: Actuator> Reconciler<A> {
             .get("spec")
             .and_then(|s| serde_json::from_value(s.clone()).ok());
         let annotations = object.annotations().clone();
-        let failed_shoot = match cluster::lookup(&self.client, namespace).await {
-            Ok(cluster) => cluster.is_some_and(|c| c.shoot.is_failed()),
-            Err(_) => false,
-        };
+        let failed_shoot =
+            match cluster::lookup(&self.client, self.cluster_cache(), namespace).await {
+                Ok(cluster) => cluster.is_some_and(|c| c.shoot.is_failed()),
+                Err(_) => false,
+            };
         if spec.is_none_or(|s| !self.filter.accepts(&s))
             || operation::is_waiting_for_state(&annotations)
             || failed_shoot
@@ -261,7 +341,7 @@ impl<A: Actuator> Reconciler<A> {
             _ => ActuatorCall::Reconcile,
         };
         let object = match self
-            .run_actuator(api, &object, cluster, operation, call)
+            .run_actuator(api, &object, cluster, operation, call, false)
             .await?
         {
             Ran::Succeeded(object) => object,
@@ -290,8 +370,15 @@ impl<A: Actuator> Reconciler<A> {
         } else {
             ActuatorCall::Delete
         };
+        // With only our finalizer left, removing it deletes the object: a Succeeded status
+        // and a success event would describe an object gone one request later (gardenlet
+        // waits for it to be gone), so neither is written.
+        let vanishes = object
+            .finalizers()
+            .iter()
+            .all(|f| f == A::Object::FINALIZER);
         let object = match self
-            .run_actuator(api, &object, cluster, operation, call)
+            .run_actuator(api, &object, cluster, operation, call, vanishes)
             .await?
         {
             Ran::Succeeded(object) => object,
@@ -330,7 +417,7 @@ impl<A: Actuator> Reconciler<A> {
         let operation = LastOperationType::Migrate;
         let call = ActuatorCall::Migrate;
         let object = match self
-            .run_actuator(api, &object, cluster, operation, call)
+            .run_actuator(api, &object, cluster, operation, call, false)
             .await?
         {
             Ran::Succeeded(object) => object,
@@ -359,24 +446,41 @@ impl<A: Actuator> Reconciler<A> {
         cluster: Option<&ClusterContext>,
         operation: LastOperationType,
         call: ActuatorCall,
+        vanishes: bool,
     ) -> Result<Ran<A::Object>, Failure> {
         let before = last_description(object).map(String::from);
-        let object = self.processing(api, object, operation, None).await?;
         let request = Request {
-            object: &object,
+            object,
             cluster,
             operation,
         };
-        let result = match call {
-            ActuatorCall::Reconcile => self.actuator.reconcile(&request).await,
-            ActuatorCall::Restore => self.actuator.restore(&request).await,
-            ActuatorCall::Delete => self.actuator.delete(&request).await,
-            ActuatorCall::ForceDelete => self.actuator.force_delete(&request).await,
-            ActuatorCall::Migrate => self.actuator.migrate(&request).await,
+        let work = async {
+            match call {
+                ActuatorCall::Reconcile => self.actuator.reconcile(&request).await,
+                ActuatorCall::Restore => self.actuator.restore(&request).await,
+                ActuatorCall::Delete => self.actuator.delete(&request).await,
+                ActuatorCall::ForceDelete => self.actuator.force_delete(&request).await,
+                ActuatorCall::Migrate => self.actuator.migrate(&request).await,
+            }
+        };
+        let mut work = std::pin::pin!(work);
+        // Processing only when the work takes a while; the work is not polled while the
+        // status is written, so the two never race.
+        let (object, result) = tokio::select! {
+            result = &mut work => (object.clone(), result),
+            _ = tokio::time::sleep(PROCESSING_AFTER) => {
+                let updated = self.processing(api, object, operation, None).await?;
+                (updated, work.await)
+            }
         };
         match self.handle(api, &object, operation, result, before).await? {
-            Finished::Succeeded(extra) => Ok(Ran::Succeeded(
-                self.succeeded(api, &object, operation, extra).await?,
+            Finished::Succeeded { .. } if vanishes => {
+                tracing::info!("succeeded");
+                Ok(Ran::Succeeded(object))
+            }
+            Finished::Succeeded { extra, event } => Ok(Ran::Succeeded(
+                self.succeeded(api, &object, operation, extra, event)
+                    .await?,
             )),
             Finished::Pending(delay) => Ok(Ran::Pending(delay)),
         }
@@ -394,7 +498,14 @@ impl<A: Actuator> Reconciler<A> {
         before: Option<String>,
     ) -> Result<Finished, Failure> {
         match result {
-            Ok(Outcome::Done { status }) => Ok(Finished::Succeeded(status)),
+            Ok(Outcome::Done { status }) => Ok(Finished::Succeeded {
+                extra: status,
+                event: true,
+            }),
+            Ok(Outcome::Unchanged) => Ok(Finished::Succeeded {
+                extra: serde_json::Map::new(),
+                event: false,
+            }),
             Ok(Outcome::Pending {
                 reason,
                 retry_after,
@@ -439,6 +550,7 @@ impl<A: Actuator> Reconciler<A> {
         object: &A::Object,
         operation: LastOperationType,
         extra: serde_json::Map<String, serde_json::Value>,
+        event: bool,
     ) -> Result<A::Object, Failure> {
         let at = status::last_update_time(Utc::now(), object.annotations());
         let body = status::success(
@@ -452,6 +564,9 @@ impl<A: Actuator> Reconciler<A> {
             .await
             .map_err(|source| status_error(object, source))?;
         tracing::info!("succeeded");
+        if !event {
+            return Ok(updated);
+        }
         self.events
             .normal(
                 &object.object_ref(&()),
@@ -540,7 +655,11 @@ enum Ran<K> {
 
 /// The end of an actuator call that did not fail.
 enum Finished {
-    Succeeded(serde_json::Map<String, serde_json::Value>),
+    /// Extra status fields; whether to publish the success event.
+    Succeeded {
+        extra: serde_json::Map<String, serde_json::Value>,
+        event: bool,
+    },
     Pending(Duration),
 }
 

@@ -12,6 +12,8 @@ use std::time::Duration;
 
 use anyhow::Context;
 use kube::Client;
+use kube::api::DynamicObject;
+use kube::runtime::reflector::store::Writer;
 use prometheus_client::registry::Registry;
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
@@ -20,6 +22,7 @@ pub use options::{ControllerName, OperatorArgs};
 
 use crate::controllers::containerruntime::{self, GVisorActuator};
 use crate::controllers::operatingsystemconfig::{OscActuator, handover};
+use crate::extension::cache::{ObjectStore, SeedCache, object_store};
 use crate::extension::controller::{self, ControllerOptions};
 use crate::extension::error::RetryPolicy;
 use crate::extension::events::EventPublisher;
@@ -56,7 +59,7 @@ pub async fn run_serving(
     if let Ok(address) = listener.local_addr() {
         tracing::info!(http = %address, "HTTP port bound; connecting to the seed API server");
     }
-    let client = crate::kubeconfig::client(args.kubeconfig.as_deref())
+    let client = crate::kubeconfig::client(args.kubeconfig.as_deref(), "operator")
         .await
         .context("connecting to the seed API server")?;
     let version = client
@@ -112,6 +115,16 @@ pub async fn run_serving(
         shutdown.clone(),
     ));
 
+    // One cache for every controller; runs start once it holds its first lists.
+    let cache = SeedCache::start(
+        &client,
+        &shutdown,
+        args.controllers.contains(&ControllerName::Containerruntime),
+    );
+    tokio::select! {
+        _ = shutdown.cancelled() => return finish(server, leadership).await,
+        _ = cache.synced() => tracing::info!("seed cache synced"),
+    }
     let events = EventPublisher::new(client.clone());
     let options = ControllerOptions {
         max_concurrent: args.max_concurrent_reconciles.max(1),
@@ -127,6 +140,7 @@ pub async fn run_serving(
     for name in dedup(&args.controllers) {
         match name {
             ControllerName::Containerruntime => {
+                let (objects, writer) = object_store::<crate::api::ContainerRuntime>();
                 let actuator = GVisorActuator::new(
                     client.clone(),
                     templates.clone(),
@@ -138,11 +152,20 @@ pub async fn run_serving(
                             args.gvisor_uninstall_timeout_seconds,
                         ),
                     },
+                    Some(containerruntime::Caches {
+                        seed: cache.clone(),
+                        runtimes: objects.clone(),
+                    }),
                 );
                 let (task, ready) = start_controller(
                     &client,
                     actuator,
                     filter(vec![containerruntime::TYPE.to_string()]),
+                    Stores {
+                        cache: &cache,
+                        objects,
+                        writer,
+                    },
                     &events,
                     &metrics,
                     options,
@@ -159,10 +182,16 @@ pub async fn run_serving(
                     filter(args.os_types.clone()),
                     shutdown.clone(),
                 )));
+                let (objects, writer) = object_store::<crate::api::OperatingSystemConfig>();
                 let (task, ready) = start_controller(
                     &client,
                     actuator,
                     filter(args.os_types.clone()),
+                    Stores {
+                        cache: &cache,
+                        objects,
+                        writer,
+                    },
                     &events,
                     &metrics,
                     options,
@@ -174,10 +203,16 @@ pub async fn run_serving(
             ControllerName::Worker => {
                 let actuator =
                     crate::controllers::worker::WorkerActuator::new(client.clone(), events.clone());
+                let (objects, writer) = object_store::<crate::api::Worker>();
                 let (task, ready) = start_controller(
                     &client,
                     actuator,
                     filter(args.worker_types.clone()),
+                    Stores {
+                        cache: &cache,
+                        objects,
+                        writer,
+                    },
                     &events,
                     &metrics,
                     options,
@@ -204,10 +239,19 @@ pub async fn run_serving(
     finish(server, leadership).await
 }
 
+/// The caches one controller reads and the writer of its object store.
+struct Stores<'a> {
+    cache: &'a SeedCache,
+    objects: ObjectStore,
+    writer: Writer<DynamicObject>,
+}
+
+#[allow(clippy::too_many_arguments)] // the pieces of one controller, each built above
 fn start_controller<A: Actuator>(
     client: &Client,
     actuator: A,
     filter: Filter,
+    stores: Stores<'_>,
     events: &EventPublisher,
     metrics: &ControllerMetrics,
     options: ControllerOptions,
@@ -219,11 +263,15 @@ fn start_controller<A: Actuator>(
         filter,
         events: events.clone(),
         metrics: metrics.clone(),
+        cache: Some(stores.cache.clone()),
+        objects: Some(stores.objects),
+        read_fresh: Default::default(),
     });
     let (sender, receiver) = oneshot::channel();
     let task = tokio::spawn(controller::run(
         reconciler,
         options,
+        stores.writer,
         sender,
         shutdown.clone(),
     ));

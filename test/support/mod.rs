@@ -10,6 +10,7 @@
 
 #![allow(dead_code)]
 
+pub mod audit;
 pub mod benchmarks;
 pub mod fixtures;
 pub mod gardener;
@@ -51,6 +52,25 @@ struct Shared {
 
 static SHARED: OnceLock<Shared> = OnceLock::new();
 static NAMESPACE_COUNTER: AtomicUsize = AtomicUsize::new(0);
+static AUDIT_LOG: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Makes the shared control plane write kube-apiserver's audit log ([`audit_log_path`]);
+/// call before the first [`env`] (benchmarks count requests there).
+pub fn enable_audit_log() {
+    AUDIT_LOG.store(true, Ordering::SeqCst);
+}
+
+/// The audit log of the shared control plane (see [`enable_audit_log`]).
+pub fn audit_log_path() -> PathBuf {
+    state_dir().join("audit.log")
+}
+
+fn state_dir() -> PathBuf {
+    std::env::temp_dir().join(format!(
+        "gardener-extension-node-test-{}",
+        std::process::id()
+    ))
+}
 
 /// The repository root.
 pub fn repo_root() -> PathBuf {
@@ -87,10 +107,7 @@ fn shared(crds: Crds) -> &'static Shared {
 
 async fn start(crds: Crds) -> Shared {
     let assets = devenv::resolve_assets(None, &repo_root()).expect("envtest binaries");
-    let state_dir = std::env::temp_dir().join(format!(
-        "gardener-extension-node-test-{}",
-        std::process::id()
-    ));
+    let state_dir = state_dir();
     let plane = ControlPlane::start(ControlPlaneOptions {
         assets,
         state_dir,
@@ -98,6 +115,7 @@ async fn start(crds: Crds) -> Shared {
         reuse_state: false,
         controller_manager: false,
         scheduler: false,
+        audit_log: AUDIT_LOG.load(Ordering::SeqCst),
     })
     .await
     .expect("control plane starts");

@@ -64,6 +64,7 @@ impl Shoot {
             reuse_state: false,
             controller_manager: true,
             scheduler,
+            audit_log: false,
         })
         .await
         .expect("shoot control plane starts");

@@ -37,12 +37,11 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use kube::api::ListParams;
-use kube::{Api, Resource};
+use kube::Resource;
 
 use super::reconcile::{data, render_uninstall_parts};
 use super::render::daemonset_name;
-use super::{Error, GVisorActuator, SHARED_MANAGED_RESOURCE, TYPE, installation_managed_resource};
+use super::{Error, GVisorActuator, SHARED_MANAGED_RESOURCE, installation_managed_resource};
 use crate::api::{ContainerRuntime, ManagedResource};
 use crate::extension::error::chain;
 use crate::extension::managed_resource;
@@ -174,7 +173,15 @@ pub async fn delete(
     if let Some(pending) = uninstall(actuator, request, wait, &pool_mr).await? {
         return Ok(pending);
     }
-    if !managed_resource::delete_and_wait(&actuator.client, namespace, &pool_mr, wait).await? {
+    if !managed_resource::delete_and_wait(
+        &actuator.client,
+        actuator.seed_cache(),
+        namespace,
+        &pool_mr,
+        wait,
+    )
+    .await?
+    {
         return Ok(managed_resource::pending_deletion(&format!(
             "ManagedResource {pool_mr}"
         )));
@@ -187,6 +194,7 @@ pub async fn delete(
     }
     if !managed_resource::delete_and_wait(
         &actuator.client,
+        actuator.seed_cache(),
         namespace,
         SHARED_MANAGED_RESOURCE,
         wait,
@@ -217,28 +225,32 @@ async fn uninstall(
     let skip = skip_reason(wait, request.cluster, timeout);
     let (mr, manifests) = match skip {
         Some(_) => (None, String::new()),
-        None => match managed_resource::get(&actuator.client, namespace, pool_mr).await? {
-            // Only a live MR needs the uninstall rendering (whose failure must not block
-            // the deletion of an MR that is gone anyway).
-            Some(mr) if mr.metadata.deletion_timestamp.is_none() => {
-                match render_uninstall_parts(
-                    &actuator.templates,
-                    &actuator.images,
-                    actuator.options.test_repository.as_deref(),
-                    request.object,
-                ) {
-                    Ok(manifests) => (Some(mr), manifests),
-                    // Retried and reported like any error, but not past the timeout: a
-                    // broken image vector must not hold a deletion forever.
-                    Err(error) if waited < timeout => return Err(error),
-                    Err(error) => {
-                        give_up(actuator, request, pool_mr, timeout, &chain(&error)).await;
-                        return Ok(None);
+        None => {
+            match managed_resource::get(&actuator.client, actuator.seed_cache(), namespace, pool_mr)
+                .await?
+            {
+                // Only a live MR needs the uninstall rendering (whose failure must not block
+                // the deletion of an MR that is gone anyway).
+                Some(mr) if mr.metadata.deletion_timestamp.is_none() => {
+                    match render_uninstall_parts(
+                        &actuator.templates,
+                        &actuator.images,
+                        actuator.options.test_repository.as_deref(),
+                        request.object,
+                    ) {
+                        Ok(manifests) => (Some(mr), manifests),
+                        // Retried and reported like any error, but not past the timeout: a
+                        // broken image vector must not hold a deletion forever.
+                        Err(error) if waited < timeout => return Err(error),
+                        Err(error) => {
+                            give_up(actuator, request, pool_mr, timeout, &chain(&error)).await;
+                            return Ok(None);
+                        }
                     }
                 }
+                other => (other, String::new()),
             }
-            other => (other, String::new()),
-        },
+        }
     };
     let secret = managed_resource::secret_name(pool_mr, &data(&manifests));
     let daemonset = daemonset_name(&request.object.spec.worker_pool.name);
@@ -259,6 +271,7 @@ async fn uninstall(
         Phase::WriteUninstall => {
             managed_resource::apply_for_shoot(
                 &actuator.client,
+                actuator.seed_cache(),
                 namespace,
                 pool_mr,
                 &data(&manifests),
@@ -329,20 +342,11 @@ async fn another_pool_uses_gvisor(
     actuator: &GVisorActuator,
     request: &Request<'_, ContainerRuntime>,
 ) -> Result<bool, Error> {
-    let namespace = request.namespace();
-    let api: Api<ContainerRuntime> = Api::namespaced(actuator.client.clone(), namespace);
-    let list = api
-        .list(&ListParams::default())
-        .await
-        .map_err(|source| Error::List {
-            namespace: namespace.to_string(),
-            source: Box::new(source),
-        })?;
-    Ok(list.items.iter().any(|other| {
-        other.metadata.name.as_deref() != Some(request.name())
-            && other.spec.default.type_ == TYPE
-            && other.metadata.deletion_timestamp.is_none()
-    }))
+    Ok(actuator
+        .runtimes(request.namespace())
+        .await?
+        .iter()
+        .any(|other| other.name != request.name() && !other.deleting))
 }
 
 #[cfg(test)]

@@ -16,7 +16,15 @@ pub async fn migrate(
     let pool_mr = installation_managed_resource(&request.object.spec.worker_pool.name);
     for name in [pool_mr.as_str(), SHARED_MANAGED_RESOURCE] {
         managed_resource::set_keep_objects(&actuator.client, namespace, name, true).await?;
-        if !managed_resource::delete_and_wait(&actuator.client, namespace, name, true).await? {
+        if !managed_resource::delete_and_wait(
+            &actuator.client,
+            actuator.seed_cache(),
+            namespace,
+            name,
+            true,
+        )
+        .await?
+        {
             return Ok(managed_resource::pending_deletion(&format!(
                 "ManagedResource {name}"
             )));

@@ -23,6 +23,7 @@ use std::time::Duration;
 use kube::Client;
 
 use crate::api::{ContainerRuntime, ErrorCode};
+use crate::extension::cache::{ObjectStore, SeedCache};
 use crate::extension::events::EventPublisher;
 use crate::extension::managed_resource::ManagedResourceError;
 use crate::extension::{Classify, Outcome, Request};
@@ -106,8 +107,18 @@ pub struct Options {
     pub uninstall_timeout: Duration,
 }
 
+/// What the actuator reads instead of asking the API server: the operator's [`SeedCache`]
+/// and the store of ContainerRuntimes the controller's watch keeps.
+#[derive(Clone)]
+pub struct Caches {
+    /// Clusters, our ManagedResources, the manifest secrets.
+    pub seed: SeedCache,
+    /// The ContainerRuntimes.
+    pub runtimes: ObjectStore,
+}
+
 /// The gVisor actuator: the client, the parsed templates, the image vector, the event
-/// publisher and the options.
+/// publisher, the options and (in the operator) the caches.
 #[derive(Clone)]
 pub struct GVisorActuator {
     client: Client,
@@ -115,16 +126,18 @@ pub struct GVisorActuator {
     images: ImageVector,
     events: EventPublisher,
     options: Options,
+    caches: Option<Caches>,
 }
 
 impl GVisorActuator {
-    /// Builds the actuator.
+    /// Builds the actuator; without `caches` it reads with GETs and lists.
     pub fn new(
         client: Client,
         templates: render::Templates,
         images: ImageVector,
         events: EventPublisher,
         options: Options,
+        caches: Option<Caches>,
     ) -> Self {
         GVisorActuator {
             client,
@@ -132,8 +145,60 @@ impl GVisorActuator {
             images,
             events,
             options,
+            caches,
         }
     }
+
+    fn seed_cache(&self) -> Option<&SeedCache> {
+        self.caches.as_ref().map(|c| &c.seed)
+    }
+
+    /// The gvisor ContainerRuntimes of `namespace`: from the controller's store, or without
+    /// one from a list.
+    async fn runtimes(&self, namespace: &str) -> Result<Vec<Runtime>, Error> {
+        if let Some(caches) = &self.caches {
+            return Ok(caches
+                .runtimes
+                .state()
+                .iter()
+                .filter(|o| o.metadata.namespace.as_deref() == Some(namespace))
+                .filter(|o| o.data["spec"]["type"].as_str() == Some(TYPE))
+                .filter_map(|o| {
+                    Some(Runtime {
+                        name: o.metadata.name.clone()?,
+                        pool: o.data["spec"]["workerPool"]["name"].as_str()?.to_string(),
+                        deleting: o.metadata.deletion_timestamp.is_some(),
+                    })
+                })
+                .collect());
+        }
+        let api: kube::Api<ContainerRuntime> =
+            kube::Api::namespaced(self.client.clone(), namespace);
+        Ok(api
+            .list(&kube::api::ListParams::default())
+            .await
+            .map_err(|source| Error::List {
+                namespace: namespace.to_string(),
+                source: Box::new(source),
+            })?
+            .items
+            .into_iter()
+            .filter(|r| r.spec.default.type_ == TYPE)
+            .map(|r| Runtime {
+                deleting: r.metadata.deletion_timestamp.is_some(),
+                name: r.metadata.name.unwrap_or_default(),
+                pool: r.spec.worker_pool.name,
+            })
+            .collect())
+    }
+}
+
+/// What the sweep and the deletion need of a gvisor ContainerRuntime.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Runtime {
+    name: String,
+    pool: String,
+    deleting: bool,
 }
 
 impl crate::extension::Actuator for GVisorActuator {

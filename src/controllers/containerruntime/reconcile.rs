@@ -104,32 +104,41 @@ pub(super) fn data(manifests: &str) -> BTreeMap<String, Vec<u8>> {
     BTreeMap::from([(DATA_KEY.to_string(), manifests.as_bytes().to_vec())])
 }
 
-/// Applies both MRs with `keepObjects=false`.
+/// Applies both MRs with `keepObjects=false`. [`Outcome::Unchanged`] when neither MR nor
+/// secret needed a write and the sweep found nothing.
 pub async fn reconcile(
     actuator: &GVisorActuator,
     request: &Request<'_, ContainerRuntime>,
 ) -> Result<Outcome, Error> {
     let rendered = render(actuator, request.object)?;
     let namespace = request.namespace();
-    managed_resource::apply_for_shoot(
+    let cache = actuator.seed_cache();
+    let shared = managed_resource::apply_for_shoot(
         &actuator.client,
+        cache,
         namespace,
         SHARED_MANAGED_RESOURCE,
         &data(&rendered.shared),
         false,
     )
     .await?;
-    managed_resource::apply_for_shoot(
+    let installation = managed_resource::apply_for_shoot(
         &actuator.client,
+        cache,
         namespace,
         &installation_managed_resource(&rendered.pool),
         &data(&rendered.installation),
         false,
     )
     .await?;
-    tracing::info!(pool = %rendered.pool, "ManagedResources applied");
-    sweep::sweep(actuator, namespace).await?;
-    Ok(Outcome::done())
+    let swept = sweep::sweep(actuator, namespace).await?;
+    if shared || installation || swept {
+        tracing::info!(pool = %rendered.pool, "ManagedResources applied");
+        Ok(Outcome::done())
+    } else {
+        tracing::debug!(pool = %rendered.pool, "ManagedResources unchanged");
+        Ok(Outcome::Unchanged)
+    }
 }
 
 #[cfg(test)]

@@ -15,8 +15,8 @@ use std::collections::BTreeSet;
 use kube::api::ListParams;
 use kube::{Api, ResourceExt};
 
-use super::{Error, GVisorActuator, INSTALLATION_MANAGED_RESOURCE_PREFIX, TYPE};
-use crate::api::{ContainerRuntime, ManagedResource};
+use super::{Error, GVisorActuator, INSTALLATION_MANAGED_RESOURCE_PREFIX};
+use crate::api::ManagedResource;
 use crate::extension::managed_resource::{self, ORIGIN};
 
 /// Of `ours` (names of our ManagedResources in a namespace), the installation
@@ -30,37 +30,38 @@ pub fn orphaned<'a>(ours: &'a [String], pools: &BTreeSet<String>) -> Vec<&'a str
         .collect()
 }
 
-/// Deletes the orphaned installation ManagedResources of `namespace` (without waiting).
-pub async fn sweep(actuator: &GVisorActuator, namespace: &str) -> Result<(), Error> {
-    let list_error = |source| Error::List {
-        namespace: namespace.to_string(),
-        source: Box::new(source),
+/// Deletes the orphaned installation ManagedResources of `namespace` (without waiting);
+/// returns whether there were any. Reads the actuator's caches when it has them.
+pub async fn sweep(actuator: &GVisorActuator, namespace: &str) -> Result<bool, Error> {
+    let pools: BTreeSet<String> = actuator
+        .runtimes(namespace)
+        .await?
+        .into_iter()
+        .map(|runtime| runtime.pool)
+        .collect();
+    let ours: Vec<String> = match actuator.seed_cache() {
+        Some(cache) => cache.managed_resource_names(namespace),
+        None => {
+            let mrs: Api<ManagedResource> = Api::namespaced(actuator.client.clone(), namespace);
+            mrs.list_metadata(&ListParams::default().labels(&format!("origin={ORIGIN}")))
+                .await
+                .map_err(|source| Error::List {
+                    namespace: namespace.to_string(),
+                    source: Box::new(source),
+                })?
+                .items
+                .into_iter()
+                .filter(|mr| mr.metadata.deletion_timestamp.is_none())
+                .map(|mr| mr.name_any())
+                .collect()
+        }
     };
-    let runtimes: Api<ContainerRuntime> = Api::namespaced(actuator.client.clone(), namespace);
-    let pools: BTreeSet<String> = runtimes
-        .list(&ListParams::default())
-        .await
-        .map_err(list_error)?
-        .items
-        .into_iter()
-        .filter(|runtime| runtime.spec.default.type_ == TYPE)
-        .map(|runtime| runtime.spec.worker_pool.name)
-        .collect();
-    let mrs: Api<ManagedResource> = Api::namespaced(actuator.client.clone(), namespace);
-    let ours: Vec<String> = mrs
-        .list_metadata(&ListParams::default().labels(&format!("origin={ORIGIN}")))
-        .await
-        .map_err(list_error)?
-        .items
-        .into_iter()
-        .filter(|mr| mr.metadata.deletion_timestamp.is_none())
-        .map(|mr| mr.name_any())
-        .collect();
-    for name in orphaned(&ours, &pools) {
+    let orphans = orphaned(&ours, &pools);
+    for name in &orphans {
         tracing::info!(%namespace, managed_resource = %name, "deleting the installation ManagedResource of a pool without ContainerRuntime");
-        managed_resource::delete(&actuator.client, namespace, name).await?;
+        managed_resource::delete(&actuator.client, actuator.seed_cache(), namespace, name).await?;
     }
-    Ok(())
+    Ok(!orphans.is_empty())
 }
 
 #[cfg(test)]

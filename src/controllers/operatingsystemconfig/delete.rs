@@ -46,8 +46,14 @@ pub async fn delete(
                     retry_after: managed_resource::DELETE_RETRY,
                 });
             }
-            if !managed_resource::delete_and_wait(&actuator.client, request.namespace(), &mr, wait)
-                .await?
+            if !managed_resource::delete_and_wait(
+                &actuator.client,
+                None,
+                request.namespace(),
+                &mr,
+                wait,
+            )
+            .await?
             {
                 return Ok(managed_resource::pending_deletion(&format!(
                     "ManagedResource {mr}"
@@ -114,8 +120,15 @@ async fn release_keep_object(
         .collect();
     if nodeagent::keeps_object(&data) {
         let unstamped = nodeagent::without_keep_object(&data).map_err(Error::NodeAgent)?;
-        managed_resource::apply_for_shoot(&actuator.client, namespace, name, &unstamped, false)
-            .await?;
+        managed_resource::apply_for_shoot(
+            &actuator.client,
+            None,
+            namespace,
+            name,
+            &unstamped,
+            false,
+        )
+        .await?;
         return Ok(false);
     }
     Ok(managed_resource::is_applied(&mr))

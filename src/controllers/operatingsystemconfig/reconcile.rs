@@ -268,7 +268,7 @@ pub async fn ship_node_agent_secret(
     let secrets = fetch::referenced_secrets(&actuator.client, namespace, files).await?;
     let (secret, extensions) = render_node_agent_secret(osc, &secrets)?;
     let data = secret.managed_resource_data().map_err(Error::NodeAgent)?;
-    managed_resource::apply_for_shoot(&actuator.client, namespace, &mr, &data, false).await?;
+    managed_resource::apply_for_shoot(&actuator.client, None, namespace, &mr, &data, false).await?;
     tracing::info!(
         managed_resource = %mr,
         secret = %secret.name,
