@@ -12,9 +12,11 @@
 //! object with a GET.
 //!
 //! Writes per run: the `reconcile` annotation goes in the same patch that adds the finalizer
-//! when both are due; Processing is written only when the actuator has not finished after
-//! [`PROCESSING_AFTER`] (or waits, or fails): a run that finishes at once goes straight to
-//! Succeeded, since a Processing state that lasts milliseconds tells gardenlet nothing; and a
+//! when both are due; Processing is written at once for a run gardenlet asked for (the
+//! `reconcile` annotation) over an earlier success — its readiness check would otherwise take
+//! that success, written in the same second, for this run's — and otherwise only when the
+//! actuator has not finished after [`PROCESSING_AFTER`] (or waits, or fails): a first create
+//! that finishes at once goes straight to Succeeded; and a
 //! reconcile that found nothing to change ([`Outcome::Unchanged`]) publishes no event.
 
 use std::collections::HashSet;
@@ -234,6 +236,20 @@ impl<A: Actuator> Reconciler<A> {
             }
         } else {
             object
+        };
+        // gardenlet now waits for this object. Its readiness check compares
+        // `lastOperation.lastUpdateTime` with the `gardener.cloud/timestamp` annotation at
+        // second granularity, so a Succeeded status written in the same second as the
+        // annotation would read as "done" before this run did anything: a run gardenlet asked
+        // for over an earlier success says Processing at once.
+        let object = match planned {
+            Step::Reconcile(operation) if strip && last_succeeded(&object) => {
+                match self.processing(&api, &object, operation, None).await {
+                    Ok(object) => object,
+                    Err(failure) => return (label, Err(failure)),
+                }
+            }
+            _ => object,
         };
 
         let result = match planned {
@@ -466,9 +482,13 @@ impl<A: Actuator> Reconciler<A> {
         let mut work = std::pin::pin!(work);
         // Processing only when the work takes a while; the work is not polled while the
         // status is written, so the two never race.
+        let already_processing = object
+            .default_status()
+            .and_then(|s| s.last_operation.as_ref())
+            .is_some_and(|l| l.type_ == operation && l.state == LastOperationState::Processing);
         let (object, result) = tokio::select! {
             result = &mut work => (object.clone(), result),
-            _ = tokio::time::sleep(PROCESSING_AFTER) => {
+            _ = tokio::time::sleep(PROCESSING_AFTER), if !already_processing => {
                 let updated = self.processing(api, object, operation, None).await?;
                 (updated, work.await)
             }
@@ -715,6 +735,14 @@ fn last_description<K: ExtensionObject>(object: &K) -> Option<&str> {
         .default_status()
         .and_then(|s| s.last_operation.as_ref())
         .map(|l| l.description.as_str())
+}
+
+/// Whether the object's last operation succeeded.
+fn last_succeeded<K: ExtensionObject>(object: &K) -> bool {
+    object
+        .default_status()
+        .and_then(|s| s.last_operation.as_ref())
+        .is_some_and(|l| l.state == LastOperationState::Succeeded)
 }
 
 /// Whether `object` carries this extension's finalizer for its kind.
