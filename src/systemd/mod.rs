@@ -312,22 +312,48 @@ impl Systemd {
             .map_err(call_error("GetUnitFileState", unit))
     }
 
-    /// The state of `unit`; a unit systemd does not know has `load_state == "not-found"`.
-    pub async fn unit_status(&self, unit: &str) -> Result<UnitStatus, Error> {
+    /// The unit object of `unit` and its path, without a property cache: every read goes to
+    /// systemd, so a fresh value is never stale.
+    async fn fresh_unit_proxy(
+        &self,
+        unit: &str,
+    ) -> Result<(UnitProxy<'_>, zbus::zvariant::OwnedObjectPath), Error> {
         let call = |method: &'static str| call_error(method, unit);
         let path = self
             .manager
             .load_unit(unit)
             .await
             .map_err(call("LoadUnit"))?;
-        // No property cache: every read goes to systemd, so a fresh value is never stale.
-        let unit_proxy = UnitProxy::builder(&self.connection)
+        let proxy = UnitProxy::builder(&self.connection)
             .path(path.clone())
             .map_err(call("Get"))?
             .cache_properties(CacheProperties::No)
             .build()
             .await
             .map_err(call("Get"))?;
+        Ok((proxy, path))
+    }
+
+    /// The service object at `path` (of `unit`), without a property cache.
+    async fn fresh_service_proxy(
+        &self,
+        unit: &str,
+        path: zbus::zvariant::OwnedObjectPath,
+    ) -> Result<ServiceProxy<'_>, Error> {
+        let call = |method: &'static str| call_error(method, unit);
+        ServiceProxy::builder(&self.connection)
+            .path(path)
+            .map_err(call("Get"))?
+            .cache_properties(CacheProperties::No)
+            .build()
+            .await
+            .map_err(call("Get"))
+    }
+
+    /// The state of `unit`; a unit systemd does not know has `load_state == "not-found"`.
+    pub async fn unit_status(&self, unit: &str) -> Result<UnitStatus, Error> {
+        let call = |method: &'static str| call_error(method, unit);
+        let (unit_proxy, path) = self.fresh_unit_proxy(unit).await?;
         let mut status = UnitStatus {
             load_state: unit_proxy.load_state().await.map_err(call("Get"))?,
             active_state: unit_proxy.active_state().await.map_err(call("Get"))?,
@@ -343,13 +369,7 @@ impl Systemd {
             exec_main_start_timestamp: None,
         };
         if unit.ends_with(".service") && status.load_state == "loaded" {
-            let service = ServiceProxy::builder(&self.connection)
-                .path(path)
-                .map_err(call("Get"))?
-                .cache_properties(CacheProperties::No)
-                .build()
-                .await
-                .map_err(call("Get"))?;
+            let service = self.fresh_service_proxy(unit, path).await?;
             status.main_pid = Some(service.main_pid().await.map_err(call("Get"))?);
             status.exec_main_start_timestamp = Some(
                 service
@@ -365,18 +385,7 @@ impl Systemd {
     /// when it is `inactive (dead)` (only then are they needed, so only then read).
     pub async fn unit_health(&self, unit: &str) -> Result<UnitHealth, Error> {
         let call = |method: &'static str| call_error(method, unit);
-        let path = self
-            .manager
-            .load_unit(unit)
-            .await
-            .map_err(call("LoadUnit"))?;
-        let unit_proxy = UnitProxy::builder(&self.connection)
-            .path(path.clone())
-            .map_err(call("Get"))?
-            .cache_properties(CacheProperties::No)
-            .build()
-            .await
-            .map_err(call("Get"))?;
+        let (unit_proxy, path) = self.fresh_unit_proxy(unit).await?;
         let mut health = UnitHealth {
             active_state: unit_proxy.active_state().await.map_err(call("Get"))?,
             sub_state: unit_proxy.sub_state().await.map_err(call("Get"))?,
@@ -390,13 +399,7 @@ impl Systemd {
         if health.active_state == "inactive" && health.sub_state == "dead" {
             health.triggered_by = unit_proxy.triggered_by().await.map_err(call("Get"))?;
             if unit.ends_with(".service") {
-                let service = ServiceProxy::builder(&self.connection)
-                    .path(path)
-                    .map_err(call("Get"))?
-                    .cache_properties(CacheProperties::No)
-                    .build()
-                    .await
-                    .map_err(call("Get"))?;
+                let service = self.fresh_service_proxy(unit, path).await?;
                 health.service_type = Some(service.service_type().await.map_err(call("Get"))?);
             }
         }
