@@ -238,8 +238,9 @@ async fn main() {
          ManagedResource GETs. Reads now come \
          from reflector stores, and a write goes out only for a change (docs/architecture.md, \
          \"Reads from caches, writes only of changes\"). The floor of the create phase is \
-         5.5 requests per object: the annotation-and-finalizer patch, the pool's secret and MR, \
-         a quarter of the shared ones, the Succeeded status and the `Reconciled` event.\n\n\
+         4.5 requests per object: the annotation-and-finalizer patch, the pool's secret and MR, \
+         a quarter of the shared ones and the Succeeded status. A first create publishes no \
+         `Reconciled` event (1,100 requests, 0.502×, with it; docs/contract.md, \"Reconcile\").\n\n\
          Measured on {date}.\n",
         quiet = QUIET,
         kube = "v1.36.3",

@@ -773,15 +773,37 @@ async fn operator_serves_health_readiness_and_metrics() {
         Api::namespaced(env.client.clone(), "default");
     let lease = leases.get("gardener-extension-heartbeat").await.unwrap();
     assert!(lease.spec.unwrap().renew_time.is_some());
-    // An event was recorded for the object.
+    // A first create publishes no success event (lastOperation records it); a reconcile that
+    // changes the shoot does.
     let events: Api<k8s_openapi::api::events::v1::Event> =
         Api::namespaced(env.client.clone(), &env.namespace);
-    let list = events.list(&ListParams::default()).await.unwrap();
-    assert!(
+    let reasons = |list: kube::core::ObjectList<k8s_openapi::api::events::v1::Event>| {
         list.items
-            .iter()
-            .any(|e| e.reason.as_deref() == Some("Reconciled")),
-        "{:?}",
-        list.items.iter().map(|e| &e.reason).collect::<Vec<_>>()
+            .into_iter()
+            .filter_map(|e| e.reason)
+            .collect::<Vec<_>>()
+    };
+    let after_create = reasons(events.list(&ListParams::default()).await.unwrap());
+    assert!(
+        !after_create.iter().any(|r| r == "Reconciled"),
+        "{after_create:?}"
+    );
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    crs(&env)
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({
+                "metadata": {"annotations": {"gardener.cloud/operation": "reconcile"}},
+                "spec": {"providerConfig": {"configFlags": {"net-raw": "true"}}},
+            })),
+        )
+        .await
+        .unwrap();
+    wait_ready(&crs(&env), &name, LastOperationType::Reconcile).await;
+    let after_change = reasons(events.list(&ListParams::default()).await.unwrap());
+    assert!(
+        after_change.iter().any(|r| r == "Reconciled"),
+        "{after_change:?}"
     );
 }

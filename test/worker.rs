@@ -435,13 +435,14 @@ async fn create_writes_classes_secrets_deployments_and_status_before_the_machine
         "MachineDeploymentsReported",
         "WaitingForMachines",
         "MachinesRolledOut",
-        "Reconciled",
     ] {
         assert!(
             reasons.contains(reason),
             "event {reason} missing in {reasons:?}"
         );
     }
+    // A first create publishes no success event: lastOperation (Create, Succeeded) records it.
+    assert!(!reasons.contains("Reconciled"), "{reasons:?}");
 }
 
 #[tokio::test]

@@ -16,8 +16,9 @@
 //! `reconcile` annotation) over an earlier success — its readiness check would otherwise take
 //! that success, written in the same second, for this run's — and otherwise only when the
 //! actuator has not finished after [`PROCESSING_AFTER`] (or waits, or fails): a first create
-//! that finishes at once goes straight to Succeeded; and a
-//! reconcile that found nothing to change ([`Outcome::Unchanged`]) publishes no event.
+//! that finishes at once goes straight to Succeeded. Normal events: none for a first create
+//! ([`success_event_wanted`]) and none for a reconcile that found nothing to change
+//! ([`Outcome::Unchanged`]).
 
 use std::collections::HashSet;
 use std::sync::Mutex;
@@ -520,7 +521,7 @@ impl<A: Actuator> Reconciler<A> {
         match result {
             Ok(Outcome::Done { status }) => Ok(Finished::Succeeded {
                 extra: status,
-                event: true,
+                event: success_event_wanted(operation),
             }),
             Ok(Outcome::Unchanged) => Ok(Finished::Succeeded {
                 extra: serde_json::Map::new(),
@@ -681,6 +682,17 @@ enum Finished {
         event: bool,
     },
     Pending(Duration),
+}
+
+/// Whether a successful run that changed something publishes a Normal event. A first create
+/// does not: its `lastOperation` (Create, Succeeded) records it, and a shoot creation — or a
+/// seed full of them — would otherwise add one event per object to etcd for nothing an
+/// operator acts on. Gardener's own extension reconcilers publish no success events at all
+/// (`extensions/pkg/controller/containerruntime/reconciler.go` builds its status updater
+/// without an event recorder); we keep them where they tell a story: a reconcile that changed
+/// the shoot, a delete, migrate or restore.
+fn success_event_wanted(operation: LastOperationType) -> bool {
+    operation != LastOperationType::Create
 }
 
 fn success_reason(operation: LastOperationType) -> &'static str {
