@@ -22,7 +22,7 @@ use gardener_extension_node::api::{
 };
 use gardener_extension_node::controllers::operatingsystemconfig::{
     content::{ReferencedSecrets, encode_b64},
-    extensions, reconcile, userdata,
+    extensions, os_update, reconcile, userdata,
 };
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
@@ -423,6 +423,82 @@ async fn a_missing_referenced_secret_is_named_in_last_error_and_recovers() {
         .await;
     }
     assert!(mrs(&env).get_opt(&node_agent_mr()).await.unwrap().is_some());
+}
+
+/// GEP-31: a reconcile OSC of an in-place pool gets the OS update script as an extension file
+/// and `status.inPlaceUpdates.osUpdate` naming it with the wanted version, in the status and
+/// in the shipped `osc.yaml` (where the node agent reads it); a version the script would
+/// refuse is a configuration problem and ships nothing.
+#[tokio::test]
+async fn an_in_place_osc_gets_the_os_update_command_and_script() {
+    let env = setup().await;
+    put_file_secret(&env, FILE_SECRET_VALUE).await;
+    let name = create_osc_with(&env, &original(), "reconcile", |osc| {
+        osc["spec"]["inPlaceUpdates"] =
+            json!({"operatingSystemVersion": "12.7", "kubelet": "1.33.1"});
+    })
+    .await;
+    let osc = wait_ready(&oscs(&env), &name, LastOperationType::Create).await;
+    let status = osc.status.clone().unwrap();
+    let update = status.in_place_updates.unwrap().os_update.unwrap();
+    assert_eq!(update.command, os_update::SCRIPT_PATH);
+    assert_eq!(update.args, ["12.7"]);
+    let script = status
+        .extension_files
+        .iter()
+        .find(|f| f.path == os_update::SCRIPT_PATH)
+        .unwrap();
+    assert_eq!(script.permissions, Some(0o755));
+
+    let (_, osc_yaml) = shipped_node_agent_secret(&env).await;
+    let shipped: Value = serde_norway::from_str(&osc_yaml).unwrap();
+    assert_eq!(
+        shipped["status"]["inPlaceUpdates"]["osUpdate"],
+        json!({"command": os_update::SCRIPT_PATH, "args": ["12.7"]})
+    );
+    assert_eq!(
+        shipped["spec"]["inPlaceUpdates"]["operatingSystemVersion"],
+        "12.7"
+    );
+    let shipped_script = shipped["status"]["extensionFiles"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["path"] == os_update::SCRIPT_PATH)
+        .unwrap();
+    assert_eq!(
+        shipped_script["content"]["inline"]["data"],
+        os_update::SCRIPT
+    );
+
+    // A version the script would refuse: a configuration problem, nothing shipped for it.
+    let checksum_before = checksum_of(&shipped_node_agent_secret(&env).await.0);
+    oscs(&env)
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({
+                "metadata": {"annotations": {"gardener.cloud/operation": "reconcile"}},
+                "spec": {"inPlaceUpdates": {"operatingSystemVersion": "12.7; reboot"}},
+            })),
+        )
+        .await
+        .unwrap();
+    let osc = wait_error(&env, &name).await;
+    let description = osc
+        .status
+        .clone()
+        .unwrap()
+        .default
+        .last_error
+        .unwrap()
+        .description;
+    assert!(description.contains("12.7; reboot"), "{description}");
+    assert_eq!(codes(&osc), ["ERR_CONFIGURATION_PROBLEM"]);
+    assert_eq!(
+        checksum_of(&shipped_node_agent_secret(&env).await.0),
+        checksum_before
+    );
 }
 
 #[tokio::test]

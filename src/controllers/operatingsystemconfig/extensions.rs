@@ -10,12 +10,13 @@
 //! |---|---|---|
 //! | `debian`, `ubuntu` | `containerd.service` drop-in [`CONTAINERD_LIMITS_DROP_IN`]: `LimitNOFILE=1048576`, `LimitMEMLOCK=67108864` | Containers inherit containerd's resource limits. The distributions' packaged units differ: Debian's sets `LimitNOFILE=infinity` (about 2^30 file descriptors with current systemd, which makes software that sizes tables by the limit slow or memory hungry), containerd 2.x units set none (systemd's default soft limit of 1024 is too low for many workloads), and systemd's default locked-memory limit is 8 MiB. The same values as Garden Linux nodes (`os-gardenlinux`'s containerd override) give pods the same limits whichever image a pool runs. |
 //!
-//! No extension files are needed. Other OS types enabled with `--os-types` get nothing (the
+//! No extension files are needed, except for in-place pools: an OSC with
+//! `spec.inPlaceUpdates` also gets the OS update script and `status.inPlaceUpdates`
+//! ([`for_osc`], [`os_update`]). Other OS types enabled with `--os-types` get nothing (the
 //! node agent alone suffices, `docs/contract.md#what-gardenlet-does-with-the-results`).
-//! In-place OS updates are not supported for these images, so `status.inPlaceUpdates` stays
-//! unset.
 
-use crate::api::operatingsystemconfig::{DropIn, File, Unit};
+use super::os_update::{self, InvalidOsVersion};
+use crate::api::operatingsystemconfig::{DropIn, File, InPlaceUpdates, InPlaceUpdatesStatus, Unit};
 
 /// Name of the containerd drop-in for debian/ubuntu nodes.
 pub const CONTAINERD_LIMITS_DROP_IN: &str = "50-gardener-extension-node-limits.conf";
@@ -30,6 +31,22 @@ pub struct Extensions {
     pub units: Vec<Unit>,
     /// For `status.extensionFiles`.
     pub files: Vec<File>,
+    /// For `status.inPlaceUpdates` (in-place pools of OS types with an update).
+    pub in_place: Option<InPlaceUpdatesStatus>,
+}
+
+/// What a `reconcile` OSC of `os_type` with `in_place` (its `spec.inPlaceUpdates`) gets: the
+/// units and files of [`for_os_type`], plus the OS update of [`os_update`].
+pub fn for_osc(
+    os_type: &str,
+    in_place: Option<&InPlaceUpdates>,
+) -> Result<Extensions, InvalidOsVersion> {
+    let mut extensions = for_os_type(os_type);
+    if let Some((file, status)) = os_update::for_os_type(os_type, in_place)? {
+        extensions.files.push(file);
+        extensions.in_place = Some(status);
+    }
+    Ok(extensions)
 }
 
 /// What a `reconcile` OSC of `os_type` gets (see the module table).
@@ -48,6 +65,7 @@ pub fn for_os_type(os_type: &str) -> Extensions {
                 file_paths: Vec::new(),
             }],
             files: Vec::new(),
+            in_place: None,
         },
         _ => Extensions::default(),
     }

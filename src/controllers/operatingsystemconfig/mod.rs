@@ -33,6 +33,7 @@ pub mod fetch;
 pub mod handover;
 pub mod migrate;
 pub mod nodeagent;
+pub mod os_update;
 pub mod reconcile;
 pub mod restore;
 pub mod userdata;
@@ -100,6 +101,9 @@ pub enum Error {
     /// Units or files no node could apply (see [`validate`]).
     #[error("invalid units or files")]
     Spec(#[source] validate::SpecError),
+    /// The in-place OS version cannot be given to the update script.
+    #[error("in-place OS update")]
+    OsVersion(#[source] os_update::InvalidOsVersion),
     /// The rendered content does not fit into a Secret.
     #[error(
         "the {what} is {bytes} bytes, more than a Secret can hold ({max} bytes){largest}",
@@ -125,7 +129,9 @@ impl Classify for Error {
             | Error::Status(_)
             | Error::List { .. }
             | Error::DeliveryUnknown => Vec::new(),
-            Error::Spec(_) | Error::TooLarge { .. } => vec![ErrorCode::ConfigurationProblem],
+            Error::Spec(_) | Error::TooLarge { .. } | Error::OsVersion(_) => {
+                vec![ErrorCode::ConfigurationProblem]
+            }
         }
     }
 
@@ -139,6 +145,7 @@ impl Classify for Error {
             Error::ManagedResource(_) => "managed-resource",
             Error::Status(_) => "status",
             Error::Spec(_) => "spec",
+            Error::OsVersion(_) => "in-place",
             Error::TooLarge { .. } => "size",
         }
     }

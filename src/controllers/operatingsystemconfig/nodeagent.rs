@@ -255,6 +255,12 @@ pub fn render(
     let mut status = Map::new();
     insert_list(&mut status, "extensionUnits", &extensions.units)?;
     insert_list(&mut status, "extensionFiles", &extension_files)?;
+    if let Some(in_place) = &extensions.in_place {
+        status.insert(
+            "inPlaceUpdates".into(),
+            to_json("status.inPlaceUpdates", in_place)?,
+        );
+    }
     let document = json!({
         "apiVersion": "extensions.gardener.cloud/v1alpha1",
         "kind": "OperatingSystemConfig",

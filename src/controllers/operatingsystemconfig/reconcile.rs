@@ -8,7 +8,7 @@
 //!   secrets, see [`handover`]) read referenced Secrets, render the node-agent secret and
 //!   apply its ManagedResource; (otherwise) hand the shoot's secret over to gardenlet by
 //!   removing our ManagedResource with `keepObjects=true` → status `extensionUnits`/`extensionFiles` (null when empty) and
-//!   `inPlaceUpdates: null` (not supported for our OS types).
+//!   `inPlaceUpdates` (the OS update of [`super::os_update`] for in-place pools, else null).
 //!
 //! The status fields are returned in [`Outcome::Done`], so the generic reconciler writes them
 //! in the same patch as the Succeeded state: gardenlet never sees a ready OSC with stale
@@ -74,13 +74,19 @@ fn check_size(osc: &OperatingSystemConfig, what: &'static str, bytes: usize) -> 
     })
 }
 
+/// The extension units, files and in-place status of a reconcile OSC (pure).
+fn extensions_of(osc: &OperatingSystemConfig) -> Result<Extensions, Error> {
+    extensions::for_osc(&osc.spec.default.type_, osc.spec.in_place_updates.as_ref())
+        .map_err(Error::OsVersion)
+}
+
 /// Renders the node-agent secret of a reconcile OSC with its OS type's extensions (pure; also
 /// used by `render osc`).
 pub fn render_node_agent_secret(
     osc: &OperatingSystemConfig,
     secrets: &ReferencedSecrets,
 ) -> Result<(nodeagent::NodeAgentSecret, Extensions), Error> {
-    let extensions = extensions::for_os_type(&osc.spec.default.type_);
+    let extensions = extensions_of(osc)?;
     validate::validate(&osc.spec.units, &osc.spec.files, &extensions.files).map_err(Error::Spec)?;
     let containerd = osc
         .spec
@@ -246,12 +252,16 @@ async fn original(
         // ManagedResource to adopt, and drop ours (if an earlier run created one).
         let mr = node_agent_managed_resource(osc);
         handover::release(actuator, namespace, &mr).await?;
-        extensions::for_os_type(&osc.spec.default.type_)
+        extensions_of(osc)?
     };
     let mut status = Map::new();
     status.insert("extensionUnits".into(), list_or_null(&extensions.units)?);
     status.insert("extensionFiles".into(), list_or_null(&extensions.files)?);
-    status.insert("inPlaceUpdates".into(), Value::Null);
+    let in_place = match &extensions.in_place {
+        Some(in_place) => serde_json::to_value(in_place).map_err(Error::Status)?,
+        None => Value::Null,
+    };
+    status.insert("inPlaceUpdates".into(), in_place);
     Ok(Outcome::Done { status })
 }
 
