@@ -58,6 +58,8 @@ static OPERATOR: OnceLock<Mutex<OperatorProcess>> = OnceLock::new();
 /// A namespace with its Cluster (adjusted by `cluster`), the pool's user data Secret, and the
 /// shared operator running.
 async fn setup(cluster: impl FnOnce(&mut Value)) -> TestEnv {
+    // The rollout poll test counts the operator's requests in its namespace.
+    support::enable_audit_log();
     let env = support::env().await;
     OPERATOR.get_or_init(|| {
         Mutex::new(OperatorProcess::start(
@@ -1287,4 +1289,69 @@ async fn unwanted_deployments_are_waited_for_and_their_failed_machines_fail_the_
         .unwrap();
     until_ready(&env, &mcm, LastOperationType::Reconcile).await;
     assert!(deployments.get_opt(&old).await.unwrap().is_none());
+}
+
+/// Item 10 of issue 20: while the rollout is polled, the operator only lists — no apply of
+/// classes, secrets or deployments, no new `machineDeploymentsLastUpdateTime` — and a
+/// replica count the cluster-autoscaler sets meanwhile is not written back.
+#[tokio::test]
+async fn rollout_polls_only_list_and_keep_the_autoscalers_replicas() {
+    let env = setup(|_| {}).await;
+    create_worker(&env, |_| {}).await;
+    let workers = api::<Worker>(&env);
+    // Without MCM the rollout waits for the machine set.
+    wait_for("waiting for the machine set", WAIT, || async {
+        let worker = workers.get(WORKER).await.map_err(err)?;
+        match last_operation(&worker) {
+            Some((_, LastOperationState::Processing, d)) if d.contains("machine set") => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    let md_name = format!("{}-worker-a-z1", env.namespace);
+    let deployments = api::<MachineDeployment>(&env);
+    // The cluster-autoscaler scales up (1 → 2, within [1, 3]) between two polls.
+    deployments
+        .patch_scale(
+            &md_name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 2}})),
+        )
+        .await
+        .unwrap();
+    let before = workers.get(WORKER).await.unwrap().status.unwrap();
+    let mut audit = support::audit::AuditLog::from_end(support::audit_log_path());
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    let mix = audit.take_in_namespace(&env.namespace);
+    let described = support::audit::describe(&mix);
+    let count = |key: &str| mix.get(key).copied().unwrap_or_default();
+    assert!(
+        count("list machinedeployments") >= 2,
+        "two polls list: {described}"
+    );
+    for write in [
+        "patch machinedeployments",
+        "patch machineclasses",
+        "patch secrets",
+        "patch machinesets",
+    ] {
+        assert_eq!(count(write), 0, "{write}: {described}");
+    }
+    let after = workers.get(WORKER).await.unwrap().status.unwrap();
+    assert_eq!(
+        after.machine_deployments_last_update_time, before.machine_deployments_last_update_time,
+        "the status is written once per change: {described}"
+    );
+    assert_eq!(
+        deployments.get(&md_name).await.unwrap().spec.replicas,
+        Some(2),
+        "the autoscaler's value stays"
+    );
+
+    let mcm = Mcm::new(&env);
+    until_ready(&env, &mcm, LastOperationType::Create).await;
+    assert_eq!(
+        deployments.get(&md_name).await.unwrap().spec.replicas,
+        Some(2)
+    );
 }

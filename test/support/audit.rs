@@ -29,6 +29,16 @@ impl AuditLog {
     /// request when its response is complete. A line still being written stays for the next
     /// call.
     pub fn take(&mut self, client: impl Fn(&str) -> bool) -> Mix {
+        self.take_where(|event| client(event["userAgent"].as_str().unwrap_or_default()))
+    }
+
+    /// The requests logged since the last call about objects in `namespace`, from any client
+    /// (for tests where one client is the only one acting in their namespace).
+    pub fn take_in_namespace(&mut self, namespace: &str) -> Mix {
+        self.take_where(|event| event["objectRef"]["namespace"].as_str() == Some(namespace))
+    }
+
+    fn take_where(&mut self, wanted: impl Fn(&serde_json::Value) -> bool) -> Mix {
         let mut file = std::fs::File::open(&self.path).expect("audit log opens");
         file.seek(SeekFrom::Start(self.offset))
             .expect("audit log seeks");
@@ -48,7 +58,7 @@ impl AuditLog {
             } else {
                 stage == "ResponseComplete"
             };
-            if !counted || !client(event["userAgent"].as_str().unwrap_or_default()) {
+            if !counted || !wanted(&event) {
                 continue;
             }
             let object = &event["objectRef"];

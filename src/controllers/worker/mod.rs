@@ -88,6 +88,7 @@ pub mod hash;
 pub mod leftovers;
 pub mod migrate;
 mod objects;
+pub mod poll;
 pub mod print;
 pub mod reconcile;
 pub mod render;

@@ -15,6 +15,8 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use super::poll::Fingerprint;
+
 /// Which wait.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum WaitKind {
@@ -33,6 +35,8 @@ type Key = (String, String, WaitKind);
 #[derive(Debug, Default)]
 pub struct WaitTracker {
     started: Mutex<HashMap<Key, (Option<i64>, Instant)>>,
+    /// Per Worker (namespace, name): what the running series deployed ([`super::poll`]).
+    deployed: Mutex<HashMap<(String, String), Fingerprint>>,
 }
 
 /// How a wait stands.
@@ -77,10 +81,29 @@ impl WaitTracker {
         }
     }
 
-    /// Forgets every wait of the Worker (it finished or failed).
+    /// Forgets every wait of the Worker (it finished or failed), and what it deployed.
     pub fn forget(&self, namespace: &str, name: &str) {
         self.entries()
             .retain(|(ns, n, _), _| !(ns == namespace && n == name));
+        self.deployments()
+            .remove(&(namespace.to_string(), name.to_string()));
+    }
+
+    fn deployments(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), Fingerprint>> {
+        self.deployed.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// What the running series of the Worker deployed, if it deployed anything yet.
+    pub fn deployed(&self, namespace: &str, name: &str) -> Option<Fingerprint> {
+        self.deployments()
+            .get(&(namespace.to_string(), name.to_string()))
+            .cloned()
+    }
+
+    /// Notes that the running series of the Worker deployed `fingerprint`.
+    pub fn note_deployed(&self, namespace: &str, name: &str, fingerprint: Fingerprint) {
+        self.deployments()
+            .insert((namespace.to_string(), name.to_string()), fingerprint);
     }
 
     /// Number of running waits (for tests and metrics).
