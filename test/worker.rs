@@ -1355,3 +1355,49 @@ async fn rollout_polls_only_list_and_keep_the_autoscalers_replicas() {
         Some(2)
     );
 }
+
+/// Item 8 of issue 20: failed machines that machine-controller-manager preserves
+/// (`autoPreserveFailedMachineMax`) are unavailable on purpose; the rollout tolerates as many
+/// unavailable machines as are preserved, and waits for any beyond that.
+#[tokio::test]
+async fn preserved_failed_machines_do_not_block_the_rollout() {
+    let env = setup(|_| {}).await;
+    create_worker(&env, |w| {
+        let pool = &mut w["spec"]["pools"][0];
+        pool["minimum"] = json!(2);
+        pool["machineControllerManager"] = json!({"autoPreserveFailedMachineMax": 1});
+    })
+    .await;
+    let mcm = Mcm::new(&env);
+    let worker = until_ready(&env, &mcm, LastOperationType::Create).await;
+    assert_eq!(
+        worker.status.unwrap().machine_deployments[0].auto_preserve_failed_machine_max,
+        Some(1)
+    );
+    let md_name = format!("{}-worker-a-z1", env.namespace);
+
+    // One machine failed and is preserved: the reconcile succeeds.
+    mcm.set_unavailable(&md_name, 1, 1);
+    annotate(&api::<Worker>(&env), WORKER, "reconcile").await;
+    until_ready(&env, &mcm, LastOperationType::Reconcile).await;
+
+    // A second unavailable machine is not preserved: the reconcile waits for it.
+    mcm.set_unavailable(&md_name, 2, 1);
+    annotate(&api::<Worker>(&env), WORKER, "reconcile").await;
+    let workers = api::<Worker>(&env);
+    wait_for("waiting for the unpreserved machine", WAIT, || async {
+        mcm.sync().await?;
+        let worker = workers.get(WORKER).await.map_err(err)?;
+        match last_operation(&worker) {
+            Some((LastOperationType::Reconcile, LastOperationState::Processing, d))
+                if d.contains("1 machine(s) pending") =>
+            {
+                Ok(())
+            }
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    mcm.set_unavailable(&md_name, 0, 0);
+    until_ready(&env, &mcm, LastOperationType::Reconcile).await;
+}

@@ -32,6 +32,8 @@ pub struct Mcm {
     namespace: String,
     /// Labels of every machine deleted because its deployment was gone.
     pub deleted_machine_labels: Mutex<Vec<BTreeMap<String, String>>>,
+    /// Per deployment: unavailable machines and, of them, preserved failed ones.
+    unavailable: Mutex<BTreeMap<String, (i32, i32)>>,
 }
 
 pub fn err(e: impl std::fmt::Display) -> String {
@@ -75,6 +77,7 @@ impl Mcm {
             client: env.client.clone(),
             namespace: env.namespace.clone(),
             deleted_machine_labels: Mutex::default(),
+            unavailable: Mutex::default(),
         }
     }
 
@@ -213,10 +216,15 @@ impl Mcm {
         .await
         .map_err(err)?;
         let deployments: Api<MachineDeployment> = self.api();
-        let status = fixtures::mcm_deployment_status_json(
+        let mut status = fixtures::mcm_deployment_status_json(
             deployment.metadata.generation.unwrap_or_default(),
             replicas,
         );
+        if let Some((unavailable, preserved)) = self.unavailable.lock().unwrap().get(&name) {
+            status["unavailableReplicas"] = json!(unavailable);
+            status["availableReplicas"] = json!((replicas - unavailable).max(0));
+            status["preservedFailedReplicas"] = json!(preserved);
+        }
         deployments
             .patch_status(
                 &name,
@@ -257,6 +265,16 @@ impl Mcm {
             delete(&sets, &set.name_any()).await?;
         }
         Ok(())
+    }
+
+    /// From now on reports `unavailable` of the deployment's machines as unavailable, of them
+    /// `preserved` failed machines it preserves (`status.preservedFailedReplicas`), as MCM
+    /// does for a deployment with `autoPreserveFailedMachineMax`.
+    pub fn set_unavailable(&self, deployment: &str, unavailable: i32, preserved: i32) {
+        self.unavailable
+            .lock()
+            .unwrap()
+            .insert(deployment.to_string(), (unavailable, preserved));
     }
 
     /// Reports failed machines on a deployment, as MCM does when it cannot create them.

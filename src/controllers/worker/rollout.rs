@@ -13,6 +13,9 @@
 //!   started the rollout), the deployment must be healthy (`observedGeneration` current,
 //!   `Available=True`, `Progressing` not false, `ReplicaFailure`/`Frozen` not true), and over
 //!   all deployments no replica may be unavailable and every machine must be updated.
+//!   Failed machines that machine-controller-manager preserves (`autoPreserveFailedMachineMax`,
+//!   `status.preservedFailedReplicas`) stay unavailable on purpose, so up to that many
+//!   unavailable replicas are tolerated, as the generic actuator does.
 
 use super::LABEL_NAME;
 use crate::api::machine::{MachineDeployment, MachineDeploymentStatus, MachineSet};
@@ -137,6 +140,7 @@ pub fn evaluate(
 ) -> Rollout {
     let (mut healthy, mut desired, mut updated, mut available, mut unavailable, mut awake) =
         (0usize, 0, 0, 0, 0, 0);
+    let mut preserved = 0;
     let mut first_problem: Option<String> = None;
     for want in wanted {
         let Some(deployment) = deployments
@@ -172,6 +176,7 @@ pub fn evaluate(
         updated += status.updated_replicas.unwrap_or_default();
         available += status.available_replicas.unwrap_or_default();
         unavailable += status.unavailable_replicas.unwrap_or_default();
+        preserved += status.preserved_failed_replicas.unwrap_or_default();
     }
     if hibernated {
         return if awake == 0 {
@@ -182,11 +187,12 @@ pub fn evaluate(
             ))
         };
     }
-    if unavailable == 0 && updated == awake && healthy == wanted.len() {
+    if unavailable <= preserved && updated == awake && healthy == wanted.len() {
         return Rollout::Complete;
     }
     let mut message = format!(
-        "waiting until machines are available ({available}/{desired} desired machine(s) available, {updated}/{awake} machine(s) updated, {unavailable} machine(s) pending, {healthy}/{} machine deployments healthy)",
+        "waiting until machines are available ({available}/{desired} desired machine(s) available, {updated}/{awake} machine(s) updated, {} machine(s) pending, {healthy}/{} machine deployments healthy)",
+        unavailable - unavailable.min(preserved),
         wanted.len()
     );
     if let Some(problem) = first_problem {
@@ -353,6 +359,22 @@ mod tests {
         );
         let mds = [deployment("md", "md-new", json!({"replicas": 0}))];
         assert_eq!(evaluate(&WANTED, &mds, &[], true), Rollout::Complete);
+    }
+
+    #[test]
+    fn preserved_failed_machines_are_tolerated_as_unavailable() {
+        let sets = [set("md-1", Some("md"), None, "md-new")];
+        let mut status = healthy_status();
+        status["unavailableReplicas"] = json!(1);
+        status["preservedFailedReplicas"] = json!(1);
+        let mds = [deployment("md", "md-new", status.clone())];
+        assert_eq!(evaluate(&WANTED, &mds, &sets, false), Rollout::Complete);
+        status["unavailableReplicas"] = json!(2);
+        let mds = [deployment("md", "md-new", status)];
+        match evaluate(&WANTED, &mds, &sets, false) {
+            Rollout::Waiting(text) => assert!(text.contains("1 machine(s) pending"), "{text}"),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]
