@@ -18,7 +18,9 @@
 //!   deployment `observedGeneration`, `replicas`, `updatedReplicas`, `availableReplicas`,
 //!   `unavailableReplicas: 0` and the conditions `Available=True`, `Progressing=True`;
 //! - once a deployment is gone it deletes its sets and machines (MCM's job through its
-//!   finalizers), remembering the labels each machine had.
+//!   finalizers), remembering the labels each machine had;
+//! - it puts its finalizer on the credentials secret a MachineClass references and removes it
+//!   when no class references it any more (`Mcm::sync_credentials`).
 //!
 //! gardenlet's part (annotations, deletion confirmation, `status.state` on restore, the
 //! shallow delete after migrate, hibernation in the Cluster) is played by the tests.
@@ -1400,4 +1402,111 @@ async fn preserved_failed_machines_do_not_block_the_rollout() {
     .await;
     mcm.set_unavailable(&md_name, 0, 0);
     until_ready(&env, &mcm, LastOperationType::Reconcile).await;
+}
+
+/// Item 7 of issue 20: delete re-deploys the classes, waits until machine-controller-manager
+/// holds the credentials secret before deleting anything, and after the machine objects are
+/// gone waits until it has let go of the secret.
+#[tokio::test]
+async fn delete_redeploys_classes_and_waits_for_mcm_to_acquire_and_release_the_credentials() {
+    let env = setup(|_| {}).await;
+    let credentials: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "cloudprovider", "namespace": env.namespace},
+        "data": {"token": base64(b"t")}
+    }))
+    .unwrap();
+    let secrets = api::<Secret>(&env);
+    secrets
+        .create(&PostParams::default(), &credentials)
+        .await
+        .unwrap();
+    create_worker(&env, |_| {}).await;
+    let mcm = Mcm::new(&env);
+    until_ready(&env, &mcm, LastOperationType::Create).await;
+    let held = |secret: &Secret| {
+        secret
+            .finalizers()
+            .iter()
+            .any(|f| f == "machine.sapcloud.io/machine-controller")
+    };
+    assert!(held(&secrets.get("cloudprovider").await.unwrap()));
+
+    // MCM has not taken hold of the secret yet, and a class went missing.
+    secrets
+        .patch(
+            "cloudprovider",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+        )
+        .await
+        .unwrap();
+    let classes = api::<MachineClass>(&env);
+    let class = names(&classes, &ListParams::default())
+        .await
+        .into_iter()
+        .next()
+        .unwrap();
+    delete(&classes, &class).await.unwrap();
+
+    confirm_and_delete(&api::<Worker>(&env), WORKER).await;
+    let workers = api::<Worker>(&env);
+    let until_processing = |needle: &'static str| {
+        let workers = workers.clone();
+        async move {
+            wait_for(&format!("Processing: {needle}"), WAIT, || async {
+                let worker = workers.get(WORKER).await.map_err(err)?;
+                match last_operation(&worker) {
+                    Some((LastOperationType::Delete, LastOperationState::Processing, d))
+                        if d.contains(needle) =>
+                    {
+                        Ok(())
+                    }
+                    other => Err(format!("{other:?}")),
+                }
+            })
+            .await
+        }
+    };
+    until_processing("holds the credentials secret").await;
+    assert!(
+        classes.get_opt(&class).await.unwrap().is_some(),
+        "the class is deployed again before deleting"
+    );
+    let deployments = api::<MachineDeployment>(&env);
+    assert_eq!(
+        names(&deployments, &ListParams::default()).await.len(),
+        1,
+        "nothing is deleted before MCM holds the credentials"
+    );
+
+    // MCM takes hold; the deletion proceeds, and then waits for MCM to let go.
+    mcm.sync_credentials().await.unwrap();
+    wait_for(
+        "Processing: releases the credentials secret",
+        WAIT,
+        || async {
+            mcm.sync_deleted().await?;
+            let worker = workers.get(WORKER).await.map_err(err)?;
+            match last_operation(&worker) {
+                Some((LastOperationType::Delete, LastOperationState::Processing, d))
+                    if d.contains("releases the credentials secret") =>
+                {
+                    Ok(())
+                }
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+    assert!(names(&deployments, &ListParams::default()).await.is_empty());
+    assert!(names(&classes, &ListParams::default()).await.is_empty());
+    mcm.sync_credentials().await.unwrap();
+    wait_for("Worker deleted", WAIT, || async {
+        match workers.get_opt(WORKER).await.map_err(err)? {
+            None => Ok(()),
+            Some(w) => Err(format!("{:?}", last_operation(&w))),
+        }
+    })
+    .await;
+    assert!(!held(&secrets.get("cloudprovider").await.unwrap()));
 }

@@ -20,7 +20,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 
-use gardener_extension_node::api::machine::{Machine, MachineDeployment, MachineSet};
+use gardener_extension_node::api::machine::{Machine, MachineClass, MachineDeployment, MachineSet};
+use k8s_openapi::api::core::v1::Secret;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::{Value, json};
@@ -100,7 +101,60 @@ impl Mcm {
                 self.sync_deployment(&deployment).await?;
             }
         }
-        self.sync_deleted().await
+        self.sync_deleted().await?;
+        self.sync_credentials().await
+    }
+
+    /// MCM's secret controller (machine-controller-manager
+    /// `pkg/util/provider/machinecontroller/secret.go`, `reconcileClusterSecret`): a secret a
+    /// MachineClass references gets the finalizer `machine.sapcloud.io/machine-controller`,
+    /// which is removed once no class references it. MCM does this for both references of a
+    /// class; the stand-in does it for `credentialsSecretRef` only (the Worker's
+    /// `spec.secretRef`, which the delete waits for), so class secrets stay deletable at once
+    /// in the other tests.
+    pub async fn sync_credentials(&self) -> Result<(), String> {
+        const FINALIZER: &str = "machine.sapcloud.io/machine-controller";
+        let classes: Api<MachineClass> = self.api();
+        let referenced: BTreeSet<String> = classes
+            .list(&ListParams::default())
+            .await
+            .map_err(err)?
+            .items
+            .iter()
+            .filter_map(|c| {
+                c.spec
+                    .credentials_secret_ref
+                    .as_ref()
+                    .map(|r| r.name.clone())
+            })
+            .collect();
+        let secrets: Api<Secret> = self.api();
+        for secret in secrets.list(&ListParams::default()).await.map_err(err)? {
+            let mut finalizers = secret.finalizers().to_vec();
+            let has = finalizers.iter().any(|f| f == FINALIZER);
+            let wanted = referenced.contains(&secret.name_any());
+            if has == wanted {
+                continue;
+            }
+            if wanted {
+                finalizers.push(FINALIZER.to_string());
+            } else {
+                finalizers.retain(|f| f != FINALIZER);
+            }
+            let body = json!({"metadata": {
+                "finalizers": finalizers,
+                "resourceVersion": secret.resource_version(),
+            }});
+            secrets
+                .patch(
+                    &secret.name_any(),
+                    &PatchParams::default(),
+                    &Patch::Merge(body),
+                )
+                .await
+                .map_err(err)?;
+        }
+        Ok(())
     }
 
     async fn sync_deployment(&self, deployment: &MachineDeployment) -> Result<(), String> {

@@ -83,6 +83,7 @@
 //!   and version itself, there is nothing to resolve).
 
 pub mod config;
+pub mod credentials;
 pub mod delete;
 pub mod hash;
 pub mod leftovers;
