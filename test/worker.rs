@@ -905,6 +905,7 @@ async fn migrate_leaves_the_state_to_gardenlet_and_restore_elsewhere_brings_back
         )
         .await
         .unwrap();
+    let mut audit = support::audit::AuditLog::from_end(support::audit_log_path());
     annotate(&workers, WORKER, "restore").await;
 
     // The machines come back before MCM does anything, with names and node references.
@@ -979,6 +980,22 @@ async fn migrate_leaves_the_state_to_gardenlet_and_restore_elsewhere_brings_back
         Some(1),
         "machine-controller-manager scaled up after restore"
     );
+    // RestoreWithoutReconcile's order: machine sets, machines, the deployments, and only then
+    // machine-controller-manager scaled up.
+    let sequence = audit.take_sequence_in_namespace(&destination.namespace);
+    let first = |key: &str| {
+        sequence
+            .iter()
+            .position(|k| k == key)
+            .unwrap_or_else(|| panic!("no {key:?} in {sequence:?}"))
+    };
+    let order = [
+        first("create machinesets"),
+        first("create machines"),
+        first("patch machinedeployments"),
+        first("patch deployments"),
+    ];
+    assert!(order.is_sorted(), "{order:?} in {sequence:?}");
     assert!(
         event_reasons(&destination)
             .await

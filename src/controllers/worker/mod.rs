@@ -63,14 +63,20 @@
 //!   persisted the ShootState.
 //! - Restore reads `status.state` in gardenlet's format ([`state`]: gzip + base64 JSON of
 //!   `machineDeployments` → replicas, machine sets, machines; also the older plain JSON
-//!   form): for every wanted deployment with state that does not exist yet it creates the
+//!   form) in the order of `RestoreWithoutReconcile` (`actuator_restore.go`): classes and
+//!   class secrets; for every wanted deployment with state that does not exist yet its
 //!   MachineSets and Machines with their names, labels (the `node` label is the node
-//!   reference) and `providerID`, then the deployment with the recorded replicas, so MCM
-//!   adopts the machines instead of creating new ones. Then it scales an existing
-//!   `machine-controller-manager` Deployment to 1 (not when hibernated) and reconciles.
-//!   Skipping deployments that already exist keeps a requeued restore from resurrecting
-//!   machines MCM has deleted since.
+//!   reference) and `providerID`; then those deployments with the recorded replicas, so MCM
+//!   adopts the machines instead of creating new ones; only then an existing
+//!   `machine-controller-manager` Deployment is scaled to 1 (not when hibernated); then the
+//!   reconcile. Skipping deployments that already exist keeps a requeued restore from
+//!   resurrecting machines MCM has deleted since.
 //!
+//! Our own copy of the machine state is not needed, and none is kept: Migrate leaves
+//! `status.state` empty (verified by `test/worker.rs`, which also plays gardenlet's
+//! `computeMachineState` and restores from it), so the ShootState holds the machines once.
+//! The generic actuator can also read the ShootState from the garden itself; we have no
+//! garden client, so the `status.state` gardenlet writes before `restore` is our only source.
 //! gardenlet clears `status.state` itself once the restored Worker is ready; we leave it
 //! alone after a restore. [`state_objects::record`] mirrors gardenlet's `computeMachineState`
 //! (the tests play gardenlet with it, and Migrate's event counts with it).

@@ -216,6 +216,34 @@ pub async fn run(
     Ok(Outcome::done())
 }
 
+/// Restore's step before machine-controller-manager is scaled up: applies the wanted
+/// deployments named in `names` (those with restored machine sets) with their recorded
+/// replicas (`restored`), as `RestoreWithoutReconcile` deploys them before scaling MCM.
+pub async fn deploy_restored(
+    actuator: &WorkerActuator,
+    request: &Request<'_, Worker>,
+    prepared: &Prepared,
+    names: &[&str],
+    restored: &BTreeMap<String, i32>,
+) -> Result<(), Error> {
+    let subset = Prepared {
+        inputs: prepared.inputs.clone(),
+        rendered: prepared
+            .rendered
+            .iter()
+            .filter(|d| names.contains(&d.name.as_str()))
+            .cloned()
+            .collect(),
+    };
+    let existing = objects::list(
+        &objects::api::<MachineDeployment>(&actuator.client, request.namespace()),
+        &ListParams::default(),
+        "MachineDeployment",
+    )
+    .await?;
+    deploy_deployments(actuator, request, &subset, &existing, restored, false).await
+}
+
 /// Applies the wanted deployments with their decided replicas; a poll writes only those
 /// whose replicas change ([`poll::needs_write`]). An existing deployment is applied with its
 /// listed `resourceVersion` as precondition, so a replica count changed by someone else (the
