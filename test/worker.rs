@@ -1527,3 +1527,103 @@ async fn delete_redeploys_classes_and_waits_for_mcm_to_acquire_and_release_the_c
     .await;
     assert!(!held(&secrets.get("cloudprovider").await.unwrap()));
 }
+
+/// Item 1 of issue 20: in-place pools (GEP-31). The Worker reports
+/// `status.inPlaceUpdates.workerPoolToHashMap` for its in-place pools only, with the hash
+/// gardenlet computes from the pool (Kubernetes minor version, image version, kubelet
+/// settings, credentials rotations); a version bump changes the in-place pool's hash and
+/// nothing for the rolling pool.
+#[tokio::test]
+async fn in_place_pools_report_their_hash_and_a_version_bump_changes_it() {
+    use gardener_extension_node::api::cluster::ShootCredentialsView;
+    use gardener_extension_node::api::worker::WorkerPool;
+    use gardener_extension_node::controllers::worker::inplace;
+
+    let rotation = json!({"rotation": {"certificateAuthorities": {
+        "lastInitiationTime": "2026-11-01T10:00:00Z"
+    }}});
+    let credentials: ShootCredentialsView = serde_json::from_value(rotation.clone()).unwrap();
+    let env = setup(|c| c["spec"]["shoot"]["status"]["credentials"] = rotation).await;
+    let pools = |version: &str| {
+        let base = fixtures::worker_json(&env.namespace)["spec"]["pools"][0].clone();
+        let mut in_place = base.clone();
+        in_place["updateStrategy"] = json!("AutoInPlaceUpdate");
+        in_place["kubernetesVersion"] = json!(version);
+        in_place["kubeletConfig"] = json!({"cpuManagerPolicy": "static"});
+        let mut rolling = base;
+        rolling["name"] = json!("worker-b");
+        rolling["updateStrategy"] = json!("AutoRollingUpdate");
+        rolling["kubernetesVersion"] = json!(version);
+        json!([in_place, rolling])
+    };
+    let expected = |pools: &Value| {
+        let pool: WorkerPool = serde_json::from_value(pools[0].clone()).unwrap();
+        inplace::pool_hash(&pool, Some(&credentials)).unwrap()
+    };
+    let first = pools("1.35.2");
+    create_worker(&env, |w| w["spec"]["pools"] = first.clone()).await;
+    let mcm = Mcm::new(&env);
+    let worker = until_ready(&env, &mcm, LastOperationType::Create).await;
+    let map = worker
+        .status
+        .unwrap()
+        .in_place_updates
+        .unwrap()
+        .worker_pool_to_hash_map;
+    assert_eq!(
+        map,
+        BTreeMap::from([("worker-a".to_string(), expected(&first))]),
+        "only the in-place pool"
+    );
+    let classes_before = names(&api::<MachineClass>(&env), &ListParams::default()).await;
+
+    // A patch release changes nothing; a minor version bump changes the in-place hash.
+    let patch_release = pools("1.35.3");
+    patch_worker_spec(&env, json!({"pools": patch_release})).await;
+    annotate(&api::<Worker>(&env), WORKER, "reconcile").await;
+    let worker = until_ready(&env, &mcm, LastOperationType::Reconcile).await;
+    assert_eq!(
+        worker
+            .status
+            .unwrap()
+            .in_place_updates
+            .unwrap()
+            .worker_pool_to_hash_map["worker-a"],
+        expected(&first)
+    );
+    let bumped = pools("1.36.3");
+    patch_worker_spec(&env, json!({"pools": bumped})).await;
+    annotate(&api::<Worker>(&env), WORKER, "reconcile").await;
+    let worker = until_ready(&env, &mcm, LastOperationType::Reconcile).await;
+    let map = worker
+        .status
+        .unwrap()
+        .in_place_updates
+        .unwrap()
+        .worker_pool_to_hash_map;
+    assert_ne!(expected(&bumped), expected(&first));
+    assert_eq!(
+        map,
+        BTreeMap::from([("worker-a".to_string(), expected(&bumped))])
+    );
+    // The machine classes stay: gardenlet keeps the version out of an in-place pool's
+    // nodeAgentSecretName, so the update happens on the nodes, not by new machines.
+    assert_eq!(
+        names(&api::<MachineClass>(&env), &ListParams::default()).await,
+        classes_before
+    );
+
+    // The pool turns into a rolling pool: its entry is dropped.
+    let mut rolling_only = bumped.clone();
+    rolling_only[0]["updateStrategy"] = json!("AutoRollingUpdate");
+    patch_worker_spec(&env, json!({"pools": rolling_only})).await;
+    annotate(&api::<Worker>(&env), WORKER, "reconcile").await;
+    let worker = until_ready(&env, &mcm, LastOperationType::Reconcile).await;
+    assert!(
+        worker
+            .status
+            .unwrap()
+            .in_place_updates
+            .is_none_or(|u| u.worker_pool_to_hash_map.is_empty())
+    );
+}

@@ -92,11 +92,13 @@ pub mod config;
 pub mod credentials;
 pub mod delete;
 pub mod hash;
+pub mod inplace;
 pub mod leftovers;
 pub mod migrate;
 mod objects;
 pub mod poll;
 pub mod print;
+pub mod quantity;
 pub mod reconcile;
 pub mod render;
 pub mod replicas;
@@ -244,19 +246,22 @@ pub enum Error {
     /// The machine state in `status.state` cannot be read or written.
     #[error("machine state")]
     State(#[source] state::StateError),
+    /// The in-place update hash of a pool cannot be computed (the pool is invalid).
+    #[error("in-place update hash")]
+    InPlaceHash(#[source] inplace::InPlaceHashError),
 }
 
 impl Classify for Error {
     fn codes(&self) -> Vec<ErrorCode> {
         match self {
-            Error::Validate(_) => vec![ErrorCode::ConfigurationProblem],
+            Error::Validate(_) | Error::InPlaceHash(_) => vec![ErrorCode::ConfigurationProblem],
             _ => Vec::new(),
         }
     }
 
     fn category(&self) -> &'static str {
         match self {
-            Error::Validate(_) => "configuration",
+            Error::Validate(_) | Error::InPlaceHash(_) => "configuration",
             Error::UserDataSecretMissing { .. } | Error::UserDataKeyMissing { .. } => "user-data",
             Error::Api { .. } => "api",
             Error::MachinesFailed(_) => "machines",

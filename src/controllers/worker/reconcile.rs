@@ -17,6 +17,7 @@ use kube::ResourceExt;
 use kube::api::ListParams;
 use serde_json::json;
 
+use super::inplace;
 use super::leftovers::{self, Unwanted};
 use super::objects::{self, PARALLEL};
 use super::poll::{self, RequestKey};
@@ -27,7 +28,7 @@ use super::validate::{self, WorkerInputs};
 use super::wait::WaitKind;
 use super::{Error, LABEL_PURPOSE, PURPOSE_MACHINE_CLASS, WorkerActuator};
 use crate::api::constants::ANNOTATION_TIMESTAMP;
-use crate::api::machine::{MachineClass, MachineDeployment, MachineSet};
+use crate::api::machine::{Machine, MachineClass, MachineDeployment, MachineSet};
 use crate::api::{Worker, WorkerStatus};
 use crate::extension::finalizer::is_conflict;
 use crate::extension::{Outcome, Request};
@@ -191,6 +192,7 @@ pub async fn run(
     if let Some(pending) = wait_for_rollout(actuator, request, prepared).await? {
         return Ok(pending);
     }
+    write_in_place_status(actuator, request).await?;
     cleanup(actuator, request, prepared).await?;
     if let Some(pending) = wait_for_unwanted_deletion(actuator, request, prepared).await? {
         return Ok(pending);
@@ -397,6 +399,89 @@ async fn write_status(
     Ok(())
 }
 
+/// Writes `status.inPlaceUpdates.workerPoolToHashMap` when it changes ([`inplace`];
+/// `updateWorkerStatusInPlaceUpdateWorkerPoolHash`, after the rollout as upstream).
+async fn write_in_place_status(
+    actuator: &WorkerActuator,
+    request: &Request<'_, Worker>,
+) -> Result<(), Error> {
+    let pools = &request.object.spec.pools;
+    if !pools
+        .iter()
+        .any(|p| inplace::is_in_place(p.update_strategy))
+        && request
+            .object
+            .status
+            .as_ref()
+            .and_then(|s| s.in_place_updates.as_ref())
+            .is_none_or(|u| u.worker_pool_to_hash_map.is_empty())
+    {
+        return Ok(());
+    }
+    let credentials = request
+        .cluster
+        .and_then(|c| c.shoot.status.credentials.as_ref());
+    let mut hashes = Vec::with_capacity(pools.len());
+    for pool in pools {
+        let hash = if inplace::is_in_place(pool.update_strategy) {
+            Some(inplace::pool_hash(pool, credentials).map_err(Error::InPlaceHash)?)
+        } else {
+            None
+        };
+        hashes.push(inplace::PoolHash {
+            name: &pool.name,
+            strategy: pool.update_strategy,
+            hash,
+        });
+    }
+    let deployments = objects::list(
+        &objects::api::<MachineDeployment>(&actuator.client, request.namespace()),
+        &ListParams::default(),
+        "MachineDeployment",
+    )
+    .await?;
+    let empty = BTreeMap::new();
+    let current = request
+        .object
+        .status
+        .as_ref()
+        .and_then(|s| s.in_place_updates.as_ref())
+        .map_or(&empty, |u| &u.worker_pool_to_hash_map);
+    let Some(map) = inplace::status_map(&hashes, &deployments, current) else {
+        return Ok(());
+    };
+    // A merge patch merges maps: dropped pools are sent as null.
+    let mut patch = serde_json::Map::new();
+    for pool in current.keys().filter(|k| !map.contains_key(*k)) {
+        patch.insert(pool.clone(), serde_json::Value::Null);
+    }
+    for (pool, hash) in &map {
+        patch.insert(pool.clone(), json!(hash));
+    }
+    objects::patch_worker_status(
+        &actuator.client,
+        request.object,
+        json!({"inPlaceUpdates": {"workerPoolToHashMap": patch}}),
+    )
+    .await?;
+    actuator
+        .steps
+        .normal(
+            request.object,
+            request.operation,
+            "InPlaceUpdateHashesReported",
+            format!(
+                "Wrote the in-place update hash of pool(s) [{}] to the Worker status",
+                map.iter()
+                    .map(|(pool, hash)| format!("{pool}={hash}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        )
+        .await;
+    Ok(())
+}
+
 /// `None` when the rollout is complete, `Some(Pending)` while it runs.
 async fn wait_for_rollout(
     actuator: &WorkerActuator,
@@ -425,10 +510,22 @@ async fn wait_for_rollout(
             class_name: &d.class_name,
         })
         .collect();
+    // Machines matter only to ManualInPlaceUpdate deployments; list them only then.
+    let machines = if deployments.iter().any(inplace::is_manual_in_place) {
+        objects::list(
+            &objects::api::<Machine>(client, namespace),
+            &ListParams::default(),
+            "Machine",
+        )
+        .await?
+    } else {
+        Vec::new()
+    };
     let message = match rollout::evaluate(
         &wanted,
         &deployments,
         &sets,
+        &machines,
         prepared.inputs.hibernation_enabled,
     ) {
         Rollout::Complete => {
