@@ -1627,3 +1627,45 @@ async fn in_place_pools_report_their_hash_and_a_version_bump_changes_it() {
             .is_none_or(|u| u.worker_pool_to_hash_map.is_empty())
     );
 }
+
+/// Issue 20, item 6 for delete (`WaitUntilMachineResourcesDeleted`): a machine that fails
+/// while being deleted fails the delete at once with its own error.
+#[tokio::test]
+async fn delete_fails_with_the_errors_of_failed_machines() {
+    let env = setup(|_| {}).await;
+    create_worker(&env, |_| {}).await;
+    let mcm = Mcm::new(&env);
+    until_ready(&env, &mcm, LastOperationType::Create).await;
+    let md_name = format!("{}-worker-a-z1", env.namespace);
+    let deployments = api::<MachineDeployment>(&env);
+    deployments
+        .patch(
+            &md_name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": [
+                gardener_extension_node::controllers::worker::leftovers::MCM_FINALIZER
+            ]}})),
+        )
+        .await
+        .unwrap();
+    mcm.fail(&md_name, "stuck-machine", "deleting the VM failed: locked")
+        .await;
+    confirm_and_delete(&api::<Worker>(&env), WORKER).await;
+    until_last_error(&env, "deleting the VM failed: locked").await;
+    deployments
+        .patch(
+            &md_name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+        )
+        .await
+        .unwrap();
+    wait_for("Worker deleted", WAIT, || async {
+        mcm.sync_deleted().await?;
+        match api::<Worker>(&env).get_opt(WORKER).await.map_err(err)? {
+            None => Ok(()),
+            Some(w) => Err(format!("{:?}", last_operation(&w))),
+        }
+    })
+    .await;
+}

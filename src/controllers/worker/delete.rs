@@ -26,7 +26,7 @@ use kube::api::ListParams;
 
 use super::wait::{Step, WaitKind};
 use super::{Error, LABEL_PURPOSE, PURPOSE_MACHINE_CLASS, WorkerActuator};
-use super::{credentials, objects, reconcile};
+use super::{credentials, objects, reconcile, rollout};
 use crate::api::Worker;
 use crate::api::machine::{Machine, MachineClass, MachineDeployment, MachineSet};
 use crate::extension::{Outcome, Request};
@@ -93,6 +93,16 @@ pub async fn delete(
         return Ok(Outcome::done());
     }
 
+    // An operation that failed during the deletion fails the wait at once, with the
+    // machines' own errors (`WaitUntilMachineResourcesDeleted`).
+    let left_deployments =
+        objects::list(&deployments, &ListParams::default(), "MachineDeployment").await?;
+    if let Some(failed) = left_deployments
+        .iter()
+        .find_map(|d| rollout::failed_machines(&d.name_any(), d.status.as_ref()?))
+    {
+        return Err(Error::MachinesFailed(failed));
+    }
     let remaining = [
         (
             objects::list(
@@ -114,12 +124,7 @@ pub async fn delete(
             .len(),
             "machine set(s)",
         ),
-        (
-            objects::list(&deployments, &ListParams::default(), "MachineDeployment")
-                .await?
-                .len(),
-            "machine deployment(s)",
-        ),
+        (left_deployments.len(), "machine deployment(s)"),
         (
             objects::list(&classes, &ListParams::default(), "MachineClass")
                 .await?
