@@ -18,7 +18,9 @@
 //!   deployment `observedGeneration`, `replicas`, `updatedReplicas`, `availableReplicas`,
 //!   `unavailableReplicas: 0` and the conditions `Available=True`, `Progressing=True`;
 //! - once a deployment is gone it deletes its sets and machines (MCM's job through its
-//!   finalizers), remembering the labels each machine had.
+//!   finalizers), remembering the labels each machine had;
+//! - it puts its finalizer on the credentials secret a MachineClass references and removes it
+//!   when no class references it any more (`Mcm::sync_credentials`).
 //!
 //! gardenlet's part (annotations, deletion confirmation, `status.state` on restore, the
 //! shallow delete after migrate, hibernation in the Cluster) is played by the tests.
@@ -58,6 +60,8 @@ static OPERATOR: OnceLock<Mutex<OperatorProcess>> = OnceLock::new();
 /// A namespace with its Cluster (adjusted by `cluster`), the pool's user data Secret, and the
 /// shared operator running.
 async fn setup(cluster: impl FnOnce(&mut Value)) -> TestEnv {
+    // The rollout poll test counts the operator's requests in its namespace.
+    support::enable_audit_log();
     let env = support::env().await;
     OPERATOR.get_or_init(|| {
         Mutex::new(OperatorProcess::start(
@@ -902,6 +906,7 @@ async fn migrate_leaves_the_state_to_gardenlet_and_restore_elsewhere_brings_back
         )
         .await
         .unwrap();
+    let mut audit = support::audit::AuditLog::from_end(support::audit_log_path());
     annotate(&workers, WORKER, "restore").await;
 
     // The machines come back before MCM does anything, with names and node references.
@@ -976,6 +981,22 @@ async fn migrate_leaves_the_state_to_gardenlet_and_restore_elsewhere_brings_back
         Some(1),
         "machine-controller-manager scaled up after restore"
     );
+    // RestoreWithoutReconcile's order: machine sets, machines, the deployments, and only then
+    // machine-controller-manager scaled up.
+    let sequence = audit.take_sequence_in_namespace(&destination.namespace);
+    let first = |key: &str| {
+        sequence
+            .iter()
+            .position(|k| k == key)
+            .unwrap_or_else(|| panic!("no {key:?} in {sequence:?}"))
+    };
+    let order = [
+        first("create machinesets"),
+        first("create machines"),
+        first("patch machinedeployments"),
+        first("patch deployments"),
+    ];
+    assert!(order.is_sorted(), "{order:?} in {sequence:?}");
     assert!(
         event_reasons(&destination)
             .await
@@ -1288,4 +1309,364 @@ async fn unwanted_deployments_are_waited_for_and_their_failed_machines_fail_the_
         .unwrap();
     until_ready(&env, &mcm, LastOperationType::Reconcile).await;
     assert!(deployments.get_opt(&old).await.unwrap().is_none());
+}
+
+/// Item 10 of issue 20: while the rollout is polled, the operator only lists — no apply of
+/// classes, secrets or deployments, no new `machineDeploymentsLastUpdateTime` — and a
+/// replica count the cluster-autoscaler sets meanwhile is not written back.
+#[tokio::test]
+async fn rollout_polls_only_list_and_keep_the_autoscalers_replicas() {
+    let env = setup(|_| {}).await;
+    create_worker(&env, |_| {}).await;
+    let workers = api::<Worker>(&env);
+    // Without MCM the rollout waits for the machine set.
+    wait_for("waiting for the machine set", WAIT, || async {
+        let worker = workers.get(WORKER).await.map_err(err)?;
+        match last_operation(&worker) {
+            Some((_, LastOperationState::Processing, d)) if d.contains("machine set") => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    let md_name = format!("{}-worker-a-z1", env.namespace);
+    let deployments = api::<MachineDeployment>(&env);
+    // The cluster-autoscaler scales up (1 → 2, within [1, 3]) between two polls.
+    deployments
+        .patch_scale(
+            &md_name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 2}})),
+        )
+        .await
+        .unwrap();
+    let before = workers.get(WORKER).await.unwrap().status.unwrap();
+    let mut audit = support::audit::AuditLog::from_end(support::audit_log_path());
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    let mix = audit.take_in_namespace(&env.namespace);
+    let described = support::audit::describe(&mix);
+    let count = |key: &str| mix.get(key).copied().unwrap_or_default();
+    assert!(
+        count("list machinedeployments") >= 2,
+        "two polls list: {described}"
+    );
+    for write in [
+        "patch machinedeployments",
+        "patch machineclasses",
+        "patch secrets",
+        "patch machinesets",
+    ] {
+        assert_eq!(count(write), 0, "{write}: {described}");
+    }
+    let after = workers.get(WORKER).await.unwrap().status.unwrap();
+    assert_eq!(
+        after.machine_deployments_last_update_time, before.machine_deployments_last_update_time,
+        "the status is written once per change: {described}"
+    );
+    assert_eq!(
+        deployments.get(&md_name).await.unwrap().spec.replicas,
+        Some(2),
+        "the autoscaler's value stays"
+    );
+
+    let mcm = Mcm::new(&env);
+    until_ready(&env, &mcm, LastOperationType::Create).await;
+    assert_eq!(
+        deployments.get(&md_name).await.unwrap().spec.replicas,
+        Some(2)
+    );
+}
+
+/// Item 8 of issue 20: failed machines that machine-controller-manager preserves
+/// (`autoPreserveFailedMachineMax`) are unavailable on purpose; the rollout tolerates as many
+/// unavailable machines as are preserved, and waits for any beyond that.
+#[tokio::test]
+async fn preserved_failed_machines_do_not_block_the_rollout() {
+    let env = setup(|_| {}).await;
+    create_worker(&env, |w| {
+        let pool = &mut w["spec"]["pools"][0];
+        pool["minimum"] = json!(2);
+        pool["machineControllerManager"] = json!({"autoPreserveFailedMachineMax": 1});
+    })
+    .await;
+    let mcm = Mcm::new(&env);
+    let worker = until_ready(&env, &mcm, LastOperationType::Create).await;
+    assert_eq!(
+        worker.status.unwrap().machine_deployments[0].auto_preserve_failed_machine_max,
+        Some(1)
+    );
+    let md_name = format!("{}-worker-a-z1", env.namespace);
+
+    // One machine failed and is preserved: the reconcile succeeds.
+    mcm.set_unavailable(&md_name, 1, 1);
+    annotate(&api::<Worker>(&env), WORKER, "reconcile").await;
+    until_ready(&env, &mcm, LastOperationType::Reconcile).await;
+
+    // A second unavailable machine is not preserved: the reconcile waits for it.
+    mcm.set_unavailable(&md_name, 2, 1);
+    annotate(&api::<Worker>(&env), WORKER, "reconcile").await;
+    let workers = api::<Worker>(&env);
+    wait_for("waiting for the unpreserved machine", WAIT, || async {
+        mcm.sync().await?;
+        let worker = workers.get(WORKER).await.map_err(err)?;
+        match last_operation(&worker) {
+            Some((LastOperationType::Reconcile, LastOperationState::Processing, d))
+                if d.contains("1 machine(s) pending") =>
+            {
+                Ok(())
+            }
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    mcm.set_unavailable(&md_name, 0, 0);
+    until_ready(&env, &mcm, LastOperationType::Reconcile).await;
+}
+
+/// Item 7 of issue 20: delete re-deploys the classes, waits until machine-controller-manager
+/// holds the credentials secret before deleting anything, and after the machine objects are
+/// gone waits until it has let go of the secret.
+#[tokio::test]
+async fn delete_redeploys_classes_and_waits_for_mcm_to_acquire_and_release_the_credentials() {
+    let env = setup(|_| {}).await;
+    let credentials: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "cloudprovider", "namespace": env.namespace},
+        "data": {"token": base64(b"t")}
+    }))
+    .unwrap();
+    let secrets = api::<Secret>(&env);
+    secrets
+        .create(&PostParams::default(), &credentials)
+        .await
+        .unwrap();
+    create_worker(&env, |_| {}).await;
+    let mcm = Mcm::new(&env);
+    until_ready(&env, &mcm, LastOperationType::Create).await;
+    let held = |secret: &Secret| {
+        secret
+            .finalizers()
+            .iter()
+            .any(|f| f == "machine.sapcloud.io/machine-controller")
+    };
+    assert!(held(&secrets.get("cloudprovider").await.unwrap()));
+
+    // MCM has not taken hold of the secret yet, and a class went missing.
+    secrets
+        .patch(
+            "cloudprovider",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+        )
+        .await
+        .unwrap();
+    let classes = api::<MachineClass>(&env);
+    let class = names(&classes, &ListParams::default())
+        .await
+        .into_iter()
+        .next()
+        .unwrap();
+    delete(&classes, &class).await.unwrap();
+
+    confirm_and_delete(&api::<Worker>(&env), WORKER).await;
+    let workers = api::<Worker>(&env);
+    let until_processing = |needle: &'static str| {
+        let workers = workers.clone();
+        async move {
+            wait_for(&format!("Processing: {needle}"), WAIT, || async {
+                let worker = workers.get(WORKER).await.map_err(err)?;
+                match last_operation(&worker) {
+                    Some((LastOperationType::Delete, LastOperationState::Processing, d))
+                        if d.contains(needle) =>
+                    {
+                        Ok(())
+                    }
+                    other => Err(format!("{other:?}")),
+                }
+            })
+            .await
+        }
+    };
+    until_processing("holds the credentials secret").await;
+    assert!(
+        classes.get_opt(&class).await.unwrap().is_some(),
+        "the class is deployed again before deleting"
+    );
+    let deployments = api::<MachineDeployment>(&env);
+    assert_eq!(
+        names(&deployments, &ListParams::default()).await.len(),
+        1,
+        "nothing is deleted before MCM holds the credentials"
+    );
+
+    // MCM takes hold; the deletion proceeds, and then waits for MCM to let go.
+    mcm.sync_credentials().await.unwrap();
+    wait_for(
+        "Processing: releases the credentials secret",
+        WAIT,
+        || async {
+            mcm.sync_deleted().await?;
+            let worker = workers.get(WORKER).await.map_err(err)?;
+            match last_operation(&worker) {
+                Some((LastOperationType::Delete, LastOperationState::Processing, d))
+                    if d.contains("releases the credentials secret") =>
+                {
+                    Ok(())
+                }
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+    assert!(names(&deployments, &ListParams::default()).await.is_empty());
+    assert!(names(&classes, &ListParams::default()).await.is_empty());
+    mcm.sync_credentials().await.unwrap();
+    wait_for("Worker deleted", WAIT, || async {
+        match workers.get_opt(WORKER).await.map_err(err)? {
+            None => Ok(()),
+            Some(w) => Err(format!("{:?}", last_operation(&w))),
+        }
+    })
+    .await;
+    assert!(!held(&secrets.get("cloudprovider").await.unwrap()));
+}
+
+/// Item 1 of issue 20: in-place pools (GEP-31). The Worker reports
+/// `status.inPlaceUpdates.workerPoolToHashMap` for its in-place pools only, with the hash
+/// gardenlet computes from the pool (Kubernetes minor version, image version, kubelet
+/// settings, credentials rotations); a version bump changes the in-place pool's hash and
+/// nothing for the rolling pool.
+#[tokio::test]
+async fn in_place_pools_report_their_hash_and_a_version_bump_changes_it() {
+    use gardener_extension_node::api::cluster::ShootCredentialsView;
+    use gardener_extension_node::api::worker::WorkerPool;
+    use gardener_extension_node::controllers::worker::inplace;
+
+    let rotation = json!({"rotation": {"certificateAuthorities": {
+        "lastInitiationTime": "2026-11-01T10:00:00Z"
+    }}});
+    let credentials: ShootCredentialsView = serde_json::from_value(rotation.clone()).unwrap();
+    let env = setup(|c| c["spec"]["shoot"]["status"]["credentials"] = rotation).await;
+    let pools = |version: &str| {
+        let base = fixtures::worker_json(&env.namespace)["spec"]["pools"][0].clone();
+        let mut in_place = base.clone();
+        in_place["updateStrategy"] = json!("AutoInPlaceUpdate");
+        in_place["kubernetesVersion"] = json!(version);
+        in_place["kubeletConfig"] = json!({"cpuManagerPolicy": "static"});
+        let mut rolling = base;
+        rolling["name"] = json!("worker-b");
+        rolling["updateStrategy"] = json!("AutoRollingUpdate");
+        rolling["kubernetesVersion"] = json!(version);
+        json!([in_place, rolling])
+    };
+    let expected = |pools: &Value| {
+        let pool: WorkerPool = serde_json::from_value(pools[0].clone()).unwrap();
+        inplace::pool_hash(&pool, Some(&credentials)).unwrap()
+    };
+    let first = pools("1.35.2");
+    create_worker(&env, |w| w["spec"]["pools"] = first.clone()).await;
+    let mcm = Mcm::new(&env);
+    let worker = until_ready(&env, &mcm, LastOperationType::Create).await;
+    let map = worker
+        .status
+        .unwrap()
+        .in_place_updates
+        .unwrap()
+        .worker_pool_to_hash_map;
+    assert_eq!(
+        map,
+        BTreeMap::from([("worker-a".to_string(), expected(&first))]),
+        "only the in-place pool"
+    );
+    let classes_before = names(&api::<MachineClass>(&env), &ListParams::default()).await;
+
+    // A patch release changes nothing; a minor version bump changes the in-place hash.
+    let patch_release = pools("1.35.3");
+    patch_worker_spec(&env, json!({"pools": patch_release})).await;
+    annotate(&api::<Worker>(&env), WORKER, "reconcile").await;
+    let worker = until_ready(&env, &mcm, LastOperationType::Reconcile).await;
+    assert_eq!(
+        worker
+            .status
+            .unwrap()
+            .in_place_updates
+            .unwrap()
+            .worker_pool_to_hash_map["worker-a"],
+        expected(&first)
+    );
+    let bumped = pools("1.36.3");
+    patch_worker_spec(&env, json!({"pools": bumped})).await;
+    annotate(&api::<Worker>(&env), WORKER, "reconcile").await;
+    let worker = until_ready(&env, &mcm, LastOperationType::Reconcile).await;
+    let map = worker
+        .status
+        .unwrap()
+        .in_place_updates
+        .unwrap()
+        .worker_pool_to_hash_map;
+    assert_ne!(expected(&bumped), expected(&first));
+    assert_eq!(
+        map,
+        BTreeMap::from([("worker-a".to_string(), expected(&bumped))])
+    );
+    // The machine classes stay: gardenlet keeps the version out of an in-place pool's
+    // nodeAgentSecretName, so the update happens on the nodes, not by new machines.
+    assert_eq!(
+        names(&api::<MachineClass>(&env), &ListParams::default()).await,
+        classes_before
+    );
+
+    // The pool turns into a rolling pool: its entry is dropped.
+    let mut rolling_only = bumped.clone();
+    rolling_only[0]["updateStrategy"] = json!("AutoRollingUpdate");
+    patch_worker_spec(&env, json!({"pools": rolling_only})).await;
+    annotate(&api::<Worker>(&env), WORKER, "reconcile").await;
+    let worker = until_ready(&env, &mcm, LastOperationType::Reconcile).await;
+    assert!(
+        worker
+            .status
+            .unwrap()
+            .in_place_updates
+            .is_none_or(|u| u.worker_pool_to_hash_map.is_empty())
+    );
+}
+
+/// Issue 20, item 6 for delete (`WaitUntilMachineResourcesDeleted`): a machine that fails
+/// while being deleted fails the delete at once with its own error.
+#[tokio::test]
+async fn delete_fails_with_the_errors_of_failed_machines() {
+    let env = setup(|_| {}).await;
+    create_worker(&env, |_| {}).await;
+    let mcm = Mcm::new(&env);
+    until_ready(&env, &mcm, LastOperationType::Create).await;
+    let md_name = format!("{}-worker-a-z1", env.namespace);
+    let deployments = api::<MachineDeployment>(&env);
+    deployments
+        .patch(
+            &md_name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": [
+                gardener_extension_node::controllers::worker::leftovers::MCM_FINALIZER
+            ]}})),
+        )
+        .await
+        .unwrap();
+    mcm.fail(&md_name, "stuck-machine", "deleting the VM failed: locked")
+        .await;
+    confirm_and_delete(&api::<Worker>(&env), WORKER).await;
+    until_last_error(&env, "deleting the VM failed: locked").await;
+    deployments
+        .patch(
+            &md_name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+        )
+        .await
+        .unwrap();
+    wait_for("Worker deleted", WAIT, || async {
+        mcm.sync_deleted().await?;
+        match api::<Worker>(&env).get_opt(WORKER).await.map_err(err)? {
+            None => Ok(()),
+            Some(w) => Err(format!("{:?}", last_operation(&w))),
+        }
+    })
+    .await;
 }

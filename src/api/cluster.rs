@@ -230,6 +230,50 @@ pub struct ShootStatusView {
     /// Technical ID: the name of the control-plane namespace in the seed.
     #[serde(rename = "technicalID")]
     pub technical_id: Option<String>,
+    /// Credentials state (rotations), read by the in-place pool hash.
+    #[serde(deserialize_with = "lenient")]
+    pub credentials: Option<ShootCredentialsView>,
+}
+
+/// `status.credentials` of a Shoot (subset).
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ShootCredentialsView {
+    /// Credentials rotations.
+    pub rotation: Option<ShootCredentialsRotationView>,
+}
+
+/// `status.credentials.rotation` of a Shoot (the rotations that reach the nodes).
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ShootCredentialsRotationView {
+    /// Certificate authorities rotation.
+    pub certificate_authorities: Option<ShootRotationView>,
+    /// Service account key rotation.
+    pub service_account_key: Option<ShootRotationView>,
+}
+
+/// One credentials rotation of a Shoot.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ShootRotationView {
+    /// When the rotation was last initiated.
+    #[serde(deserialize_with = "lenient")]
+    pub last_initiation_time: Option<DateTime<Utc>>,
+    /// Pools whose nodes still have to be rolled for the rotation, with their own time.
+    #[serde(deserialize_with = "lenient")]
+    pub pending_workers_rollouts: Vec<ShootPendingWorkersRollout>,
+}
+
+/// A pool still to be rolled for a rotation.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ShootPendingWorkersRollout {
+    /// Pool name.
+    pub name: String,
+    /// When the rotation was initiated for the pool.
+    #[serde(deserialize_with = "lenient")]
+    pub last_initiation_time: Option<DateTime<Utc>>,
 }
 
 /// `status.lastOperation` of a Shoot; unknown enum values read as `None`.

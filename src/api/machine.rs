@@ -319,6 +319,10 @@ pub struct MachineDeploymentStatus {
     /// Number of unavailable machines.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unavailable_replicas: Option<i32>,
+    /// Machines in Failed phase that machine-controller-manager preserves (they count as
+    /// unavailable).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preserved_failed_replicas: Option<i32>,
     /// Conditions such as `Available` and `Progressing`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<MachineDeploymentCondition>,

@@ -29,6 +29,39 @@ impl AuditLog {
     /// request when its response is complete. A line still being written stays for the next
     /// call.
     pub fn take(&mut self, client: impl Fn(&str) -> bool) -> Mix {
+        self.take_where(|event| client(event["userAgent"].as_str().unwrap_or_default()))
+    }
+
+    /// The requests logged since the last call about objects in `namespace`, from any client
+    /// (for tests where one client is the only one acting in their namespace).
+    pub fn take_in_namespace(&mut self, namespace: &str) -> Mix {
+        self.take_where(|event| event["objectRef"]["namespace"].as_str() == Some(namespace))
+    }
+
+    /// The requests logged since the last call about objects in `namespace`, in the order
+    /// they completed, as `"<verb> <resource>[/<subresource>]"`.
+    pub fn take_sequence_in_namespace(&mut self, namespace: &str) -> Vec<String> {
+        let mut sequence = Vec::new();
+        self.read_events(|event, key| {
+            if event["objectRef"]["namespace"].as_str() == Some(namespace) {
+                sequence.push(key);
+            }
+        });
+        sequence
+    }
+
+    fn take_where(&mut self, wanted: impl Fn(&serde_json::Value) -> bool) -> Mix {
+        let mut mix = Mix::new();
+        self.read_events(|event, key| {
+            if wanted(event) {
+                *mix.entry(key).or_default() += 1;
+            }
+        });
+        mix
+    }
+
+    /// Calls `each` with every counted event since the last call and its key.
+    fn read_events(&mut self, mut each: impl FnMut(&serde_json::Value, String)) {
         let mut file = std::fs::File::open(&self.path).expect("audit log opens");
         file.seek(SeekFrom::Start(self.offset))
             .expect("audit log seeks");
@@ -36,7 +69,6 @@ impl AuditLog {
         file.read_to_string(&mut text).expect("audit log reads");
         let complete = text.rfind('\n').map(|i| i + 1).unwrap_or(0);
         self.offset += complete as u64;
-        let mut mix = Mix::new();
         for line in text[..complete].lines() {
             let Ok(event) = serde_json::from_str::<serde_json::Value>(line) else {
                 continue;
@@ -48,7 +80,7 @@ impl AuditLog {
             } else {
                 stage == "ResponseComplete"
             };
-            if !counted || !client(event["userAgent"].as_str().unwrap_or_default()) {
+            if !counted {
                 continue;
             }
             let object = &event["objectRef"];
@@ -56,9 +88,8 @@ impl AuditLog {
             if let Some(sub) = object["subresource"].as_str() {
                 resource = format!("{resource}/{sub}");
             }
-            *mix.entry(format!("{verb} {resource}")).or_default() += 1;
+            each(&event, format!("{verb} {resource}"));
         }
-        mix
     }
 
     /// Waits until `client` has sent nothing for `quiet`, then returns everything it sent

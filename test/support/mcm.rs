@@ -20,7 +20,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 
-use gardener_extension_node::api::machine::{Machine, MachineDeployment, MachineSet};
+use gardener_extension_node::api::machine::{Machine, MachineClass, MachineDeployment, MachineSet};
+use k8s_openapi::api::core::v1::Secret;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::{Value, json};
@@ -32,6 +33,8 @@ pub struct Mcm {
     namespace: String,
     /// Labels of every machine deleted because its deployment was gone.
     pub deleted_machine_labels: Mutex<Vec<BTreeMap<String, String>>>,
+    /// Per deployment: unavailable machines and, of them, preserved failed ones.
+    unavailable: Mutex<BTreeMap<String, (i32, i32)>>,
 }
 
 pub fn err(e: impl std::fmt::Display) -> String {
@@ -75,6 +78,7 @@ impl Mcm {
             client: env.client.clone(),
             namespace: env.namespace.clone(),
             deleted_machine_labels: Mutex::default(),
+            unavailable: Mutex::default(),
         }
     }
 
@@ -97,7 +101,60 @@ impl Mcm {
                 self.sync_deployment(&deployment).await?;
             }
         }
-        self.sync_deleted().await
+        self.sync_deleted().await?;
+        self.sync_credentials().await
+    }
+
+    /// MCM's secret controller (machine-controller-manager
+    /// `pkg/util/provider/machinecontroller/secret.go`, `reconcileClusterSecret`): a secret a
+    /// MachineClass references gets the finalizer `machine.sapcloud.io/machine-controller`,
+    /// which is removed once no class references it. MCM does this for both references of a
+    /// class; the stand-in does it for `credentialsSecretRef` only (the Worker's
+    /// `spec.secretRef`, which the delete waits for), so class secrets stay deletable at once
+    /// in the other tests.
+    pub async fn sync_credentials(&self) -> Result<(), String> {
+        const FINALIZER: &str = "machine.sapcloud.io/machine-controller";
+        let classes: Api<MachineClass> = self.api();
+        let referenced: BTreeSet<String> = classes
+            .list(&ListParams::default())
+            .await
+            .map_err(err)?
+            .items
+            .iter()
+            .filter_map(|c| {
+                c.spec
+                    .credentials_secret_ref
+                    .as_ref()
+                    .map(|r| r.name.clone())
+            })
+            .collect();
+        let secrets: Api<Secret> = self.api();
+        for secret in secrets.list(&ListParams::default()).await.map_err(err)? {
+            let mut finalizers = secret.finalizers().to_vec();
+            let has = finalizers.iter().any(|f| f == FINALIZER);
+            let wanted = referenced.contains(&secret.name_any());
+            if has == wanted {
+                continue;
+            }
+            if wanted {
+                finalizers.push(FINALIZER.to_string());
+            } else {
+                finalizers.retain(|f| f != FINALIZER);
+            }
+            let body = json!({"metadata": {
+                "finalizers": finalizers,
+                "resourceVersion": secret.resource_version(),
+            }});
+            secrets
+                .patch(
+                    &secret.name_any(),
+                    &PatchParams::default(),
+                    &Patch::Merge(body),
+                )
+                .await
+                .map_err(err)?;
+        }
+        Ok(())
     }
 
     async fn sync_deployment(&self, deployment: &MachineDeployment) -> Result<(), String> {
@@ -213,10 +270,15 @@ impl Mcm {
         .await
         .map_err(err)?;
         let deployments: Api<MachineDeployment> = self.api();
-        let status = fixtures::mcm_deployment_status_json(
+        let mut status = fixtures::mcm_deployment_status_json(
             deployment.metadata.generation.unwrap_or_default(),
             replicas,
         );
+        if let Some((unavailable, preserved)) = self.unavailable.lock().unwrap().get(&name) {
+            status["unavailableReplicas"] = json!(unavailable);
+            status["availableReplicas"] = json!((replicas - unavailable).max(0));
+            status["preservedFailedReplicas"] = json!(preserved);
+        }
         deployments
             .patch_status(
                 &name,
@@ -257,6 +319,16 @@ impl Mcm {
             delete(&sets, &set.name_any()).await?;
         }
         Ok(())
+    }
+
+    /// From now on reports `unavailable` of the deployment's machines as unavailable, of them
+    /// `preserved` failed machines it preserves (`status.preservedFailedReplicas`), as MCM
+    /// does for a deployment with `autoPreserveFailedMachineMax`.
+    pub fn set_unavailable(&self, deployment: &str, unavailable: i32, preserved: i32) {
+        self.unavailable
+            .lock()
+            .unwrap()
+            .insert(deployment.to_string(), (unavailable, preserved));
     }
 
     /// Reports failed machines on a deployment, as MCM does when it cannot create them.

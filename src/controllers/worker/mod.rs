@@ -11,11 +11,33 @@
 //!    pool `providerConfig` ([`config`]); every user error stops here;
 //! 2. [`render`]: → class secrets, MachineClasses, MachineDeployments;
 //! 3. [`replicas`]: replicas of each deployment from what exists;
-//! 4. [`rollout`]: is the rollout done, failed or still running;
+//! 4. [`rollout`]: is the rollout done, failed or still running; [`leftovers`]: unwanted
+//!    deployments and a stuck MCM; [`poll`]: what a poll may skip; [`inplace`] (with
+//!    [`quantity`]): in-place pool hashes and status; [`credentials`]: MCM's hold on the
+//!    credentials secret;
 //! 5. the operations, one file each: [`reconcile`], [`delete`], [`migrate`], [`restore`];
 //!    bounded waits by requeue ([`wait`]), an event per step ([`steps`]), machine state for
-//!    migration ([`state`]);
+//!    migration ([`state`], [`state_objects`]);
 //! 6. [`print`]: the same objects as YAML for `gardener-extension-node render worker`.
+//!
+//! # What follows which upstream function
+//!
+//! Gardener v1.149 `extensions/pkg/controller/worker/genericactuator/` unless noted:
+//!
+//! | Here | Upstream |
+//! |---|---|
+//! | [`hash::pool_hash`] | `WorkerPoolHashV2` (`worker/machines.go`) |
+//! | [`replicas::decide`] | `deployMachineDeployments` (replica rules) |
+//! | [`reconcile`]: classes, deployments, status | `Reconcile`, `DeployMachineClasses`, `deployMachineDeployments`, `updateWorkerStatusMachineDeployments` |
+//! | [`rollout::evaluate`] (incl. preserved failed machines, `ManualInPlaceUpdate`) | `waitUntilWantedMachineDeploymentsAvailable` |
+//! | [`poll`]: polls list only, status/replicas written on change | the 5-second `retry.UntilTimeout` loop of that wait, which only lists |
+//! | [`leftovers::unwanted_deployments`] | `waitUntilUnwantedMachineDeploymentsDeleted` |
+//! | [`leftovers::stuck_controller`] | `isMachineControllerStuck` (`actuator.go`) |
+//! | [`inplace::pool_hash`] | `CalculateWorkerPoolHashForInPlaceUpdate` (`pkg/utils/gardener`) |
+//! | [`inplace::status_map`] | `updateWorkerStatusInPlaceUpdateWorkerPoolHash` |
+//! | [`delete`] | `Delete` (`actuator_delete.go`), `waitUntilCredentialsSecretAcquiredOrReleased`, `WaitUntilMachineResourcesDeleted` (`pkg/utils/gardener`) |
+//! | [`migrate`] | `Migrate` (a no-op upstream; gardenlet's `computeMachineState` records the machines) |
+//! | [`restore`] | `Restore`, `RestoreWithoutReconcile` (`actuator_restore.go`) |
 //!
 //! # Reconcile (Gardener's generic actuator, `genericactuator/actuator_reconcile.go`)
 //!
@@ -25,13 +47,27 @@
 //! gardenlet's "worker status updated" step (and with it the cluster-autoscaler) waits for
 //! that timestamp only. Then the rollout is polled every [`Timings::poll`] by returning
 //! `Pending` (at most [`Timings::rollout_timeout`] per series, failing with the machines' own
-//! errors when MCM reports failed machines). Only after the rollout are the deployments,
-//! classes and class secrets that are no longer wanted deleted, in that order, so an old
-//! class outlives the machines that use it. While machine-controller-manager runs (its
-//! Deployment has replicas), the operation then waits until the deleted deployments are
-//! gone, failing at once with the errors of their failed machines
-//! (`waitUntilUnwantedMachineDeploymentsDeleted`; [`leftovers`]). Hibernated shoots finally
-//! get the `machine-controller-manager` Deployment scaled to 0 (when it exists).
+//! errors when MCM reports failed machines). A poll lists and writes only what changed
+//! ([`poll`]): no class or deployment is applied again, a deployment is written only when
+//! its decided replicas differ from the listed ones, the status only when its entries
+//! change. Existing deployments are applied under their listed `resourceVersion` (re-read
+//! and decided anew on a conflict), so a replica count the cluster-autoscaler set since the
+//! list is not written back. As many unavailable machines as MCM preserves as failed
+//! (`autoPreserveFailedMachineMax`, `status.preservedFailedReplicas`) are tolerated. For
+//! `ManualInPlaceUpdate` deployments, machines of old machine sets count as done until the
+//! user selects them; selected ones are waited for ([`inplace`]).
+//!
+//! After the rollout, `status.inPlaceUpdates.workerPoolToHashMap` is written when it changes:
+//! each in-place pool (`AutoInPlaceUpdate`, `ManualInPlaceUpdate`) with the hash gardenlet
+//! compares against (Kubernetes minor version, machine image version, kubelet settings,
+//! credentials rotations); a manual pool whose machines are not all updated yet keeps its
+//! old entry ([`inplace`]). Only then are the deployments, classes and class secrets that are
+//! no longer wanted deleted, in that order, so an old class outlives the machines that use
+//! it. While machine-controller-manager runs (its Deployment has replicas), the operation
+//! then waits until the deleted deployments are gone, failing at once with the errors of
+//! their failed machines (`waitUntilUnwantedMachineDeploymentsDeleted`; [`leftovers`]).
+//! Hibernated shoots finally get the `machine-controller-manager` Deployment scaled to 0
+//! (when it exists).
 //!
 //! When a rollout wait runs out, machine-controller-manager is checked for being stuck — a
 //! deployment it has taken over (finalizer), older than two minutes, without a machine set
@@ -40,12 +76,14 @@
 //!
 //! # Delete and force delete
 //!
-//! Every Machine is labelled `force-deletion=True`, every MachineDeployment, MachineClass
-//! and class secret of the namespace is deleted, and the operation waits (bounded by
-//! [`Timings::deletion_timeout`], by requeue) until no machine object and no class secret is
-//! left. Force deletion does the same deletes but never waits. Not done: waiting for MCM's
-//! finalizer on the credentials secret (our tests have no MCM to put it there; deleting the
-//! classes is what makes MCM release it).
+//! Delete re-deploys the class secrets and classes (fresh credentials for MCM), waits until
+//! MCM's finalizer is on the Worker's credentials secret, labels every Machine
+//! `force-deletion=True`, deletes every MachineDeployment, MachineClass and class secret of
+//! the namespace, waits (bounded by [`Timings::deletion_timeout`], by requeue) until no
+//! machine object and no class secret is left — failing at once with the errors of failed
+//! machines — and finally until MCM's finalizer is off the credentials secret again
+//! ([`delete`]). Force deletion does the same deletes but never waits (upstream's
+//! `ForceDelete` deletes nothing; we still remove what we can).
 //!
 //! # Migrate and restore: where the machine state lives
 //!
@@ -63,32 +101,45 @@
 //!   persisted the ShootState.
 //! - Restore reads `status.state` in gardenlet's format ([`state`]: gzip + base64 JSON of
 //!   `machineDeployments` → replicas, machine sets, machines; also the older plain JSON
-//!   form): for every wanted deployment with state that does not exist yet it creates the
+//!   form) in the order of `RestoreWithoutReconcile` (`actuator_restore.go`): classes and
+//!   class secrets; for every wanted deployment with state that does not exist yet its
 //!   MachineSets and Machines with their names, labels (the `node` label is the node
-//!   reference) and `providerID`, then the deployment with the recorded replicas, so MCM
-//!   adopts the machines instead of creating new ones. Then it scales an existing
-//!   `machine-controller-manager` Deployment to 1 (not when hibernated) and reconciles.
-//!   Skipping deployments that already exist keeps a requeued restore from resurrecting
-//!   machines MCM has deleted since.
+//!   reference) and `providerID`; then those deployments with the recorded replicas, so MCM
+//!   adopts the machines instead of creating new ones; only then an existing
+//!   `machine-controller-manager` Deployment is scaled to 1 (not when hibernated); then the
+//!   reconcile. Skipping deployments that already exist keeps a requeued restore from
+//!   resurrecting machines MCM has deleted since.
 //!
+//! Our own copy of the machine state is not needed, and none is kept: Migrate leaves
+//! `status.state` empty (verified by `test/worker.rs`, which also plays gardenlet's
+//! `computeMachineState` and restores from it), so the ShootState holds the machines once.
+//! The generic actuator can also read the ShootState from the garden itself; we have no
+//! garden client, so the `status.state` gardenlet writes before `restore` is our only source.
 //! gardenlet clears `status.state` itself once the restored Worker is ready; we leave it
 //! alone after a restore. [`state_objects::record`] mirrors gardenlet's `computeMachineState`
 //! (the tests play gardenlet with it, and Migrate's event counts with it).
 //!
 //! # Not done (compared with the generic actuator)
 //!
-//! - `status.inPlaceUpdates.workerPoolToHashMap` for in-place update pools (the strategy and
-//!   the template label are rendered, the hash map is not written);
+//! - No watch on Machines: upstream's Worker controller also reconciles when a Machine's
+//!   in-place update condition changes. Ours notices Machine changes only while it polls a
+//!   rollout; for a `ManualInPlaceUpdate` pool whose nodes the user selects after the
+//!   Worker has succeeded, the pool's new hash reaches `workerPoolToHashMap` at the next
+//!   Worker reconcile (gardenlet's next shoot reconcile), not when MCM finishes.
 //! - `providerStatus` with resolved machine images (our MachineClass carries the image name
 //!   and version itself, there is nothing to resolve).
 
 pub mod config;
+pub mod credentials;
 pub mod delete;
 pub mod hash;
+pub mod inplace;
 pub mod leftovers;
 pub mod migrate;
 mod objects;
+pub mod poll;
 pub mod print;
+pub mod quantity;
 pub mod reconcile;
 pub mod render;
 pub mod replicas;
@@ -236,19 +287,22 @@ pub enum Error {
     /// The machine state in `status.state` cannot be read or written.
     #[error("machine state")]
     State(#[source] state::StateError),
+    /// The in-place update hash of a pool cannot be computed (the pool is invalid).
+    #[error("in-place update hash")]
+    InPlaceHash(#[source] inplace::InPlaceHashError),
 }
 
 impl Classify for Error {
     fn codes(&self) -> Vec<ErrorCode> {
         match self {
-            Error::Validate(_) => vec![ErrorCode::ConfigurationProblem],
+            Error::Validate(_) | Error::InPlaceHash(_) => vec![ErrorCode::ConfigurationProblem],
             _ => Vec::new(),
         }
     }
 
     fn category(&self) -> &'static str {
         match self {
-            Error::Validate(_) => "configuration",
+            Error::Validate(_) | Error::InPlaceHash(_) => "configuration",
             Error::UserDataSecretMissing { .. } | Error::UserDataKeyMissing { .. } => "user-data",
             Error::Api { .. } => "api",
             Error::MachinesFailed(_) => "machines",

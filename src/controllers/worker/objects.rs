@@ -78,6 +78,16 @@ where
         .map_err(api_error("listing", kind, String::new()))
 }
 
+/// Reads `name`; `None` when it does not exist.
+pub async fn get<K>(api: &Api<K>, name: &str, kind: &'static str) -> Result<Option<K>, Error>
+where
+    K: Resource + Clone + DeserializeOwned + Debug,
+{
+    api.get_opt(name)
+        .await
+        .map_err(api_error("reading", kind, name.to_string()))
+}
+
 /// Deletes `name`; `false` when it was already gone.
 pub async fn delete<K>(api: &Api<K>, name: &str, kind: &'static str) -> Result<bool, Error>
 where

@@ -1,10 +1,11 @@
 //! Reconcile (and the second half of restore): classes → deployments → status → wait →
 //! cleanup, as described in [`super`].
 //!
-//! Every run repeats all steps; they are idempotent server-side applies, so a run that
-//! returns `Pending` while the rollout goes on and the next run after [`super::Timings::poll`]
-//! converge on the same objects. Replicas are decided per run from the deployments that
-//! exist ([`super::replicas`]), which is why an autoscaled value survives.
+//! The first run of a series applies every object and writes the status; the runs that poll
+//! the rollout after it ([`super::Timings::poll`] apart) list and write only what changed
+//! ([`super::poll`]). Replicas are decided per run from the deployments that exist
+//! ([`super::replicas`]), and written under the listed `resourceVersion`, which is why an
+//! autoscaled value survives.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
@@ -16,16 +17,20 @@ use kube::ResourceExt;
 use kube::api::ListParams;
 use serde_json::json;
 
+use super::inplace;
 use super::leftovers::{self, Unwanted};
 use super::objects::{self, PARALLEL};
+use super::poll::{self, RequestKey};
 use super::render::{self, RenderedDeployment};
 use super::replicas::{self, ReplicaInputs};
 use super::rollout::{self, Rollout, Wanted};
 use super::validate::{self, WorkerInputs};
 use super::wait::WaitKind;
 use super::{Error, LABEL_PURPOSE, PURPOSE_MACHINE_CLASS, WorkerActuator};
-use crate::api::machine::{MachineClass, MachineDeployment, MachineSet};
+use crate::api::constants::ANNOTATION_TIMESTAMP;
+use crate::api::machine::{Machine, MachineClass, MachineDeployment, MachineSet};
 use crate::api::{Worker, WorkerStatus};
+use crate::extension::finalizer::is_conflict;
 use crate::extension::{Outcome, Request};
 
 /// A validated and rendered Worker.
@@ -143,8 +148,26 @@ pub async fn run(
     let namespace = request.namespace();
     let client = &actuator.client;
     let hibernated = prepared.inputs.hibernation_enabled;
+    let fingerprint = poll::fingerprint(
+        &prepared.rendered,
+        RequestKey {
+            hibernated,
+            generation: request.object.metadata.generation,
+            timestamp: request
+                .object
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(ANNOTATION_TIMESTAMP))
+                .map(String::as_str),
+        },
+    );
+    // A poll of a running series: its first run deployed exactly this (see [`poll`]).
+    let polling = actuator.waits.deployed(namespace, request.name()).as_ref() == Some(&fingerprint);
 
-    deploy_classes(actuator, request, prepared).await?;
+    if !polling {
+        deploy_classes(actuator, request, prepared).await?;
+    }
 
     let deployments = objects::api::<MachineDeployment>(client, namespace);
     let existing = objects::list(&deployments, &ListParams::default(), "MachineDeployment").await?;
@@ -160,12 +183,16 @@ pub async fn run(
             )
             .await;
     }
-    deploy_deployments(actuator, request, prepared, &existing, restored).await?;
-    write_status(actuator, request, prepared).await?;
+    deploy_deployments(actuator, request, prepared, &existing, restored, polling).await?;
+    write_status(actuator, request, prepared, polling).await?;
+    actuator
+        .waits
+        .note_deployed(namespace, request.name(), fingerprint);
 
     if let Some(pending) = wait_for_rollout(actuator, request, prepared).await? {
         return Ok(pending);
     }
+    write_in_place_status(actuator, request).await?;
     cleanup(actuator, request, prepared).await?;
     if let Some(pending) = wait_for_unwanted_deletion(actuator, request, prepared).await? {
         return Ok(pending);
@@ -191,53 +218,89 @@ pub async fn run(
     Ok(Outcome::done())
 }
 
+/// Restore's step before machine-controller-manager is scaled up: applies the wanted
+/// deployments named in `names` (those with restored machine sets) with their recorded
+/// replicas (`restored`), as `RestoreWithoutReconcile` deploys them before scaling MCM.
+pub async fn deploy_restored(
+    actuator: &WorkerActuator,
+    request: &Request<'_, Worker>,
+    prepared: &Prepared,
+    names: &[&str],
+    restored: &BTreeMap<String, i32>,
+) -> Result<(), Error> {
+    let subset = Prepared {
+        inputs: prepared.inputs.clone(),
+        rendered: prepared
+            .rendered
+            .iter()
+            .filter(|d| names.contains(&d.name.as_str()))
+            .cloned()
+            .collect(),
+    };
+    let existing = objects::list(
+        &objects::api::<MachineDeployment>(&actuator.client, request.namespace()),
+        &ListParams::default(),
+        "MachineDeployment",
+    )
+    .await?;
+    deploy_deployments(actuator, request, &subset, &existing, restored, false).await
+}
+
+/// Applies the wanted deployments with their decided replicas; a poll writes only those
+/// whose replicas change ([`poll::needs_write`]). An existing deployment is applied with its
+/// listed `resourceVersion` as precondition, so a replica count changed by someone else (the
+/// cluster-autoscaler) since the list is never written back: the conflict makes us read the
+/// deployment again and decide anew.
 async fn deploy_deployments(
     actuator: &WorkerActuator,
     request: &Request<'_, Worker>,
     prepared: &Prepared,
     existing: &[MachineDeployment],
     restored: &BTreeMap<String, i32>,
+    polling: bool,
 ) -> Result<(), Error> {
-    let current: BTreeMap<&str, i32> = existing
+    let all_existing_at_zero = existing
         .iter()
-        .filter_map(|d| {
-            d.metadata
-                .name
-                .as_deref()
-                .map(|n| (n, d.spec.replicas.unwrap_or_default()))
+        .all(|d| d.spec.replicas.unwrap_or_default() == 0);
+    let decide = |d: &RenderedDeployment, listed: Option<&MachineDeployment>| {
+        replicas::decide(ReplicaInputs {
+            hibernation_enabled: prepared.inputs.hibernation_enabled,
+            autoscaler_used: prepared.inputs.autoscaler_used,
+            existing: listed.map(|l| l.spec.replicas.unwrap_or_default()),
+            restored: restored.get(&d.name).copied(),
+            all_existing_at_zero,
+            minimum: d.minimum,
+            maximum: d.maximum,
         })
-        .collect();
-    let all_existing_at_zero = current.values().all(|r| *r == 0);
-    let planned: Vec<(MachineDeployment, String)> = prepared
+    };
+    let listed = |name: &str| {
+        existing
+            .iter()
+            .find(|d| d.metadata.name.as_deref() == Some(name))
+            .cloned()
+    };
+    let api = objects::api::<MachineDeployment>(&actuator.client, request.namespace());
+    let tasks: Vec<_> = prepared
         .rendered
         .iter()
+        .filter(|d| {
+            let listed = listed(&d.name);
+            !polling || poll::needs_write(listed.as_ref(), decide(d, listed.as_ref()).0)
+        })
         .map(|d| {
-            let (replicas, rule) = replicas::decide(ReplicaInputs {
-                hibernation_enabled: prepared.inputs.hibernation_enabled,
-                autoscaler_used: prepared.inputs.autoscaler_used,
-                existing: current.get(d.name.as_str()).copied(),
-                restored: restored.get(&d.name).copied(),
-                all_existing_at_zero,
-                minimum: d.minimum,
-                maximum: d.maximum,
-            });
-            (
-                d.deployment_with_replicas(replicas),
-                format!("{}={replicas} ({})", d.name, rule.as_str()),
-            )
+            let api = &api;
+            let decide = &decide;
+            let listed = listed(&d.name);
+            async move { apply_deployment(api, d, listed, decide).await }
         })
         .collect();
-    let api = objects::api::<MachineDeployment>(&actuator.client, request.namespace());
-    let tasks: Vec<_> = planned
-        .iter()
-        .map(|(deployment, _)| async {
-            objects::apply(&api, deployment, "MachineDeployment")
-                .await
-                .map(drop)
-        })
-        .collect();
-    run_all(tasks).await?;
-    let summary: Vec<&str> = planned.iter().map(|(_, s)| s.as_str()).collect();
+    let summary: Vec<String> = futures::stream::iter(tasks)
+        .buffer_unordered(PARALLEL)
+        .try_collect()
+        .await?;
+    if summary.is_empty() {
+        return Ok(());
+    }
     actuator
         .steps
         .normal(
@@ -254,20 +317,64 @@ async fn deploy_deployments(
     Ok(())
 }
 
+/// How often a deployment apply is retried after a conflict with another writer.
+const CONFLICT_ATTEMPTS: usize = 3;
+
+/// Applies one deployment with the replicas `decide` picks from `listed`, under the listed
+/// `resourceVersion`; returns `name=replicas (rule)`.
+async fn apply_deployment(
+    api: &kube::Api<MachineDeployment>,
+    rendered: &RenderedDeployment,
+    mut listed: Option<MachineDeployment>,
+    decide: &(
+         impl Fn(&RenderedDeployment, Option<&MachineDeployment>) -> (i32, replicas::ReplicaRule) + Sync
+     ),
+) -> Result<String, Error> {
+    let mut attempt = 1;
+    loop {
+        let (replicas, rule) = decide(rendered, listed.as_ref());
+        let mut deployment = rendered.deployment_with_replicas(replicas);
+        deployment.metadata.resource_version = listed
+            .as_ref()
+            .and_then(|l| l.metadata.resource_version.clone());
+        match objects::apply(api, &deployment, "MachineDeployment").await {
+            Ok(_) => return Ok(format!("{}={replicas} ({})", rendered.name, rule.as_str())),
+            Err(Error::Api { source, .. })
+                if is_conflict(&source) && attempt < CONFLICT_ATTEMPTS =>
+            {
+                attempt += 1;
+                listed = objects::get(api, &rendered.name, "MachineDeployment").await?;
+            }
+            Err(error) => return Err(error),
+        }
+    }
+}
+
+/// Writes `status.machineDeployments` with a fresh `machineDeploymentsLastUpdateTime`; a
+/// poll writes only when the entries changed ([`poll::status_changed`]).
 async fn write_status(
     actuator: &WorkerActuator,
     request: &Request<'_, Worker>,
     prepared: &Prepared,
+    polling: bool,
 ) -> Result<(), Error> {
     // The generic reconciler hands us the object as returned by its own Processing write
     // of this run, so this is the latest value (including our writes of earlier runs).
-    let previous = request
-        .object
-        .status
-        .as_ref()
-        .and_then(|s: &WorkerStatus| s.machine_deployments_last_update_time);
-    let at = render::status_update_time(previous, Utc::now());
+    let status = request.object.status.as_ref();
+    let previous = status.and_then(|s: &WorkerStatus| s.machine_deployments_last_update_time);
     let entries = render::status_entries(&prepared.rendered);
+    if polling
+        && !poll::status_changed(
+            status
+                .map(|s| s.machine_deployments.as_slice())
+                .unwrap_or_default(),
+            previous.is_some(),
+            &entries,
+        )
+    {
+        return Ok(());
+    }
+    let at = render::status_update_time(previous, Utc::now());
     objects::patch_worker_status(
         &actuator.client,
         request.object,
@@ -286,6 +393,89 @@ async fn write_status(
             format!(
                 "Wrote {} machine deployment(s) to the Worker status",
                 entries.len()
+            ),
+        )
+        .await;
+    Ok(())
+}
+
+/// Writes `status.inPlaceUpdates.workerPoolToHashMap` when it changes ([`inplace`];
+/// `updateWorkerStatusInPlaceUpdateWorkerPoolHash`, after the rollout as upstream).
+async fn write_in_place_status(
+    actuator: &WorkerActuator,
+    request: &Request<'_, Worker>,
+) -> Result<(), Error> {
+    let pools = &request.object.spec.pools;
+    if !pools
+        .iter()
+        .any(|p| inplace::is_in_place(p.update_strategy))
+        && request
+            .object
+            .status
+            .as_ref()
+            .and_then(|s| s.in_place_updates.as_ref())
+            .is_none_or(|u| u.worker_pool_to_hash_map.is_empty())
+    {
+        return Ok(());
+    }
+    let credentials = request
+        .cluster
+        .and_then(|c| c.shoot.status.credentials.as_ref());
+    let mut hashes = Vec::with_capacity(pools.len());
+    for pool in pools {
+        let hash = if inplace::is_in_place(pool.update_strategy) {
+            Some(inplace::pool_hash(pool, credentials).map_err(Error::InPlaceHash)?)
+        } else {
+            None
+        };
+        hashes.push(inplace::PoolHash {
+            name: &pool.name,
+            strategy: pool.update_strategy,
+            hash,
+        });
+    }
+    let deployments = objects::list(
+        &objects::api::<MachineDeployment>(&actuator.client, request.namespace()),
+        &ListParams::default(),
+        "MachineDeployment",
+    )
+    .await?;
+    let empty = BTreeMap::new();
+    let current = request
+        .object
+        .status
+        .as_ref()
+        .and_then(|s| s.in_place_updates.as_ref())
+        .map_or(&empty, |u| &u.worker_pool_to_hash_map);
+    let Some(map) = inplace::status_map(&hashes, &deployments, current) else {
+        return Ok(());
+    };
+    // A merge patch merges maps: dropped pools are sent as null.
+    let mut patch = serde_json::Map::new();
+    for pool in current.keys().filter(|k| !map.contains_key(*k)) {
+        patch.insert(pool.clone(), serde_json::Value::Null);
+    }
+    for (pool, hash) in &map {
+        patch.insert(pool.clone(), json!(hash));
+    }
+    objects::patch_worker_status(
+        &actuator.client,
+        request.object,
+        json!({"inPlaceUpdates": {"workerPoolToHashMap": patch}}),
+    )
+    .await?;
+    actuator
+        .steps
+        .normal(
+            request.object,
+            request.operation,
+            "InPlaceUpdateHashesReported",
+            format!(
+                "Wrote the in-place update hash of pool(s) [{}] to the Worker status",
+                map.iter()
+                    .map(|(pool, hash)| format!("{pool}={hash}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ),
         )
         .await;
@@ -320,10 +510,22 @@ async fn wait_for_rollout(
             class_name: &d.class_name,
         })
         .collect();
+    // Machines matter only to ManualInPlaceUpdate deployments; list them only then.
+    let machines = if deployments.iter().any(inplace::is_manual_in_place) {
+        objects::list(
+            &objects::api::<Machine>(client, namespace),
+            &ListParams::default(),
+            "Machine",
+        )
+        .await?
+    } else {
+        Vec::new()
+    };
     let message = match rollout::evaluate(
         &wanted,
         &deployments,
         &sets,
+        &machines,
         prepared.inputs.hibernation_enabled,
     ) {
         Rollout::Complete => {

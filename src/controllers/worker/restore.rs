@@ -7,10 +7,14 @@
 //!    create its MachineSets and Machines in this namespace under their recorded names,
 //!    with their labels (the `node` label is the node reference) and `providerID`; objects
 //!    that already exist are left alone;
-//! 3. scale an existing `machine-controller-manager` Deployment to 1 unless hibernated;
-//! 4. reconcile, creating the missing deployments with the recorded replicas, so MCM adopts
-//!    the restored sets (matching `name` label) instead of creating machines.
+//! 3. create those deployments with the recorded replicas, so MCM adopts the restored sets
+//!    (matching `name` label) instead of creating machines;
+//! 4. only then scale an existing `machine-controller-manager` Deployment to 1 unless
+//!    hibernated — MCM starts on a namespace where every deployment with state already has
+//!    its sets and machines;
+//! 5. reconcile.
 //!
+//! This is the order of Gardener's `RestoreWithoutReconcile` (`actuator_restore.go`).
 //! Deployments that already exist are skipped in step 2 because a requeued restore must not
 //! resurrect machines that MCM deleted after the first run.
 
@@ -113,6 +117,7 @@ pub async fn restore(
             .collect();
         run_all(tasks).await?;
         let names: Vec<&str> = to_create.iter().map(|(n, _)| n.as_str()).collect();
+        reconcile::deploy_restored(actuator, request, &prepared, &names, &replicas).await?;
         actuator
             .steps
             .normal(

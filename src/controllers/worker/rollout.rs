@@ -13,9 +13,16 @@
 //!   started the rollout), the deployment must be healthy (`observedGeneration` current,
 //!   `Available=True`, `Progressing` not false, `ReplicaFailure`/`Frozen` not true), and over
 //!   all deployments no replica may be unavailable and every machine must be updated.
+//!   Failed machines that machine-controller-manager preserves (`autoPreserveFailedMachineMax`,
+//!   `status.preservedFailedReplicas`) stay unavailable on purpose, so up to that many
+//!   unavailable replicas are tolerated, as the generic actuator does.
+//! - a `ManualInPlaceUpdate` deployment ([`inplace::manual_rollout`]) counts the machines of
+//!   its old machine sets as done until the user selects them; machines selected for or in
+//!   an update (MCM's `InPlaceUpdate` condition beyond `CandidateForUpdate`) are waited for.
 
 use super::LABEL_NAME;
-use crate::api::machine::{MachineDeployment, MachineDeploymentStatus, MachineSet};
+use super::inplace;
+use crate::api::machine::{Machine, MachineDeployment, MachineDeploymentStatus, MachineSet};
 
 /// A wanted deployment and the class it must run.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -128,15 +135,20 @@ pub fn check_health(deployment: &MachineDeployment) -> Result<(), String> {
     Ok(())
 }
 
-/// Evaluates the rollout of `wanted` on a snapshot of the namespace's deployments and sets.
+/// Evaluates the rollout of `wanted` on a snapshot of the namespace's deployments, sets and
+/// machines (the machines matter only for `ManualInPlaceUpdate` deployments).
 pub fn evaluate(
     wanted: &[Wanted<'_>],
     deployments: &[MachineDeployment],
     sets: &[MachineSet],
+    machines: &[Machine],
     hibernated: bool,
 ) -> Rollout {
     let (mut healthy, mut desired, mut updated, mut available, mut unavailable, mut awake) =
         (0usize, 0, 0, 0, 0, 0);
+    let mut preserved = 0;
+    let (mut desired_manual, mut updated_manual) = (0, 0);
+    let mut manual = inplace::ManualCounts::default();
     let mut first_problem: Option<String> = None;
     for want in wanted {
         let Some(deployment) = deployments
@@ -168,10 +180,19 @@ pub fn evaluate(
                 first_problem.get_or_insert_with(|| format!("{}: {problem}", want.name));
             }
         }
-        desired += deployment.spec.replicas.unwrap_or_default();
-        updated += status.updated_replicas.unwrap_or_default();
+        if inplace::is_manual_in_place(deployment) {
+            let counts = inplace::manual_rollout(want.name, want.class_name, sets, machines);
+            manual.need_update += counts.need_update;
+            manual.in_progress += counts.in_progress;
+            desired_manual += deployment.spec.replicas.unwrap_or_default();
+            updated_manual += status.updated_replicas.unwrap_or_default();
+        } else {
+            desired += deployment.spec.replicas.unwrap_or_default();
+            updated += status.updated_replicas.unwrap_or_default();
+        }
         available += status.available_replicas.unwrap_or_default();
         unavailable += status.unavailable_replicas.unwrap_or_default();
+        preserved += status.preserved_failed_replicas.unwrap_or_default();
     }
     if hibernated {
         return if awake == 0 {
@@ -182,11 +203,25 @@ pub fn evaluate(
             ))
         };
     }
-    if unavailable == 0 && updated == awake && healthy == wanted.len() {
+    let counted_updated = updated + updated_manual + manual.need_update;
+    if unavailable <= preserved
+        && counted_updated == awake
+        && healthy == wanted.len()
+        && manual.in_progress == 0
+    {
         return Rollout::Complete;
     }
+    if manual.in_progress > 0 {
+        return Rollout::Waiting(format!(
+            "waiting until {} machine(s) selected for a manual in-place update are updated",
+            manual.in_progress
+        ));
+    }
+    let desired = desired + desired_manual;
+    let updated = counted_updated;
     let mut message = format!(
-        "waiting until machines are available ({available}/{desired} desired machine(s) available, {updated}/{awake} machine(s) updated, {unavailable} machine(s) pending, {healthy}/{} machine deployments healthy)",
+        "waiting until machines are available ({available}/{desired} desired machine(s) available, {updated}/{awake} machine(s) updated, {} machine(s) pending, {healthy}/{} machine deployments healthy)",
+        unavailable - unavailable.min(preserved),
         wanted.len()
     );
     if let Some(problem) = first_problem {
@@ -251,28 +286,34 @@ mod tests {
     fn complete_when_healthy_and_updated_with_the_new_class() {
         let mds = [deployment("md", "md-new", healthy_status())];
         let sets = [set("md-1", Some("md"), None, "md-new")];
-        assert_eq!(evaluate(&WANTED, &mds, &sets, false), Rollout::Complete);
+        assert_eq!(
+            evaluate(&WANTED, &mds, &sets, &[], false),
+            Rollout::Complete
+        );
     }
 
     #[test]
     fn restored_sets_count_through_their_name_label() {
         let mds = [deployment("md", "md-new", healthy_status())];
         let sets = [set("md-1", None, Some("md"), "md-new")];
-        assert_eq!(evaluate(&WANTED, &mds, &sets, false), Rollout::Complete);
+        assert_eq!(
+            evaluate(&WANTED, &mds, &sets, &[], false),
+            Rollout::Complete
+        );
     }
 
     #[test]
     fn waits_for_the_machine_set_of_the_new_class() {
         let mds = [deployment("md", "md-new", healthy_status())];
         let sets = [set("md-0", Some("md"), None, "md-old")];
-        match evaluate(&WANTED, &mds, &sets, false) {
+        match evaluate(&WANTED, &mds, &sets, &[], false) {
             Rollout::Waiting(text) => assert!(text.contains("class md-new"), "{text}"),
             other => panic!("{other:?}"),
         }
         // A set of another deployment does not count.
         let sets = [set("x-1", Some("other"), None, "md-new")];
         assert!(matches!(
-            evaluate(&WANTED, &mds, &sets, false),
+            evaluate(&WANTED, &mds, &sets, &[], false),
             Rollout::Waiting(_)
         ));
     }
@@ -283,7 +324,7 @@ mod tests {
         let mut status = healthy_status();
         status["replicas"] = json!(3);
         let mds = [deployment("md", "md-new", status)];
-        match evaluate(&WANTED, &mds, &sets, false) {
+        match evaluate(&WANTED, &mds, &sets, &[], false) {
             Rollout::Waiting(text) => assert!(text.contains("2/3 machine(s) updated"), "{text}"),
             other => panic!("{other:?}"),
         }
@@ -291,7 +332,7 @@ mod tests {
         status["unavailableReplicas"] = json!(1);
         let mds = [deployment("md", "md-new", status)];
         assert!(matches!(
-            evaluate(&WANTED, &mds, &sets, false),
+            evaluate(&WANTED, &mds, &sets, &[], false),
             Rollout::Waiting(_)
         ));
     }
@@ -302,7 +343,7 @@ mod tests {
         let mut status = healthy_status();
         status["observedGeneration"] = json!(1);
         let mds = [deployment("md", "md-new", status)];
-        match evaluate(&WANTED, &mds, &sets, false) {
+        match evaluate(&WANTED, &mds, &sets, &[], false) {
             Rollout::Waiting(text) => {
                 assert!(
                     text.contains("md: observed generation outdated (1/2)"),
@@ -335,7 +376,7 @@ mod tests {
         ]);
         let mds = [deployment("md", "md-new", status)];
         assert_eq!(
-            evaluate(&WANTED, &mds, &[], false),
+            evaluate(&WANTED, &mds, &[], &[], false),
             Rollout::Failed(
                 "machine(s) of md failed: \"m1\", \"m2\": quota exceeded; \"m3\": bad image".into()
             )
@@ -348,17 +389,82 @@ mod tests {
         status["replicas"] = json!(1);
         let mds = [deployment("md", "md-new", status)];
         assert_eq!(
-            evaluate(&WANTED, &mds, &[], true),
+            evaluate(&WANTED, &mds, &[], &[], true),
             Rollout::Waiting("waiting until all machines are hibernated (1 still awake)".into())
         );
         let mds = [deployment("md", "md-new", json!({"replicas": 0}))];
-        assert_eq!(evaluate(&WANTED, &mds, &[], true), Rollout::Complete);
+        assert_eq!(evaluate(&WANTED, &mds, &[], &[], true), Rollout::Complete);
+    }
+
+    #[test]
+    fn preserved_failed_machines_are_tolerated_as_unavailable() {
+        let sets = [set("md-1", Some("md"), None, "md-new")];
+        let mut status = healthy_status();
+        status["unavailableReplicas"] = json!(1);
+        status["preservedFailedReplicas"] = json!(1);
+        let mds = [deployment("md", "md-new", status.clone())];
+        assert_eq!(
+            evaluate(&WANTED, &mds, &sets, &[], false),
+            Rollout::Complete
+        );
+        status["unavailableReplicas"] = json!(2);
+        let mds = [deployment("md", "md-new", status)];
+        match evaluate(&WANTED, &mds, &sets, &[], false) {
+            Rollout::Waiting(text) => assert!(text.contains("1 machine(s) pending"), "{text}"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn manual_in_place_waits_only_for_selected_machines() {
+        let mut status = healthy_status();
+        status["replicas"] = json!(2);
+        status["updatedReplicas"] = json!(0);
+        let mut md = deployment("md", "md-new", status);
+        md.spec.strategy = serde_json::from_value(json!({
+            "type": "InPlaceUpdate", "inPlaceUpdate": {"orchestrationType": "Manual"}
+        }))
+        .unwrap();
+        let mut old = set("md-0", Some("md"), None, "md-old");
+        old.status = serde_json::from_value(json!({"replicas": 2})).unwrap();
+        let sets = [set("md-1", Some("md"), None, "md-new"), old];
+        let machine = |name: &str, reason: Option<&str>| -> Machine {
+            let mut value = json!({
+                "metadata": {"name": name, "ownerReferences": [{
+                    "apiVersion": "machine.sapcloud.io/v1alpha1", "kind": "MachineSet",
+                    "name": "md-0", "uid": "u"
+                }]},
+                "spec": {},
+            });
+            if let Some(reason) = reason {
+                value["status"] = json!({"conditions": [
+                    {"type": "InPlaceUpdate", "status": "True", "reason": reason}
+                ]});
+            }
+            serde_json::from_value(value).unwrap()
+        };
+        let mds = [md];
+        // Not selected (no condition, or only a candidate): nothing to wait for.
+        let machines = [machine("a", None), machine("b", Some("CandidateForUpdate"))];
+        assert_eq!(
+            evaluate(&WANTED, &mds, &sets, &machines, false),
+            Rollout::Complete
+        );
+        // Selected by the user: waited for.
+        let machines = [machine("a", Some("SelectedForUpdate")), machine("b", None)];
+        assert_eq!(
+            evaluate(&WANTED, &mds, &sets, &machines, false),
+            Rollout::Waiting(
+                "waiting until 1 machine(s) selected for a manual in-place update are updated"
+                    .into()
+            )
+        );
     }
 
     #[test]
     fn a_missing_deployment_is_waited_for() {
         assert!(matches!(
-            evaluate(&WANTED, &[], &[], false),
+            evaluate(&WANTED, &[], &[], &[], false),
             Rollout::Waiting(_)
         ));
     }

@@ -15,6 +15,8 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use super::poll::Fingerprint;
+
 /// Which wait.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum WaitKind {
@@ -24,6 +26,19 @@ pub enum WaitKind {
     Deletion,
     /// Until the deployments the cleanup deleted are gone.
     UnwantedDeletion,
+    /// Until machine-controller-manager holds the credentials secret (delete).
+    CredentialsAcquired,
+    /// Until machine-controller-manager has let go of the credentials secret (delete).
+    CredentialsReleased,
+}
+
+/// A step of a multi-run operation that must not be repeated within its series.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Step {
+    /// Delete re-deployed the classes.
+    ClassesRedeployed,
+    /// Delete saw machine-controller-manager hold the credentials secret.
+    CredentialsAcquired,
 }
 
 /// namespace/name of a Worker plus the wait kind.
@@ -33,6 +48,10 @@ type Key = (String, String, WaitKind);
 #[derive(Debug, Default)]
 pub struct WaitTracker {
     started: Mutex<HashMap<Key, (Option<i64>, Instant)>>,
+    /// Per Worker (namespace, name): what the running series deployed ([`super::poll`]).
+    deployed: Mutex<HashMap<(String, String), Fingerprint>>,
+    /// Per Worker (namespace, name): the steps the running series has done.
+    done: Mutex<std::collections::HashSet<(String, String, Step)>>,
 }
 
 /// How a wait stands.
@@ -77,10 +96,49 @@ impl WaitTracker {
         }
     }
 
-    /// Forgets every wait of the Worker (it finished or failed).
+    /// Forgets every wait of the Worker (it finished or failed), and what it deployed.
     pub fn forget(&self, namespace: &str, name: &str) {
         self.entries()
             .retain(|(ns, n, _), _| !(ns == namespace && n == name));
+        self.deployments()
+            .remove(&(namespace.to_string(), name.to_string()));
+        self.steps_done()
+            .retain(|(ns, n, _)| !(ns == namespace && n == name));
+    }
+
+    fn steps_done(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashSet<(String, String, Step)>> {
+        self.done.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether the running series of the Worker has done `step`.
+    pub fn has_done(&self, namespace: &str, name: &str, step: Step) -> bool {
+        self.steps_done()
+            .contains(&(namespace.to_string(), name.to_string(), step))
+    }
+
+    /// Notes that the running series of the Worker has done `step`.
+    pub fn note_done(&self, namespace: &str, name: &str, step: Step) {
+        self.steps_done()
+            .insert((namespace.to_string(), name.to_string(), step));
+    }
+
+    fn deployments(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), Fingerprint>> {
+        self.deployed.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// What the running series of the Worker deployed, if it deployed anything yet.
+    pub fn deployed(&self, namespace: &str, name: &str) -> Option<Fingerprint> {
+        self.deployments()
+            .get(&(namespace.to_string(), name.to_string()))
+            .cloned()
+    }
+
+    /// Notes that the running series of the Worker deployed `fingerprint`.
+    pub fn note_deployed(&self, namespace: &str, name: &str, fingerprint: Fingerprint) {
+        self.deployments()
+            .insert((namespace.to_string(), name.to_string()), fingerprint);
     }
 
     /// Number of running waits (for tests and metrics).
@@ -129,6 +187,18 @@ mod tests {
         assert_eq!(tracker.len(), 3);
         tracker.forget("ns", "w");
         assert_eq!(tracker.len(), 1);
+    }
+
+    #[test]
+    fn steps_are_remembered_until_forget() {
+        let tracker = WaitTracker::default();
+        assert!(!tracker.has_done("ns", "w", Step::ClassesRedeployed));
+        tracker.note_done("ns", "w", Step::ClassesRedeployed);
+        assert!(tracker.has_done("ns", "w", Step::ClassesRedeployed));
+        assert!(!tracker.has_done("ns", "w", Step::CredentialsAcquired));
+        assert!(!tracker.has_done("ns", "other", Step::ClassesRedeployed));
+        tracker.forget("ns", "w");
+        assert!(!tracker.has_done("ns", "w", Step::ClassesRedeployed));
     }
 
     #[test]
