@@ -1670,3 +1670,68 @@ async fn delete_fails_with_the_errors_of_failed_machines() {
     })
     .await;
 }
+
+/// Issue 20, item 1 (`MachineConditionChangedPredicate` upstream): machine-controller-manager
+/// taking a machine past `CandidateForUpdate` — a user selecting a node of a
+/// `ManualInPlaceUpdate` pool — runs the Worker again without gardenlet's annotation, so it
+/// follows the update; a machine merely becoming a candidate does not.
+#[tokio::test]
+async fn a_machine_leaving_candidate_for_update_runs_the_worker_again() {
+    let env = setup(|_| {}).await;
+    create_worker(&env, |w| {
+        w["spec"]["pools"][0]["updateStrategy"] = json!("ManualInPlaceUpdate");
+    })
+    .await;
+    let mcm = Mcm::new(&env);
+    let worker = until_ready(&env, &mcm, LastOperationType::Create).await;
+    let stamp = |w: &Worker| {
+        w.status
+            .as_ref()
+            .and_then(|s| s.default.last_operation.as_ref())
+            .map(|l| l.last_update_time)
+    };
+    let created = stamp(&worker);
+    let machines = api::<Machine>(&env);
+    let machine = names(&machines, &ListParams::default())
+        .await
+        .into_iter()
+        .next()
+        .unwrap();
+    let set_reason = |reason: &'static str| {
+        let machines = machines.clone();
+        let machine = machine.clone();
+        async move {
+            machines
+                .patch_status(
+                    &machine,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"status": {"conditions": [{
+                        "type": "InPlaceUpdate", "status": "True", "reason": reason,
+                        "lastTransitionTime": "2026-12-01T00:00:00Z",
+                    }]}})),
+                )
+                .await
+                .unwrap();
+        }
+    };
+    // Runs write a new lastUpdateTime (whole seconds): leave a second between them.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    set_reason("CandidateForUpdate").await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let workers = api::<Worker>(&env);
+    assert_eq!(
+        stamp(&workers.get(WORKER).await.unwrap()),
+        created,
+        "a candidate alone does not run the Worker"
+    );
+    set_reason("SelectedForUpdate").await;
+    wait_for("the Worker to run again", WAIT, || async {
+        let worker = workers.get(WORKER).await.map_err(err)?;
+        if stamp(&worker) != created {
+            Ok(())
+        } else {
+            Err(format!("{:?}", last_operation(&worker)))
+        }
+    })
+    .await;
+}

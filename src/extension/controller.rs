@@ -3,8 +3,9 @@
 //!
 //! The watch keeps a [`Fingerprint`] per object for the update rule and fills the kind's
 //! object store (a reflector [`Writer`], objects without `managedFields`), from which the
-//! runs and the actuator read. In ignore-operation-annotation mode a second watch on Clusters
-//! enqueues every object of a Cluster's namespace.
+//! runs and the actuator read. Namespace wake-ups enqueue every object of a namespace: in
+//! ignore-operation-annotation mode from a second watch on Clusters, and from a kind's own
+//! source ([`WakeNamespaces`]; the Worker's comes from its Machines).
 //!
 //! [`predicate`]: super::predicate
 
@@ -47,14 +48,18 @@ pub struct ControllerOptions {
 
 type Fingerprints = Arc<Mutex<HashMap<ObjectKey, Fingerprint>>>;
 
+/// A stream of namespaces whose objects of the controller's kind should run again.
+pub type WakeNamespaces = futures::stream::BoxStream<'static, String>;
+
 /// Runs the controller until `shutdown`, keeping `store` (the reconciler's and actuator's
 /// object store). `synced` fires once the first list of the watch has been processed (the
-/// basis of `/readyz`).
+/// basis of `/readyz`); `wake` adds namespaces to run again from a kind's own source.
 pub async fn run<A: Actuator>(
     reconciler: Arc<Reconciler<A>>,
     options: ControllerOptions,
     store: Writer<DynamicObject>,
     synced: oneshot::Sender<()>,
+    wake: Option<WakeNamespaces>,
     shutdown: CancellationToken,
 ) {
     let queue = Arc::new(WorkQueue::<ObjectKey>::new());
@@ -69,11 +74,22 @@ pub async fn run<A: Actuator>(
         store,
         synced,
     ));
+    // In ignore-operation-annotation mode every queued run counts; a kind's own wake-ups
+    // are marked on the reconciler so that their runs are not taken for stale entries.
     let cluster_watch = reconciler.filter.ignore_operation_annotation.then(|| {
-        tokio::spawn(watch_clusters(
-            reconciler.client.clone(),
+        tokio::spawn(wake_namespaces(
+            cluster_namespaces(reconciler.client.clone()),
             Arc::clone(&queue),
             Arc::clone(&fingerprints),
+            None::<Arc<Reconciler<A>>>,
+        ))
+    });
+    let own_wake = wake.map(|namespaces| {
+        tokio::spawn(wake_namespaces(
+            namespaces,
+            Arc::clone(&queue),
+            Arc::clone(&fingerprints),
+            Some(Arc::clone(&reconciler)),
         ))
     });
 
@@ -129,7 +145,7 @@ pub async fn run<A: Actuator>(
     shutdown.cancelled().await;
     queue.shut_down();
     watch.abort();
-    if let Some(task) = cluster_watch {
+    for task in cluster_watch.into_iter().chain(own_wake) {
         task.abort();
     }
     for worker in workers {
@@ -260,25 +276,35 @@ fn observe<A: Actuator>(
     }
 }
 
-async fn watch_clusters(
-    client: kube::Client,
-    queue: Arc<WorkQueue<ObjectKey>>,
-    fingerprints: Fingerprints,
-) {
+/// The namespace of every Cluster event (a Cluster is named like its shoot namespace).
+fn cluster_namespaces(client: kube::Client) -> WakeNamespaces {
     let api: Api<Cluster> = Api::all(client);
-    let mut stream = watcher::watcher(api, watcher::Config::default())
+    watcher::watcher(api, watcher::Config::default())
         .default_backoff()
         .applied_objects()
-        .boxed();
-    while let Some(next) = stream.next().await {
-        let Ok(cluster) = next else { continue };
-        let namespace = cluster.name_any();
+        .filter_map(|next| futures::future::ready(next.ok().map(|c| c.name_any())))
+        .boxed()
+}
+
+/// Enqueues every known object of each namespace `namespaces` yields, marking it as woken
+/// on `mark` (see [`Reconciler::woken`]).
+async fn wake_namespaces<A: Actuator>(
+    mut namespaces: WakeNamespaces,
+    queue: Arc<WorkQueue<ObjectKey>>,
+    fingerprints: Fingerprints,
+    mark: Option<Arc<Reconciler<A>>>,
+) {
+    while let Some(namespace) = namespaces.next().await {
         let keys: Vec<ObjectKey> = lock(&fingerprints)
             .keys()
             .filter(|k| k.namespace == namespace)
             .cloned()
             .collect();
         for key in keys {
+            tracing::debug!(namespace = %key.namespace, name = %key.name, "woken");
+            if let Some(reconciler) = &mark {
+                lock(&reconciler.woken).insert((key.namespace.clone(), key.name.clone()));
+            }
             queue.add(key);
         }
     }

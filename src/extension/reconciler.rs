@@ -63,6 +63,9 @@ pub struct Reconciler<A: Actuator> {
     /// Objects whose last run failed: the next run reads them with a GET, in case the store
     /// trails a write of ours (namespace, name).
     pub read_fresh: Mutex<HashSet<(String, String)>>,
+    /// Objects a kind's own wake-up source queued (`controller::WakeNamespaces`): their next
+    /// run counts as asked for, though the object itself asks for nothing (namespace, name).
+    pub woken: Mutex<HashSet<(String, String)>>,
 }
 
 /// How long a run's actuator may take before the status says Processing.
@@ -191,7 +194,14 @@ impl<A: Actuator> Reconciler<A> {
             .default_status()
             .and_then(|s| s.last_operation.as_ref());
         let observed_generation = object.default_status().and_then(|s| s.observed_generation);
-        if predicate::nothing_asked(&self.filter, object.meta(), last, observed_generation) {
+        let woken = self
+            .woken
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&(namespace.to_string(), name.to_string()));
+        if !woken
+            && predicate::nothing_asked(&self.filter, object.meta(), last, observed_generation)
+        {
             tracing::debug!("nothing asked of the object; stale queue entry skipped");
             return ("none", Ok(Next::Done));
         }

@@ -7,6 +7,7 @@
 
 mod options;
 
+use futures::StreamExt;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -165,6 +166,7 @@ pub async fn run_serving(
                         cache: &cache,
                         objects,
                         writer,
+                        wake: None,
                     },
                     &events,
                     &metrics,
@@ -191,6 +193,7 @@ pub async fn run_serving(
                         cache: &cache,
                         objects,
                         writer,
+                        wake: None,
                     },
                     &events,
                     &metrics,
@@ -212,6 +215,12 @@ pub async fn run_serving(
                         cache: &cache,
                         objects,
                         writer,
+                        wake: Some(
+                            crate::controllers::worker::machine_watch::namespaces_to_wake(
+                                client.clone(),
+                            )
+                            .boxed(),
+                        ),
                     },
                     &events,
                     &metrics,
@@ -244,6 +253,8 @@ struct Stores<'a> {
     cache: &'a SeedCache,
     objects: ObjectStore,
     writer: Writer<DynamicObject>,
+    /// Namespaces to run again from the kind's own source (`controller::WakeNamespaces`).
+    wake: Option<controller::WakeNamespaces>,
 }
 
 #[allow(clippy::too_many_arguments)] // the pieces of one controller, each built above
@@ -266,6 +277,7 @@ fn start_controller<A: Actuator>(
         cache: Some(stores.cache.clone()),
         objects: Some(stores.objects),
         read_fresh: Default::default(),
+        woken: Default::default(),
     });
     let (sender, receiver) = oneshot::channel();
     let task = tokio::spawn(controller::run(
@@ -273,6 +285,7 @@ fn start_controller<A: Actuator>(
         options,
         stores.writer,
         sender,
+        stores.wake,
         shutdown.clone(),
     ));
     (task, receiver)

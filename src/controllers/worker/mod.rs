@@ -119,13 +119,16 @@
 //! alone after a restore. [`state_objects::record`] mirrors gardenlet's `computeMachineState`
 //! (the tests play gardenlet with it, and Migrate's event counts with it).
 //!
+//! # Machines wake the Worker
+//!
+//! A watch on Machines ([`machine_watch`]) runs a namespace's Worker again when
+//! machine-controller-manager takes a machine past `CandidateForUpdate` (a node of a
+//! `ManualInPlaceUpdate` pool selected by the user), as upstream's
+//! `MachineConditionChangedPredicate` does, so the Worker follows the update and writes the
+//! pool's new hash when it is done.
+//!
 //! # Not done (compared with the generic actuator)
 //!
-//! - No watch on Machines: upstream's Worker controller also reconciles when a Machine's
-//!   in-place update condition changes. Ours notices Machine changes only while it polls a
-//!   rollout; for a `ManualInPlaceUpdate` pool whose nodes the user selects after the
-//!   Worker has succeeded, the pool's new hash reaches `workerPoolToHashMap` at the next
-//!   Worker reconcile (gardenlet's next shoot reconcile), not when MCM finishes.
 //! - `providerStatus` with resolved machine images (our MachineClass carries the image name
 //!   and version itself, there is nothing to resolve).
 
@@ -135,6 +138,7 @@ pub mod delete;
 pub mod hash;
 pub mod inplace;
 pub mod leftovers;
+pub mod machine_watch;
 pub mod migrate;
 mod objects;
 pub mod poll;
