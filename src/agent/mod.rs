@@ -29,6 +29,7 @@ pub mod credentials;
 pub mod delay;
 pub mod drift;
 pub mod host;
+pub mod in_place;
 pub mod journal;
 pub mod lease;
 pub mod metrics;
