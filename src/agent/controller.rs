@@ -34,6 +34,7 @@ use tokio::time::Instant;
 use tracing::{info, warn};
 
 use super::apply::{self, ApplyError, Input, Outcome};
+use super::changes;
 use super::cluster::{
     self, ANNOTATION_NODE_CHECKSUM, ANNOTATION_SECRET_CHECKSUM, ApiSecrets, NodeEvents, NodeMeta,
 };
@@ -42,6 +43,7 @@ use super::delay;
 use super::drift;
 use super::error_chain;
 use super::host::Host;
+use super::in_place_update::{self, Finished, Prepared};
 use super::journal::Journal;
 use super::metrics::Metrics;
 use super::osc::{self, InvalidOsc, NodeOsc};
@@ -74,6 +76,9 @@ pub enum ReconcileError {
     /// Taking or releasing the serial lock failed.
     #[error("serial reconciliation lock kube-system/{0}")]
     SerialLock(String, #[source] kube::Error),
+    /// An in-place update step failed ([`in_place_update`]).
+    #[error("in-place update")]
+    InPlace(#[from] in_place_update::InPlaceError),
 }
 
 impl ReconcileError {
@@ -83,6 +88,7 @@ impl ReconcileError {
             ReconcileError::Apply(error) => error.category(),
             ReconcileError::Node(..) => "node-patch",
             ReconcileError::SerialLock(..) => "serial-lock",
+            ReconcileError::InPlace(error) => error.category(),
         }
     }
 }
@@ -100,6 +106,12 @@ pub enum Reconciled {
     RestartSelf,
     /// Serial reconciliation: another node holds the lock; try again after this long.
     Waiting(Duration),
+    /// In-place update pending: wait until the Node changes (machine-controller-manager makes
+    /// it ready for the update).
+    AwaitingNode,
+    /// In-place update failed (reported on the Node) or waits for the reboot: nothing more
+    /// until the secret changes or the sync period passes.
+    Stopped,
 }
 
 /// Shared pieces of the running agent.
@@ -137,6 +149,8 @@ struct LoopState {
     /// The `SystemdUnitsReady` condition as last written (or found) on the Node, with its
     /// transition time; `None`: not known in this process yet.
     units_condition: Option<(UnitsCondition, k8s_openapi::jiff::Timestamp)>,
+    /// Reconcile again when the Node changes (an in-place update waits for it).
+    wake_on_node: bool,
 }
 
 /// The last applied OSC, decoded once: read from `last-applied-osc.yaml` on first use, then
@@ -215,6 +229,7 @@ impl<H: Host + 'static> Agent<H> {
             last_applied: LastApplied::Unread,
             unit_check_due: Instant::now() + unit_check::CHECK_INTERVAL,
             units_condition: None,
+            wake_on_node: false,
         };
         let mut node_known = false;
         loop {
@@ -237,6 +252,10 @@ impl<H: Host + 'static> Agent<H> {
                         state.due = Some(Instant::now());
                     }
                     node_known = known;
+                    if known && state.wake_on_node {
+                        state.wake_on_node = false;
+                        state.due = Some(Instant::now());
+                    }
                 }
                 () = tokio::time::sleep_until(wake) => {
                     let now = Instant::now();
@@ -344,10 +363,13 @@ impl<H: Host + 'static> Agent<H> {
                     Reconciled::Applied => "applied",
                     Reconciled::RestartSelf => "restart-self",
                     Reconciled::Waiting(_) => "waiting",
+                    Reconciled::AwaitingNode => "awaiting-node",
+                    Reconciled::Stopped => "stopped",
                 };
                 self.metrics.apply_result(label);
                 state.retry = FIRST_RETRY;
                 state.reported_invalid = None;
+                state.wake_on_node = outcome == Reconciled::AwaitingNode;
                 state.due = match outcome {
                     Reconciled::Waiting(retry_in) => Some(Instant::now() + retry_in),
                     _ => state.due.or(sync),
@@ -456,6 +478,29 @@ impl<H: Host + 'static> Agent<H> {
 
         let effective = osc::effective(&osc, &self.settings.hostname);
         let control_plane = effective.file(cluster::KUBE_APISERVER_MANIFEST).is_some();
+        let node_name = node.map(ResourceExt::name_any);
+        let in_place_ctx = self.in_place_context();
+        if osc.spec.in_place_updates.is_some() {
+            let last = self.last_applied(last_applied);
+            let last_effective = last.map(|last| osc::effective(last, &self.settings.hostname));
+            let old = last
+                .zip(last_effective.as_ref())
+                .map(|(osc, effective)| changes::Side { osc, effective });
+            let new = changes::Side {
+                osc: &osc,
+                effective: &effective,
+            };
+            match in_place_update::prepare(&in_place_ctx, new, old, &checksum, node_name.as_deref())
+                .await?
+            {
+                Prepared::Apply => {}
+                Prepared::Wait => return Ok(Reconciled::AwaitingNode),
+                Prepared::Stopped(reason) => {
+                    warn!(%reason, "in-place update stopped");
+                    return Ok(Reconciled::Stopped);
+                }
+            }
+        }
         let outcome = {
             let last = self.last_applied(last_applied);
             let last_effective = last.map(|last| osc::effective(last, &self.settings.hostname));
@@ -486,7 +531,19 @@ impl<H: Host + 'static> Agent<H> {
             }
             Outcome::Applied(summary) => summary,
         };
+        let finished = in_place_update::finish(
+            &in_place_ctx,
+            &osc,
+            &checksum,
+            node_name.as_deref(),
+            &self.token_trigger,
+        )
+        .await;
         *last_applied = LastApplied::Known(Some(Box::new(osc)));
+        if let Finished::Stopped(reason) = finished? {
+            warn!(%reason, "in-place update stopped");
+            return Ok(Reconciled::Stopped);
+        }
         self.record(&summary);
         info!(
             %checksum,
@@ -548,6 +605,17 @@ impl<H: Host + 'static> Agent<H> {
             info!("node not registered yet; the checksum is reported once it is");
         }
         Ok(Reconciled::Applied)
+    }
+
+    /// What the in-place update steps need ([`in_place_update`]).
+    fn in_place_context(&self) -> in_place_update::Context<'_, H> {
+        in_place_update::Context {
+            client: &self.client,
+            host: self.host.as_ref(),
+            paths: &self.settings.paths,
+            retry: in_place_update::RetryPolicy::default(),
+            kubelet_timeout: Duration::from_secs(300),
+        }
     }
 
     /// Releases the serial lock when this agent holds it (see [`SerialLock::release`]).
