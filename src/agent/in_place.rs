@@ -51,6 +51,8 @@ pub const KUBELET_CONFIG_PATH: &str = "/var/lib/kubelet/config/kubelet";
 pub const CPU_MANAGER_STATE_PATH: &str = "/var/lib/kubelet/cpu_manager_state";
 /// os-release.
 pub const OS_RELEASE_PATH: &str = "/etc/os-release";
+/// os-release when `/etc/os-release` is missing.
+pub const OS_RELEASE_FALLBACK_PATH: &str = "/usr/lib/os-release";
 /// Debian's full version (`12.7`).
 pub const DEBIAN_VERSION_PATH: &str = "/etc/debian_version";
 /// Longest failure reason written to the Node (annotation values share a 256 KiB budget).

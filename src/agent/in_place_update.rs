@@ -163,7 +163,11 @@ pub fn current_os_version<H: Host>(host: &H) -> Result<Option<String>, InPlaceEr
             .map(|bytes| bytes.map(|b| String::from_utf8_lossy(&b).into_owned()))
             .map_err(|e| InPlaceError::Host(format!("reading {path}"), e))
     };
-    let os_release = read(in_place::OS_RELEASE_PATH)?.unwrap_or_default();
+    // As the update script: /etc/os-release, else the distribution's copy.
+    let os_release = match read(in_place::OS_RELEASE_PATH)? {
+        Some(text) => text,
+        None => read(in_place::OS_RELEASE_FALLBACK_PATH)?.unwrap_or_default(),
+    };
     let debian_version = read(in_place::DEBIAN_VERSION_PATH)?;
     Ok(in_place::os_version(&os_release, debian_version.as_deref()))
 }
