@@ -78,9 +78,10 @@ async fn start_node(env: &support::TestEnv, secret: &str) -> AgentMachine {
     let machine = boot(BIN);
     let node = machine.name().to_string();
     create_node(&env.client, &node).await;
-    // The machine's /etc starts empty: give it Debian's release files.
+    // The machine's /etc starts empty: give it Debian's release files, os-release as a link
+    // as Debian ships it.
     machine
-        .sh("rm -f /etc/os-release /etc/debian_version && printf 'PRETTY_NAME=\"Debian GNU/Linux 12 (bookworm)\"\\nID=debian\\nVERSION_ID=\"12\"\\n' > /etc/os-release && echo 12.7 > /etc/debian_version")
+        .sh("mkdir -p /run/e2e && printf 'PRETTY_NAME=\"Debian GNU/Linux 12 (bookworm)\"\\nID=debian\\nVERSION_ID=\"12\"\\n' > /run/e2e/os-release && ln -sfn /run/e2e/os-release /etc/os-release && rm -f /etc/debian_version && echo 12.7 > /etc/debian_version")
         .expect_success("os-release");
     let kubeconfig = limited_kubeconfig(env, &node, &[secret]).await;
     AgentMachine::start(

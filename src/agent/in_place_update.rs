@@ -60,6 +60,9 @@ pub enum InPlaceError {
     /// The journal could not be serialised.
     #[error("encoding the journal: {0}")]
     Encode(String),
+    /// A system file could not be read.
+    #[error("reading {0}")]
+    Read(String, #[source] std::io::Error),
     /// An API call failed.
     #[error("{0}")]
     Api(String, #[source] kube::Error),
@@ -73,7 +76,9 @@ impl InPlaceError {
     pub fn category(&self) -> &'static str {
         match self {
             InPlaceError::Flags(_) => "in-place-flags",
-            InPlaceError::Host(..) | InPlaceError::Encode(_) => "in-place-host",
+            InPlaceError::Host(..) | InPlaceError::Encode(_) | InPlaceError::Read(..) => {
+                "in-place-host"
+            }
             InPlaceError::Api(..) => "in-place-api",
             InPlaceError::NoCommand(_) => "in-place-no-command",
         }
@@ -156,20 +161,31 @@ fn persist<H: Host>(ctx: &Context<'_, H>, journal: &Journal) -> Result<(), InPla
         .map_err(|e| InPlaceError::Host("writing the journal".into(), e))
 }
 
-/// The node's OS version (see [`in_place::os_version`]).
-pub fn current_os_version<H: Host>(host: &H) -> Result<Option<String>, InPlaceError> {
-    let read = |path: &str| {
-        host.read(Path::new(path))
-            .map(|bytes| bytes.map(|b| String::from_utf8_lossy(&b).into_owned()))
-            .map_err(|e| InPlaceError::Host(format!("reading {path}"), e))
-    };
-    // As the update script: /etc/os-release, else the distribution's copy.
-    let os_release = match read(in_place::OS_RELEASE_PATH)? {
+/// The node's OS version (see [`in_place::os_version`]). os-release is usually a symbolic
+/// link (`/etc/os-release` → `../usr/lib/os-release`), so these root-owned, read-only files
+/// are read following links, not through [`Host`] (whose reads refuse links).
+pub fn current_os_version() -> Result<Option<String>, InPlaceError> {
+    let os_release = match read_system_file(in_place::OS_RELEASE_PATH)? {
         Some(text) => text,
-        None => read(in_place::OS_RELEASE_FALLBACK_PATH)?.unwrap_or_default(),
+        None => read_system_file(in_place::OS_RELEASE_FALLBACK_PATH)?.unwrap_or_default(),
     };
-    let debian_version = read(in_place::DEBIAN_VERSION_PATH)?;
+    let debian_version = read_system_file(in_place::DEBIAN_VERSION_PATH)?;
     Ok(in_place::os_version(&os_release, debian_version.as_deref()))
+}
+
+/// A small system file (at most 64 KiB of it); `None` when it is missing.
+fn read_system_file(path: &str) -> Result<Option<String>, InPlaceError> {
+    use std::io::Read;
+    let file = match std::fs::File::open(path) {
+        Ok(file) => file,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(error) => return Err(InPlaceError::Read(path.to_string(), error)),
+    };
+    let mut text = String::new();
+    file.take(64 * 1024)
+        .read_to_string(&mut text)
+        .map_err(|error| InPlaceError::Read(path.to_string(), error))?;
+    Ok(Some(text))
 }
 
 /// What the Node says: `InPlaceUpdate` reason, `update-result`, the annotations.
@@ -263,7 +279,7 @@ pub async fn prepare<H: Host>(
     let Some(spec) = &new.osc.spec.in_place_updates else {
         return Ok(Prepared::Apply);
     };
-    let current = current_os_version(ctx.host)?;
+    let current = current_os_version()?;
     let mut journal = match load_journal(ctx, checksum)? {
         Some(journal) => journal,
         None => {
@@ -346,7 +362,7 @@ pub async fn finish<H: Host>(
     }
 
     if in_place::rolled_back(&flags, state.attempted_os.as_deref(), desired) {
-        let current = current_os_version(ctx.host)?.unwrap_or_default();
+        let current = current_os_version()?.unwrap_or_default();
         let reason = match &state.failed_reason {
             Some(reason) => reason.clone(),
             None => {
@@ -381,7 +397,7 @@ pub async fn finish<H: Host>(
             mark_failed(ctx.client, node, &reason).await?;
             return Ok(Finished::Stopped(reason));
         }
-        let current = current_os_version(ctx.host)?;
+        let current = current_os_version()?;
         if !current
             .as_deref()
             .is_some_and(|v| in_place::same_version(v, desired))
