@@ -39,8 +39,10 @@ const CONFIG_FILE: &str = "/etc/e2e/pool.conf";
 const UPDATING_OS: &str = "node-agent.gardener.cloud/updating-operating-system-version";
 
 /// The test's OS update: records its arguments; a major version (`13.x`) is refused as
-/// invalid arguments (like the real script), anything else becomes the node's version.
-const UPDATE_SCRIPT: &str = "#!/bin/sh\nmkdir -p /var/lib/e2e\nprintf '%s\\n' \"$@\" >> /var/lib/e2e/os-update-args\ncase $1 in\n  12.*) printf '%s\\n' \"$1\" > /etc/debian_version; echo \"updated to $1\" ;;\n  *) echo \"invalid arguments: $1 is not a point release of Debian 12\" >&2; exit 2 ;;\nesac\n";
+/// invalid arguments (like the real script); `12.9` is "staged for the reboot" (the version
+/// changes only when the test plays the reboot); any other `12.x` becomes the node's version
+/// at once.
+const UPDATE_SCRIPT: &str = "#!/bin/sh\nmkdir -p /var/lib/e2e\nprintf '%s\\n' \"$@\" >> /var/lib/e2e/os-update-args\ncase $1 in\n  12.9) echo \"staged $1; rebooting\" ;;\n  12.*) printf '%s\\n' \"$1\" > /etc/debian_version; echo \"updated to $1\" ;;\n  *) echo \"invalid arguments: $1 is not a point release of Debian 12\" >&2; exit 2 ;;\nesac\n";
 
 fn secret_name() -> String {
     format!(
@@ -322,5 +324,64 @@ async fn a_failed_update_is_reported_and_the_rollout_touches_no_further_node() {
     assert_eq!(
         annotation(&failed, mcm_in_place::ANNOTATION_FAILED_REASON).as_deref(),
         Some(reason.as_str())
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_the_reboot_into_the_wanted_version_the_update_is_finished_without_running_again() {
+    let env = support::env().await;
+    let secret = secret_name();
+    let v1 = put_osc(
+        &env.client,
+        &secret,
+        &in_place_osc("12.7", "generation = 1\n"),
+    )
+    .await;
+    let agent = start_node(&env, &secret).await;
+    wait_for_checksum(&env.client, &agent, &v1, APPLY_TIMEOUT).await;
+
+    let v2 = put_osc(
+        &env.client,
+        &secret,
+        &in_place_osc("12.9", "generation = 2\n"),
+    )
+    .await;
+    mcm_in_place::mark_candidate(&env.client, &agent.node).await;
+    mcm_in_place::select(&env.client, &agent.node).await;
+    mcm_in_place::ready_for_update(&env.client, &agent.node).await;
+
+    // The command succeeded, the node still runs 12.7: the agent waits for the reboot.
+    let deadline = std::time::Instant::now() + APPLY_TIMEOUT;
+    while !agent
+        .log()
+        .contains("waiting for the node to reboot into 12.9")
+    {
+        assert!(std::time::Instant::now() < deadline, "{}", agent.log());
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let waiting = node(&env, &agent.node).await;
+    assert_eq!(annotation(&waiting, UPDATING_OS).as_deref(), Some("12.9"));
+    assert_eq!(label(&waiting, mcm_in_place::LABEL_RESULT), None);
+    assert_eq!(
+        annotation(&waiting, NODE_CHECKSUM).as_deref(),
+        Some(v1.as_str())
+    );
+
+    // The reboot: the node comes back on 12.9 and the agent starts again.
+    agent
+        .machine
+        .sh("echo 12.9 > /etc/debian_version")
+        .expect_success("new version");
+    agent
+        .machine
+        .run(&["systemctl", "restart", AGENT_UNIT])
+        .expect_success("restart the agent");
+    let outcome = mcm_in_place::await_result(&env.client, &agent.node, APPLY_TIMEOUT).await;
+    assert_eq!(outcome, Outcome::Successful, "{}", agent.log());
+    wait_for_checksum(&env.client, &agent, &v2, APPLY_TIMEOUT).await;
+    assert_eq!(text(&agent, ARGS_LOG).as_deref(), Some("12.9\n"));
+    assert_eq!(
+        annotation(&node(&env, &agent.node).await, UPDATING_OS),
+        None
     );
 }
