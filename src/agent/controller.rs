@@ -34,7 +34,6 @@ use tokio::time::Instant;
 use tracing::{info, warn};
 
 use super::apply::{self, ApplyError, Input, Outcome};
-use super::changes;
 use super::cluster::{
     self, ANNOTATION_NODE_CHECKSUM, ANNOTATION_SECRET_CHECKSUM, ApiSecrets, NodeEvents, NodeMeta,
 };
@@ -43,7 +42,6 @@ use super::delay;
 use super::drift;
 use super::error_chain;
 use super::host::Host;
-use super::in_place_update::{self, Finished, Prepared};
 use super::journal::Journal;
 use super::metrics::Metrics;
 use super::osc::{self, InvalidOsc, NodeOsc};
@@ -70,15 +68,15 @@ pub enum ReconcileError {
     /// Applying failed part-way; the journal has the rest.
     #[error(transparent)]
     Apply(#[from] ApplyError),
+    /// An in-place update step failed ([`super::in_place_update`]).
+    #[error("in-place update")]
+    InPlace(#[from] super::in_place_update::InPlaceError),
     /// Reporting on the Node failed.
     #[error("patching node {0}")]
     Node(String, #[source] kube::Error),
     /// Taking or releasing the serial lock failed.
     #[error("serial reconciliation lock kube-system/{0}")]
     SerialLock(String, #[source] kube::Error),
-    /// An in-place update step failed ([`in_place_update`]).
-    #[error("in-place update")]
-    InPlace(#[from] in_place_update::InPlaceError),
 }
 
 impl ReconcileError {
@@ -86,9 +84,9 @@ impl ReconcileError {
         match self {
             ReconcileError::Invalid(_) => "invalid-osc",
             ReconcileError::Apply(error) => error.category(),
+            ReconcileError::InPlace(error) => error.category(),
             ReconcileError::Node(..) => "node-patch",
             ReconcileError::SerialLock(..) => "serial-lock",
-            ReconcileError::InPlace(error) => error.category(),
         }
     }
 }
@@ -100,18 +98,18 @@ pub enum Reconciled {
     NoSecret,
     /// The Node already reports this checksum.
     UpToDate,
+    /// In-place update pending: wait until the Node changes (machine-controller-manager makes
+    /// it ready for the update; `in_place_flow`).
+    AwaitingNode,
+    /// In-place update failed (reported on the Node) or waits for the reboot: nothing more
+    /// until the secret changes or the sync period passes.
+    InPlaceStopped,
     /// Applied (and reported when the Node is known).
     Applied,
     /// The agent's own unit changed: exit so systemd starts the new one.
     RestartSelf,
     /// Serial reconciliation: another node holds the lock; try again after this long.
     Waiting(Duration),
-    /// In-place update pending: wait until the Node changes (machine-controller-manager makes
-    /// it ready for the update).
-    AwaitingNode,
-    /// In-place update failed (reported on the Node) or waits for the reboot: nothing more
-    /// until the secret changes or the sync period passes.
-    Stopped,
 }
 
 /// Shared pieces of the running agent.
@@ -360,16 +358,16 @@ impl<H: Host + 'static> Agent<H> {
                 let label = match outcome {
                     Reconciled::NoSecret => "no-secret",
                     Reconciled::UpToDate => "up-to-date",
+                    Reconciled::AwaitingNode => "awaiting-node",
+                    Reconciled::InPlaceStopped => "in-place-stopped",
                     Reconciled::Applied => "applied",
                     Reconciled::RestartSelf => "restart-self",
                     Reconciled::Waiting(_) => "waiting",
-                    Reconciled::AwaitingNode => "awaiting-node",
-                    Reconciled::Stopped => "stopped",
                 };
                 self.metrics.apply_result(label);
+                state.wake_on_node = outcome == Reconciled::AwaitingNode;
                 state.retry = FIRST_RETRY;
                 state.reported_invalid = None;
-                state.wake_on_node = outcome == Reconciled::AwaitingNode;
                 state.due = match outcome {
                     Reconciled::Waiting(retry_in) => Some(Instant::now() + retry_in),
                     _ => state.due.or(sync),
@@ -476,31 +474,14 @@ impl<H: Host + 'static> Agent<H> {
             }
         }
 
+        if let Some(outcome) = self
+            .in_place_before(&osc, &checksum, node, last_applied)
+            .await?
+        {
+            return Ok(outcome);
+        }
         let effective = osc::effective(&osc, &self.settings.hostname);
         let control_plane = effective.file(cluster::KUBE_APISERVER_MANIFEST).is_some();
-        let node_name = node.map(ResourceExt::name_any);
-        let in_place_ctx = self.in_place_context();
-        if osc.spec.in_place_updates.is_some() {
-            let last = self.last_applied(last_applied);
-            let last_effective = last.map(|last| osc::effective(last, &self.settings.hostname));
-            let old = last
-                .zip(last_effective.as_ref())
-                .map(|(osc, effective)| changes::Side { osc, effective });
-            let new = changes::Side {
-                osc: &osc,
-                effective: &effective,
-            };
-            match in_place_update::prepare(&in_place_ctx, new, old, &checksum, node_name.as_deref())
-                .await?
-            {
-                Prepared::Apply => {}
-                Prepared::Wait => return Ok(Reconciled::AwaitingNode),
-                Prepared::Stopped(reason) => {
-                    warn!(%reason, "in-place update stopped");
-                    return Ok(Reconciled::Stopped);
-                }
-            }
-        }
         let outcome = {
             let last = self.last_applied(last_applied);
             let last_effective = last.map(|last| osc::effective(last, &self.settings.hostname));
@@ -531,18 +512,10 @@ impl<H: Host + 'static> Agent<H> {
             }
             Outcome::Applied(summary) => summary,
         };
-        let finished = in_place_update::finish(
-            &in_place_ctx,
-            &osc,
-            &checksum,
-            node_name.as_deref(),
-            &self.token_trigger,
-        )
-        .await;
+        let in_place = self.in_place_after(&osc, &checksum, node).await;
         *last_applied = LastApplied::Known(Some(Box::new(osc)));
-        if let Finished::Stopped(reason) = finished? {
-            warn!(%reason, "in-place update stopped");
-            return Ok(Reconciled::Stopped);
+        if let Some(outcome) = in_place? {
+            return Ok(outcome);
         }
         self.record(&summary);
         info!(
@@ -605,17 +578,6 @@ impl<H: Host + 'static> Agent<H> {
             info!("node not registered yet; the checksum is reported once it is");
         }
         Ok(Reconciled::Applied)
-    }
-
-    /// What the in-place update steps need ([`in_place_update`]).
-    fn in_place_context(&self) -> in_place_update::Context<'_, H> {
-        in_place_update::Context {
-            client: &self.client,
-            host: self.host.as_ref(),
-            paths: &self.settings.paths,
-            retry: in_place_update::RetryPolicy::default(),
-            kubelet_timeout: Duration::from_secs(300),
-        }
     }
 
     /// Releases the serial lock when this agent holds it (see [`SerialLock::release`]).
@@ -866,6 +828,8 @@ impl<H: Host + 'static> Agent<H> {
         }
     }
 }
+
+mod in_place_flow;
 
 /// Follows the OSC secret: a metadata-only watch, and a GET of the secret whenever its
 /// resourceVersion differs from the one last read (a failed GET is retried with backoff). Sends

@@ -12,7 +12,7 @@ use prometheus_client::registry::Registry;
 /// `result` label.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResultLabels {
-    /// `applied`, `up-to-date`, `restart-self`, `waiting`, `awaiting-node`, `stopped`,
+    /// `applied`, `up-to-date`, `restart-self`, `waiting`, `awaiting-node`, `in-place-stopped`,
     /// `invalid`, `error`, `no-secret`.
     pub result: String,
 }
