@@ -36,6 +36,8 @@ static COUNTER: AtomicUsize = AtomicUsize::new(0);
 const UPDATE_COMMAND: &str = "/opt/e2e/os-update";
 const ARGS_LOG: &str = "/var/lib/e2e/os-update-args";
 const CONFIG_FILE: &str = "/etc/e2e/pool.conf";
+const KUBELET_CONFIG: &str = "/var/lib/kubelet/config/kubelet";
+const CPU_MANAGER_STATE: &str = "/var/lib/kubelet/cpu_manager_state";
 const UPDATING_OS: &str = "node-agent.gardener.cloud/updating-operating-system-version";
 
 /// The test's OS update: records its arguments; a major version (`13.x`) is refused as
@@ -72,6 +74,22 @@ fn in_place_osc(os_version: &str, config: &str) -> String {
             "inPlaceUpdates": {"osUpdate": {"command": UPDATE_COMMAND, "args": [os_version]}},
         },
     });
+    serde_norway::to_string(&osc).unwrap()
+}
+
+/// [`in_place_osc`] with kubelet's config file (`evictionHard` memory threshold, CPU manager
+/// policy) and the kubelet version.
+fn in_place_osc_with_kubelet(kubelet: &str, memory_available: &str, cpu_policy: &str) -> String {
+    let mut osc: serde_json::Value =
+        serde_norway::from_str(&in_place_osc("12.7", "generation = 1\n")).unwrap();
+    let config = format!(
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nevictionHard:\n  memory.available: {memory_available}\ncpuManagerPolicy: {cpu_policy}\n"
+    );
+    osc["spec"]["files"]
+        .as_array_mut()
+        .unwrap()
+        .push(plain_file(KUBELET_CONFIG, &config, Some(0o644)));
+    osc["spec"]["inPlaceUpdates"]["kubelet"] = json!(kubelet);
     serde_norway::to_string(&osc).unwrap()
 }
 
@@ -384,4 +402,83 @@ async fn after_the_reboot_into_the_wanted_version_the_update_is_finished_without
         annotation(&node(&env, &agent.node).await, UPDATING_OS),
         None
     );
+}
+
+/// Plays kubelet's health endpoint on 127.0.0.1:10248 (the machine shares the host's network);
+/// `None` when the port is taken.
+async fn fake_kubelet_healthz() -> Option<tokio::task::JoinHandle<()>> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:10248")
+        .await
+        .ok()?;
+    Some(tokio::spawn(async move {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let mut request = [0u8; 512];
+            let _ = stream.read(&mut request).await;
+            let _ = stream
+                .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                .await;
+        }
+    }))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubelet_minor_version_and_config_changes_wait_for_the_gate_and_for_kubelet_health() {
+    let Some(kubelet) = fake_kubelet_healthz().await else {
+        eprintln!("127.0.0.1:10248 is taken (a kubelet on this host?); skipping");
+        return;
+    };
+    let env = support::env().await;
+    let secret = secret_name();
+    let v1 = put_osc(
+        &env.client,
+        &secret,
+        &in_place_osc_with_kubelet("1.35.2", "100Mi", "none"),
+    )
+    .await;
+    let agent = start_node(&env, &secret).await;
+    wait_for_checksum(&env.client, &agent, &v1, APPLY_TIMEOUT).await;
+    agent
+        .machine
+        .write_file(CPU_MANAGER_STATE, b"{\"policyName\":\"none\"}", 0o600)
+        .unwrap();
+
+    // A kubelet minor version, an eviction threshold and the CPU manager policy change: all
+    // in-place changes (the OS version stays).
+    let v2 = put_osc(
+        &env.client,
+        &secret,
+        &in_place_osc_with_kubelet("1.36.3", "200Mi", "static"),
+    )
+    .await;
+    tokio::time::sleep(QUIET).await;
+    assert_untouched(&env, &agent, &v1).await;
+    assert!(agent.machine.exists(CPU_MANAGER_STATE));
+
+    let outcomes = mcm_in_place::roll(
+        &env.client,
+        std::slice::from_ref(&agent.node),
+        APPLY_TIMEOUT,
+    )
+    .await;
+    assert_eq!(outcomes[0].1, Outcome::Successful, "{}", agent.log());
+    wait_for_checksum(&env.client, &agent, &v2, APPLY_TIMEOUT).await;
+    assert!(
+        !agent.machine.exists(CPU_MANAGER_STATE),
+        "the old policy's state stayed"
+    );
+    assert!(
+        text(&agent, KUBELET_CONFIG)
+            .unwrap()
+            .contains("cpuManagerPolicy: static")
+    );
+    // No OS update was run.
+    assert_eq!(text(&agent, ARGS_LOG), None);
+    let journal = text(
+        &agent,
+        &format!("{CONFIG_DIR}/last-computed-osc-changes.yaml"),
+    )
+    .unwrap();
+    assert!(journal.contains("minorVersion: false"), "{journal}");
+    kubelet.abort();
 }
