@@ -7,7 +7,8 @@
 //! script is): it records its arguments, fails with "invalid arguments" for a major version,
 //! and otherwise "updates" by writing the wanted version into `/etc/debian_version`, which is
 //! where the agent reads a Debian node's version. The real script is tested in
-//! `test/os_update_script.rs`.
+//! `test/os_update_script.rs`. kubelet's health endpoint is played by the test on
+//! 127.0.0.1:10248 (the kubelet test skips itself when that port is taken).
 
 #![allow(clippy::unwrap_used, clippy::panic)]
 
@@ -481,4 +482,61 @@ async fn kubelet_minor_version_and_config_changes_wait_for_the_gate_and_for_kube
     .unwrap();
     assert!(journal.contains("minorVersion: false"), "{journal}");
     kubelet.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ca_rotation_in_place_is_reported_as_unsupported_and_nothing_is_applied() {
+    let env = support::env().await;
+    let secret = secret_name();
+    let v1 = put_osc(
+        &env.client,
+        &secret,
+        &in_place_osc("12.7", "generation = 1\n"),
+    )
+    .await;
+    let agent = start_node(&env, &secret).await;
+    wait_for_checksum(&env.client, &agent, &v1, APPLY_TIMEOUT).await;
+
+    let mut osc: serde_json::Value =
+        serde_norway::from_str(&in_place_osc("12.7", "generation = 2\n")).unwrap();
+    osc["spec"]["inPlaceUpdates"]["credentialsRotation"] =
+        json!({"certificateAuthorities": {"lastInitiationTime": "2026-01-01T00:00:00Z"}});
+    put_osc(
+        &env.client,
+        &secret,
+        &serde_norway::to_string(&osc).unwrap(),
+    )
+    .await;
+    let outcomes = mcm_in_place::roll(
+        &env.client,
+        std::slice::from_ref(&agent.node),
+        APPLY_TIMEOUT,
+    )
+    .await;
+    let Outcome::Failed(reason) = &outcomes[0].1 else {
+        panic!("expected a failure: {outcomes:?}; log:\n{}", agent.log());
+    };
+    assert!(
+        reason.contains("certificate authority rotation in place is not supported"),
+        "{reason}"
+    );
+    // Refused before the apply: the node keeps the old configuration and checksum.
+    assert_untouched_but_failed(&env, &agent, &v1).await;
+    assert_eq!(
+        text(&agent, CONFIG_FILE).as_deref(),
+        Some("generation = 1\n")
+    );
+}
+
+async fn assert_untouched_but_failed(env: &support::TestEnv, agent: &AgentMachine, checksum: &str) {
+    let current = node(env, &agent.node).await;
+    assert_eq!(
+        annotation(&current, NODE_CHECKSUM).as_deref(),
+        Some(checksum)
+    );
+    assert_eq!(
+        label(&current, mcm_in_place::LABEL_RESULT).as_deref(),
+        Some("failed")
+    );
+    assert_eq!(text(agent, ARGS_LOG), None);
 }
