@@ -157,6 +157,8 @@ pub async fn limited_token_in(client: &Client, ns: &str, node: &str, secrets: &[
     let cluster_role: ClusterRole = from_json(json!({
         "metadata": {"name": sa},
         "rules": [
+            // After an in-place update: the pods on the node (listed by `spec.nodeName`).
+            {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "delete"]},
             {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]},
             {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "watch", "patch"], "resourceNames": [node]},
             {"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"], "resourceNames": [node]},

@@ -68,6 +68,9 @@ pub enum ReconcileError {
     /// Applying failed part-way; the journal has the rest.
     #[error(transparent)]
     Apply(#[from] ApplyError),
+    /// An in-place update step failed ([`super::in_place_update`]).
+    #[error("in-place update")]
+    InPlace(#[from] super::in_place_update::InPlaceError),
     /// Reporting on the Node failed.
     #[error("patching node {0}")]
     Node(String, #[source] kube::Error),
@@ -81,6 +84,7 @@ impl ReconcileError {
         match self {
             ReconcileError::Invalid(_) => "invalid-osc",
             ReconcileError::Apply(error) => error.category(),
+            ReconcileError::InPlace(error) => error.category(),
             ReconcileError::Node(..) => "node-patch",
             ReconcileError::SerialLock(..) => "serial-lock",
         }
@@ -94,6 +98,12 @@ pub enum Reconciled {
     NoSecret,
     /// The Node already reports this checksum.
     UpToDate,
+    /// In-place update pending: wait until the Node changes (machine-controller-manager makes
+    /// it ready for the update; `in_place_flow`).
+    AwaitingNode,
+    /// In-place update failed (reported on the Node) or waits for the reboot: nothing more
+    /// until the secret changes or the sync period passes.
+    InPlaceStopped,
     /// Applied (and reported when the Node is known).
     Applied,
     /// The agent's own unit changed: exit so systemd starts the new one.
@@ -137,6 +147,8 @@ struct LoopState {
     /// The `SystemdUnitsReady` condition as last written (or found) on the Node, with its
     /// transition time; `None`: not known in this process yet.
     units_condition: Option<(UnitsCondition, k8s_openapi::jiff::Timestamp)>,
+    /// Reconcile again when the Node changes (an in-place update waits for it).
+    wake_on_node: bool,
 }
 
 /// The last applied OSC, decoded once: read from `last-applied-osc.yaml` on first use, then
@@ -215,6 +227,7 @@ impl<H: Host + 'static> Agent<H> {
             last_applied: LastApplied::Unread,
             unit_check_due: Instant::now() + unit_check::CHECK_INTERVAL,
             units_condition: None,
+            wake_on_node: false,
         };
         let mut node_known = false;
         loop {
@@ -237,6 +250,10 @@ impl<H: Host + 'static> Agent<H> {
                         state.due = Some(Instant::now());
                     }
                     node_known = known;
+                    if known && state.wake_on_node {
+                        state.wake_on_node = false;
+                        state.due = Some(Instant::now());
+                    }
                 }
                 () = tokio::time::sleep_until(wake) => {
                     let now = Instant::now();
@@ -341,11 +358,14 @@ impl<H: Host + 'static> Agent<H> {
                 let label = match outcome {
                     Reconciled::NoSecret => "no-secret",
                     Reconciled::UpToDate => "up-to-date",
+                    Reconciled::AwaitingNode => "awaiting-node",
+                    Reconciled::InPlaceStopped => "in-place-stopped",
                     Reconciled::Applied => "applied",
                     Reconciled::RestartSelf => "restart-self",
                     Reconciled::Waiting(_) => "waiting",
                 };
                 self.metrics.apply_result(label);
+                state.wake_on_node = outcome == Reconciled::AwaitingNode;
                 state.retry = FIRST_RETRY;
                 state.reported_invalid = None;
                 state.due = match outcome {
@@ -454,6 +474,12 @@ impl<H: Host + 'static> Agent<H> {
             }
         }
 
+        if let Some(outcome) = self
+            .in_place_before(&osc, &checksum, node, last_applied)
+            .await?
+        {
+            return Ok(outcome);
+        }
         let effective = osc::effective(&osc, &self.settings.hostname);
         let control_plane = effective.file(cluster::KUBE_APISERVER_MANIFEST).is_some();
         let outcome = {
@@ -486,7 +512,11 @@ impl<H: Host + 'static> Agent<H> {
             }
             Outcome::Applied(summary) => summary,
         };
+        let in_place = self.in_place_after(&osc, &checksum, node).await;
         *last_applied = LastApplied::Known(Some(Box::new(osc)));
+        if let Some(outcome) = in_place? {
+            return Ok(outcome);
+        }
         self.record(&summary);
         info!(
             %checksum,
@@ -798,6 +828,8 @@ impl<H: Host + 'static> Agent<H> {
         }
     }
 }
+
+mod in_place_flow;
 
 /// Follows the OSC secret: a metadata-only watch, and a GET of the secret whenever its
 /// resourceVersion differs from the one last read (a failed GET is retried with backoff). Sends

@@ -23,7 +23,7 @@
 //!   configFileChanged: true                   # restart containerd at the end
 //!   registries: {desired: [{upstream: docker.io, …}], deleted: [{upstream: quay.io, …}]}
 //! mustRestartNodeAgent: false                 # exit after daemon-reload, resume here
-//! inPlaceUpdates: {operatingSystem: false, …} # written for compatibility; not acted on
+//! inPlaceUpdates: {operatingSystem: false, …} # in-place work left (agent::in_place_update)
 //! ```
 //!
 //! A journal whose checksum matches the secret is resumed as it is, whatever is left in it;
@@ -54,8 +54,8 @@ pub struct Journal {
     /// The agent's own unit changed: exit after daemon-reload so systemd starts the new one.
     #[serde(default)]
     pub must_restart_node_agent: bool,
-    /// In-place update flags (gardener-node-agent's; this agent does no in-place updates and
-    /// writes them all `false`).
+    /// In-place update flags (gardener-node-agent's): computed for OSCs with
+    /// `spec.inPlaceUpdates` and cleared step by step by [`super::in_place_update`].
     #[serde(default)]
     pub in_place_updates: InPlaceUpdateFlags,
 }

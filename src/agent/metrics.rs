@@ -12,7 +12,8 @@ use prometheus_client::registry::Registry;
 /// `result` label.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResultLabels {
-    /// `applied`, `up-to-date`, `restart-self`, `waiting`, `invalid`, `error`, `no-secret`.
+    /// `applied`, `up-to-date`, `restart-self`, `waiting`, `awaiting-node`, `in-place-stopped`,
+    /// `invalid`, `error`, `no-secret`.
     pub result: String,
 }
 

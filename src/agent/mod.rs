@@ -14,6 +14,10 @@
 //! 4. [`controller`]: report on the Node (checksum annotation, labels, events — unit job
 //!    events aggregated by [`unit_events`]).
 //!
+//! For OSCs with `spec.inPlaceUpdates` (GEP-31), [`in_place_update`] runs around step 3:
+//! the in-place flags, machine-controller-manager's `ReadyForUpdate` gate, the OS update
+//! command and the Node's `update-result` (decisions in [`in_place`]).
+//!
 //! Around it: [`config`] (flags + NodeAgentConfiguration), [`credentials`] (which kubeconfig
 //! or token), [`cluster`] (the narrowly scoped API calls), [`delay`] (reconciliation delay),
 //! [`lease`] (heartbeat), [`serial`] (serial reconciliation lock), [`token`] (token sync),
@@ -29,6 +33,8 @@ pub mod credentials;
 pub mod delay;
 pub mod drift;
 pub mod host;
+pub mod in_place;
+pub mod in_place_update;
 pub mod journal;
 pub mod lease;
 pub mod metrics;

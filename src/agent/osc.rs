@@ -62,7 +62,7 @@ pub struct NodeOscSpec {
     /// Container runtime configuration.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cri_config: Option<CriConfig>,
-    /// In-place update information (carried along, not acted on).
+    /// In-place update information ([`super::in_place`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub in_place_updates: Option<InPlaceUpdates>,
 }
@@ -77,7 +77,7 @@ pub struct NodeOscStatus {
     /// Files added by the OS extension.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub extension_files: Vec<File>,
-    /// In-place update instructions (carried along, not acted on).
+    /// In-place update instructions (the OS update command, [`super::in_place_update`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub in_place_updates: Option<InPlaceUpdatesStatus>,
 }

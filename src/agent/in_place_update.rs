@@ -1,0 +1,705 @@
+//! In-place node updates (GEP-31), the I/O half: the steps the controller runs before and
+//! after [`super::apply`] for an OSC with `spec.inPlaceUpdates`. The decisions are in
+//! [`super::in_place`]; the flow is gardener-node-agent's (gardener v1.149,
+//! `pkg/nodeagent/controller/operatingsystemconfig/reconciler.go`: `Reconcile`,
+//! `performInPlaceUpdate`, `updateOSInPlace`, `performCredentialsRotationInPlace`,
+//! `deleteRemainingPods`, `patchNodeUpdateSuccessful`/`Failed`), described in
+//! `docs/agent.md#in-place-updates`:
+//!
+//! - [`prepare`] (before the apply): compute the journal with its in-place flags (or resume it),
+//!   clear the OS flag when the node already runs the wanted version (after the reboot), and
+//!   with any flag set wait until machine-controller-manager made the node ready
+//!   (`InPlaceUpdate`/`ReadyForUpdate`, or `update-result=failed` for a retry). A CA rotation
+//!   fails the update at once: this agent has no CSR flow to get a client certificate of the
+//!   new CA, nor kubelet's re-bootstrap.
+//! - the apply itself (files, units, kubelet binary and config, unit restarts).
+//! - [`finish`] (after the apply): kubelet healthy again after kubelet changes; the OS update
+//!   command (annotation first, retried on `network problems` up to 5 minutes, anything else
+//!   fails the update); a node that came back on the old version after an attempt for the wanted
+//!   one fails; service-account-key rotation wakes the token sync; finally the pods on the node
+//!   are deleted and the Node labelled `update-result=successful`.
+//!
+//! A failure labels the Node `update-result=failed` with the reason in
+//! `node.machine.sapcloud.io/update-failed-reason` and stops until the next reconcile.
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
+use kube::{Api, Client, ResourceExt};
+use serde_json::json;
+use tokio::io::{AsyncRead, AsyncReadExt};
+use tracing::{info, warn};
+
+use super::changes::{self, Side};
+use super::host::{Host, HostError};
+use super::in_place::{self, Failure, Gate};
+use super::journal::{self, Journal};
+use super::osc::NodeOsc;
+use super::paths::{Paths, STATE_FILE_MODE};
+use crate::api::operatingsystemconfig::OsUpdate;
+
+/// kubelet's health endpoint.
+pub const KUBELET_HEALTHZ: &str = "127.0.0.1:10248";
+/// Longest output kept of an OS update command (its end: where the failure is).
+pub const MAX_OUTPUT_BYTES: usize = 64 * 1024;
+/// Longest one run of the OS update command may take.
+const COMMAND_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// Why an in-place step failed; the reconcile is retried.
+#[derive(Debug, thiserror::Error)]
+pub enum InPlaceError {
+    /// The flags could not be computed.
+    #[error("computing the in-place update flags")]
+    Flags(#[from] in_place::FlagsError),
+    /// Reading or writing on the node failed.
+    #[error("{0}")]
+    Host(String, #[source] HostError),
+    /// The journal could not be serialised.
+    #[error("encoding the journal: {0}")]
+    Encode(String),
+    /// A system file could not be read.
+    #[error("reading {0}")]
+    Read(String, #[source] std::io::Error),
+    /// An API call failed.
+    #[error("{0}")]
+    Api(String, #[source] kube::Error),
+    /// The OSC asks for an OS update but names no command.
+    #[error("the OSC asks for OS version {0} but has no status.inPlaceUpdates.osUpdate command")]
+    NoCommand(String),
+}
+
+impl InPlaceError {
+    /// Metric label.
+    pub fn category(&self) -> &'static str {
+        match self {
+            InPlaceError::Flags(_) => "in-place-flags",
+            InPlaceError::Host(..) | InPlaceError::Encode(_) | InPlaceError::Read(..) => {
+                "in-place-host"
+            }
+            InPlaceError::Api(..) => "in-place-api",
+            InPlaceError::NoCommand(_) => "in-place-no-command",
+        }
+    }
+}
+
+/// What the node and API the in-place steps need.
+pub struct Context<'a, H: Host> {
+    /// API client (own Node, pods on it).
+    pub client: &'a Client,
+    /// The node.
+    pub host: &'a H,
+    /// State paths.
+    pub paths: &'a Paths,
+    /// How the OS update command is retried.
+    pub retry: RetryPolicy,
+    /// How long kubelet may take to be healthy after kubelet changes.
+    pub kubelet_timeout: Duration,
+}
+
+/// Retries of the OS update command on `network problems`.
+#[derive(Debug, Clone, Copy)]
+pub struct RetryPolicy {
+    /// Wait between attempts.
+    pub interval: Duration,
+    /// No new attempt after this long.
+    pub timeout: Duration,
+}
+
+impl Default for RetryPolicy {
+    /// gardener-node-agent's: every 30 s for up to 5 minutes.
+    fn default() -> Self {
+        RetryPolicy {
+            interval: Duration::from_secs(30),
+            timeout: Duration::from_secs(300),
+        }
+    }
+}
+
+/// Result of [`prepare`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Prepared {
+    /// Apply (no in-place work flagged, or the node is ready for it).
+    Apply,
+    /// In-place work is flagged and the node is not ready: wait for the Node to change.
+    Wait,
+    /// The update failed and is reported on the Node; stop until the next reconcile.
+    Stopped(String),
+}
+
+/// Result of [`finish`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Finished {
+    /// Done (or nothing to do): report the checksum.
+    Done,
+    /// The update failed (reported on the Node), or the node must reboot into the new OS
+    /// version first: stop until the next reconcile.
+    Stopped(String),
+}
+
+/// The journal on disk if it is for `checksum`.
+fn load_journal<H: Host>(
+    ctx: &Context<'_, H>,
+    checksum: &str,
+) -> Result<Option<Journal>, InPlaceError> {
+    let on_disk = ctx
+        .host
+        .read(&ctx.paths.journal())
+        .map_err(|e| InPlaceError::Host("reading the journal".into(), e))?;
+    let text = on_disk.map(|bytes| String::from_utf8_lossy(&bytes).into_owned());
+    Ok(journal::resumable(text.as_deref(), checksum))
+}
+
+fn persist<H: Host>(ctx: &Context<'_, H>, journal: &Journal) -> Result<(), InPlaceError> {
+    let text = journal
+        .render()
+        .map_err(|e| InPlaceError::Encode(e.to_string()))?;
+    ctx.host
+        .write(&ctx.paths.journal(), text.as_bytes(), STATE_FILE_MODE)
+        .map_err(|e| InPlaceError::Host("writing the journal".into(), e))
+}
+
+/// The node's OS version (see [`in_place::os_version`]). os-release is usually a symbolic
+/// link (`/etc/os-release` → `../usr/lib/os-release`), so these root-owned, read-only files
+/// are read following links, not through [`Host`] (whose reads refuse links).
+pub fn current_os_version() -> Result<Option<String>, InPlaceError> {
+    let os_release = match read_system_file(in_place::OS_RELEASE_PATH)? {
+        Some(text) => text,
+        None => read_system_file(in_place::OS_RELEASE_FALLBACK_PATH)?.unwrap_or_default(),
+    };
+    let debian_version = read_system_file(in_place::DEBIAN_VERSION_PATH)?;
+    Ok(in_place::os_version(&os_release, debian_version.as_deref()))
+}
+
+/// A small system file (at most 64 KiB of it); `None` when it is missing.
+fn read_system_file(path: &str) -> Result<Option<String>, InPlaceError> {
+    use std::io::Read;
+    let file = match std::fs::File::open(path) {
+        Ok(file) => file,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(error) => return Err(InPlaceError::Read(path.to_string(), error)),
+    };
+    let mut text = String::new();
+    file.take(64 * 1024)
+        .read_to_string(&mut text)
+        .map_err(|error| InPlaceError::Read(path.to_string(), error))?;
+    Ok(Some(text))
+}
+
+/// What the Node says: `InPlaceUpdate` reason, `update-result`, the annotations.
+#[derive(Debug, Default)]
+struct NodeState {
+    reason: Option<String>,
+    result: Option<String>,
+    attempted_os: Option<String>,
+    failed_reason: Option<String>,
+}
+
+async fn node_state(client: &Client, node: &str) -> Result<NodeState, InPlaceError> {
+    let node: Node = Api::<Node>::all(client.clone())
+        .get(node)
+        .await
+        .map_err(|e| InPlaceError::Api(format!("reading node {node}"), e))?;
+    let reason = node
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| {
+            c.iter()
+                .find(|c| c.type_ == in_place::CONDITION_IN_PLACE_UPDATE)
+        })
+        .and_then(|c| c.reason.clone());
+    let annotation = |key: &str| node.annotations().get(key).cloned();
+    Ok(NodeState {
+        reason,
+        result: node.labels().get(in_place::LABEL_UPDATE_RESULT).cloned(),
+        attempted_os: annotation(in_place::ANNOTATION_UPDATING_OS_VERSION),
+        failed_reason: annotation(in_place::ANNOTATION_FAILED_REASON),
+    })
+}
+
+async fn patch_node(
+    client: &Client,
+    node: &str,
+    patch: serde_json::Value,
+    what: &str,
+) -> Result<(), InPlaceError> {
+    Api::<Node>::all(client.clone())
+        .patch_metadata(node, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map(drop)
+        .map_err(|e| InPlaceError::Api(format!("{what} on node {node}"), e))
+}
+
+/// Labels the Node `update-result=failed` with `reason` (sanitised, truncated).
+pub async fn mark_failed(client: &Client, node: &str, reason: &str) -> Result<(), InPlaceError> {
+    let reason = in_place::failure_reason(reason);
+    warn!(node, %reason, "in-place update failed");
+    patch_node(
+        client,
+        node,
+        json!({"metadata": {
+            "labels": {in_place::LABEL_UPDATE_RESULT: in_place::RESULT_FAILED},
+            "annotations": {in_place::ANNOTATION_FAILED_REASON: reason},
+        }}),
+        "labelling the update failed",
+    )
+    .await
+}
+
+/// Labels the Node `update-result=successful` and removes the failure reason and the
+/// OS-version annotations.
+async fn mark_successful(client: &Client, node: &str) -> Result<(), InPlaceError> {
+    info!(node, "in-place update successful");
+    patch_node(
+        client,
+        node,
+        json!({"metadata": {
+            "labels": {in_place::LABEL_UPDATE_RESULT: in_place::RESULT_SUCCESSFUL},
+            "annotations": {
+                in_place::ANNOTATION_FAILED_REASON: null,
+                in_place::ANNOTATION_UPDATING_OS_VERSION: null,
+            },
+        }}),
+        "labelling the update successful",
+    )
+    .await
+}
+
+/// Before the apply (see the module docs). `node` is the Node's name when known.
+pub async fn prepare<H: Host>(
+    ctx: &Context<'_, H>,
+    new: Side<'_>,
+    old: Option<Side<'_>>,
+    checksum: &str,
+    node: Option<&str>,
+) -> Result<Prepared, InPlaceError> {
+    let Some(spec) = &new.osc.spec.in_place_updates else {
+        return Ok(Prepared::Apply);
+    };
+    let current = current_os_version()?;
+    let mut journal = match load_journal(ctx, checksum)? {
+        Some(journal) => journal,
+        None => {
+            let mut journal = changes::compute(old, new, checksum);
+            journal.in_place_updates =
+                in_place::flags(old.map(|s| s.osc), new.osc, current.as_deref())?;
+            persist(ctx, &journal)?;
+            journal
+        }
+    };
+    // Back after the reboot on the wanted version: the OS part is done.
+    if journal.in_place_updates.operating_system
+        && current
+            .as_deref()
+            .is_some_and(|v| in_place::same_version(v, &spec.operating_system_version))
+    {
+        journal.in_place_updates.operating_system = false;
+        persist(ctx, &journal)?;
+    }
+    let flags = journal.in_place_updates.clone();
+    if !in_place::any(&flags) {
+        return Ok(Prepared::Apply);
+    }
+    let Some(node) = node else {
+        info!("in-place update pending; waiting for the node to be registered");
+        return Ok(Prepared::Wait);
+    };
+    let state = node_state(ctx.client, node).await?;
+    match in_place::gate(state.reason.as_deref(), state.result.as_deref()) {
+        Gate::Wait => {
+            info!(node, flags = ?flags, condition_reason = ?state.reason, "in-place update pending; waiting for machine-controller-manager to make the node ready (InPlaceUpdate/ReadyForUpdate)");
+            return Ok(Prepared::Wait);
+        }
+        Gate::Retry => info!(node, "update-result=failed; retrying the in-place update"),
+        Gate::Ready => info!(node, flags = ?flags, "node ready for the in-place update"),
+    }
+    if flags.certificate_authorities_rotation.kubelet
+        || flags.certificate_authorities_rotation.node_agent
+    {
+        let reason = "certificate authority rotation in place is not supported by this node agent \
+                      (it has no client-certificate request flow for itself nor kubelet's \
+                      re-bootstrap); rotate with a rolling update of the pool";
+        mark_failed(ctx.client, node, reason).await?;
+        return Ok(Prepared::Stopped(reason.to_string()));
+    }
+    if flags.kubelet.cpu_manager_policy {
+        // Before the apply restarts kubelet: a state of the old policy keeps it from starting.
+        ctx.host
+            .remove_file(Path::new(in_place::CPU_MANAGER_STATE_PATH))
+            .map_err(|e| InPlaceError::Host("removing kubelet's CPU manager state".into(), e))?;
+    }
+    Ok(Prepared::Apply)
+}
+
+/// After the apply (see the module docs). `token_sync` is woken on a service-account-key
+/// rotation.
+pub async fn finish<H: Host>(
+    ctx: &Context<'_, H>,
+    osc: &NodeOsc,
+    checksum: &str,
+    node: Option<&str>,
+    token_sync: &tokio::sync::Notify,
+) -> Result<Finished, InPlaceError> {
+    let (Some(spec), Some(node)) = (&osc.spec.in_place_updates, node) else {
+        return Ok(Finished::Done);
+    };
+    let mut journal = load_journal(ctx, checksum)?.unwrap_or_else(|| Journal::done(checksum));
+    let flags = journal.in_place_updates.clone();
+    let state = node_state(ctx.client, node).await?;
+    let desired = &spec.operating_system_version;
+
+    if in_place::kubelet(&flags) {
+        if let Err(error) = wait_for_kubelet(KUBELET_HEALTHZ, ctx.kubelet_timeout).await {
+            let reason = format!("kubelet is not healthy after the in-place update: {error}");
+            mark_failed(ctx.client, node, &reason).await?;
+            return Ok(Finished::Stopped(reason));
+        }
+        journal.in_place_updates.kubelet = Default::default();
+        persist(ctx, &journal)?;
+    }
+
+    if in_place::rolled_back(&flags, state.attempted_os.as_deref(), desired) {
+        let current = current_os_version()?.unwrap_or_default();
+        let reason = match &state.failed_reason {
+            Some(reason) => reason.clone(),
+            None => {
+                let reason = format!(
+                    "the OS update to {desired} did not take (or rolled back): the node runs {current}"
+                );
+                mark_failed(ctx.client, node, &reason).await?;
+                reason
+            }
+        };
+        return Ok(Finished::Stopped(reason));
+    }
+
+    if flags.operating_system {
+        let command = osc
+            .status
+            .in_place_updates
+            .as_ref()
+            .and_then(|s| s.os_update.as_ref())
+            .filter(|u| !u.command.is_empty())
+            .ok_or_else(|| InPlaceError::NoCommand(desired.clone()))?;
+        patch_node(
+            ctx.client,
+            node,
+            json!({"metadata": {"annotations": {in_place::ANNOTATION_UPDATING_OS_VERSION: desired}}}),
+            "annotating the OS update",
+        )
+        .await?;
+        info!(node, command = %command.command, args = ?command.args, "running the OS update");
+        if let Err(output) = run_os_update(command, ctx.retry).await {
+            let reason = format!("the OS update command failed: {output}");
+            mark_failed(ctx.client, node, &reason).await?;
+            return Ok(Finished::Stopped(reason));
+        }
+        let current = current_os_version()?;
+        if !current
+            .as_deref()
+            .is_some_and(|v| in_place::same_version(v, desired))
+        {
+            let reason = format!(
+                "the OS update command succeeded; waiting for the node to reboot into {desired} (it runs {})",
+                current.unwrap_or_default()
+            );
+            info!(node, "{reason}");
+            return Ok(Finished::Stopped(reason));
+        }
+        journal.in_place_updates.operating_system = false;
+        persist(ctx, &journal)?;
+    }
+
+    if flags.service_account_key_rotation {
+        info!("service account key rotated; syncing the tokens");
+        token_sync.notify_one();
+        journal.in_place_updates.service_account_key_rotation = false;
+        persist(ctx, &journal)?;
+    }
+
+    if in_place::should_report_success(state.reason.as_deref(), state.result.as_deref()) {
+        delete_pods(ctx.client, node).await?;
+        mark_successful(ctx.client, node).await?;
+    }
+    Ok(Finished::Done)
+}
+
+/// Deletes the pods on `node` (DaemonSet pods and pods with local storage stay through the
+/// drain and are recreated fresh), listed with the field selector the node-agent authorizer
+/// requires.
+async fn delete_pods(client: &Client, node: &str) -> Result<(), InPlaceError> {
+    let pods = Api::<Pod>::all(client.clone())
+        .list_metadata(&ListParams::default().fields(&format!("spec.nodeName={node}")))
+        .await
+        .map_err(|e| InPlaceError::Api(format!("listing the pods on node {node}"), e))?;
+    info!(
+        node,
+        pods = pods.items.len(),
+        "deleting the pods on the node"
+    );
+    for pod in pods.items {
+        let (Some(namespace), Some(name)) = (pod.metadata.namespace, pod.metadata.name) else {
+            continue;
+        };
+        match Api::<Pod>::namespaced(client.clone(), &namespace)
+            .delete(&name, &DeleteParams::default())
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(e) => {
+                return Err(InPlaceError::Api(
+                    format!("deleting pod {namespace}/{name}"),
+                    e,
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Runs the OS update command (no shell), retrying while its output says `network
+/// problems`; `Err` carries the output (its last [`MAX_OUTPUT_BYTES`]) of the failed run.
+pub async fn run_os_update(command: &OsUpdate, retry: RetryPolicy) -> Result<(), String> {
+    let started = tokio::time::Instant::now();
+    loop {
+        let (ok, output) = run_once(command).await;
+        if ok {
+            return Ok(());
+        }
+        match in_place::classify(&output) {
+            Failure::Retriable if started.elapsed() + retry.interval <= retry.timeout => {
+                warn!(output = %in_place::failure_reason(&output), retry_in = ?retry.interval, "the OS update hit network problems; retrying");
+                tokio::time::sleep(retry.interval).await;
+            }
+            _ => return Err(output),
+        }
+    }
+}
+
+/// One run: success and the combined output (stdout, then stderr), bounded.
+async fn run_once(command: &OsUpdate) -> (bool, String) {
+    let child = tokio::process::Command::new(&command.command)
+        .args(&command.args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn();
+    let mut child = match child {
+        Ok(child) => child,
+        Err(error) => {
+            return (
+                false,
+                format!("system failure: cannot run {}: {error}", command.command),
+            );
+        }
+    };
+    let stdout = child.stdout.take();
+    let stderr = child.stderr.take();
+    let run = async {
+        let (out, err) = tokio::join!(read_tail(stdout), read_tail(stderr));
+        let status = child.wait().await;
+        (status, out, err)
+    };
+    match tokio::time::timeout(COMMAND_TIMEOUT, run).await {
+        Ok((status, out, err)) => {
+            let mut output = out;
+            output.push_str(&err);
+            match status {
+                Ok(status) if status.success() => (true, output),
+                Ok(status) => (false, format!("{output} ({status})")),
+                Err(error) => (false, format!("{output} (waiting failed: {error})")),
+            }
+        }
+        Err(_) => (
+            false,
+            format!(
+                "system failure: {} did not finish within {COMMAND_TIMEOUT:?}",
+                command.command
+            ),
+        ),
+    }
+}
+
+/// Reads a stream to its end, keeping its last [`MAX_OUTPUT_BYTES`].
+async fn read_tail<R: AsyncRead + Unpin>(stream: Option<R>) -> String {
+    let Some(mut stream) = stream else {
+        return String::new();
+    };
+    let mut kept: Vec<u8> = Vec::new();
+    let mut buffer = [0u8; 8192];
+    loop {
+        match stream.read(&mut buffer).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                kept.extend_from_slice(&buffer[..n]);
+                if kept.len() > MAX_OUTPUT_BYTES {
+                    let excess = kept.len() - MAX_OUTPUT_BYTES;
+                    kept.drain(..excess);
+                }
+            }
+        }
+    }
+    String::from_utf8_lossy(&kept).into_owned()
+}
+
+/// Polls kubelet's `/healthz` every 5 s until it answers 200 or `timeout` passes.
+async fn wait_for_kubelet(address: &str, timeout: Duration) -> Result<(), String> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        let error = match healthz(address).await {
+            Ok(()) => return Ok(()),
+            Err(error) => error,
+        };
+        if tokio::time::Instant::now() + Duration::from_secs(5) > deadline {
+            return Err(format!("not healthy within {timeout:?}: {error}"));
+        }
+        tokio::time::sleep(Duration::from_secs(5)).await;
+    }
+}
+
+/// One `GET /healthz` (HTTP/1.0, plain): `Ok` on status 200.
+async fn healthz(address: &str) -> Result<(), String> {
+    use tokio::io::AsyncWriteExt;
+    let attempt = async {
+        let mut stream = tokio::net::TcpStream::connect(address)
+            .await
+            .map_err(|e| e.to_string())?;
+        stream
+            .write_all(b"GET /healthz HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut head = [0u8; 64];
+        let n = stream.read(&mut head).await.map_err(|e| e.to_string())?;
+        let line = String::from_utf8_lossy(&head[..n]);
+        let status = line
+            .split_whitespace()
+            .nth(1)
+            .unwrap_or_default()
+            .to_string();
+        if status == "200" {
+            Ok(())
+        } else {
+            Err(format!("status {status}"))
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), attempt)
+        .await
+        .unwrap_or_else(|_| Err("timed out".into()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn script(dir: &Path, body: &str) -> OsUpdate {
+        let path = dir.join("update");
+        std::fs::write(&path, format!("#!/bin/sh\n{body}")).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        OsUpdate {
+            command: path.display().to_string(),
+            args: vec!["12.8".into(), "$HOME `id`".into()],
+        }
+    }
+
+    const FAST: RetryPolicy = RetryPolicy {
+        interval: Duration::from_millis(50),
+        timeout: Duration::from_millis(400),
+    };
+
+    #[tokio::test]
+    async fn the_command_gets_its_args_verbatim_without_a_shell() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("args");
+        let command = script(
+            dir.path(),
+            &format!("printf '%s|' \"$@\" > {}\n", out.display()),
+        );
+        assert_eq!(run_os_update(&command, FAST).await, Ok(()));
+        assert_eq!(std::fs::read_to_string(out).unwrap(), "12.8|$HOME `id`|");
+    }
+
+    #[tokio::test]
+    async fn fatal_output_fails_at_once_and_network_problems_are_retried() {
+        let dir = tempfile::tempdir().unwrap();
+        let count = dir.path().join("count");
+        let command = script(
+            dir.path(),
+            &format!(
+                "echo x >> {c}\necho 'invalid arguments: 13 is not a point release' >&2\nexit 2\n",
+                c = count.display()
+            ),
+        );
+        let error = run_os_update(&command, FAST).await.unwrap_err();
+        assert!(error.contains("invalid arguments: 13"), "{error}");
+        assert_eq!(std::fs::read_to_string(&count).unwrap().lines().count(), 1);
+
+        // Network problems twice, then success.
+        let command = script(
+            dir.path(),
+            &format!(
+                "echo x >> {c}.2\n[ $(wc -l < {c}.2) -ge 3 ] && exit 0\necho 'network problems: mirror' >&2\nexit 1\n",
+                c = count.display()
+            ),
+        );
+        assert_eq!(run_os_update(&command, FAST).await, Ok(()));
+        // Network problems for ever: gives up after the timeout with the output.
+        let command = script(dir.path(), "echo 'network problems: down'\nexit 1\n");
+        let started = std::time::Instant::now();
+        let error = run_os_update(&command, FAST).await.unwrap_err();
+        assert!(error.contains("network problems: down"), "{error}");
+        assert!(started.elapsed() < Duration::from_secs(5));
+        // A command that is not there.
+        let missing = OsUpdate {
+            command: dir.path().join("nope").display().to_string(),
+            args: vec![],
+        };
+        let error = run_os_update(&missing, FAST).await.unwrap_err();
+        assert!(error.starts_with("system failure: cannot run"), "{error}");
+    }
+
+    #[tokio::test]
+    async fn output_is_bounded_to_its_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let command = script(
+            dir.path(),
+            "head -c 300000 /dev/zero | tr '\\0' a\necho 'system failure: the end' >&2\nexit 1\n",
+        );
+        let error = run_os_update(&command, FAST).await.unwrap_err();
+        assert!(error.len() <= 2 * MAX_OUTPUT_BYTES + 64, "{}", error.len());
+        assert!(error.contains("system failure: the end"));
+    }
+
+    #[tokio::test]
+    async fn kubelet_health_is_polled() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap().to_string();
+        tokio::spawn(async move {
+            use tokio::io::AsyncWriteExt;
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let mut buffer = [0u8; 256];
+                let _ = stream.read(&mut buffer).await;
+                let _ = stream.write_all(b"HTTP/1.1 200 OK\r\n\r\nok").await;
+            }
+        });
+        assert_eq!(
+            wait_for_kubelet(&address, Duration::from_secs(5)).await,
+            Ok(())
+        );
+        // Nothing listens: fails after the timeout.
+        let closed = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().to_string()
+        };
+        assert!(
+            wait_for_kubelet(&closed, Duration::from_millis(10))
+                .await
+                .is_err()
+        );
+    }
+}
