@@ -35,6 +35,7 @@
 //! | [`leftovers::stuck_controller`] | `isMachineControllerStuck` (`actuator.go`) |
 //! | [`inplace::pool_hash`] | `CalculateWorkerPoolHashForInPlaceUpdate` (`pkg/utils/gardener`) |
 //! | [`inplace::status_map`] | `updateWorkerStatusInPlaceUpdateWorkerPoolHash` |
+//! | [`machine_watch`] | the Machine watch with `MachineConditionChangedPredicate` (`worker/controller.go`) |
 //! | [`delete`] | `Delete` (`actuator_delete.go`), `waitUntilCredentialsSecretAcquiredOrReleased`, `WaitUntilMachineResourcesDeleted` (`pkg/utils/gardener`) |
 //! | [`migrate`] | `Migrate` (a no-op upstream; gardenlet's `computeMachineState` records the machines) |
 //! | [`restore`] | `Restore`, `RestoreWithoutReconcile` (`actuator_restore.go`) |
