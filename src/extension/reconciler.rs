@@ -17,7 +17,7 @@
 //! that success, written in the same second, for this run's — and otherwise only when the
 //! actuator has not finished after [`PROCESSING_AFTER`] (or waits, or fails): a first create
 //! that finishes at once goes straight to Succeeded. Normal events: none for a first create
-//! ([`success_event_wanted`]) and none for a reconcile that found nothing to change
+//! (`success_event_wanted`) and none for a reconcile that found nothing to change
 //! ([`Outcome::Unchanged`]).
 
 use std::collections::HashSet;
