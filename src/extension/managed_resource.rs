@@ -14,7 +14,7 @@
 //! - Writes are server-side applies with our field manager, so fields of other managers
 //!   (GRM's finalizer, status) stay untouched. With the operator's [`SeedCache`] nothing is
 //!   sent at all when the stored MR already has the rendered spec, labels and annotations
-//!   and its secret exists ([`matches`]); reads (the MR, the secret names) come from the
+//!   and its secret exists ([`matches()`]); reads (the MR, the secret names) come from the
 //!   cache too. Every function takes the cache as an `Option`: without one it reads with
 //!   GETs and lists, as callers outside the operator's controllers do.
 

@@ -5,7 +5,7 @@
 //!
 //! 1. a watch on all objects of the kind feeds [`predicate`] (class/type filter, the
 //!    annotation-driven enqueue rules) into a [`queue::WorkQueue`];
-//! 2. up to `--max-concurrent-reconciles` workers take keys and run [`reconciler::reconcile`]:
+//! 2. up to `--max-concurrent-reconciles` workers take keys and run [`reconciler::Reconciler::reconcile`]:
 //!    read the object, honour `wait-for-state`, read the [`cluster`] and skip failed shoots,
 //!    strip the `reconcile` annotation, pick the step with [`operation::decide`] and run the
 //!    flow around the kind's [`Actuator`]: [`finalizer`]s, [`status`] writes, events, metrics;

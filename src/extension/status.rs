@@ -93,7 +93,7 @@ pub fn processing(
 }
 
 /// `lastOperation` Error + `lastError` + `observedGeneration`. The description is
-/// "Error <verb>ing <kind>: <error>" with the first letter upper-cased.
+/// "Error `<verb>`ing `<kind>`: `<error>`" with the first letter upper-cased.
 pub fn error(
     operation: LastOperationType,
     kind: &str,

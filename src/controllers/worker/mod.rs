@@ -18,7 +18,7 @@
 //! 5. the operations, one file each: [`reconcile`], [`delete`], [`migrate`], [`restore`];
 //!    bounded waits by requeue ([`wait`]), an event per step ([`steps`]), machine state for
 //!    migration ([`state`], [`state_objects`]);
-//! 6. [`print`]: the same objects as YAML for `gardener-extension-node render worker`.
+//! 6. [`print`](mod@print): the same objects as YAML for `gardener-extension-node render worker`.
 //!
 //! # What follows which upstream function
 //!
