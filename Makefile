@@ -54,6 +54,7 @@ lint:
 	hack/check-citations.sh
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --all-targets -- -D warnings
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps --quiet
 	$(CARGO) deny --offline check licenses bans sources
 
 # Separate from lint: the advisory database is fetched from GitHub, which CI machines
