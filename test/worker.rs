@@ -170,6 +170,20 @@ async fn until_ready(env: &TestEnv, mcm: &Mcm, operation: LastOperationType) -> 
     .await
 }
 
+/// Puts MCM's finalizer on a MachineDeployment, as MCM does when it takes one over.
+async fn take_over(env: &TestEnv, deployment: &str) {
+    api::<MachineDeployment>(env)
+        .patch(
+            deployment,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": [
+                gardener_extension_node::controllers::worker::leftovers::MCM_FINALIZER
+            ]}})),
+        )
+        .await
+        .unwrap();
+}
+
 /// Waits until `lastError` mentions `needle`.
 async fn until_last_error(env: &TestEnv, needle: &str) -> Worker {
     let workers = api::<Worker>(env);
@@ -1233,16 +1247,7 @@ async fn unwanted_deployments_are_waited_for_and_their_failed_machines_fail_the_
         .unwrap();
     let old = format!("{}-worker-a-z1", env.namespace);
     let deployments = api::<MachineDeployment>(&env);
-    deployments
-        .patch(
-            &old,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"finalizers": [
-                gardener_extension_node::controllers::worker::leftovers::MCM_FINALIZER
-            ]}})),
-        )
-        .await
-        .unwrap();
+    take_over(&env, &old).await;
     mcm.fail(&old, "old-machine", "draining old-machine failed: PDB")
         .await;
 
@@ -1639,16 +1644,7 @@ async fn delete_fails_with_the_errors_of_failed_machines() {
     until_ready(&env, &mcm, LastOperationType::Create).await;
     let md_name = format!("{}-worker-a-z1", env.namespace);
     let deployments = api::<MachineDeployment>(&env);
-    deployments
-        .patch(
-            &md_name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"finalizers": [
-                gardener_extension_node::controllers::worker::leftovers::MCM_FINALIZER
-            ]}})),
-        )
-        .await
-        .unwrap();
+    take_over(&env, &md_name).await;
     mcm.fail(&md_name, "stuck-machine", "deleting the VM failed: locked")
         .await;
     confirm_and_delete(&api::<Worker>(&env), WORKER).await;
