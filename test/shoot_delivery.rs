@@ -669,3 +669,185 @@ async fn node_agent_secret_is_left_to_gardenlet_and_taken_over_when_it_goes() {
     let data: Value = serde_json::to_value(secret.data.unwrap()).unwrap();
     assert!(data.get("osc.yaml").is_some());
 }
+
+/// Issue 18, seen from the seed: the OSC condition `NodeAgentRollout` follows the pool's
+/// Nodes in the shoot, read through a shoot token that the real gardener-resource-manager's
+/// token requestor writes into our access Secret (address and CA from the generic token
+/// kubeconfig Secret, which gardenlet writes and this test plays). Nodes are plain Node objects
+/// here (no kubelet): what counts is their checksum annotation and our agent's
+/// `DisruptiveRolloutHealthy` condition.
+#[tokio::test]
+async fn the_osc_condition_counts_the_pools_nodes_on_the_shipped_checksum() {
+    use gardener_extension_node::api::ConditionStatus;
+    use gardener_extension_node::controllers::operatingsystemconfig::rollout_status::{
+        self, CONDITION_TYPE,
+    };
+    use k8s_openapi::api::core::v1::Node;
+
+    let (env, shoot) = setup().await;
+    let shoot_client = shoot.client().await;
+    // gardenlet's generic token kubeconfig: the shoot's address and CA, a token file.
+    let admin = std::fs::read_to_string(shoot.plane.kubeconfig_path()).unwrap();
+    let mut generic: Value = serde_norway::from_str(&admin).unwrap();
+    generic["users"] = json!([{"name": "extension", "user": {
+        "tokenFile": "/var/run/secrets/gardener.cloud/shoot/token/token"
+    }}]);
+    generic["contexts"][0]["context"]["user"] = json!("extension");
+    api::<Secret>(&env.client, &env.namespace)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": "generic-token-kubeconfig"},
+                "stringData": {"kubeconfig": serde_norway::to_string(&generic).unwrap()},
+            }))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let nodes = Api::<Node>::all(shoot_client.clone());
+    let node = |name: &str| -> Node {
+        serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": {"worker.gardener.cloud/pool": "worker-a"}},
+        }))
+        .unwrap()
+    };
+    for name in ["node-a", "node-b"] {
+        nodes
+            .create(&PostParams::default(), &node(name))
+            .await
+            .unwrap();
+    }
+    let oscs = api::<OperatingSystemConfig>(&env.client, &env.namespace);
+    let name = create_reconcile_osc(&env).await;
+    wait_ready(&oscs, &name, LastOperationType::Create).await;
+    let checksum = shoot_secret_checksum(&shoot_client).await;
+    let report = |nodes_checksums: [(&'static str, String); 2]| {
+        let nodes = nodes.clone();
+        async move {
+            for (node, checksum) in nodes_checksums {
+                nodes
+                    .patch(
+                        node,
+                        &PatchParams::default(),
+                        &Patch::Merge(json!({"metadata": {"annotations": {
+                            "checksum/cloud-config-data": checksum
+                        }}})),
+                    )
+                    .await
+                    .unwrap();
+            }
+        }
+    };
+    let wait_condition = |status: ConditionStatus, needle: String| {
+        let oscs = oscs.clone();
+        let name = name.clone();
+        async move {
+            wait_for(
+                &format!("{CONDITION_TYPE} {status:?} with {needle:?}"),
+                WAIT,
+                || async {
+                    let osc = oscs.get(&name).await.map_err(|e| e.to_string())?;
+                    let condition = osc
+                        .status
+                        .and_then(|s| {
+                            s.default
+                                .conditions
+                                .into_iter()
+                                .find(|c| c.type_ == CONDITION_TYPE)
+                        })
+                        .ok_or("no condition yet")?;
+                    if condition.status == status && condition.message.contains(&needle) {
+                        Ok(condition)
+                    } else {
+                        Err(format!("{condition:?}"))
+                    }
+                },
+            )
+            .await
+        }
+    };
+    // One of two nodes on the shipped configuration.
+    report([("node-a", checksum.clone()), ("node-b", "older".into())]).await;
+    let progressing = wait_condition(ConditionStatus::Progressing, "1/2 nodes".into()).await;
+    assert_eq!(progressing.reason, "RolloutProgressing");
+    assert!(
+        progressing.message.contains(&checksum[..12]),
+        "{}",
+        progressing.message
+    );
+    // Both: complete.
+    report([("node-a", checksum.clone()), ("node-b", checksum.clone())]).await;
+    wait_condition(ConditionStatus::True, "2/2 nodes".into()).await;
+
+    // A new configuration: node-b's agent stops the disruptive rollout.
+    oscs.patch(
+        &name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({
+            "metadata": {"annotations": {"gardener.cloud/operation": "reconcile"}},
+            "spec": {"units": [{"name": "rollout-test.service", "content": "[Service]\nExecStart=/bin/true\n"}]},
+        })),
+    )
+    .await
+    .unwrap();
+    wait_ready(&oscs, &name, LastOperationType::Reconcile).await;
+    let next = wait_for("the new checksum in the shoot", WAIT, || async {
+        let next = shoot_secret_checksum(&shoot_client).await;
+        if next != checksum {
+            Ok(next)
+        } else {
+            Err("still the old checksum".to_string())
+        }
+    })
+    .await;
+    nodes
+        .patch_status(
+            "node-b",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"conditions": [{
+                "type": rollout_status::NODE_CONDITION_ROLLOUT, "status": "False",
+                "reason": "NotHealthy", "message": "kubelet did not answer within 300s",
+                "lastTransitionTime": "2026-12-01T10:00:00Z", "lastHeartbeatTime": "2026-12-01T10:00:00Z",
+            }]}})),
+        )
+        .await
+        .unwrap();
+    report([("node-a", checksum.clone()), ("node-b", next.clone())]).await;
+    let stopped = wait_condition(ConditionStatus::False, "stopped on node node-b".into()).await;
+    assert_eq!(stopped.reason, "RolloutStopped");
+    assert!(
+        stopped
+            .message
+            .contains("NotHealthy: kubelet did not answer"),
+        "{}",
+        stopped.message
+    );
+    assert!(stopped.message.contains("1/2 nodes"), "{}", stopped.message);
+    // The token came from GRM's token requestor, for a ServiceAccount that may only read Nodes.
+    let account = rollout_status::service_account_name(OSC_KEY);
+    let access = api::<Secret>(&env.client, &env.namespace)
+        .get(&format!("shoot-access-{account}"))
+        .await
+        .unwrap();
+    assert!(access.data.unwrap().contains_key("token"));
+    assert!(
+        api::<k8s_openapi::api::core::v1::ServiceAccount>(&shoot_client, "kube-system")
+            .get_opt(&account)
+            .await
+            .unwrap()
+            .is_some()
+    );
+}
+
+/// The `checksum/data-script` of the node-agent Secret in the shoot.
+async fn shoot_secret_checksum(shoot: &Client) -> String {
+    wait_for("the node-agent Secret in the shoot", WAIT, || async {
+        shoot_secret(shoot)
+            .await
+            .and_then(|s| s.annotations().get("checksum/data-script").cloned())
+            .ok_or_else(|| "not there yet".to_string())
+    })
+    .await
+}

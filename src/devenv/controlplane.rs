@@ -378,6 +378,9 @@ impl ControlPlane {
             .arg(format!("--client-ca-file={}", path("ca.crt")))
             .arg("--authorization-mode=RBAC")
             .arg("--service-account-issuer=https://kubernetes.default.svc.cluster.local")
+            // As in a Gardener shoot: tokens gardener-resource-manager's token requestor asks
+            // for carry the audience `gardener`.
+            .arg("--api-audiences=https://kubernetes.default.svc.cluster.local,gardener")
             .arg(format!("--service-account-key-file={}", path("sa.pub")))
             .arg(format!(
                 "--service-account-signing-key-file={}",

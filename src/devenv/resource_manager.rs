@@ -66,7 +66,8 @@ const READY_TIMEOUT: Duration = Duration::from_secs(120);
 /// The shortest sync period GRM accepts.
 pub const MIN_SYNC_PERIOD: Duration = Duration::from_secs(15);
 
-/// GRM's configuration file (pure): only the ManagedResource and health controllers.
+/// GRM's configuration file (pure): only the ManagedResource, health and token requestor
+/// controllers.
 pub fn render_config(
     options: &ResourceManagerOptions,
     ports: [u16; 3],
@@ -114,7 +115,8 @@ pub fn render_config(
             "networkPolicy": {"enabled": false},
             "nodeCriticalComponents": {"enabled": false},
             "nodeAgentReconciliationDelay": {"enabled": false},
-            "tokenRequestor": {"enabled": false},
+            // Shoot access secrets (the OSC controller's node-agent rollout status).
+            "tokenRequestor": {"enabled": true, "concurrentSyncs": 2},
         },
         "webhooks": {},
     })
@@ -306,12 +308,7 @@ mod tests {
         );
         // Shorter periods are raised to what GRM accepts.
         assert_eq!(config["controllers"]["health"]["syncPeriod"], "15s");
-        for disabled in [
-            "garbageCollector",
-            "csrApprover",
-            "networkPolicy",
-            "tokenRequestor",
-        ] {
+        for disabled in ["garbageCollector", "csrApprover", "networkPolicy"] {
             assert_eq!(
                 config["controllers"][disabled]["enabled"], false,
                 "{disabled}"

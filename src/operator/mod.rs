@@ -185,6 +185,14 @@ pub async fn run_serving(
                     shutdown.clone(),
                 )));
                 let (objects, writer) = object_store::<crate::api::OperatingSystemConfig>();
+                controllers.push(tokio::spawn(
+                    crate::controllers::operatingsystemconfig::rollout_watch::run(
+                        client.clone(),
+                        cache.clone(),
+                        objects.clone(),
+                        shutdown.clone(),
+                    ),
+                ));
                 let (task, ready) = start_controller(
                     &client,
                     actuator,

@@ -25,6 +25,7 @@ use serde_json::{Map, Value, json};
 
 use super::content::ReferencedSecrets;
 use super::extensions::{self, Extensions};
+use super::rollout_status;
 use super::{
     Error, OscActuator, USER_DATA_KEY, fetch, handover, node_agent_managed_resource, nodeagent,
     result_secret_ref, userdata, validate,
@@ -277,8 +278,10 @@ pub async fn ship_node_agent_secret(
     let files = osc.spec.files.iter();
     let secrets = fetch::referenced_secrets(&actuator.client, namespace, files).await?;
     let (secret, extensions) = render_node_agent_secret(osc, &secrets)?;
-    let data = secret.managed_resource_data().map_err(Error::NodeAgent)?;
+    let mut data = secret.managed_resource_data().map_err(Error::NodeAgent)?;
+    data.extend(rollout_status::rbac_manifests(&secret.name));
     managed_resource::apply_for_shoot(&actuator.client, None, namespace, &mr, &data, false).await?;
+    apply_access_secret(actuator, osc, namespace, &secret).await?;
     tracing::info!(
         managed_resource = %mr,
         secret = %secret.name,
@@ -286,6 +289,61 @@ pub async fn ship_node_agent_secret(
         "node-agent secret applied"
     );
     Ok(extensions)
+}
+
+/// The shoot access Secret through which the rollout watch sees the pool's Nodes
+/// ([`rollout_status::access_secret`]); written only when it is missing or differs (the
+/// token gardener-resource-manager writes into it is left alone).
+async fn apply_access_secret(
+    actuator: &OscActuator,
+    osc: &OperatingSystemConfig,
+    namespace: &str,
+    shipped: &nodeagent::NodeAgentSecret,
+) -> Result<(), Error> {
+    let Some(owner) = osc.controller_owner_ref(&()) else {
+        return Ok(());
+    };
+    let wanted = rollout_status::access_secret(
+        namespace,
+        &shipped.name,
+        &shipped.pool,
+        &shipped.checksum(),
+        owner,
+    );
+    let name = wanted.metadata.name.clone().unwrap_or_default();
+    let api: Api<Secret> = Api::namespaced(actuator.client.clone(), namespace);
+    let error = |action: &'static str| {
+        let name = name.clone();
+        move |source| Error::Secret {
+            action,
+            namespace: namespace.to_string(),
+            name,
+            source: Box::new(source),
+        }
+    };
+    let current = api.get_opt(&name).await.map_err(error("reading"))?;
+    let up_to_date = current.is_some_and(|current| {
+        let has_all = |wanted: &Option<BTreeMap<String, String>>,
+                       have: &Option<BTreeMap<String, String>>| {
+            wanted
+                .iter()
+                .flatten()
+                .all(|(k, v)| have.as_ref().and_then(|h| h.get(k)) == Some(v))
+        };
+        has_all(&wanted.metadata.labels, &current.metadata.labels)
+            && has_all(&wanted.metadata.annotations, &current.metadata.annotations)
+            && current.metadata.owner_references == wanted.metadata.owner_references
+    });
+    if !up_to_date {
+        api.patch(
+            &name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&wanted),
+        )
+        .await
+        .map_err(error("applying"))?;
+    }
+    Ok(())
 }
 
 /// The list as JSON, or `null` (clears the field) when empty.

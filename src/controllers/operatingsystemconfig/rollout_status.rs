@@ -1,0 +1,398 @@
+//! How far a pool's nodes are with the node-agent configuration, for the seed (pure): the
+//! OSC condition [`CONDITION_TYPE`] that the rollout watch ([`super::rollout_watch`]) keeps
+//! on `reconcile` OSCs whose node-agent secret we ship, and the shoot access it reads the
+//! Nodes with (`docs/agent.md#disruptive-rollout`, "Seen from the seed").
+//!
+//! - [`summarize`]: from the pool's Nodes and the shipped checksum — how many report it
+//!   (annotation `checksum/cloud-config-data`, as gardenlet counts updated nodes), and which
+//!   stopped the disruptive rollout (Node condition `DisruptiveRolloutHealthy=False`, written
+//!   by our agent);
+//! - [`condition`]: the OSC condition: `True`/`RolloutComplete` when every node reports the
+//!   checksum, `Progressing`/`RolloutProgressing` while some do not, `False`/`RolloutStopped`
+//!   naming the stopped nodes (an error an operator has to act on: fix the OSC, or resume the
+//!   node). gardenlet ignores condition types it does not know, so the condition informs
+//!   without changing how gardenlet treats the OSC;
+//! - [`access_secret`] and [`rbac_manifests`]: a shoot access Secret per OSC key for
+//!   gardener-resource-manager's token requestor (the way extensions get a shoot token), and
+//!   the ClusterRole/ClusterRoleBinding that let its ServiceAccount list Nodes, shipped in
+//!   the key's node-agent ManagedResource.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use k8s_openapi::api::core::v1::{Node, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::api::ObjectMeta;
+use serde_json::json;
+
+use crate::api::common::{Condition, ConditionStatus};
+use crate::api::constants::LABEL_WORKER_POOL;
+
+/// The OSC condition type.
+pub const CONDITION_TYPE: &str = "NodeAgentRollout";
+/// The Node annotation with the checksum of the configuration a node runs.
+pub const ANNOTATION_NODE_CHECKSUM: &str = "checksum/cloud-config-data";
+/// The Node label naming the node-agent secret a node reads (set by gardenlet's worker pool
+/// labels); nodes with another value belong to another key of the pool.
+pub const LABEL_NODE_AGENT_SECRET: &str = "worker.gardener.cloud/gardener-node-agent-secret-name";
+/// Our agent's Node condition for a disruptive rollout (`src/agent/rollout.rs`).
+pub const NODE_CONDITION_ROLLOUT: &str = "DisruptiveRolloutHealthy";
+/// Annotation on the access Secret: the checksum of the node-agent secret we shipped.
+pub const ANNOTATION_SHIPPED_CHECKSUM: &str = "node.extensions.gardener.cloud/node-agent-checksum";
+/// Annotation on the access Secret: the pool of the OSC.
+pub const ANNOTATION_POOL: &str = "node.extensions.gardener.cloud/pool";
+/// Label on our access Secrets (the rollout watch's cache selects them by it).
+pub const LABEL_ACCESS: &str = "node.extensions.gardener.cloud/rollout-access";
+/// Prefix of the access Secret's name (gardener's `shoot-access-` convention).
+pub const ACCESS_SECRET_PREFIX: &str = "shoot-access-";
+/// Namespace of the ServiceAccount in the shoot.
+pub const SERVICE_ACCOUNT_NAMESPACE: &str = "kube-system";
+
+/// One node that stopped the rollout.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoppedNode {
+    /// Node name.
+    pub name: String,
+    /// The condition's reason (`ApplyFailed`, `NotHealthy`).
+    pub reason: String,
+    /// The condition's message.
+    pub message: String,
+}
+
+/// Where a pool's nodes are.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Summary {
+    /// Nodes of the pool (and key).
+    pub total: usize,
+    /// Of them, the nodes reporting the shipped checksum.
+    pub current: usize,
+    /// Nodes whose rollout stopped.
+    pub stopped: Vec<StoppedNode>,
+}
+
+/// Counts the nodes of `pool` reading `key` (see the module docs).
+pub fn summarize(nodes: &[Node], pool: &str, key: &str, checksum: &str) -> Summary {
+    let mut summary = Summary::default();
+    for node in nodes {
+        let labels = node.metadata.labels.as_ref();
+        let label = |name: &str| labels.and_then(|l| l.get(name)).map(String::as_str);
+        if label(LABEL_WORKER_POOL) != Some(pool)
+            || label(LABEL_NODE_AGENT_SECRET).is_some_and(|secret| secret != key)
+        {
+            continue;
+        }
+        summary.total += 1;
+        let reported = node
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(ANNOTATION_NODE_CHECKSUM));
+        if reported.is_some_and(|value| value == checksum) {
+            summary.current += 1;
+        }
+        let stopped = node
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|c| c.iter().find(|c| c.type_ == NODE_CONDITION_ROLLOUT))
+            .filter(|c| c.status == "False");
+        if let Some(condition) = stopped {
+            summary.stopped.push(StoppedNode {
+                name: node.metadata.name.clone().unwrap_or_default(),
+                reason: condition.reason.clone().unwrap_or_default(),
+                message: condition.message.clone().unwrap_or_default(),
+            });
+        }
+    }
+    summary.stopped.sort_by(|a, b| a.name.cmp(&b.name));
+    summary
+}
+
+/// The OSC condition for `summary`; keeps `previous`'s transition time while the status
+/// stays and its update time while reason and message stay, as Gardener's condition helpers do.
+pub fn condition(
+    summary: &Summary,
+    checksum: &str,
+    previous: Option<&Condition>,
+    now: DateTime<Utc>,
+) -> Condition {
+    let short = checksum.get(..12).unwrap_or(checksum);
+    let counts = format!(
+        "{}/{} nodes run the node-agent configuration {short}",
+        summary.current, summary.total
+    );
+    let (status, reason, message) = if let Some(first) = summary.stopped.first() {
+        let names: Vec<&str> = summary.stopped.iter().map(|n| n.name.as_str()).collect();
+        (
+            ConditionStatus::False,
+            "RolloutStopped",
+            format!(
+                "the disruptive rollout stopped on node {} ({}: {}); {counts}. Fix the \
+                 configuration, or resume the node with the annotation \
+                 node.extensions.gardener.cloud/rollout-resume",
+                names.join(", "),
+                first.reason,
+                first.message
+            ),
+        )
+    } else if summary.current == summary.total {
+        (ConditionStatus::True, "RolloutComplete", counts)
+    } else {
+        (ConditionStatus::Progressing, "RolloutProgressing", counts)
+    };
+    let same_status = previous.is_some_and(|p| p.status == status);
+    let same_text =
+        previous.is_some_and(|p| same_status && p.reason == reason && p.message == message);
+    Condition {
+        type_: CONDITION_TYPE.into(),
+        status,
+        last_transition_time: previous
+            .filter(|_| same_status)
+            .map_or(now, |p| p.last_transition_time),
+        last_update_time: previous
+            .filter(|_| same_text)
+            .map_or(now, |p| p.last_update_time),
+        reason: reason.into(),
+        message,
+        codes: Vec::new(),
+    }
+}
+
+/// Name of the shoot ServiceAccount (and, with [`ACCESS_SECRET_PREFIX`], of the access
+/// Secret) for OSC key `key`.
+pub fn service_account_name(key: &str) -> String {
+    format!("gardener-extension-node-rollout-{key}")
+}
+
+/// The access Secret of an OSC (namespace `namespace`, controlled by the OSC so that the
+/// seed's garbage collector removes it with the OSC): gardener-resource-manager's token
+/// requestor (label `resources.gardener.cloud/purpose=token-requestor`, class `shoot`) creates
+/// the ServiceAccount in the shoot and writes its token under `token`. Its annotations carry
+/// what the rollout watch needs besides: the pool and the checksum we shipped.
+pub fn access_secret(
+    namespace: &str,
+    key: &str,
+    pool: &str,
+    checksum: &str,
+    owner: OwnerReference,
+) -> Secret {
+    let account = service_account_name(key);
+    Secret {
+        metadata: ObjectMeta {
+            name: Some(format!("{ACCESS_SECRET_PREFIX}{account}")),
+            namespace: Some(namespace.into()),
+            labels: Some(BTreeMap::from([
+                (
+                    "resources.gardener.cloud/purpose".into(),
+                    "token-requestor".into(),
+                ),
+                ("resources.gardener.cloud/class".into(), "shoot".into()),
+                (LABEL_ACCESS.into(), "true".into()),
+            ])),
+            annotations: Some(BTreeMap::from([
+                (
+                    "serviceaccount.resources.gardener.cloud/name".into(),
+                    account,
+                ),
+                (
+                    "serviceaccount.resources.gardener.cloud/namespace".into(),
+                    SERVICE_ACCOUNT_NAMESPACE.into(),
+                ),
+                (ANNOTATION_POOL.into(), pool.into()),
+                (ANNOTATION_SHIPPED_CHECKSUM.into(), checksum.into()),
+            ])),
+            owner_references: Some(vec![owner]),
+            ..ObjectMeta::default()
+        },
+        ..Secret::default()
+    }
+}
+
+/// ClusterRole and ClusterRoleBinding (ManagedResource data keys and manifests) that let the
+/// key's ServiceAccount get and list Nodes — nothing else.
+pub fn rbac_manifests(key: &str) -> BTreeMap<String, Vec<u8>> {
+    let name = format!("gardener-extension-node:rollout-status:{key}");
+    let role = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": name},
+        "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list"]}],
+    });
+    let binding = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+        "subjects": [{
+            "kind": "ServiceAccount",
+            "name": service_account_name(key),
+            "namespace": SERVICE_ACCOUNT_NAMESPACE,
+        }],
+    });
+    let file = |kind: &str| format!("{kind}____{}.yaml", name.replace(':', "_"));
+    BTreeMap::from([
+        (file("clusterrole"), role.to_string().into_bytes()),
+        (file("clusterrolebinding"), binding.to_string().into_bytes()),
+    ])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(name: &str, pool: &str, checksum: Option<&str>, rollout: Option<(&str, &str)>) -> Node {
+        serde_json::from_value(json!({
+            "metadata": {
+                "name": name,
+                "labels": {LABEL_WORKER_POOL: pool},
+                "annotations": checksum.map(|c| json!({ANNOTATION_NODE_CHECKSUM: c})).unwrap_or(json!({})),
+            },
+            "status": {"conditions": rollout.map(|(status, reason)| json!([{
+                "type": NODE_CONDITION_ROLLOUT, "status": status, "reason": reason,
+                "message": "kubelet did not answer",
+            }])).unwrap_or(json!([]))},
+        }))
+        .unwrap()
+    }
+
+    const NOW: &str = "2026-12-01T10:00:00Z";
+
+    fn now() -> DateTime<Utc> {
+        NOW.parse().unwrap()
+    }
+
+    #[test]
+    fn counts_the_pools_nodes_reporting_the_checksum() {
+        let nodes = [
+            node("a", "pool", Some("new"), None),
+            node("b", "pool", Some("old"), None),
+            node("c", "pool", None, Some(("True", "Healthy"))),
+            node("d", "other", Some("new"), None),
+        ];
+        let summary = summarize(&nodes, "pool", "key", "new");
+        assert_eq!((summary.total, summary.current), (3, 1));
+        assert!(summary.stopped.is_empty());
+        let condition = condition(&summary, "new", None, now());
+        assert_eq!(condition.status, ConditionStatus::Progressing);
+        assert_eq!(condition.reason, "RolloutProgressing");
+        assert!(
+            condition.message.starts_with("1/3 nodes"),
+            "{}",
+            condition.message
+        );
+    }
+
+    #[test]
+    fn nodes_of_another_key_of_the_pool_are_not_counted() {
+        let mut other = node("x", "pool", Some("old"), None);
+        other
+            .metadata
+            .labels
+            .as_mut()
+            .unwrap()
+            .insert(LABEL_NODE_AGENT_SECRET.into(), "old-key".into());
+        let summary = summarize(
+            &[other, node("a", "pool", Some("new"), None)],
+            "pool",
+            "key",
+            "new",
+        );
+        assert_eq!((summary.total, summary.current), (1, 1));
+        let condition = condition(&summary, "new", None, now());
+        assert_eq!(
+            (condition.status, condition.reason.as_str()),
+            (ConditionStatus::True, "RolloutComplete")
+        );
+    }
+
+    #[test]
+    fn a_stopped_node_is_named_in_a_false_condition() {
+        let nodes = [
+            node("b", "pool", Some("new"), Some(("False", "NotHealthy"))),
+            node("a", "pool", Some("old"), None),
+        ];
+        let summary = summarize(&nodes, "pool", "key", "new");
+        let condition = condition(&summary, "new", None, now());
+        assert_eq!(condition.status, ConditionStatus::False);
+        assert_eq!(condition.reason, "RolloutStopped");
+        assert!(
+            condition
+                .message
+                .contains("stopped on node b (NotHealthy: kubelet did not answer)"),
+            "{}",
+            condition.message
+        );
+        assert!(condition.message.contains("rollout-resume"));
+    }
+
+    #[test]
+    fn times_move_only_with_the_status_and_the_text() {
+        let nodes = [node("a", "pool", Some("old"), None)];
+        let earlier: DateTime<Utc> = "2026-12-01T09:00:00Z".parse().unwrap();
+        let first = condition(&summarize(&nodes, "pool", "k", "new"), "new", None, earlier);
+        let same = condition(
+            &summarize(&nodes, "pool", "k", "new"),
+            "new",
+            Some(&first),
+            now(),
+        );
+        assert_eq!(same, first, "nothing changed: same object, no write");
+        let done = [node("a", "pool", Some("new"), None)];
+        let later = condition(
+            &summarize(&done, "pool", "k", "new"),
+            "new",
+            Some(&first),
+            now(),
+        );
+        assert_eq!(later.last_transition_time, now());
+        assert_eq!(later.last_update_time, now());
+    }
+
+    #[test]
+    fn the_access_secret_asks_grm_for_a_token_and_the_role_only_reads_nodes() {
+        let owner = OwnerReference {
+            api_version: "extensions.gardener.cloud/v1alpha1".into(),
+            kind: "OperatingSystemConfig".into(),
+            name: "osc".into(),
+            uid: "1".into(),
+            controller: Some(true),
+            block_owner_deletion: None,
+        };
+        let secret = access_secret(
+            "shoot--p--s",
+            "gardener-node-agent-pool-1a2b",
+            "pool",
+            "abc",
+            owner,
+        );
+        assert_eq!(
+            secret.metadata.name.as_deref(),
+            Some("shoot-access-gardener-extension-node-rollout-gardener-node-agent-pool-1a2b")
+        );
+        let labels = secret.metadata.labels.unwrap();
+        assert_eq!(
+            labels["resources.gardener.cloud/purpose"],
+            "token-requestor"
+        );
+        assert_eq!(labels["resources.gardener.cloud/class"], "shoot");
+        let annotations = secret.metadata.annotations.unwrap();
+        assert_eq!(
+            annotations["serviceaccount.resources.gardener.cloud/namespace"],
+            "kube-system"
+        );
+        assert_eq!(annotations[ANNOTATION_SHIPPED_CHECKSUM], "abc");
+        let rbac = rbac_manifests("gardener-node-agent-pool-1a2b");
+        assert_eq!(rbac.len(), 2);
+        let role: serde_json::Value = serde_json::from_slice(
+            rbac.iter()
+                .find(|(k, _)| k.starts_with("clusterrole__"))
+                .unwrap()
+                .1,
+        )
+        .unwrap();
+        assert_eq!(
+            role["rules"],
+            json!([{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list"]}])
+        );
+    }
+}

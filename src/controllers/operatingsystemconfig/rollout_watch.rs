@@ -1,0 +1,299 @@
+//! Keeps the [`rollout_status::CONDITION_TYPE`] condition of the `reconcile` OSCs whose
+//! node-agent secret we ship, by listing the pool's Nodes in the shoot (the I/O around
+//! [`rollout_status`]; runs beside the OSC controller, under its leadership).
+//!
+//! What it reads: a reflector on our access Secrets only (label
+//! [`rollout_status::LABEL_ACCESS`]; each names its OSC as controller owner and carries the
+//! pool, the shipped checksum and, once gardener-resource-manager has written it, the shoot
+//! token), the OSC store of the controller, the Clusters of the [`SeedCache`], and — once per
+//! token — the shoot's generic token kubeconfig Secret for the API server's address and CA.
+//!
+//! What it costs: every [`INTERVAL`], one list of the pool's Nodes (label selector) per OSC
+//! whose condition does not say yet that every node runs the shipped checksum; nothing for
+//! an OSC whose rollout is complete, nothing for a hibernated or deleting shoot. It writes the
+//! OSC status only when the condition changes.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use chrono::Utc;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Node, Secret};
+use kube::api::{ListParams, Patch, PatchParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::runtime::WatchStreamExt;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::watcher;
+use kube::{Api, Client, ResourceExt};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use super::nodeagent;
+use super::rollout_status::{self, ANNOTATION_POOL, ANNOTATION_SHIPPED_CHECKSUM, CONDITION_TYPE};
+use crate::api::OperatingSystemConfig;
+use crate::api::common::{Condition, ConditionStatus};
+use crate::extension::cache::{ObjectStore, SeedCache};
+
+/// How often unfinished rollouts are looked at.
+pub const INTERVAL: Duration = Duration::from_secs(10);
+
+/// Why one OSC's rollout could not be looked at (logged; the next round tries again).
+#[derive(Debug, thiserror::Error)]
+enum WatchError {
+    #[error("the shoot's generic token kubeconfig Secret {0} is missing or has no kubeconfig")]
+    NoKubeconfig(String),
+    #[error("reading the generic token kubeconfig")]
+    Kubeconfig(#[source] kube::config::KubeconfigError),
+    #[error("building the shoot client")]
+    Client(#[source] kube::Error),
+    #[error("{what}")]
+    Api {
+        what: &'static str,
+        #[source]
+        source: kube::Error,
+    },
+}
+
+/// Runs until `shutdown` (see the module docs).
+pub async fn run(client: Client, cache: SeedCache, oscs: ObjectStore, shutdown: CancellationToken) {
+    let api: Api<Secret> = Api::all(client.clone());
+    let config =
+        watcher::Config::default().labels(&format!("{}=true", rollout_status::LABEL_ACCESS));
+    let (store, writer) = reflector::store();
+    let reflect = watcher::watcher(api, config)
+        .default_backoff()
+        .reflect(writer)
+        .for_each(|_| futures::future::ready(()));
+    let watch = tokio::spawn(reflect);
+    let mut clients: HashMap<String, (String, Client)> = HashMap::new();
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => break,
+            _ = tokio::time::sleep(INTERVAL) => {}
+        }
+        if store.wait_until_ready().await.is_err() {
+            break;
+        }
+        round(&client, &cache, &oscs, &store, &mut clients).await;
+    }
+    watch.abort();
+}
+
+async fn round(
+    client: &Client,
+    cache: &SeedCache,
+    oscs: &ObjectStore,
+    access: &Store<Secret>,
+    clients: &mut HashMap<String, (String, Client)>,
+) {
+    for secret in access.state() {
+        let namespace = secret.namespace().unwrap_or_default();
+        let Some(target) = Target::of(&secret, oscs) else {
+            continue;
+        };
+        if target.complete() || !shoot_running(cache, &namespace) {
+            continue;
+        }
+        let Some(token) = token_of(&secret) else {
+            tracing::debug!(%namespace, osc = %target.osc_name, "no shoot token yet");
+            continue;
+        };
+        if let Err(error) = observe(client, cache, clients, &namespace, &token, &target).await {
+            tracing::warn!(%namespace, osc = %target.osc_name, error = %crate::extension::error::chain(&error), "rollout status not updated");
+        }
+    }
+    // Forget clients of namespaces without access Secrets.
+    let live: std::collections::HashSet<String> = access
+        .state()
+        .iter()
+        .filter_map(|s| s.namespace())
+        .collect();
+    clients.retain(|namespace, _| live.contains(namespace));
+}
+
+/// One OSC whose rollout is watched.
+struct Target {
+    osc_name: String,
+    key: String,
+    pool: String,
+    checksum: String,
+    previous: Option<Condition>,
+}
+
+impl Target {
+    /// The OSC the access Secret belongs to, when it still exists and is not being deleted.
+    fn of(secret: &Secret, oscs: &ObjectStore) -> Option<Self> {
+        let annotations = secret.metadata.annotations.as_ref()?;
+        let owner = secret
+            .owner_references()
+            .iter()
+            .find(|o| o.kind == "OperatingSystemConfig" && o.controller == Some(true))?;
+        let namespace = secret.namespace()?;
+        let resource = kube::api::ApiResource::erase::<OperatingSystemConfig>(&());
+        let object = oscs.get(
+            &reflector::ObjectRef::<kube::api::DynamicObject>::new_with(&owner.name, resource)
+                .within(&namespace),
+        )?;
+        if object.metadata.deletion_timestamp.is_some()
+            || object.metadata.uid.as_deref() != Some(owner.uid.as_str())
+        {
+            return None;
+        }
+        let previous = object
+            .data
+            .get("status")
+            .and_then(|s| s.get("conditions"))
+            .and_then(|c| serde_json::from_value::<Vec<Condition>>(c.clone()).ok())
+            .and_then(|c| c.into_iter().find(|c| c.type_ == CONDITION_TYPE));
+        Some(Target {
+            osc_name: owner.name.clone(),
+            key: nodeagent::key_of(&owner.name).to_string(),
+            pool: annotations.get(ANNOTATION_POOL)?.clone(),
+            checksum: annotations.get(ANNOTATION_SHIPPED_CHECKSUM)?.clone(),
+            previous,
+        })
+    }
+
+    /// Whether the condition already says that every node runs this checksum.
+    fn complete(&self) -> bool {
+        let short = self.checksum.get(..12).unwrap_or(&self.checksum);
+        self.previous.as_ref().is_some_and(|c| {
+            c.status == ConditionStatus::True
+                && c.message.contains(&format!("configuration {short}"))
+        })
+    }
+}
+
+/// The shoot has nodes to look at: known, not hibernated, not being deleted.
+fn shoot_running(cache: &SeedCache, namespace: &str) -> bool {
+    cache.cluster(namespace).is_some_and(|cluster| {
+        cluster
+            .shoot()
+            .is_ok_and(|shoot| !shoot.is_hibernation_enabled() && !shoot.is_being_deleted())
+    })
+}
+
+fn token_of(secret: &Secret) -> Option<String> {
+    let token = secret.data.as_ref()?.get("token")?;
+    String::from_utf8(token.0.clone())
+        .ok()
+        .filter(|t| !t.is_empty())
+}
+
+async fn observe(
+    client: &Client,
+    cache: &SeedCache,
+    clients: &mut HashMap<String, (String, Client)>,
+    namespace: &str,
+    token: &str,
+    target: &Target,
+) -> Result<(), WatchError> {
+    let shoot = match clients.get(namespace) {
+        Some((known, shoot)) if known == token => shoot.clone(),
+        _ => {
+            let shoot = shoot_client(client, cache, namespace, token).await?;
+            clients.insert(namespace.to_string(), (token.to_string(), shoot.clone()));
+            shoot
+        }
+    };
+    let selector = format!(
+        "{}={}",
+        crate::api::constants::LABEL_WORKER_POOL,
+        target.pool
+    );
+    let nodes = Api::<Node>::all(shoot)
+        .list(&ListParams::default().labels(&selector))
+        .await
+        .map_err(|source| WatchError::Api {
+            what: "listing the pool's Nodes in the shoot",
+            source,
+        })?;
+    let summary =
+        rollout_status::summarize(&nodes.items, &target.pool, &target.key, &target.checksum);
+    let condition = rollout_status::condition(
+        &summary,
+        &target.checksum,
+        target.previous.as_ref(),
+        Utc::now(),
+    );
+    if target.previous.as_ref() == Some(&condition) {
+        return Ok(());
+    }
+    write_condition(client, namespace, &target.osc_name, condition).await
+}
+
+/// Replaces our condition in the OSC's `status.conditions`, keeping any others.
+async fn write_condition(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    condition: Condition,
+) -> Result<(), WatchError> {
+    let api: Api<OperatingSystemConfig> = Api::namespaced(client.clone(), namespace);
+    let current = api
+        .get_status(name)
+        .await
+        .map_err(|source| WatchError::Api {
+            what: "reading the OSC",
+            source,
+        })?;
+    let mut conditions: Vec<Condition> = current
+        .status
+        .map(|s| s.default.conditions)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|c| c.type_ != CONDITION_TYPE)
+        .collect();
+    tracing::info!(%namespace, osc = %name, status = ?condition.status, reason = %condition.reason, message = %condition.message, "node-agent rollout");
+    conditions.push(condition);
+    let mut patch = json!({"status": {"conditions": conditions}});
+    if let Some(version) = current.metadata.resource_version {
+        patch["metadata"] = json!({"resourceVersion": version});
+    }
+    api.patch_status(name, &PatchParams::default(), &Patch::Merge(patch))
+        .await
+        .map_err(|source| WatchError::Api {
+            what: "writing the OSC condition",
+            source,
+        })?;
+    Ok(())
+}
+
+/// A client for the shoot: address and CA from the generic token kubeconfig, the token of
+/// our access Secret.
+async fn shoot_client(
+    client: &Client,
+    cache: &SeedCache,
+    namespace: &str,
+    token: &str,
+) -> Result<Client, WatchError> {
+    let secret_name = cache
+        .cluster(namespace)
+        .map(|c| c.generic_token_kubeconfig_secret_name().to_string())
+        .unwrap_or_else(|| crate::api::constants::GENERIC_TOKEN_KUBECONFIG_SECRET_NAME.to_string());
+    let secret = Api::<Secret>::namespaced(client.clone(), namespace)
+        .get_opt(&secret_name)
+        .await
+        .map_err(|source| WatchError::Api {
+            what: "reading the generic token kubeconfig",
+            source,
+        })?
+        .ok_or_else(|| WatchError::NoKubeconfig(secret_name.clone()))?;
+    let yaml = secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get("kubeconfig"))
+        .and_then(|k| String::from_utf8(k.0.clone()).ok())
+        .ok_or_else(|| WatchError::NoKubeconfig(secret_name.clone()))?;
+    let mut kubeconfig = Kubeconfig::from_yaml(&yaml).map_err(WatchError::Kubeconfig)?;
+    for user in &mut kubeconfig.auth_infos {
+        if let Some(auth) = user.auth_info.as_mut() {
+            auth.token_file = None;
+            auth.token = Some(token.to_string().into());
+        }
+    }
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .map_err(WatchError::Kubeconfig)?;
+    crate::kubeconfig::build(config, "operator").map_err(WatchError::Client)
+}
