@@ -233,6 +233,16 @@ impl SerialLock {
         self.held.as_ref().and_then(|l| l.metadata.name.clone())
     }
 
+    /// Whether this agent's last write of the Lease it holds is younger than `within`.
+    pub fn renewed_within(&self, within: Duration) -> bool {
+        let within = SignedDuration::try_from(within).unwrap_or(SignedDuration::MAX);
+        self.held
+            .as_ref()
+            .and_then(|l| l.spec.as_ref())
+            .and_then(|s| s.renew_time.as_ref())
+            .is_some_and(|renewed| Timestamp::now().duration_since(renewed.0) < within)
+    }
+
     fn api(&self) -> Api<Lease> {
         Api::namespaced(self.client.clone(), NAMESPACE)
     }
