@@ -25,7 +25,7 @@ use crate::api::operatingsystemconfig::UnitCommand;
 
 /// OSC secret annotation that turns the rollout on, with the number of slots (a positive
 /// integer; anything else counts as 1).
-pub const ANNOTATION_BUDGET: &str = "node.extensions.gardener.cloud/rollout-budget";
+pub const ANNOTATION_BUDGET: &str = crate::api::constants::ANNOTATION_ROLLOUT_BUDGET;
 /// OSC secret annotation: more units whose restart is disruptive, comma-separated names.
 pub const ANNOTATION_DISRUPTIVE_UNITS: &str = "node.extensions.gardener.cloud/disruptive-units";
 /// OSC secret annotation: seconds a node has after a disruptive apply to be Ready with kubelet
