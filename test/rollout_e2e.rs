@@ -1,0 +1,580 @@
+//! e2e of the disruptive rollout (`make e2e-rollout`; `docs/agent.md#disruptive-rollout`) on
+//! four real nodes: systemd-nspawn machines (`support::node`) with our agent (static build),
+//! containerd 2.x and kubelet, against a real shoot control plane (kube-apiserver and
+//! kube-controller-manager) on loopback. The test plays gardenlet: it writes the pool's
+//! node-agent secret into the shoot, with the rollout annotations our operator writes.
+//!
+//! 1. Every node applies the first OSC at once (a first apply is quiet) and becomes Ready.
+//! 2. Budget 2, a change to kubelet's unit: every node restarts kubelet once; a sampler reads
+//!    the Nodes and the slot Leases every 400 ms (2.5 Hz) and never sees more than 2 NotReady
+//!    nodes or slot holders; of the kubelet restarts (from the nodes' journals) no three fall
+//!    within the minimum hold of 10 s.
+//! 3. Budget 1, a change that breaks kubelet: the first node stops (condition
+//!    `DisruptiveRolloutHealthy=False/NotHealthy`, a `DisruptiveRolloutStopped` event) and
+//!    keeps slot 0; the other three never apply it.
+//! 4. A fixed OSC: the stopped node takes its own slot again first, then the others follow one
+//!    at a time; all four end up on it, Ready, with every slot released.
+//!
+//! Needs root, `hack/envtest.sh --node` and `E2E_STATIC_BINARY`; `cargo test` skips it
+//! (`#[ignore]`).
+
+#![allow(clippy::unwrap_used, clippy::panic)]
+
+#[path = "agent_support.rs"]
+mod agent_support;
+mod support;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use agent_support::{
+    AgentSetup, NODE_CHECKSUM, install_agent, limited_token_with_slots_in, osc_secret, osc_yaml,
+};
+use gardener_extension_node::kubeconfig::render_token_kubeconfig;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Event, Node as KubeNode, Secret};
+use kube::api::PostParams;
+use kube::{Api, Client};
+use serde_json::json;
+use support::node::{AGENT_BINARY, KUBELET_UNIT, Node, NodeOptions, NodeOsc};
+use support::oci::{Image, ImageFile, write_archive};
+
+const NODES: usize = 4;
+const SECRET: &str = "gardener-node-agent-rollout-e2e";
+const PAUSE_IMAGE: &str = "e2e.local/pause:e2e";
+const BUDGET_ANNOTATION: &str = "node.extensions.gardener.cloud/rollout-budget";
+const CONDITION: &str = "DisruptiveRolloutHealthy";
+/// The agent's minimum hold after a disruptive apply (`rollout::MIN_HOLD`).
+const MIN_HOLD: Duration = Duration::from_secs(10);
+/// Health bound the test's secret sets (the default is 300 s).
+const HEALTH_TIMEOUT_SECONDS: u64 = 40;
+const SAMPLE_EVERY: Duration = Duration::from_millis(400);
+const STAGE_TIMEOUT: Duration = Duration::from_secs(300);
+
+fn required_env(name: &str) -> PathBuf {
+    PathBuf::from(
+        std::env::var(name)
+            .unwrap_or_else(|_| panic!("{name} is not set: run this test with `make e2e-rollout`")),
+    )
+}
+
+/// The pool's OSC with a drop-in on kubelet (`None`: none).
+fn osc_with_kubelet_drop_in(osc: &NodeOsc, drop_in: Option<&str>) -> String {
+    let mut units = osc.units();
+    if let Some(content) = drop_in {
+        let kubelet = units
+            .iter_mut()
+            .find(|u| u["name"] == KUBELET_UNIT)
+            .unwrap();
+        kubelet["dropIns"] = json!([{"name": "50-rollout-e2e.conf", "content": content}]);
+    }
+    osc_yaml(&units, &osc.files(), Some(osc.cri_config()))
+}
+
+/// Creates or replaces the pool's secret with the rollout annotations; returns the checksum.
+async fn put_pool_osc(client: &Client, osc_yaml: &str, budget: u32) -> String {
+    let api = Api::<Secret>::namespaced(client.clone(), "kube-system");
+    let mut secret = osc_secret(SECRET, osc_yaml);
+    let annotations = secret
+        .metadata
+        .annotations
+        .get_or_insert_with(BTreeMap::new);
+    annotations.insert(BUDGET_ANNOTATION.into(), budget.to_string());
+    annotations.insert(
+        "node.extensions.gardener.cloud/rollout-health-timeout".into(),
+        HEALTH_TIMEOUT_SECONDS.to_string(),
+    );
+    annotations.insert(
+        "node.extensions.gardener.cloud/rollout-settle-timeout".into(),
+        "30".into(),
+    );
+    match api.get_opt(SECRET).await.unwrap() {
+        Some(existing) => {
+            secret.metadata.resource_version = existing.metadata.resource_version;
+            api.replace(SECRET, &PostParams::default(), &secret)
+                .await
+                .unwrap();
+        }
+        None => {
+            api.create(&PostParams::default(), &secret).await.unwrap();
+        }
+    }
+    agent_support::sha256_hex(osc_yaml.as_bytes())
+}
+
+#[derive(Debug, Clone, Default)]
+struct Sample {
+    at: f64,
+    not_ready: Vec<String>,
+    holders: Vec<String>,
+    /// (node, reported checksum).
+    checksums: Vec<(String, String)>,
+}
+
+/// Reads the Nodes and the slot Leases every [`SAMPLE_EVERY`] until `stop`.
+fn sampler(
+    client: Client,
+    slots: usize,
+    stop: Arc<AtomicBool>,
+) -> tokio::task::JoinHandle<Vec<Sample>> {
+    tokio::spawn(async move {
+        let nodes = Api::<KubeNode>::all(client.clone());
+        let leases = Api::<Lease>::namespaced(client, "kube-system");
+        let started = Instant::now();
+        let mut samples = Vec::new();
+        while !stop.load(Ordering::SeqCst) {
+            let tick = Instant::now();
+            let mut sample = Sample {
+                at: started.elapsed().as_secs_f64(),
+                ..Sample::default()
+            };
+            if let Ok(list) = nodes.list(&Default::default()).await {
+                for node in list.items {
+                    let name = node.metadata.name.clone().unwrap_or_default();
+                    if let Some(reported) = node
+                        .metadata
+                        .annotations
+                        .as_ref()
+                        .and_then(|a| a.get(NODE_CHECKSUM))
+                    {
+                        sample.checksums.push((name.clone(), reported.clone()));
+                    }
+                    let ready = node
+                        .status
+                        .and_then(|s| s.conditions)
+                        .unwrap_or_default()
+                        .iter()
+                        .any(|c| c.type_ == "Ready" && c.status == "True");
+                    if !ready {
+                        sample.not_ready.push(name);
+                    }
+                }
+            }
+            for i in 0..slots.max(2) {
+                let name = if i == 0 {
+                    SECRET.to_string()
+                } else {
+                    format!("{SECRET}-{i}")
+                };
+                if let Ok(Some(lease)) = leases.get_opt(&name).await
+                    && let Some(holder) = lease
+                        .spec
+                        .and_then(|s| s.holder_identity)
+                        .filter(|h| !h.is_empty())
+                {
+                    sample.holders.push(format!("{name}={holder}"));
+                }
+            }
+            samples.push(sample);
+            tokio::time::sleep(SAMPLE_EVERY.saturating_sub(tick.elapsed())).await;
+        }
+        samples
+    })
+}
+
+fn max_of(samples: &[Sample], f: impl Fn(&Sample) -> usize) -> usize {
+    samples.iter().map(f).max().unwrap_or_default()
+}
+
+/// Seconds the samples cover.
+fn span(samples: &[Sample]) -> f64 {
+    samples.last().map(|s| s.at).unwrap_or_default()
+}
+
+/// Unix seconds at which kubelet started on `node` (the journal's "Started kubelet" lines),
+/// after `since`.
+fn kubelet_starts(node: &Node, since: f64) -> Vec<f64> {
+    let out = node.machine.run(&[
+        "journalctl",
+        "--no-pager",
+        "-o",
+        "short-unix",
+        "-u",
+        KUBELET_UNIT,
+    ]);
+    out.stdout
+        .lines()
+        .filter(|line| line.contains("Started kubelet"))
+        .filter_map(|line| line.split_whitespace().next()?.parse::<f64>().ok())
+        .filter(|at| *at >= since)
+        .collect()
+}
+
+fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+}
+
+async fn node_state(
+    client: &Client,
+    name: &str,
+) -> (Option<String>, bool, Option<(String, String)>) {
+    let node = Api::<KubeNode>::all(client.clone())
+        .get(name)
+        .await
+        .unwrap();
+    let checksum = node
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(NODE_CHECKSUM))
+        .cloned();
+    let conditions = node.status.and_then(|s| s.conditions).unwrap_or_default();
+    let ready = conditions
+        .iter()
+        .any(|c| c.type_ == "Ready" && c.status == "True");
+    let rollout = conditions
+        .iter()
+        .find(|c| c.type_ == CONDITION)
+        .map(|c| (c.status.clone(), c.reason.clone().unwrap_or_default()));
+    (checksum, ready, rollout)
+}
+
+async fn slot_holders(client: &Client, slots: u32) -> Vec<String> {
+    let leases = Api::<Lease>::namespaced(client.clone(), "kube-system");
+    let mut holders = Vec::new();
+    for i in 0..slots {
+        let name = if i == 0 {
+            SECRET.to_string()
+        } else {
+            format!("{SECRET}-{i}")
+        };
+        if let Some(holder) = leases
+            .get_opt(&name)
+            .await
+            .unwrap()
+            .and_then(|l| l.spec)
+            .and_then(|s| s.holder_identity)
+            .filter(|h| !h.is_empty())
+        {
+            holders.push(holder);
+        }
+    }
+    holders
+}
+
+/// Waits until every node reports `checksum`, is Ready, has the rollout condition True (when
+/// `condition`) and no slot is held.
+async fn wait_rolled_out(
+    client: &Client,
+    nodes: &[Node],
+    checksum: &str,
+    condition: bool,
+    what: &str,
+) {
+    let started = Instant::now();
+    loop {
+        let mut pending = Vec::new();
+        for node in nodes {
+            let (reported, ready, rollout) = node_state(client, node.name()).await;
+            let rollout_ok =
+                !condition || rollout.as_ref().is_some_and(|(status, _)| status == "True");
+            if reported.as_deref() != Some(checksum) || !ready || !rollout_ok {
+                pending.push(format!(
+                    "{}: checksum {:?}, ready {ready}, {CONDITION} {rollout:?}",
+                    node.name(),
+                    reported.map(|c| c[..8].to_string())
+                ));
+            }
+        }
+        let holders = slot_holders(client, 2).await;
+        if pending.is_empty() && holders.is_empty() {
+            eprintln!(
+                "rollout e2e: {what} after {:.1} s",
+                started.elapsed().as_secs_f64()
+            );
+            return;
+        }
+        if started.elapsed() > STAGE_TIMEOUT {
+            let logs: Vec<String> = nodes
+                .iter()
+                .map(|n| n.describe("gardener-node-agent.service"))
+                .collect();
+            panic!(
+                "{what}: not done after {STAGE_TIMEOUT:?}: {pending:?}, holders {holders:?}\n{}",
+                logs.join("\n")
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// No `budget + 1` kubelet starts (all nodes) within [`MIN_HOLD`] of each other.
+fn assert_spaced(starts: &mut [f64], budget: usize, what: &str) {
+    starts.sort_by(f64::total_cmp);
+    for window in starts.windows(budget + 1) {
+        let span = window[budget] - window[0];
+        assert!(
+            span >= MIN_HOLD.as_secs_f64() - 0.5,
+            "{what}: {} kubelet starts within {span:.1} s: {starts:?}",
+            budget + 1
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs the node components and a static binary: make e2e-rollout"]
+async fn disruptive_changes_roll_out_within_the_budget_stop_on_failure_and_resume() {
+    let assets = required_env("ENVTEST_ASSETS");
+    let static_binary = required_env("E2E_STATIC_BINARY");
+    let env = support::env().await;
+    let shoot = support::shoot::Shoot::start(&env).await;
+    let client = shoot.client().await;
+    let server_url = shoot.plane.server_url();
+    let ca_pem = shoot.plane.ca_pem().to_string();
+    let port: u16 = server_url.rsplit(':').next().unwrap().parse().unwrap();
+    let images = tempfile::tempdir().unwrap();
+    write_archive(
+        &Image {
+            reference: PAUSE_IMAGE.into(),
+            entrypoint: vec!["/bin/busybox".into(), "sleep".into(), "2147483647".into()],
+            files: vec![ImageFile::executable("/bin/busybox", "/bin/busybox")],
+        },
+        &images.path().join("pause.tar"),
+    )
+    .unwrap();
+
+    // One kubelet credential for the pool (a ServiceAccount bound to system:node).
+    let osc = NodeOsc {
+        server_url: server_url.clone(),
+        ca_pem: ca_pem.clone(),
+        kubelet_token: support::node::kubelet_token(&client, "rollout-pool").await,
+        labels: BTreeMap::from([("worker.gardener.cloud/pool".into(), "rollout".into())]),
+        sandbox_image: PAUSE_IMAGE.into(),
+    };
+
+    // 1. Four nodes; the first OSC is applied everywhere at once.
+    let first = put_pool_osc(&client, &osc_with_kubelet_drop_in(&osc, None), 2).await;
+    let mut nodes = Vec::new();
+    for _ in 0..NODES {
+        let node = Node::boot(&NodeOptions {
+            assets: assets.clone(),
+            agent_binary: static_binary.clone(),
+            images: images.path().to_path_buf(),
+            apiserver_port: port,
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+        let name = node.name().to_string();
+        let token = limited_token_with_slots_in(&client, "kube-system", &name, &[SECRET], 2).await;
+        install_agent(
+            &node.machine,
+            &AgentSetup {
+                secret_name: SECRET.into(),
+                kubeconfig: render_token_kubeconfig(&server_url, &ca_pem, &token),
+                server_url: server_url.clone(),
+                ca_pem: ca_pem.clone(),
+                drift_interval: "10m".into(),
+                token_sync: vec![],
+                binary_in_machine: AGENT_BINARY.into(),
+            },
+        );
+        nodes.push(node);
+    }
+    wait_rolled_out(&client, &nodes, &first, false, "first OSC on all nodes").await;
+
+    // 2. Budget 2: a kubelet-restarting change.
+    let since = unix_now();
+    let stop = Arc::new(AtomicBool::new(false));
+    let sampling = sampler(client.clone(), 2, stop.clone());
+    let second = put_pool_osc(
+        &client,
+        &osc_with_kubelet_drop_in(&osc, Some("[Service]\nEnvironment=ROLLOUT_E2E=2\n")),
+        2,
+    )
+    .await;
+    wait_rolled_out(
+        &client,
+        &nodes,
+        &second,
+        true,
+        "budget 2: change on all nodes",
+    )
+    .await;
+    stop.store(true, Ordering::SeqCst);
+    let samples = sampling.await.unwrap();
+    let mut starts: Vec<f64> = Vec::new();
+    for node in &nodes {
+        let node_starts = kubelet_starts(node, since);
+        assert_eq!(node_starts.len(), 1, "{}: {node_starts:?}", node.name());
+        starts.extend(node_starts);
+    }
+    let max_not_ready = max_of(&samples, |s| s.not_ready.len());
+    let max_holders = max_of(&samples, |s| s.holders.len());
+    eprintln!(
+        "rollout e2e: budget 2: {} samples over {:.0} s, max NotReady {max_not_ready}, max slot holders {max_holders}, kubelet starts {:?}",
+        samples.len(),
+        span(&samples),
+        starts
+            .iter()
+            .map(|s| format!("{:.1}", s - since))
+            .collect::<Vec<_>>()
+    );
+    assert!(samples.len() >= 10, "{samples:?}");
+    assert!(max_not_ready <= 2, "{samples:?}");
+    assert!(max_holders <= 2, "{samples:?}");
+    assert!(
+        samples.iter().any(|s| s
+            .holders
+            .iter()
+            .any(|h| h.starts_with(&format!("{SECRET}-1=")))),
+        "slot 1 was never used: {samples:?}"
+    );
+    assert_spaced(&mut starts, 2, "budget 2");
+
+    // 3. Budget 1: a change that breaks kubelet stops on the first node.
+    let since = unix_now();
+    let stop = Arc::new(AtomicBool::new(false));
+    let sampling = sampler(client.clone(), 1, stop.clone());
+    let broken = put_pool_osc(
+        &client,
+        &osc_with_kubelet_drop_in(
+            &osc,
+            Some("[Service]\nExecStart=\nExecStart=/usr/local/sbin/kubelet --no-such-flag-rollout-e2e\n"),
+        ),
+        1,
+    )
+    .await;
+    let started = Instant::now();
+    let stopped_node = loop {
+        let mut found = None;
+        for node in &nodes {
+            let (_, _, rollout) = node_state(&client, node.name()).await;
+            if rollout
+                .as_ref()
+                .is_some_and(|(status, reason)| status == "False" && reason == "NotHealthy")
+            {
+                found = Some(node.name().to_string());
+            }
+        }
+        if let Some(name) = found {
+            break name;
+        }
+        assert!(
+            started.elapsed() < STAGE_TIMEOUT,
+            "no node stopped the broken rollout"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    eprintln!(
+        "rollout e2e: broken change stopped on {stopped_node} after {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    // Others keep waiting: give them time to (wrongly) move on.
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    let mut on_broken = Vec::new();
+    for node in &nodes {
+        let (reported, ready, _) = node_state(&client, node.name()).await;
+        let kubelet = node.machine.unit_property(KUBELET_UNIT, "ActiveState");
+        if node.name() == stopped_node {
+            assert_eq!(reported.as_deref(), Some(broken.as_str()));
+        } else {
+            assert_eq!(
+                reported.as_deref(),
+                Some(second.as_str()),
+                "{}",
+                node.name()
+            );
+            assert!(ready, "{} not Ready", node.name());
+            assert_eq!(kubelet, "active", "{}", node.name());
+            assert!(kubelet_starts(node, since).is_empty(), "{}", node.name());
+        }
+        if reported.as_deref() == Some(broken.as_str()) {
+            on_broken.push(node.name().to_string());
+        }
+    }
+    assert_eq!(
+        on_broken,
+        [stopped_node.as_str()],
+        "exactly one broken node"
+    );
+    assert_eq!(slot_holders(&client, 1).await, [stopped_node.as_str()]);
+    let events = Api::<Event>::namespaced(client.clone(), "default")
+        .list(&Default::default())
+        .await
+        .unwrap();
+    assert!(
+        events.items.iter().any(|e| {
+            e.reason.as_deref() == Some("DisruptiveRolloutStopped")
+                && e.involved_object.name.as_deref() == Some(stopped_node.as_str())
+        }),
+        "no DisruptiveRolloutStopped event on {stopped_node}"
+    );
+    stop.store(true, Ordering::SeqCst);
+    let samples = sampling.await.unwrap();
+    let max_holders = max_of(&samples, |s| s.holders.len());
+    let max_not_ready = max_of(&samples, |s| s.not_ready.len());
+    eprintln!(
+        "rollout e2e: broken change: {} samples over {:.0} s, max NotReady {max_not_ready}, max slot holders {max_holders}",
+        samples.len(),
+        span(&samples)
+    );
+    assert!(max_holders <= 1, "{samples:?}");
+    assert!(max_not_ready <= 1, "{samples:?}");
+
+    // 4. A fixed OSC resumes: the stopped node first (it holds the slot), then the others.
+    let since = unix_now();
+    let stop = Arc::new(AtomicBool::new(false));
+    let sampling = sampler(client.clone(), 1, stop.clone());
+    let fixed = put_pool_osc(
+        &client,
+        &osc_with_kubelet_drop_in(&osc, Some("[Service]\nEnvironment=ROLLOUT_E2E=4\n")),
+        1,
+    )
+    .await;
+    wait_rolled_out(&client, &nodes, &fixed, true, "fixed OSC on all nodes").await;
+    stop.store(true, Ordering::SeqCst);
+    let samples = sampling.await.unwrap();
+    let mut starts: Vec<(f64, String)> = Vec::new();
+    for node in &nodes {
+        let node_starts = kubelet_starts(node, since);
+        assert!(
+            !node_starts.is_empty(),
+            "{}: kubelet not restarted",
+            node.name()
+        );
+        starts.extend(
+            node_starts
+                .into_iter()
+                .map(|s| (s, node.name().to_string())),
+        );
+    }
+    starts.sort_by(|a, b| a.0.total_cmp(&b.0));
+    // Who reported the fixed checksum first (the sampler's view).
+    let first_fixed = samples
+        .iter()
+        .flat_map(|s| s.checksums.iter())
+        .find(|(_, reported)| *reported == fixed)
+        .map(|(node, _)| node.clone());
+    assert_eq!(
+        first_fixed.as_deref(),
+        Some(stopped_node.as_str()),
+        "the stopped node goes first"
+    );
+    let max_holders = max_of(&samples, |s| s.holders.len());
+    let max_not_ready = max_of(&samples, |s| s.not_ready.len());
+    eprintln!(
+        "rollout e2e: fixed OSC: {} samples over {:.0} s, max NotReady {max_not_ready}, max slot holders {max_holders}, kubelet starts {:?}",
+        samples.len(),
+        span(&samples),
+        starts
+            .iter()
+            .map(|(s, n)| format!("{n}@{:.1}", s - since))
+            .collect::<Vec<_>>()
+    );
+    assert!(max_holders <= 1, "{samples:?}");
+    assert!(max_not_ready <= 1, "{samples:?}");
+    // The other three restart kubelet once each, at least the minimum hold apart.
+    let mut others: Vec<f64> = starts
+        .iter()
+        .filter(|(_, n)| *n != stopped_node)
+        .map(|(s, _)| *s)
+        .collect();
+    assert_eq!(others.len(), NODES - 1, "{starts:?}");
+    assert_spaced(&mut others, 1, "fixed OSC");
+    drop(nodes);
+}
