@@ -184,8 +184,8 @@ fn span(samples: &[Sample]) -> f64 {
     samples.last().map(|s| s.at).unwrap_or_default()
 }
 
-/// Unix seconds at which kubelet started on `node` (the journal's "Started kubelet" lines),
-/// after `since`.
+/// Unix seconds after `since` at which systemd started kubelet on `node` (systemd's "Started
+/// kubelet" lines; kubelet logs a line of that text itself).
 fn kubelet_starts(node: &Node, since: f64) -> Vec<f64> {
     let out = node.machine.run(&[
         "journalctl",
@@ -197,7 +197,7 @@ fn kubelet_starts(node: &Node, since: f64) -> Vec<f64> {
     ]);
     out.stdout
         .lines()
-        .filter(|line| line.contains("Started kubelet"))
+        .filter(|line| line.contains("systemd[1]: Started kubelet"))
         .filter_map(|line| line.split_whitespace().next()?.parse::<f64>().ok())
         .filter(|at| *at >= since)
         .collect()
@@ -214,10 +214,13 @@ async fn node_state(
     client: &Client,
     name: &str,
 ) -> (Option<String>, bool, Option<(String, String)>) {
-    let node = Api::<KubeNode>::all(client.clone())
-        .get(name)
+    let Some(node) = Api::<KubeNode>::all(client.clone())
+        .get_opt(name)
         .await
-        .unwrap();
+        .unwrap()
+    else {
+        return (None, false, None);
+    };
     let checksum = node
         .metadata
         .annotations
