@@ -237,8 +237,27 @@ pub fn osc_secret(name: &str, osc_yaml: &str) -> Secret {
 
 /// Creates or replaces the OSC secret; returns its checksum.
 pub async fn put_osc(client: &Client, name: &str, osc_yaml: &str) -> String {
+    put_osc_annotated(client, name, osc_yaml, &[]).await
+}
+
+/// [`put_osc`] with more annotations on the secret.
+pub async fn put_osc_annotated(
+    client: &Client,
+    name: &str,
+    osc_yaml: &str,
+    annotations: &[(&str, &str)],
+) -> String {
     let api = Api::<Secret>::namespaced(client.clone(), "kube-system");
     let mut secret = osc_secret(name, osc_yaml);
+    secret
+        .metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .extend(
+            annotations
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string())),
+        );
     match api.get_opt(name).await.unwrap() {
         Some(existing) => {
             secret.metadata.resource_version = existing.metadata.resource_version;

@@ -11,7 +11,8 @@
 //!    within the minimum hold of 10 s.
 //! 3. Budget 1, a change that breaks kubelet: the first node stops (condition
 //!    `DisruptiveRolloutHealthy=False/NotHealthy`, a `DisruptiveRolloutStopped` event) and
-//!    keeps slot 0; the other three never apply it.
+//!    keeps slot 0; the other three never apply it. The resume annotation on that node makes
+//!    it apply the same OSC again; it stops again, the others still wait.
 //! 4. A fixed OSC: the stopped node takes its own slot again first, then the others follow one
 //!    at a time; all four end up on it, Ready, with every slot released.
 //!
@@ -31,22 +32,23 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use agent_support::{
-    AgentSetup, NODE_CHECKSUM, install_agent, limited_token_with_slots_in, osc_secret, osc_yaml,
+    AgentSetup, NODE_CHECKSUM, install_agent, limited_token_with_slots_in, osc_yaml,
+    put_osc_annotated,
 };
 use gardener_extension_node::kubeconfig::render_token_kubeconfig;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Event, Node as KubeNode, Secret};
-use kube::api::PostParams;
+use k8s_openapi::api::core::v1::{Event, Node as KubeNode};
+use kube::api::{Patch, PatchParams};
 use kube::{Api, Client};
 use serde_json::json;
 use support::node::{AGENT_BINARY, KUBELET_UNIT, Node, NodeOptions, NodeOsc};
-use support::oci::{Image, ImageFile, write_archive};
 
 const NODES: usize = 4;
 const SECRET: &str = "gardener-node-agent-rollout-e2e";
 const PAUSE_IMAGE: &str = "e2e.local/pause:e2e";
 const BUDGET_ANNOTATION: &str = "node.extensions.gardener.cloud/rollout-budget";
 const CONDITION: &str = "DisruptiveRolloutHealthy";
+const RESUME_ANNOTATION: &str = "node.extensions.gardener.cloud/rollout-resume";
 /// The agent's minimum hold after a disruptive apply (`rollout::MIN_HOLD`).
 const MIN_HOLD: Duration = Duration::from_secs(10);
 /// Health bound the test's secret sets (the default is 300 s).
@@ -76,33 +78,25 @@ fn osc_with_kubelet_drop_in(osc: &NodeOsc, drop_in: Option<&str>) -> String {
 
 /// Creates or replaces the pool's secret with the rollout annotations; returns the checksum.
 async fn put_pool_osc(client: &Client, osc_yaml: &str, budget: u32) -> String {
-    let api = Api::<Secret>::namespaced(client.clone(), "kube-system");
-    let mut secret = osc_secret(SECRET, osc_yaml);
-    let annotations = secret
-        .metadata
-        .annotations
-        .get_or_insert_with(BTreeMap::new);
-    annotations.insert(BUDGET_ANNOTATION.into(), budget.to_string());
-    annotations.insert(
-        "node.extensions.gardener.cloud/rollout-health-timeout".into(),
-        HEALTH_TIMEOUT_SECONDS.to_string(),
-    );
-    annotations.insert(
-        "node.extensions.gardener.cloud/rollout-settle-timeout".into(),
-        "30".into(),
-    );
-    match api.get_opt(SECRET).await.unwrap() {
-        Some(existing) => {
-            secret.metadata.resource_version = existing.metadata.resource_version;
-            api.replace(SECRET, &PostParams::default(), &secret)
-                .await
-                .unwrap();
-        }
-        None => {
-            api.create(&PostParams::default(), &secret).await.unwrap();
-        }
-    }
-    agent_support::sha256_hex(osc_yaml.as_bytes())
+    let budget = budget.to_string();
+    let health_timeout = HEALTH_TIMEOUT_SECONDS.to_string();
+    put_osc_annotated(
+        client,
+        SECRET,
+        osc_yaml,
+        &[
+            (BUDGET_ANNOTATION, budget.as_str()),
+            (
+                "node.extensions.gardener.cloud/rollout-health-timeout",
+                health_timeout.as_str(),
+            ),
+            (
+                "node.extensions.gardener.cloud/rollout-settle-timeout",
+                "30",
+            ),
+        ],
+    )
+    .await
 }
 
 #[derive(Debug, Clone, Default)]
@@ -114,8 +108,36 @@ struct Sample {
     checksums: Vec<(String, String)>,
 }
 
-/// Reads the Nodes and the slot Leases every [`SAMPLE_EVERY`] until `stop`.
-fn sampler(
+/// Reads the Nodes and the slot Leases every [`SAMPLE_EVERY`] until [`Sampler::finish`].
+struct Sampler {
+    stop: Arc<AtomicBool>,
+    task: tokio::task::JoinHandle<Vec<Sample>>,
+}
+
+impl Sampler {
+    fn start(client: Client, slots: usize) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let task = sample(client, slots, stop.clone());
+        Sampler { stop, task }
+    }
+
+    /// Stops sampling; prints and returns the samples with the largest NotReady and slot
+    /// holder counts seen.
+    async fn finish(self, what: &str) -> (Vec<Sample>, usize, usize) {
+        self.stop.store(true, Ordering::SeqCst);
+        let samples = self.task.await.unwrap();
+        let max_not_ready = max_of(&samples, |s| s.not_ready.len());
+        let max_holders = max_of(&samples, |s| s.holders.len());
+        eprintln!(
+            "rollout e2e: {what}: {} samples over {:.0} s, max NotReady {max_not_ready}, max slot holders {max_holders}",
+            samples.len(),
+            span(&samples)
+        );
+        (samples, max_not_ready, max_holders)
+    }
+}
+
+fn sample(
     client: Client,
     slots: usize,
     stop: Arc<AtomicBool>,
@@ -332,15 +354,7 @@ async fn disruptive_changes_roll_out_within_the_budget_stop_on_failure_and_resum
     let ca_pem = shoot.plane.ca_pem().to_string();
     let port: u16 = server_url.rsplit(':').next().unwrap().parse().unwrap();
     let images = tempfile::tempdir().unwrap();
-    write_archive(
-        &Image {
-            reference: PAUSE_IMAGE.into(),
-            entrypoint: vec!["/bin/busybox".into(), "sleep".into(), "2147483647".into()],
-            files: vec![ImageFile::executable("/bin/busybox", "/bin/busybox")],
-        },
-        &images.path().join("pause.tar"),
-    )
-    .unwrap();
+    support::node::write_pause_archive(images.path(), PAUSE_IMAGE);
 
     // One kubelet credential for the pool (a ServiceAccount bound to system:node).
     let osc = NodeOsc {
@@ -382,8 +396,7 @@ async fn disruptive_changes_roll_out_within_the_budget_stop_on_failure_and_resum
 
     // 2. Budget 2: a kubelet-restarting change.
     let since = unix_now();
-    let stop = Arc::new(AtomicBool::new(false));
-    let sampling = sampler(client.clone(), 2, stop.clone());
+    let sampling = Sampler::start(client.clone(), 2);
     let second = put_pool_osc(
         &client,
         &osc_with_kubelet_drop_in(&osc, Some("[Service]\nEnvironment=ROLLOUT_E2E=2\n")),
@@ -398,20 +411,15 @@ async fn disruptive_changes_roll_out_within_the_budget_stop_on_failure_and_resum
         "budget 2: change on all nodes",
     )
     .await;
-    stop.store(true, Ordering::SeqCst);
-    let samples = sampling.await.unwrap();
+    let (samples, max_not_ready, max_holders) = sampling.finish("budget 2").await;
     let mut starts: Vec<f64> = Vec::new();
     for node in &nodes {
         let node_starts = kubelet_starts(node, since);
         assert_eq!(node_starts.len(), 1, "{}: {node_starts:?}", node.name());
         starts.extend(node_starts);
     }
-    let max_not_ready = max_of(&samples, |s| s.not_ready.len());
-    let max_holders = max_of(&samples, |s| s.holders.len());
     eprintln!(
-        "rollout e2e: budget 2: {} samples over {:.0} s, max NotReady {max_not_ready}, max slot holders {max_holders}, kubelet starts {:?}",
-        samples.len(),
-        span(&samples),
+        "rollout e2e: budget 2: kubelet starts {:?}",
         starts
             .iter()
             .map(|s| format!("{:.1}", s - since))
@@ -431,8 +439,7 @@ async fn disruptive_changes_roll_out_within_the_budget_stop_on_failure_and_resum
 
     // 3. Budget 1: a change that breaks kubelet stops on the first node.
     let since = unix_now();
-    let stop = Arc::new(AtomicBool::new(false));
-    let sampling = sampler(client.clone(), 1, stop.clone());
+    let sampling = Sampler::start(client.clone(), 1);
     let broken = put_pool_osc(
         &client,
         &osc_with_kubelet_drop_in(
@@ -507,22 +514,83 @@ async fn disruptive_changes_roll_out_within_the_budget_stop_on_failure_and_resum
         }),
         "no DisruptiveRolloutStopped event on {stopped_node}"
     );
-    stop.store(true, Ordering::SeqCst);
-    let samples = sampling.await.unwrap();
-    let max_holders = max_of(&samples, |s| s.holders.len());
-    let max_not_ready = max_of(&samples, |s| s.not_ready.len());
+
+    // 3b. The resume annotation: the stopped node takes it (removes it, an event), applies the
+    // same OSC again, is held and stops again; the others still do not move.
+    let resumed_at = k8s_openapi::jiff::Timestamp::now();
+    Api::<KubeNode>::all(client.clone())
+        .patch_metadata(
+            &stopped_node,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {RESUME_ANNOTATION: "e2e"}}})),
+        )
+        .await
+        .unwrap();
+    let started = Instant::now();
+    loop {
+        let node = Api::<KubeNode>::all(client.clone())
+            .get(&stopped_node)
+            .await
+            .unwrap();
+        let annotated = node
+            .metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(RESUME_ANNOTATION));
+        let stopped_again = node
+            .status
+            .and_then(|s| s.conditions)
+            .unwrap_or_default()
+            .iter()
+            .any(|c| {
+                c.type_ == CONDITION
+                    && c.status == "False"
+                    && c.last_transition_time
+                        .as_ref()
+                        .is_some_and(|t| t.0 > resumed_at)
+            });
+        if !annotated && stopped_again {
+            break;
+        }
+        assert!(
+            started.elapsed() < STAGE_TIMEOUT,
+            "resume: annotation still there: {annotated}, stopped again: {stopped_again}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
     eprintln!(
-        "rollout e2e: broken change: {} samples over {:.0} s, max NotReady {max_not_ready}, max slot holders {max_holders}",
-        samples.len(),
-        span(&samples)
+        "rollout e2e: resumed by annotation, stopped again after {:.1} s",
+        started.elapsed().as_secs_f64()
     );
+    let events = Api::<Event>::namespaced(client.clone(), "default")
+        .list(&Default::default())
+        .await
+        .unwrap();
+    assert!(
+        events.items.iter().any(|e| {
+            e.reason.as_deref() == Some("DisruptiveRolloutResumed")
+                && e.involved_object.name.as_deref() == Some(stopped_node.as_str())
+        }),
+        "no DisruptiveRolloutResumed event on {stopped_node}"
+    );
+    for node in nodes.iter().filter(|n| n.name() != stopped_node) {
+        let (reported, ready, _) = node_state(&client, node.name()).await;
+        assert_eq!(
+            reported.as_deref(),
+            Some(second.as_str()),
+            "{}",
+            node.name()
+        );
+        assert!(ready, "{} not Ready", node.name());
+    }
+    assert_eq!(slot_holders(&client, 1).await, [stopped_node.as_str()]);
+    let (samples, max_not_ready, max_holders) = sampling.finish("broken change").await;
     assert!(max_holders <= 1, "{samples:?}");
     assert!(max_not_ready <= 1, "{samples:?}");
 
     // 4. A fixed OSC resumes: the stopped node first (it holds the slot), then the others.
     let since = unix_now();
-    let stop = Arc::new(AtomicBool::new(false));
-    let sampling = sampler(client.clone(), 1, stop.clone());
+    let sampling = Sampler::start(client.clone(), 1);
     let fixed = put_pool_osc(
         &client,
         &osc_with_kubelet_drop_in(&osc, Some("[Service]\nEnvironment=ROLLOUT_E2E=4\n")),
@@ -530,8 +598,7 @@ async fn disruptive_changes_roll_out_within_the_budget_stop_on_failure_and_resum
     )
     .await;
     wait_rolled_out(&client, &nodes, &fixed, true, "fixed OSC on all nodes").await;
-    stop.store(true, Ordering::SeqCst);
-    let samples = sampling.await.unwrap();
+    let (samples, max_not_ready, max_holders) = sampling.finish("fixed OSC").await;
     let mut starts: Vec<(f64, String)> = Vec::new();
     for node in &nodes {
         let node_starts = kubelet_starts(node, since);
@@ -558,12 +625,8 @@ async fn disruptive_changes_roll_out_within_the_budget_stop_on_failure_and_resum
         Some(stopped_node.as_str()),
         "the stopped node goes first"
     );
-    let max_holders = max_of(&samples, |s| s.holders.len());
-    let max_not_ready = max_of(&samples, |s| s.not_ready.len());
     eprintln!(
-        "rollout e2e: fixed OSC: {} samples over {:.0} s, max NotReady {max_not_ready}, max slot holders {max_holders}, kubelet starts {:?}",
-        samples.len(),
-        span(&samples),
+        "rollout e2e: fixed OSC: kubelet starts {:?}",
         starts
             .iter()
             .map(|(s, n)| format!("{n}@{:.1}", s - since))

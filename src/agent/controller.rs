@@ -472,7 +472,16 @@ impl<H: Host + 'static> Agent<H> {
                 rollout_flow::Gate::Go(found) => rollout_found = found,
             }
         }
-        if reported && journal_done && host.mode(&paths.last_applied()).ok().flatten().is_some() {
+        // A disruptive change of this checksum not finished (a restart between the Node report
+        // and the hold, or a resumed stop) is held and checked, not taken as up to date.
+        let rollout_pending = rollout_found
+            .as_ref()
+            .is_some_and(|state| state.checksum == checksum);
+        if reported
+            && journal_done
+            && !rollout_pending
+            && host.mode(&paths.last_applied()).ok().flatten().is_some()
+        {
             if serial_mode {
                 self.release_serial_lock(secret).await?;
             }

@@ -100,6 +100,18 @@ impl<H: Host + 'static> Agent<H> {
                     ),
                 )
                 .await;
+                // Back to `Applying`: the apply runs again (a finished one changes nothing)
+                // and the node is held and checked again before the slot goes.
+                let state = state.map(|mut state| {
+                    state.phase = Phase::Applying;
+                    state.since = unix_now();
+                    state.reason = None;
+                    state.message = None;
+                    state
+                });
+                if let Some(state) = &state {
+                    self.write_rollout_state(state)?;
+                }
                 Ok(Gate::Go(state))
             }
             Resume::Stay => {
@@ -255,13 +267,7 @@ impl<H: Host + 'static> Agent<H> {
                 Ok(Reconciled::Stopped)
             }
             Verdict::Release { unsettled } => {
-                let names = rollout::slot_names(&secret.name_any(), policy.budget);
-                self.serial
-                    .lock()
-                    .await
-                    .release_any(&names)
-                    .await
-                    .map_err(|error| ReconcileError::SerialLock(secret.name_any(), error))?;
+                self.release_slots(secret, policy).await?;
                 self.clear_rollout_state()?;
                 let note = if unsettled.is_empty() {
                     format!(
@@ -292,17 +298,22 @@ impl<H: Host + 'static> Agent<H> {
         secret: &Secret,
         policy: &Policy,
     ) -> Result<(), ReconcileError> {
+        self.release_slots(secret, policy).await?;
+        if self.read_rollout_state().is_some() {
+            self.clear_rollout_state()?;
+        }
+        Ok(())
+    }
+
+    /// Releases whichever slot of the pool this agent holds.
+    async fn release_slots(&self, secret: &Secret, policy: &Policy) -> Result<(), ReconcileError> {
         let names = rollout::slot_names(&secret.name_any(), policy.budget);
         self.serial
             .lock()
             .await
             .release_any(&names)
             .await
-            .map_err(|error| ReconcileError::SerialLock(secret.name_any(), error))?;
-        if self.read_rollout_state().is_some() {
-            self.clear_rollout_state()?;
-        }
-        Ok(())
+            .map_err(|error| ReconcileError::SerialLock(secret.name_any(), error))
     }
 
     /// Writes the [`rollout::CONDITION_TYPE`] condition (logged on failure).
