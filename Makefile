@@ -12,6 +12,7 @@
 #   make e2e             the whole path on a real shoot node: kubelet, containerd, runsc (test/node_e2e.rs)
 #   make e2e-rollout     the disruptive rollout on four real nodes: budget, stop on failure, resume
 #                        (test/rollout_e2e.rs)
+#   make bench-rollout   GNA's rollout modes against the disruptive rollout on four nodes into docs/benchmarks.md
 #   make bench-node      what one such node costs (boot, Ready, memory) into docs/benchmarks.md
 #   make fuzz            every cargo-fuzz target for FUZZ_SECONDS (default 60) each
 #   make advisories      cargo deny's RustSec check (needs GitHub for the advisory database)
@@ -22,7 +23,7 @@ CARGO ?= cargo
 KUBECONFIG_DEV := dev/kubeconfig
 
 .PHONY: start start-clean test fmt lint generate check-generate envtest deps unit integration check-orphans
-.PHONY: test-resilience fuzz advisories e2e e2e-rollout bench-node
+.PHONY: test-resilience fuzz advisories e2e e2e-rollout bench-rollout bench-node
 
 # The fault-injection binaries; `make test` runs them at reduced counts.
 RESILIENCE_TESTS := --test resilience_apiserver --test resilience_etcd \
@@ -107,7 +108,15 @@ e2e-rollout: deps
 	  $(CARGO) build --target $(STATIC_TARGET) --bin gardener-extension-node; \
 	  export GARDENER_EXTENSION_NODE_TEST_RUN="e2e-rollout-$$$$-$$(date +%s%N)"; \
 	  ENVTEST_ASSETS="$$assets" E2E_STATIC_BINARY="$$PWD/target/$(STATIC_TARGET)/debug/gardener-extension-node" \
-	    $(CARGO) test --test rollout_e2e -- --ignored --nocapture; \
+	    $(CARGO) test --test rollout_e2e disruptive_changes -- --ignored --nocapture; \
+	  hack/check-orphans.sh "$$GARDENER_EXTENSION_NODE_TEST_RUN"
+
+bench-rollout: deps
+	@assets="$$(hack/envtest.sh --node)"; \
+	  $(CARGO) build --target $(STATIC_TARGET) --bin gardener-extension-node; \
+	  export GARDENER_EXTENSION_NODE_TEST_RUN="bench-rollout-$$$$-$$(date +%s%N)"; \
+	  ENVTEST_ASSETS="$$assets" E2E_STATIC_BINARY="$$PWD/target/$(STATIC_TARGET)/debug/gardener-extension-node" \
+	    $(CARGO) test --test rollout_e2e compare_rollout_modes -- --ignored --nocapture; \
 	  hack/check-orphans.sh "$$GARDENER_EXTENSION_NODE_TEST_RUN"
 
 # What one node of the e2e fixture costs (boot, Ready, memory): docs/benchmarks.md.

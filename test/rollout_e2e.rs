@@ -342,9 +342,20 @@ fn assert_spaced(starts: &mut [f64], budget: usize, what: &str) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "needs the node components and a static binary: make e2e-rollout"]
-async fn disruptive_changes_roll_out_within_the_budget_stop_on_failure_and_resume() {
+/// Four nodes running the pool's first OSC (applied everywhere at once: a first apply is
+/// quiet). Fields drop in order: the nodes before the control planes they talk to.
+struct Fixture {
+    nodes: Vec<Node>,
+    osc: NodeOsc,
+    client: Client,
+    _images: tempfile::TempDir,
+    _shoot: support::shoot::Shoot,
+    _env: support::TestEnv,
+}
+
+/// Writes the first OSC (with the rollout on when `budget` is set), boots the nodes with their
+/// agents and waits until all run it; returns the fixture and the first checksum.
+async fn fixture(budget: Option<u32>) -> (Fixture, String) {
     let assets = required_env("ENVTEST_ASSETS");
     let static_binary = required_env("E2E_STATIC_BINARY");
     let env = support::env().await;
@@ -364,9 +375,11 @@ async fn disruptive_changes_roll_out_within_the_budget_stop_on_failure_and_resum
         labels: BTreeMap::from([("worker.gardener.cloud/pool".into(), "rollout".into())]),
         sandbox_image: PAUSE_IMAGE.into(),
     };
-
-    // 1. Four nodes; the first OSC is applied everywhere at once.
-    let first = put_pool_osc(&client, &osc_with_kubelet_drop_in(&osc, None), 2).await;
+    let first_yaml = osc_with_kubelet_drop_in(&osc, None);
+    let first = match budget {
+        Some(budget) => put_pool_osc(&client, &first_yaml, budget).await,
+        None => put_osc_annotated(&client, SECRET, &first_yaml, &[]).await,
+    };
     let mut nodes = Vec::new();
     for _ in 0..NODES {
         let node = Node::boot(&NodeOptions {
@@ -393,19 +406,36 @@ async fn disruptive_changes_roll_out_within_the_budget_stop_on_failure_and_resum
         nodes.push(node);
     }
     wait_rolled_out(&client, &nodes, &first, false, "first OSC on all nodes").await;
+    let fixture = Fixture {
+        nodes,
+        osc,
+        client,
+        _images: images,
+        _shoot: shoot,
+        _env: env,
+    };
+    (fixture, first)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs the node components and a static binary: make e2e-rollout"]
+async fn disruptive_changes_roll_out_within_the_budget_stop_on_failure_and_resume() {
+    // 1. Four nodes; the first OSC is applied everywhere at once.
+    let (fixture, _) = fixture(Some(2)).await;
+    let (client, osc, nodes) = (&fixture.client, &fixture.osc, fixture.nodes.as_slice());
 
     // 2. Budget 2: a kubelet-restarting change.
     let since = unix_now();
     let sampling = Sampler::start(client.clone(), 2);
     let second = put_pool_osc(
-        &client,
-        &osc_with_kubelet_drop_in(&osc, Some("[Service]\nEnvironment=ROLLOUT_E2E=2\n")),
+        client,
+        &osc_with_kubelet_drop_in(osc, Some("[Service]\nEnvironment=ROLLOUT_E2E=2\n")),
         2,
     )
     .await;
     wait_rolled_out(
-        &client,
-        &nodes,
+        client,
+        nodes,
         &second,
         true,
         "budget 2: change on all nodes",
@@ -413,7 +443,7 @@ async fn disruptive_changes_roll_out_within_the_budget_stop_on_failure_and_resum
     .await;
     let (samples, max_not_ready, max_holders) = sampling.finish("budget 2").await;
     let mut starts: Vec<f64> = Vec::new();
-    for node in &nodes {
+    for node in nodes {
         let node_starts = kubelet_starts(node, since);
         assert_eq!(node_starts.len(), 1, "{}: {node_starts:?}", node.name());
         starts.extend(node_starts);
@@ -441,9 +471,9 @@ async fn disruptive_changes_roll_out_within_the_budget_stop_on_failure_and_resum
     let since = unix_now();
     let sampling = Sampler::start(client.clone(), 1);
     let broken = put_pool_osc(
-        &client,
+        client,
         &osc_with_kubelet_drop_in(
-            &osc,
+            osc,
             Some("[Service]\nExecStart=\nExecStart=/usr/local/sbin/kubelet --no-such-flag-rollout-e2e\n"),
         ),
         1,
@@ -452,8 +482,8 @@ async fn disruptive_changes_roll_out_within_the_budget_stop_on_failure_and_resum
     let started = Instant::now();
     let stopped_node = loop {
         let mut found = None;
-        for node in &nodes {
-            let (_, _, rollout) = node_state(&client, node.name()).await;
+        for node in nodes {
+            let (_, _, rollout) = node_state(client, node.name()).await;
             if rollout
                 .as_ref()
                 .is_some_and(|(status, reason)| status == "False" && reason == "NotHealthy")
@@ -477,8 +507,8 @@ async fn disruptive_changes_roll_out_within_the_budget_stop_on_failure_and_resum
     // Others keep waiting: give them time to (wrongly) move on.
     tokio::time::sleep(Duration::from_secs(20)).await;
     let mut on_broken = Vec::new();
-    for node in &nodes {
-        let (reported, ready, _) = node_state(&client, node.name()).await;
+    for node in nodes {
+        let (reported, ready, _) = node_state(client, node.name()).await;
         let kubelet = node.machine.unit_property(KUBELET_UNIT, "ActiveState");
         if node.name() == stopped_node {
             assert_eq!(reported.as_deref(), Some(broken.as_str()));
@@ -502,7 +532,7 @@ async fn disruptive_changes_roll_out_within_the_budget_stop_on_failure_and_resum
         [stopped_node.as_str()],
         "exactly one broken node"
     );
-    assert_eq!(slot_holders(&client, 1).await, [stopped_node.as_str()]);
+    assert_eq!(slot_holders(client, 1).await, [stopped_node.as_str()]);
     let events = Api::<Event>::namespaced(client.clone(), "default")
         .list(&Default::default())
         .await
@@ -574,7 +604,7 @@ async fn disruptive_changes_roll_out_within_the_budget_stop_on_failure_and_resum
         "no DisruptiveRolloutResumed event on {stopped_node}"
     );
     for node in nodes.iter().filter(|n| n.name() != stopped_node) {
-        let (reported, ready, _) = node_state(&client, node.name()).await;
+        let (reported, ready, _) = node_state(client, node.name()).await;
         assert_eq!(
             reported.as_deref(),
             Some(second.as_str()),
@@ -583,7 +613,7 @@ async fn disruptive_changes_roll_out_within_the_budget_stop_on_failure_and_resum
         );
         assert!(ready, "{} not Ready", node.name());
     }
-    assert_eq!(slot_holders(&client, 1).await, [stopped_node.as_str()]);
+    assert_eq!(slot_holders(client, 1).await, [stopped_node.as_str()]);
     let (samples, max_not_ready, max_holders) = sampling.finish("broken change").await;
     assert!(max_holders <= 1, "{samples:?}");
     assert!(max_not_ready <= 1, "{samples:?}");
@@ -592,15 +622,15 @@ async fn disruptive_changes_roll_out_within_the_budget_stop_on_failure_and_resum
     let since = unix_now();
     let sampling = Sampler::start(client.clone(), 1);
     let fixed = put_pool_osc(
-        &client,
-        &osc_with_kubelet_drop_in(&osc, Some("[Service]\nEnvironment=ROLLOUT_E2E=4\n")),
+        client,
+        &osc_with_kubelet_drop_in(osc, Some("[Service]\nEnvironment=ROLLOUT_E2E=4\n")),
         1,
     )
     .await;
-    wait_rolled_out(&client, &nodes, &fixed, true, "fixed OSC on all nodes").await;
+    wait_rolled_out(client, nodes, &fixed, true, "fixed OSC on all nodes").await;
     let (samples, max_not_ready, max_holders) = sampling.finish("fixed OSC").await;
     let mut starts: Vec<(f64, String)> = Vec::new();
-    for node in &nodes {
+    for node in nodes {
         let node_starts = kubelet_starts(node, since);
         assert!(
             !node_starts.is_empty(),
@@ -642,5 +672,153 @@ async fn disruptive_changes_roll_out_within_the_budget_stop_on_failure_and_resum
         .collect();
     assert_eq!(others.len(), NODES - 1, "{starts:?}");
     assert_spaced(&mut others, 1, "fixed OSC");
-    drop(nodes);
+}
+
+/// One way of rolling a kubelet-restarting change out, for the comparison.
+struct Mode {
+    name: &'static str,
+    /// Secret annotations besides the checksum.
+    annotations: Vec<(&'static str, String)>,
+    /// gardener-resource-manager's per-node `reconciliation-delay` (node index → seconds).
+    delays: Option<fn(usize) -> u64>,
+    /// Whether the rollout's condition marks the end (slots released after the hold).
+    rollout: bool,
+}
+
+/// The largest number of kubelet starts within any window of `window` seconds.
+fn max_within(starts: &[f64], window: f64) -> usize {
+    let mut sorted = starts.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    (0..sorted.len())
+        .map(|i| {
+            sorted[i..]
+                .iter()
+                .take_while(|s| **s - sorted[i] < window)
+                .count()
+        })
+        .max()
+        .unwrap_or_default()
+}
+
+/// GNA's behaviours (emulated by our agent, which follows GNA's reconciliation delay and serial
+/// lock) against the disruptive rollout, on the same four nodes: one kubelet-restarting change
+/// per mode; writes the `rollout` section of docs/benchmarks.md.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "a measurement, not a check: make bench-rollout"]
+async fn compare_rollout_modes() {
+    let (fixture, _) = fixture(None).await;
+    let (client, osc, nodes) = (&fixture.client, &fixture.osc, fixture.nodes.as_slice());
+    let nodes_api = Api::<KubeNode>::all(client.clone());
+    let modes = [
+        Mode {
+            name: "GNA, no delay (all nodes at once)",
+            annotations: vec![],
+            delays: None,
+            rollout: false,
+        },
+        Mode {
+            name: "GNA, reconciliation delay spread over 60 s (GRM's linear spread, max shortened from 5 min)",
+            annotations: vec![],
+            delays: Some(|i| (i as u64) * 60 / NODES as u64),
+            rollout: false,
+        },
+        Mode {
+            name: "GNA serial mode (`reconciliation.osc.node-agent.gardener.cloud/serial`)",
+            annotations: vec![(
+                "reconciliation.osc.node-agent.gardener.cloud/serial",
+                "true".into(),
+            )],
+            delays: None,
+            rollout: false,
+        },
+        Mode {
+            name: "disruptive rollout, budget 1",
+            annotations: vec![(BUDGET_ANNOTATION, "1".into())],
+            delays: None,
+            rollout: true,
+        },
+        Mode {
+            name: "disruptive rollout, budget 2",
+            annotations: vec![(BUDGET_ANNOTATION, "2".into())],
+            delays: None,
+            rollout: true,
+        },
+    ];
+    let mut rows = Vec::new();
+    for (round, mode) in modes.iter().enumerate() {
+        let delay_key = "node-agent.gardener.cloud/reconciliation-delay";
+        for (i, node) in nodes.iter().enumerate() {
+            let delay = mode.delays.map(|f| format!("{}s", f(i)));
+            nodes_api
+                .patch_metadata(
+                    node.name(),
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"metadata": {"annotations": {delay_key: delay}}})),
+                )
+                .await
+                .unwrap();
+        }
+        // The agents read the delay from their Node watch: let it arrive.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let since = unix_now();
+        let sampling = Sampler::start(client.clone(), 2);
+        let started = Instant::now();
+        let annotations: Vec<(&str, &str)> = mode
+            .annotations
+            .iter()
+            .map(|(k, v)| (*k, v.as_str()))
+            .collect();
+        let checksum = put_osc_annotated(
+            client,
+            SECRET,
+            &osc_with_kubelet_drop_in(
+                osc,
+                Some(&format!("[Service]\nEnvironment=ROLLOUT_BENCH={round}\n")),
+            ),
+            &annotations,
+        )
+        .await;
+        wait_rolled_out(client, nodes, &checksum, mode.rollout, mode.name).await;
+        let total = started.elapsed();
+        let (_, max_not_ready, _) = sampling.finish(mode.name).await;
+        let starts: Vec<f64> = nodes
+            .iter()
+            .flat_map(|node| kubelet_starts(node, since))
+            .collect();
+        assert_eq!(starts.len(), NODES, "{}: {starts:?}", mode.name);
+        let mut sorted = starts.clone();
+        sorted.sort_by(f64::total_cmp);
+        let first_to_last = sorted[NODES - 1] - sorted[0];
+        rows.push(format!(
+            "| {} | {:.1} s | {first_to_last:.1} s | {} | {} |\n",
+            mode.name,
+            total.as_secs_f64(),
+            max_within(&starts, MIN_HOLD.as_secs_f64()),
+            max_not_ready,
+        ));
+    }
+    let mut body = String::from(
+        "## Rolling a kubelet-restarting change out: GNA's modes and the disruptive rollout\n\n\
+         Command: `make bench-rollout` (`compare_rollout_modes` in `test/rollout_e2e.rs`): four \
+         systemd-nspawn nodes with our agent (static debug build), containerd 2.x and kubelet \
+         against a real kube-apiserver and kube-controller-manager on loopback; per mode one change \
+         of kubelet's unit (a drop-in), one after the other on the same nodes; 2 cores. GNA's modes \
+         are played by our agent, which follows GNA's reconciliation-delay annotation and serial \
+         lock (`docs/agent.md`). Total: secret written → every node reports the checksum (and, for \
+         the rollout, has released its slot after the health hold). NotReady: the largest number of \
+         Nodes not `Ready` in one sample (400 ms). A kubelet restart is this fast here that the Node \
+         stays Ready throughout; what a restart costs is the pods' readiness (kubernetes/kubernetes#100277), \
+         so the column that matters is how many kubelets restart close together.\n\n\
+         | mode | total | first to last kubelet restart | most kubelet restarts within 10 s | max NotReady |\n\
+         |---|---|---|---|---|\n",
+    );
+    for row in rows {
+        body.push_str(&row);
+    }
+    body.push_str(&format!(
+        "\nMeasured on {}.\n",
+        chrono::Utc::now().format("%Y-%m-%d")
+    ));
+    println!("{body}");
+    support::benchmarks::write_section("rollout", &body);
 }
