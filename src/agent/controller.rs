@@ -525,15 +525,12 @@ impl<H: Host + 'static> Agent<H> {
             };
             if let Some((policy, node)) = &rollout_policy {
                 let (journal, _) = apply::plan(host, input)?;
-                // A first apply disrupts nothing (no workload runs before it); a node that
-                // still holds a slot from an earlier change keeps it for whatever it applies.
-                let change = match rollout::classify(&journal, &policy.marked_units) {
-                    Change::Quiet if rollout_found.is_some() => {
-                        Change::Disruptive(vec!["completing an earlier disruptive change".into()])
-                    }
-                    _ if last.is_none() && rollout_found.is_none() => Change::Quiet,
-                    change => change,
-                };
+                let change = rollout::change_for(
+                    &journal,
+                    &policy.marked_units,
+                    last.is_none(),
+                    rollout_found.is_some(),
+                );
                 if let Change::Disruptive(why) = change {
                     match self
                         .take_slot(secret, node, policy, &checksum, rollout_found.take(), &why)

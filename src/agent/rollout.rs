@@ -181,6 +181,25 @@ pub fn classify(journal: &Journal, marked: &BTreeSet<String>) -> Change {
     }
 }
 
+/// The kind of an apply on a node, from its change set ([`classify`]) and where the node is: a
+/// first apply (`first_apply`: no `last-applied-osc.yaml`) disrupts nothing, no workload runs
+/// before it; a node that still holds a slot from an earlier change (`holds_slot`: a state file
+/// is there) keeps it for whatever it applies, so a fix is health-checked before the slot goes.
+pub fn change_for(
+    journal: &Journal,
+    marked: &BTreeSet<String>,
+    first_apply: bool,
+    holds_slot: bool,
+) -> Change {
+    match classify(journal, marked) {
+        Change::Quiet if holds_slot => {
+            Change::Disruptive(vec!["completing an earlier disruptive change".into()])
+        }
+        _ if first_apply && !holds_slot => Change::Quiet,
+        change => change,
+    }
+}
+
 /// `namespace/name` of the pods in `pods` whose `Ready` condition is `True`.
 pub fn ready_pods(pods: &[Pod]) -> BTreeSet<String> {
     pods.iter()
@@ -499,6 +518,21 @@ mod tests {
             classify(&journal(&[("app.service", r)], &[], false), &none),
             Change::Quiet
         );
+    }
+
+    #[test]
+    fn a_first_apply_is_quiet_and_a_held_slot_makes_any_apply_disruptive() {
+        let none = BTreeSet::new();
+        let kubelet = journal(&[("kubelet.service", UnitCommand::Restart)], &[], false);
+        let quiet = journal(&[("other.service", UnitCommand::Restart)], &[], false);
+        let restart = Change::Disruptive(vec!["restart kubelet.service".into()]);
+        let held = Change::Disruptive(vec!["completing an earlier disruptive change".into()]);
+        assert_eq!(change_for(&kubelet, &none, false, false), restart);
+        assert_eq!(change_for(&kubelet, &none, true, false), Change::Quiet);
+        assert_eq!(change_for(&quiet, &none, false, false), Change::Quiet);
+        assert_eq!(change_for(&quiet, &none, false, true), held);
+        assert_eq!(change_for(&quiet, &none, true, true), held);
+        assert_eq!(change_for(&kubelet, &none, true, true), restart);
     }
 
     #[test]
