@@ -262,10 +262,8 @@ impl SerialLock {
     ) -> Result<Acquired, kube::Error> {
         let api = self.api();
         self.looked = true;
-        let mut found = Vec::with_capacity(names.len());
-        for name in names {
-            found.push(api.get_opt(name).await?);
-        }
+        let found = get_slots(&api, names).await?;
+        let names = &names[..found.len()];
         let refs: Vec<Option<&Lease>> = found.iter().map(Option::as_ref).collect();
         let index = match choose(&refs, &self.identity, Timestamp::now()) {
             Choice::Take(index) => index,
@@ -324,11 +322,7 @@ impl SerialLock {
             Some(lease) => held.push(lease),
             None if !self.looked => {
                 self.looked = true;
-                for name in names {
-                    if let Some(lease) = api.get_opt(name).await? {
-                        held.push(lease);
-                    }
-                }
+                held.extend(get_slots(&api, names).await?.into_iter().flatten());
             }
             None => {}
         }
@@ -338,6 +332,25 @@ impl SerialLock {
         }
         Ok(())
     }
+}
+
+/// The Leases `names` in order (`None`: not there). A refused read (403) of any but the first
+/// ends the list there: Gardener's node-agent authorizer admits only the Lease named like the
+/// OSC secret, so where it is not extended the rollout's budget shrinks to the slots the agent
+/// may read (logged), instead of the agent failing every reconcile.
+async fn get_slots(api: &Api<Lease>, names: &[String]) -> Result<Vec<Option<Lease>>, kube::Error> {
+    let mut found = Vec::with_capacity(names.len());
+    for (index, name) in names.iter().enumerate() {
+        match api.get_opt(name).await {
+            Ok(lease) => found.push(lease),
+            Err(kube::Error::Api(status)) if status.code == 403 && index > 0 => {
+                tracing::warn!(lease = %name, slots = index, "reading a rollout slot Lease is forbidden; using only the slots before it");
+                break;
+            }
+            Err(error) => return Err(error),
+        }
+    }
+    Ok(found)
 }
 
 /// One release PUT of `lease`, re-reading once on a conflict.
