@@ -95,38 +95,29 @@ test-resilience: deps
 
 # The node runs our binary statically linked (it also goes into the installation image).
 STATIC_TARGET := x86_64-unknown-linux-musl
-e2e: deps
-	@assets="$$(hack/envtest.sh --node)"; \
+# Runs $(2) with the node components, our static binary and a test-run id starting with $(1),
+# then checks that nothing the run started is left.
+define node-run
+assets="$$(hack/envtest.sh --node)"; \
 	  $(CARGO) build --target $(STATIC_TARGET) --bin gardener-extension-node; \
-	  export GARDENER_EXTENSION_NODE_TEST_RUN="e2e-$$$$-$$(date +%s%N)"; \
+	  export GARDENER_EXTENSION_NODE_TEST_RUN="$(1)-$$$$-$$(date +%s%N)"; \
 	  ENVTEST_ASSETS="$$assets" E2E_STATIC_BINARY="$$PWD/target/$(STATIC_TARGET)/debug/gardener-extension-node" \
-	    $(CARGO) test --test node_e2e -- --ignored --nocapture; \
+	    $(2); \
 	  hack/check-orphans.sh "$$GARDENER_EXTENSION_NODE_TEST_RUN"
+endef
+
+e2e: deps
+	@$(call node-run,e2e,$(CARGO) test --test node_e2e -- --ignored --nocapture)
 
 e2e-rollout: deps
-	@assets="$$(hack/envtest.sh --node)"; \
-	  $(CARGO) build --target $(STATIC_TARGET) --bin gardener-extension-node; \
-	  export GARDENER_EXTENSION_NODE_TEST_RUN="e2e-rollout-$$$$-$$(date +%s%N)"; \
-	  ENVTEST_ASSETS="$$assets" E2E_STATIC_BINARY="$$PWD/target/$(STATIC_TARGET)/debug/gardener-extension-node" \
-	    $(CARGO) test --test rollout_e2e disruptive_changes -- --ignored --nocapture; \
-	  hack/check-orphans.sh "$$GARDENER_EXTENSION_NODE_TEST_RUN"
+	@$(call node-run,e2e-rollout,$(CARGO) test --test rollout_e2e disruptive_changes -- --ignored --nocapture)
 
 bench-rollout: deps
-	@assets="$$(hack/envtest.sh --node)"; \
-	  $(CARGO) build --target $(STATIC_TARGET) --bin gardener-extension-node; \
-	  export GARDENER_EXTENSION_NODE_TEST_RUN="bench-rollout-$$$$-$$(date +%s%N)"; \
-	  ENVTEST_ASSETS="$$assets" E2E_STATIC_BINARY="$$PWD/target/$(STATIC_TARGET)/debug/gardener-extension-node" \
-	    $(CARGO) test --test rollout_e2e compare_rollout_modes -- --ignored --nocapture; \
-	  hack/check-orphans.sh "$$GARDENER_EXTENSION_NODE_TEST_RUN"
+	@$(call node-run,bench-rollout,$(CARGO) test --test rollout_e2e compare_rollout_modes -- --ignored --nocapture)
 
 # What one node of the e2e fixture costs (boot, Ready, memory): docs/benchmarks.md.
 bench-node: deps
-	@assets="$$(hack/envtest.sh --node)"; \
-	  $(CARGO) build --target $(STATIC_TARGET) --bin gardener-extension-node; \
-	  export GARDENER_EXTENSION_NODE_TEST_RUN="bench-node-$$$$-$$(date +%s%N)"; \
-	  ENVTEST_ASSETS="$$assets" E2E_STATIC_BINARY="$$PWD/target/$(STATIC_TARGET)/debug/gardener-extension-node" \
-	    $(CARGO) bench --bench node; \
-	  hack/check-orphans.sh "$$GARDENER_EXTENSION_NODE_TEST_RUN"
+	@$(call node-run,bench-node,$(CARGO) bench --bench node)
 
 fuzz:
 	@hack/fuzz.sh $(FUZZ_SECONDS)

@@ -348,6 +348,65 @@ async fn wait_rolled_out(
     }
 }
 
+/// Starts a sampler and writes the pool's OSC with `drop_in` on kubelet and `budget`; returns
+/// when it started (unix seconds), the sampler and the new checksum.
+async fn start_change(
+    client: &Client,
+    osc: &NodeOsc,
+    drop_in: &str,
+    budget: u32,
+) -> (f64, Sampler, String) {
+    let since = unix_now();
+    let sampling = Sampler::start(client.clone(), budget as usize);
+    let checksum = put_pool_osc(
+        client,
+        &osc_with_kubelet_drop_in(osc, Some(drop_in)),
+        budget,
+    )
+    .await;
+    (since, sampling, checksum)
+}
+
+/// Only `stopped` runs the `broken` OSC and holds slot 0; every other node still reports
+/// `previous`, is Ready and has not restarted kubelet since `since`.
+async fn assert_only_one_broken(
+    client: &Client,
+    nodes: &[Node],
+    stopped: &str,
+    broken: &str,
+    previous: &str,
+    since: f64,
+) {
+    for node in nodes {
+        let (reported, ready, _) = node_state(client, node.name()).await;
+        if node.name() == stopped {
+            assert_eq!(reported.as_deref(), Some(broken));
+            continue;
+        }
+        let name = node.name();
+        assert_eq!(reported.as_deref(), Some(previous), "{name}");
+        assert!(ready, "{name} not Ready");
+        let kubelet = node.machine.unit_property(KUBELET_UNIT, "ActiveState");
+        assert_eq!(kubelet, "active", "{name}");
+        assert!(kubelet_starts(node, since).is_empty(), "{name}");
+    }
+    assert_eq!(slot_holders(client, 1).await, [stopped]);
+}
+
+/// Fails unless the Node `node` has an event with `reason`.
+async fn assert_event(client: &Client, node: &str, reason: &str) {
+    let events = Api::<Event>::namespaced(client.clone(), "default")
+        .list(&Default::default())
+        .await
+        .unwrap();
+    assert!(
+        events.items.iter().any(|e| {
+            e.reason.as_deref() == Some(reason) && e.involved_object.name.as_deref() == Some(node)
+        }),
+        "no {reason} event on {node}"
+    );
+}
+
 /// No `budget + 1` kubelet starts (all nodes) within [`MIN_HOLD`] of each other.
 fn assert_spaced(starts: &mut [f64], budget: usize, what: &str) {
     starts.sort_by(f64::total_cmp);
@@ -501,14 +560,8 @@ async fn disruptive_changes_roll_out_within_the_budget_stop_on_failure_and_resum
     let (client, osc, nodes) = (&fixture.client, &fixture.osc, fixture.nodes.as_slice());
 
     // 2. Budget 2: a kubelet-restarting change.
-    let since = unix_now();
-    let sampling = Sampler::start(client.clone(), 2);
-    let second = put_pool_osc(
-        client,
-        &osc_with_kubelet_drop_in(osc, Some("[Service]\nEnvironment=ROLLOUT_E2E=2\n")),
-        2,
-    )
-    .await;
+    let (since, sampling, second) =
+        start_change(client, osc, "[Service]\nEnvironment=ROLLOUT_E2E=2\n", 2).await;
     wait_rolled_out(
         client,
         nodes,
@@ -548,82 +601,39 @@ async fn disruptive_changes_roll_out_within_the_budget_stop_on_failure_and_resum
     assert_spaced(&mut starts, 2, "budget 2");
 
     // 3. Budget 1: a change that breaks kubelet stops on the first node.
-    let since = unix_now();
-    let sampling = Sampler::start(client.clone(), 1);
-    let broken = put_pool_osc(
+    let (since, sampling, broken) = start_change(
         client,
-        &osc_with_kubelet_drop_in(
-            osc,
-            Some("[Service]\nExecStart=\nExecStart=/usr/local/sbin/kubelet --no-such-flag-rollout-e2e\n"),
-        ),
+        osc,
+        "[Service]\nExecStart=\nExecStart=/usr/local/sbin/kubelet --no-such-flag-rollout-e2e\n",
         1,
     )
     .await;
     let started = Instant::now();
-    let stopped_node = loop {
-        let mut found = None;
-        for node in nodes {
-            let (_, _, rollout) = node_state(client, node.name()).await;
-            if rollout
-                .as_ref()
-                .is_some_and(|(status, reason)| status == "False" && reason == "NotHealthy")
-            {
-                found = Some(node.name().to_string());
+    let stopped_node = support::wait_for(
+        "a node stopping the broken rollout",
+        STAGE_TIMEOUT,
+        || async {
+            for node in nodes {
+                let (_, _, rollout) = node_state(client, node.name()).await;
+                if rollout
+                    .as_ref()
+                    .is_some_and(|(status, reason)| status == "False" && reason == "NotHealthy")
+                {
+                    return Ok(node.name().to_string());
+                }
             }
-        }
-        if let Some(name) = found {
-            break name;
-        }
-        assert!(
-            started.elapsed() < STAGE_TIMEOUT,
-            "no node stopped the broken rollout"
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    };
+            Err("none stopped".to_string())
+        },
+    )
+    .await;
     eprintln!(
         "rollout e2e: broken change stopped on {stopped_node} after {:.1} s",
         started.elapsed().as_secs_f64()
     );
     // Others keep waiting: give them time to (wrongly) move on.
     tokio::time::sleep(Duration::from_secs(20)).await;
-    let mut on_broken = Vec::new();
-    for node in nodes {
-        let (reported, ready, _) = node_state(client, node.name()).await;
-        let kubelet = node.machine.unit_property(KUBELET_UNIT, "ActiveState");
-        if node.name() == stopped_node {
-            assert_eq!(reported.as_deref(), Some(broken.as_str()));
-        } else {
-            assert_eq!(
-                reported.as_deref(),
-                Some(second.as_str()),
-                "{}",
-                node.name()
-            );
-            assert!(ready, "{} not Ready", node.name());
-            assert_eq!(kubelet, "active", "{}", node.name());
-            assert!(kubelet_starts(node, since).is_empty(), "{}", node.name());
-        }
-        if reported.as_deref() == Some(broken.as_str()) {
-            on_broken.push(node.name().to_string());
-        }
-    }
-    assert_eq!(
-        on_broken,
-        [stopped_node.as_str()],
-        "exactly one broken node"
-    );
-    assert_eq!(slot_holders(client, 1).await, [stopped_node.as_str()]);
-    let events = Api::<Event>::namespaced(client.clone(), "default")
-        .list(&Default::default())
-        .await
-        .unwrap();
-    assert!(
-        events.items.iter().any(|e| {
-            e.reason.as_deref() == Some("DisruptiveRolloutStopped")
-                && e.involved_object.name.as_deref() == Some(stopped_node.as_str())
-        }),
-        "no DisruptiveRolloutStopped event on {stopped_node}"
-    );
+    assert_only_one_broken(client, nodes, &stopped_node, &broken, &second, since).await;
+    assert_event(client, &stopped_node, "DisruptiveRolloutStopped").await;
 
     // 3b. The resume annotation: the stopped node takes it (removes it, an event), applies the
     // same OSC again, is held and stops again; the others still do not move.
@@ -637,7 +647,7 @@ async fn disruptive_changes_roll_out_within_the_budget_stop_on_failure_and_resum
         .await
         .unwrap();
     let started = Instant::now();
-    loop {
+    support::wait_for("the resumed node to stop again", STAGE_TIMEOUT, || async {
         let node = Api::<KubeNode>::all(client.clone())
             .get(&stopped_node)
             .await
@@ -660,53 +670,27 @@ async fn disruptive_changes_roll_out_within_the_budget_stop_on_failure_and_resum
                         .is_some_and(|t| t.0 > resumed_at)
             });
         if !annotated && stopped_again {
-            break;
+            Ok(())
+        } else {
+            Err(format!(
+                "annotation still there: {annotated}, stopped again: {stopped_again}"
+            ))
         }
-        assert!(
-            started.elapsed() < STAGE_TIMEOUT,
-            "resume: annotation still there: {annotated}, stopped again: {stopped_again}"
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    })
+    .await;
     eprintln!(
         "rollout e2e: resumed by annotation, stopped again after {:.1} s",
         started.elapsed().as_secs_f64()
     );
-    let events = Api::<Event>::namespaced(client.clone(), "default")
-        .list(&Default::default())
-        .await
-        .unwrap();
-    assert!(
-        events.items.iter().any(|e| {
-            e.reason.as_deref() == Some("DisruptiveRolloutResumed")
-                && e.involved_object.name.as_deref() == Some(stopped_node.as_str())
-        }),
-        "no DisruptiveRolloutResumed event on {stopped_node}"
-    );
-    for node in nodes.iter().filter(|n| n.name() != stopped_node) {
-        let (reported, ready, _) = node_state(client, node.name()).await;
-        assert_eq!(
-            reported.as_deref(),
-            Some(second.as_str()),
-            "{}",
-            node.name()
-        );
-        assert!(ready, "{} not Ready", node.name());
-    }
-    assert_eq!(slot_holders(client, 1).await, [stopped_node.as_str()]);
+    assert_event(client, &stopped_node, "DisruptiveRolloutResumed").await;
+    assert_only_one_broken(client, nodes, &stopped_node, &broken, &second, since).await;
     let (samples, max_not_ready, max_holders) = sampling.finish("broken change").await;
     assert!(max_holders <= 1, "{samples:?}");
     assert!(max_not_ready <= 1, "{samples:?}");
 
     // 4. A fixed OSC resumes: the stopped node first (it holds the slot), then the others.
-    let since = unix_now();
-    let sampling = Sampler::start(client.clone(), 1);
-    let fixed = put_pool_osc(
-        client,
-        &osc_with_kubelet_drop_in(osc, Some("[Service]\nEnvironment=ROLLOUT_E2E=4\n")),
-        1,
-    )
-    .await;
+    let (since, sampling, fixed) =
+        start_change(client, osc, "[Service]\nEnvironment=ROLLOUT_E2E=4\n", 1).await;
     wait_rolled_out(client, nodes, &fixed, true, "fixed OSC on all nodes").await;
     let (samples, max_not_ready, max_holders) = sampling.finish("fixed OSC").await;
     let mut starts: Vec<(f64, String)> = Vec::new();
