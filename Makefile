@@ -10,6 +10,9 @@
 #   make envtest         build (once) kube-apiserver and etcd and print their folder
 #   make test-resilience the fault-injection tests at full counts (docs/reliability.md)
 #   make e2e             the whole path on a real shoot node: kubelet, containerd, runsc (test/node_e2e.rs)
+#   make e2e-rollout     the disruptive rollout on four real nodes: budget, stop on failure, resume
+#                        (test/rollout_e2e.rs)
+#   make bench-rollout   GNA's rollout modes against the disruptive rollout on four nodes into docs/benchmarks.md
 #   make bench-node      what one such node costs (boot, Ready, memory) into docs/benchmarks.md
 #   make fuzz            every cargo-fuzz target for FUZZ_SECONDS (default 60) each
 #   make advisories      cargo deny's RustSec check (needs GitHub for the advisory database)
@@ -20,7 +23,7 @@ CARGO ?= cargo
 KUBECONFIG_DEV := dev/kubeconfig
 
 .PHONY: start start-clean test fmt lint generate check-generate envtest deps unit integration check-orphans
-.PHONY: test-resilience fuzz advisories e2e bench-node
+.PHONY: test-resilience fuzz advisories e2e e2e-rollout bench-rollout bench-node
 
 # The fault-injection binaries; `make test` runs them at reduced counts.
 RESILIENCE_TESTS := --test resilience_apiserver --test resilience_etcd \
@@ -93,22 +96,29 @@ test-resilience: deps
 
 # The node runs our binary statically linked (it also goes into the installation image).
 STATIC_TARGET := x86_64-unknown-linux-musl
-e2e: deps
-	@assets="$$(hack/envtest.sh --node)"; \
+# Runs $(2) with the node components, our static binary and a test-run id starting with $(1),
+# then checks that nothing the run started is left.
+define node-run
+assets="$$(hack/envtest.sh --node)"; \
 	  $(CARGO) build --target $(STATIC_TARGET) --bin gardener-extension-node; \
-	  export GARDENER_EXTENSION_NODE_TEST_RUN="e2e-$$$$-$$(date +%s%N)"; \
+	  export GARDENER_EXTENSION_NODE_TEST_RUN="$(1)-$$$$-$$(date +%s%N)"; \
 	  ENVTEST_ASSETS="$$assets" E2E_STATIC_BINARY="$$PWD/target/$(STATIC_TARGET)/debug/gardener-extension-node" \
-	    $(CARGO) test --test node_e2e -- --ignored --nocapture; \
+	    $(2); \
 	  hack/check-orphans.sh "$$GARDENER_EXTENSION_NODE_TEST_RUN"
+endef
+
+e2e: deps
+	@$(call node-run,e2e,$(CARGO) test --test node_e2e -- --ignored --nocapture)
+
+e2e-rollout: deps
+	@$(call node-run,e2e-rollout,$(CARGO) test --test rollout_e2e disruptive_changes -- --ignored --nocapture)
+
+bench-rollout: deps
+	@$(call node-run,bench-rollout,$(CARGO) test --test rollout_e2e compare_rollout_modes -- --ignored --nocapture)
 
 # What one node of the e2e fixture costs (boot, Ready, memory): docs/benchmarks.md.
 bench-node: deps
-	@assets="$$(hack/envtest.sh --node)"; \
-	  $(CARGO) build --target $(STATIC_TARGET) --bin gardener-extension-node; \
-	  export GARDENER_EXTENSION_NODE_TEST_RUN="bench-node-$$$$-$$(date +%s%N)"; \
-	  ENVTEST_ASSETS="$$assets" E2E_STATIC_BINARY="$$PWD/target/$(STATIC_TARGET)/debug/gardener-extension-node" \
-	    $(CARGO) bench --bench node; \
-	  hack/check-orphans.sh "$$GARDENER_EXTENSION_NODE_TEST_RUN"
+	@$(call node-run,bench-node,$(CARGO) bench --bench node)
 
 fuzz:
 	@hack/fuzz.sh $(FUZZ_SECONDS)

@@ -22,7 +22,6 @@ use agent_support::{AgentSetup, install_agent, limited_kubeconfig_in, osc_yaml, 
 use k8s_openapi::api::core::v1::Node as KubeNode;
 use kube::Api;
 use support::node::{AGENT_BINARY, Node, NodeMemory, NodeOptions, NodeOsc};
-use support::oci::{Image, ImageFile, write_archive};
 
 const NODES: usize = 2;
 const IDLE: Duration = Duration::from_secs(20);
@@ -48,15 +47,7 @@ async fn main() {
     let ca_pem = shoot.plane.ca_pem().to_string();
     let port: u16 = server_url.rsplit(':').next().unwrap().parse().unwrap();
     let images = tempfile::tempdir().unwrap();
-    write_archive(
-        &Image {
-            reference: PAUSE_IMAGE.into(),
-            entrypoint: vec!["/bin/busybox".into(), "sleep".into(), "2147483647".into()],
-            files: vec![ImageFile::executable("/bin/busybox", "/bin/busybox")],
-        },
-        &images.path().join("pause.tar"),
-    )
-    .unwrap();
+    support::node::write_pause_archive(images.path(), PAUSE_IMAGE);
 
     let nodes_api = Api::<KubeNode>::all(client.clone());
     let mut nodes = Vec::new();

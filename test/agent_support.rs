@@ -107,12 +107,30 @@ pub async fn limited_token(env: &TestEnv, node: &str, secrets: &[&str]) -> Strin
 
 /// [`limited_token`] in any cluster: the ServiceAccount lives in `ns`.
 pub async fn limited_token_in(client: &Client, ns: &str, node: &str, secrets: &[&str]) -> String {
+    limited_token_with_slots_in(client, ns, node, secrets, 1).await
+}
+
+/// [`limited_token_in`] for an agent that may hold any of `slots` disruptive-rollout slots:
+/// the Leases `<secret>-<i>` for `0 < i < slots` besides the serial lock (the node-agent
+/// authorizer would need the same; see docs/agent.md#disruptive-rollout).
+pub async fn limited_token_with_slots_in(
+    client: &Client,
+    ns: &str,
+    node: &str,
+    secrets: &[&str],
+    slots: u32,
+) -> String {
     let sa = format!("agent-{node}");
     let lease = format!("gardener-node-agent-{node}");
     // The node-agent authorizer also allows the Lease named like the node's OSC secret (the
-    // serial reconciliation lock); the OSC secret comes first in `secrets`.
+    // serial reconciliation lock, slot 0); the OSC secret comes first in `secrets`.
+    let slot_leases: Vec<String> = secrets
+        .first()
+        .map(|secret| (1..slots).map(|i| format!("{secret}-{i}")).collect())
+        .unwrap_or_default();
     let leases: Vec<&str> = std::iter::once(lease.as_str())
         .chain(secrets.first().copied())
+        .chain(slot_leases.iter().map(String::as_str))
         .collect();
     let pp = PostParams::default();
     let subject = json!([{"kind": "ServiceAccount", "name": sa, "namespace": ns}]);
@@ -162,6 +180,9 @@ pub async fn limited_token_in(client: &Client, ns: &str, node: &str, secrets: &[
             {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]},
             {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "watch", "patch"], "resourceNames": [node]},
             {"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"], "resourceNames": [node]},
+            // The authorizer admits pod lists with `spec.nodeName=<node>` only; RBAC cannot
+            // say that, so the role is wider than what the agent asks for.
+            {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
         ],
     }));
     Api::<ClusterRole>::all(client.clone())
@@ -218,8 +239,27 @@ pub fn osc_secret(name: &str, osc_yaml: &str) -> Secret {
 
 /// Creates or replaces the OSC secret; returns its checksum.
 pub async fn put_osc(client: &Client, name: &str, osc_yaml: &str) -> String {
+    put_osc_annotated(client, name, osc_yaml, &[]).await
+}
+
+/// [`put_osc`] with more annotations on the secret.
+pub async fn put_osc_annotated(
+    client: &Client,
+    name: &str,
+    osc_yaml: &str,
+    annotations: &[(&str, &str)],
+) -> String {
     let api = Api::<Secret>::namespaced(client.clone(), "kube-system");
     let mut secret = osc_secret(name, osc_yaml);
+    secret
+        .metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .extend(
+            annotations
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string())),
+        );
     match api.get_opt(name).await.unwrap() {
         Some(existing) => {
             secret.metadata.resource_version = existing.metadata.resource_version;

@@ -291,6 +291,11 @@ async fn reconcile_ships_the_node_agent_secret_through_a_managed_resource() {
         "operating-system-config"
     );
     assert_eq!(secret.labels()["worker.gardener.cloud/pool"], "worker-a");
+    // The Cluster's pool worker-a has no maxUnavailable: one rollout slot.
+    assert_eq!(
+        secret.annotations()["node.extensions.gardener.cloud/rollout-budget"],
+        "1"
+    );
     assert_eq!(
         checksum_of(&secret),
         hex::encode(Sha256::digest(osc_yaml.as_bytes()))

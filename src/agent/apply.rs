@@ -198,6 +198,31 @@ pub fn inject_containerd_drop_in(osc: &mut NodeOsc) {
     );
 }
 
+/// The work an apply of `input` does: the journal on disk when it is for this checksum
+/// (`true`: resumed), else the change set computed against the last applied OSC. Reads only;
+/// the disruptive rollout classifies this before [`apply`] starts.
+pub fn plan<H: Host>(host: &H, input: Input<'_>) -> Result<(Journal, bool), ApplyError> {
+    let on_disk = host
+        .read(&input.paths.journal())
+        .map_err(host_error("reading the journal"))?;
+    let on_disk = on_disk.map(|bytes| String::from_utf8_lossy(&bytes).into_owned());
+    if let Some(journal) = journal::resumable(on_disk.as_deref(), input.checksum) {
+        return Ok((journal, true));
+    }
+    let old = input
+        .last_applied
+        .map(|(osc, effective)| Side { osc, effective });
+    let journal = changes::compute(
+        old,
+        Side {
+            osc: input.osc,
+            effective: input.effective,
+        },
+        input.checksum,
+    );
+    Ok((journal, false))
+}
+
 /// Applies `input` (see the module docs). Idempotent: an OSC that is already applied
 /// resumes an empty journal and changes nothing.
 pub async fn apply<H: Host, S: Secrets>(
@@ -209,31 +234,12 @@ pub async fn apply<H: Host, S: Secrets>(
     let mut summary = Summary::default();
 
     // 1. Journal.
-    let on_disk = host
-        .read(&paths.journal())
-        .map_err(host_error("reading the journal"))?;
-    let on_disk = on_disk.map(|bytes| String::from_utf8_lossy(&bytes).into_owned());
-    let journal = match journal::resumable(on_disk.as_deref(), input.checksum) {
-        Some(journal) => {
-            summary.resumed = true;
-            journal
-        }
-        None => {
-            let old = input
-                .last_applied
-                .map(|(osc, effective)| Side { osc, effective });
-            let journal = changes::compute(
-                old,
-                Side {
-                    osc: input.osc,
-                    effective: input.effective,
-                },
-                input.checksum,
-            );
-            persist(host, paths, &journal)?;
-            journal
-        }
-    };
+    let (journal, resumed) = plan(host, input)?;
+    if resumed {
+        summary.resumed = true;
+    } else {
+        persist(host, paths, &journal)?;
+    }
     let journal = Mutex::new(journal);
     let update = |change: &dyn Fn(&mut Journal)| -> Result<(), ApplyError> {
         let mut guard = journal.lock().unwrap_or_else(|e| e.into_inner());

@@ -19,7 +19,7 @@
 //! as the largest event it carried. The secret's data is read with a GET when it changed.
 
 use futures::{Stream, StreamExt};
-use k8s_openapi::api::core::v1::{Node, NodeCondition, ObjectReference, Secret};
+use k8s_openapi::api::core::v1::{Node, NodeCondition, ObjectReference, Pod, Secret};
 use kube::api::{ListParams, PartialObjectMeta, Patch, PatchParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -204,6 +204,26 @@ pub async fn patch_node_condition(
     let patch = json!({ "status": { "conditions": [condition] } });
     Api::<Node>::all(client.clone())
         .patch_status(node, &PatchParams::default(), &Patch::Strategic(&patch))
+        .await
+        .map(drop)
+}
+
+/// The pods bound to `node` (one LIST with the field selector `spec.nodeName=<node>`, the only
+/// pod list the node-agent authorizer admits).
+pub async fn pods_on_node(client: &Client, node: &str) -> Result<Vec<Pod>, kube::Error> {
+    let params = ListParams::default().fields(&format!("spec.nodeName={node}"));
+    Ok(Api::<Pod>::all(client.clone()).list(&params).await?.items)
+}
+
+/// Removes the annotation `key` from the Node (merge patch with `null`; absent: a no-op).
+pub async fn remove_node_annotation(
+    client: &Client,
+    node: &str,
+    key: &str,
+) -> Result<(), kube::Error> {
+    let patch = json!({ "metadata": { "annotations": { key: null } } });
+    Api::<Node>::all(client.clone())
+        .patch_metadata(node, &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .map(drop)
 }

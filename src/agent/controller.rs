@@ -45,10 +45,13 @@ use super::host::Host;
 use super::journal::Journal;
 use super::metrics::Metrics;
 use super::osc::{self, InvalidOsc, NodeOsc};
+use super::rollout::{self, Change};
 use super::serial::{self, Acquired, SerialLock};
 use super::unit_check::{self, UnitsCondition};
 use super::unit_events;
 use crate::api::constants::DATA_KEY_OPERATING_SYSTEM_CONFIG;
+
+mod rollout_flow;
 
 /// First retry after a failed apply.
 const FIRST_RETRY: Duration = Duration::from_secs(2);
@@ -74,9 +77,12 @@ pub enum ReconcileError {
     /// Reporting on the Node failed.
     #[error("patching node {0}")]
     Node(String, #[source] kube::Error),
-    /// Taking or releasing the serial lock failed.
+    /// Taking or releasing the serial lock (or a rollout slot) failed.
     #[error("serial reconciliation lock kube-system/{0}")]
     SerialLock(String, #[source] kube::Error),
+    /// The disruptive rollout's state file could not be written or removed.
+    #[error("rollout state file")]
+    RolloutState(#[source] super::host::HostError),
 }
 
 impl ReconcileError {
@@ -87,6 +93,7 @@ impl ReconcileError {
             ReconcileError::InPlace(error) => error.category(),
             ReconcileError::Node(..) => "node-patch",
             ReconcileError::SerialLock(..) => "serial-lock",
+            ReconcileError::RolloutState(..) => "rollout-state",
         }
     }
 }
@@ -108,8 +115,14 @@ pub enum Reconciled {
     Applied,
     /// The agent's own unit changed: exit so systemd starts the new one.
     RestartSelf,
-    /// Serial reconciliation: another node holds the lock; try again after this long.
+    /// Serial reconciliation: another node holds the lock, or a disruptive change waits for
+    /// a rollout slot; try again after this long.
     Waiting(Duration),
+    /// A disruptive change was applied; its slot is held until the node is healthy: check
+    /// again after this long.
+    Holding(Duration),
+    /// The disruptive rollout stopped on this node (kept until resumed).
+    Stopped,
 }
 
 /// Shared pieces of the running agent.
@@ -245,6 +258,11 @@ impl<H: Host + 'static> Agent<H> {
                 changed = node_rx.changed() => {
                     if changed.is_err() { return Ok(()); }
                     let known = node_rx.borrow_and_update().is_some();
+                    let resume = node_rx.borrow().as_ref().and_then(|n| n.metadata.annotations.as_ref()).is_some_and(|a| a.contains_key(rollout::ANNOTATION_RESUME));
+                    if resume {
+                        info!(annotation = rollout::ANNOTATION_RESUME, "resume asked on the node");
+                        state.due = Some(Instant::now());
+                    }
                     if known && !node_known {
                         info!(node = %node_rx.borrow().as_ref().map(ResourceExt::name_any).unwrap_or_default(), "node known; reporting");
                         state.due = Some(Instant::now());
@@ -316,6 +334,15 @@ impl<H: Host + 'static> Agent<H> {
                 info!("OSC changed; serial reconciliation, applying once the lock is free");
                 Some(now)
             }
+            // The rollout's slots space disruptive changes out; quiet ones apply at once.
+            delay::Trigger::AfterDelay
+                if rollout::policy(secret.metadata.annotations.as_ref()).is_some() =>
+            {
+                info!(
+                    "OSC changed; disruptive rollout on, applying at once (disruptive changes wait for a slot)"
+                );
+                Some(now)
+            }
             delay::Trigger::AfterDelay => {
                 let (delay, error) = delay::reconciliation_delay(
                     node.and_then(|n| n.metadata.annotations.as_ref()),
@@ -363,13 +390,18 @@ impl<H: Host + 'static> Agent<H> {
                     Reconciled::Applied => "applied",
                     Reconciled::RestartSelf => "restart-self",
                     Reconciled::Waiting(_) => "waiting",
+                    Reconciled::Holding(_) => "holding",
+                    Reconciled::Stopped => "stopped",
                 };
                 self.metrics.apply_result(label);
                 state.wake_on_node = outcome == Reconciled::AwaitingNode;
                 state.retry = FIRST_RETRY;
                 state.reported_invalid = None;
                 state.due = match outcome {
-                    Reconciled::Waiting(retry_in) => Some(Instant::now() + retry_in),
+                    Reconciled::Waiting(retry_in) | Reconciled::Holding(retry_in) => {
+                        Some(Instant::now() + retry_in)
+                    }
+                    Reconciled::Stopped => Some(Instant::now() + rollout::RENEW_INTERVAL),
                     _ => state.due.or(sync),
                 };
                 if outcome == Reconciled::Applied {
@@ -449,9 +481,32 @@ impl<H: Host + 'static> Agent<H> {
             .and_then(|a| a.get(ANNOTATION_NODE_CHECKSUM))
             .is_some_and(|value| *value == checksum);
         let serial_mode = serial::is_serial(secret.metadata.annotations.as_ref());
-        if reported && journal_done && host.mode(&paths.last_applied()).ok().flatten().is_some() {
+        // GNA's serial mode takes precedence: it serialises every change already.
+        let rollout_policy = rollout::policy(secret.metadata.annotations.as_ref())
+            .filter(|_| !serial_mode)
+            .zip(node);
+        let mut rollout_found = None;
+        if let Some((policy, node)) = &rollout_policy {
+            match self.rollout_gate(secret, node, policy, &checksum).await? {
+                rollout_flow::Gate::Done(outcome) => return Ok(outcome),
+                rollout_flow::Gate::Go(found) => rollout_found = found,
+            }
+        }
+        // A disruptive change of this checksum not finished (a restart between the Node report
+        // and the hold, or a resumed stop) is held and checked, not taken as up to date.
+        let rollout_pending = rollout_found
+            .as_ref()
+            .is_some_and(|state| state.checksum == checksum);
+        if reported
+            && journal_done
+            && !rollout_pending
+            && host.mode(&paths.last_applied()).ok().flatten().is_some()
+        {
             if serial_mode {
                 self.release_serial_lock(secret).await?;
+            }
+            if let Some((policy, _)) = &rollout_policy {
+                self.rollout_up_to_date(secret, policy).await?;
             }
             return Ok(Reconciled::UpToDate);
         }
@@ -482,27 +537,53 @@ impl<H: Host + 'static> Agent<H> {
         }
         let effective = osc::effective(&osc, &self.settings.hostname);
         let control_plane = effective.file(cluster::KUBE_APISERVER_MANIFEST).is_some();
+        let mut disruptive = None;
         let outcome = {
             let last = self.last_applied(last_applied);
             let last_effective = last.map(|last| osc::effective(last, &self.settings.hostname));
-            apply::apply(
-                host,
-                &self.secrets,
-                Input {
-                    checksum: &checksum,
-                    osc: &osc,
-                    effective: &effective,
-                    last_applied: last.zip(last_effective.as_ref()),
-                    own_unit: &self.settings.own_unit,
-                    paths,
-                },
-            )
-            .await
+            let input = Input {
+                checksum: &checksum,
+                osc: &osc,
+                effective: &effective,
+                last_applied: last.zip(last_effective.as_ref()),
+                own_unit: &self.settings.own_unit,
+                paths,
+            };
+            if let Some((policy, node)) = &rollout_policy {
+                let (journal, _) = apply::plan(host, input)?;
+                let change = rollout::change_for(
+                    &journal,
+                    &policy.marked_units,
+                    last.is_none(),
+                    rollout_found.is_some(),
+                );
+                if let Change::Disruptive(why) = change {
+                    match self
+                        .take_slot(secret, node, policy, &checksum, rollout_found.take(), &why)
+                        .await?
+                    {
+                        Ok(state) => disruptive = Some(state),
+                        Err(retry_in) => return Ok(Reconciled::Waiting(retry_in)),
+                    }
+                }
+            }
+            apply::apply(host, &self.secrets, input).await
         };
         drop(effective);
         if outcome.is_err() {
             // The file may or may not have been rewritten: read it again when next needed.
             *last_applied = LastApplied::Unread;
+        }
+        if let (Err(error), Some(state), Some((_, node))) =
+            (&outcome, disruptive.clone(), &rollout_policy)
+        {
+            self.rollout_stop(
+                node,
+                state,
+                rollout::REASON_APPLY_FAILED,
+                error_chain(error),
+            )
+            .await?;
         }
         let outcome = outcome?;
         let summary = match outcome {
@@ -569,6 +650,9 @@ impl<H: Host + 'static> Agent<H> {
             for event in unit_events::aggregate(&summary.commands, &[]) {
                 self.event(node, event.warning, event.reason, event.note)
                     .await;
+            }
+            if let Some(state) = disruptive {
+                return self.rollout_applied(state);
             }
             // As GNA: the lock is released once the node reports the new checksum.
             if serial_mode || self.serial.lock().await.holds() {

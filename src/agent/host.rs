@@ -109,6 +109,9 @@ pub trait Host: Send + Sync {
         unit: &str,
     ) -> impl Future<Output = Result<systemd::UnitHealth, HostError>> + Send;
 
+    /// Whether kubelet answers `200` on its health endpoint ([`KUBELET_HEALTHZ`]).
+    fn kubelet_healthy(&self) -> impl Future<Output = bool> + Send;
+
     /// `containerd config default`.
     fn containerd_default_config(&self) -> impl Future<Output = Result<String, HostError>> + Send;
     /// containerd's `(major, minor)` version, if it can be told.
@@ -121,6 +124,28 @@ pub trait Host: Send + Sync {
         target: &Path,
         mode: u32,
     ) -> impl Future<Output = Result<(), HostError>> + Send;
+}
+
+/// kubelet's health endpoint on the node (its `healthzBindAddress:healthzPort` defaults).
+pub const KUBELET_HEALTHZ: &str = "127.0.0.1:10248";
+/// How long one health probe of kubelet may take.
+const KUBELET_HEALTHZ_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// One `GET /healthz` to `address` over plain HTTP/1.1; true on status 200. A small request
+/// by hand rather than an HTTP client: it is the agent's only plain-HTTP call.
+pub async fn http_healthz(address: &str, timeout: Duration) -> bool {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let probe = async {
+        let mut stream = tokio::net::TcpStream::connect(address).await.ok()?;
+        let request =
+            format!("GET /healthz HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n");
+        stream.write_all(request.as_bytes()).await.ok()?;
+        let mut head = [0u8; 12];
+        stream.read_exact(&mut head).await.ok()?;
+        // "HTTP/1.1 200"
+        Some(head.ends_with(b" 200"))
+    };
+    matches!(tokio::time::timeout(timeout, probe).await, Ok(Some(true)))
 }
 
 /// The real node: local file system, systemd on a system bus, containerd via `ctr`.
@@ -347,6 +372,10 @@ impl Host for SystemHost {
 
     async fn unit_health(&self, unit: &str) -> Result<systemd::UnitHealth, HostError> {
         Ok(self.systemd().await?.unit_health(unit).await?)
+    }
+
+    async fn kubelet_healthy(&self) -> bool {
+        http_healthz(KUBELET_HEALTHZ, KUBELET_HEALTHZ_TIMEOUT).await
     }
 
     async fn containerd_default_config(&self) -> Result<String, HostError> {

@@ -40,6 +40,7 @@ pub mod lease;
 pub mod metrics;
 pub mod osc;
 pub mod paths;
+pub mod rollout;
 pub mod safe_fs;
 pub mod serial;
 pub mod token;

@@ -64,6 +64,11 @@ impl Paths {
         self.base.join("last-computed-osc-changes.yaml")
     }
 
+    /// `rollout-state.json`: the disruptive rollout's hold or stop (ours; GNA has none).
+    pub fn rollout_state(&self) -> PathBuf {
+        self.base.join("rollout-state.json")
+    }
+
     /// `credentials/`.
     pub fn credentials(&self) -> PathBuf {
         self.base.join("credentials")

@@ -15,7 +15,13 @@
 //! - a lock held by another node is asked again when it expires, and meanwhile every
 //!   [`POLL_INTERVAL`] (GNA watches the Lease instead; polling costs nothing while idle).
 //!
-//! [`decide`], [`acquired`] and [`released`] are pure; [`SerialLock`] does the API calls.
+//! The same lock serves the disruptive rollout ([`super::rollout`]) as its slot 0; slots
+//! `1..budget` are Leases `<secret name>-<i>` taken and released by the same rules. So the
+//! code here is written for a list of Lease names: [`choose`] picks one of them, and
+//! [`SerialLock`] holds at most one at a time.
+//!
+//! [`decide`], [`choose`], [`acquired`] and [`released`] are pure; [`SerialLock`] does the
+//! API calls.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -84,12 +90,59 @@ pub fn decide(lease: Option<&Lease>, identity: &str, now: Timestamp) -> Decision
     }
 }
 
-/// The lock after `identity` took it at `now`: `existing`, or a new Lease named like the
-/// secret and owned by it. Pure.
-pub fn acquired(existing: Option<Lease>, secret: &Secret, identity: &str, now: Timestamp) -> Lease {
+/// Which of several Leases (slots) `identity` may take at `now`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Choice {
+    /// Take (or renew) the Lease at this index.
+    Take(usize),
+    /// All are held by others; look again after this long.
+    Wait {
+        /// The holders, in slot order.
+        holders: Vec<String>,
+        /// Until the next look: the soonest of the slots' [`Decision::Wait`] times.
+        retry_in: Duration,
+    },
+}
+
+/// Picks a slot among `leases` (in slot order; `None`: does not exist yet). A slot this
+/// identity already holds wins, so an agent never holds two and a restarted one finds its own
+/// again; else the first free or expired slot. Pure.
+pub fn choose(leases: &[Option<&Lease>], identity: &str, now: Timestamp) -> Choice {
+    if let Some(own) = leases
+        .iter()
+        .position(|lease| lease.is_some_and(|l| held_by(l, identity)))
+    {
+        return Choice::Take(own);
+    }
+    let mut holders = Vec::new();
+    let mut retry_in = POLL_INTERVAL;
+    for (index, lease) in leases.iter().enumerate() {
+        match decide(*lease, identity, now) {
+            Decision::Take => return Choice::Take(index),
+            Decision::Wait {
+                holder,
+                retry_in: wait,
+            } => {
+                holders.push(holder);
+                retry_in = retry_in.min(wait);
+            }
+        }
+    }
+    Choice::Wait { holders, retry_in }
+}
+
+/// The Lease `name` after `identity` took it at `now`: `existing`, or a new Lease owned by
+/// the OSC `secret`. Pure.
+pub fn acquired(
+    existing: Option<Lease>,
+    secret: &Secret,
+    name: &str,
+    identity: &str,
+    now: Timestamp,
+) -> Lease {
     let mut lease = existing.unwrap_or_else(|| Lease {
         metadata: ObjectMeta {
-            name: Some(secret.name_any()),
+            name: Some(name.to_string()),
             namespace: Some(NAMESPACE.to_string()),
             owner_references: secret.metadata.uid.clone().map(|uid| {
                 vec![OwnerReference {
@@ -148,8 +201,8 @@ pub enum Acquired {
     },
 }
 
-/// The serial lock of one agent. Knows the Lease as its last write returned it, so a
-/// release after an apply is a single request.
+/// The serial lock (or rollout slot) of one agent. Knows the Lease as its last write
+/// returned it, so a release after an apply is a single request.
 pub struct SerialLock {
     client: Client,
     identity: String,
@@ -170,35 +223,72 @@ impl SerialLock {
         }
     }
 
-    /// Whether this agent holds the lock as far as it knows.
+    /// Whether this agent holds a lock as far as it knows.
     pub fn holds(&self) -> bool {
         self.held.is_some()
+    }
+
+    /// The name of the Lease this agent holds, as far as it knows.
+    pub fn held_name(&self) -> Option<String> {
+        self.held.as_ref().and_then(|l| l.metadata.name.clone())
+    }
+
+    /// Whether this agent's last write of the Lease it holds is younger than `within`.
+    pub fn renewed_within(&self, within: Duration) -> bool {
+        let within = SignedDuration::try_from(within).unwrap_or(SignedDuration::MAX);
+        self.held
+            .as_ref()
+            .and_then(|l| l.spec.as_ref())
+            .and_then(|s| s.renew_time.as_ref())
+            .is_some_and(|renewed| Timestamp::now().duration_since(renewed.0) < within)
     }
 
     fn api(&self) -> Api<Lease> {
         Api::namespaced(self.client.clone(), NAMESPACE)
     }
 
-    /// Takes the lock for `secret` (GET, then POST or PUT), or says who holds it. A race
-    /// lost to another node (409) is reported as busy with a short retry.
+    /// Takes the serial lock for `secret` (the Lease named like it).
     pub async fn acquire(&mut self, secret: &Secret) -> Result<Acquired, kube::Error> {
+        self.acquire_any(secret, &[secret.name_any()]).await
+    }
+
+    /// Takes one of the Leases `names` (GET each, then POST or PUT the one [`choose`]
+    /// picks), renewing it when it is already ours, or says who holds them. A race lost to
+    /// another node (409) is reported as busy with a short retry.
+    pub async fn acquire_any(
+        &mut self,
+        secret: &Secret,
+        names: &[String],
+    ) -> Result<Acquired, kube::Error> {
         let api = self.api();
-        let name = secret.name_any();
         self.looked = true;
-        let existing = api.get_opt(&name).await?;
-        if let Decision::Wait { holder, retry_in } =
-            decide(existing.as_ref(), &self.identity, Timestamp::now())
-        {
-            self.held = None;
-            return Ok(Acquired::Busy { holder, retry_in });
-        }
+        let found = get_slots(&api, names).await?;
+        let names = &names[..found.len()];
+        let refs: Vec<Option<&Lease>> = found.iter().map(Option::as_ref).collect();
+        let index = match choose(&refs, &self.identity, Timestamp::now()) {
+            Choice::Take(index) => index,
+            Choice::Wait { holders, retry_in } => {
+                self.held = None;
+                return Ok(Acquired::Busy {
+                    holder: holders.join(","),
+                    retry_in,
+                });
+            }
+        };
+        let (Some(name), Some(existing)) = (names.get(index), found.into_iter().nth(index)) else {
+            // `choose` only returns indexes of `names`.
+            return Ok(Acquired::Busy {
+                holder: String::new(),
+                retry_in: POLL_INTERVAL,
+            });
+        };
         let create = existing.is_none();
-        let lease = acquired(existing, secret, &self.identity, Timestamp::now());
+        let lease = acquired(existing, secret, name, &self.identity, Timestamp::now());
         let pp = PostParams::default();
         let written = if create {
             api.create(&pp, &lease).await
         } else {
-            api.replace(&name, &pp, &lease).await
+            api.replace(name, &pp, &lease).await
         };
         match written {
             Ok(lease) => {
@@ -216,43 +306,79 @@ impl SerialLock {
         }
     }
 
-    /// Releases the lock of `secret` if this agent holds it; a no-op otherwise. After a
-    /// restart (nothing known yet) the Lease is read once to find out. A conflict re-reads it
-    /// once; a Lease that is gone or held by another is left alone.
+    /// Releases the serial lock of `secret_name` if this agent holds it (see
+    /// [`SerialLock::release_any`]).
     pub async fn release(&mut self, secret_name: &str) -> Result<(), kube::Error> {
+        self.release_any(&[secret_name.to_string()]).await
+    }
+
+    /// Releases whichever of the Leases `names` this agent holds; a no-op when it holds
+    /// none. After a restart (nothing known yet) each is read once to find out. A conflict
+    /// re-reads once; a Lease that is gone or held by another is left alone.
+    pub async fn release_any(&mut self, names: &[String]) -> Result<(), kube::Error> {
         let api = self.api();
-        let held = match self.held.take() {
-            Some(lease) => Some(lease),
+        let mut held: Vec<Lease> = Vec::new();
+        match self.held.take() {
+            Some(lease) => held.push(lease),
             None if !self.looked => {
                 self.looked = true;
-                api.get_opt(secret_name).await?
+                held.extend(get_slots(&api, names).await?.into_iter().flatten());
             }
-            None => None,
-        };
-        let Some(lease) = held.filter(|l| held_by(l, &self.identity)) else {
-            return Ok(());
-        };
-        let pp = PostParams::default();
-        match api.replace(secret_name, &pp, &released(lease)).await {
-            Ok(_) => Ok(()),
-            Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
-            Err(kube::Error::Api(status)) if status.code == 409 => {
-                match api.get_opt(secret_name).await? {
-                    Some(current) if held_by(&current, &self.identity) => api
-                        .replace(secret_name, &pp, &released(current))
-                        .await
-                        .map(drop),
-                    _ => Ok(()),
-                }
-            }
-            Err(error) => Err(error),
+            None => {}
         }
+        for lease in held.into_iter().filter(|l| held_by(l, &self.identity)) {
+            let name = lease.name_any();
+            release_one(&api, &name, lease, &self.identity).await?;
+        }
+        Ok(())
+    }
+}
+
+/// The Leases `names` in order (`None`: not there). A refused read (403) of any but the first
+/// ends the list there: Gardener's node-agent authorizer admits only the Lease named like the
+/// OSC secret, so where it is not extended the rollout's budget shrinks to the slots the agent
+/// may read (logged), instead of the agent failing every reconcile.
+async fn get_slots(api: &Api<Lease>, names: &[String]) -> Result<Vec<Option<Lease>>, kube::Error> {
+    let mut found = Vec::with_capacity(names.len());
+    for (index, name) in names.iter().enumerate() {
+        match api.get_opt(name).await {
+            Ok(lease) => found.push(lease),
+            Err(kube::Error::Api(status)) if status.code == 403 && index > 0 => {
+                tracing::warn!(lease = %name, slots = index, "reading a rollout slot Lease is forbidden; using only the slots before it");
+                break;
+            }
+            Err(error) => return Err(error),
+        }
+    }
+    Ok(found)
+}
+
+/// One release PUT of `lease`, re-reading once on a conflict.
+async fn release_one(
+    api: &Api<Lease>,
+    name: &str,
+    lease: Lease,
+    identity: &str,
+) -> Result<(), kube::Error> {
+    let pp = PostParams::default();
+    match api.replace(name, &pp, &released(lease)).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 409 => match api.get_opt(name).await? {
+            Some(current) if held_by(&current, identity) => {
+                api.replace(name, &pp, &released(current)).await.map(drop)
+            }
+            _ => Ok(()),
+        },
+        Err(error) => Err(error),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const NAME: &str = "gardener-node-agent-pool-a";
 
     fn lease(holder: Option<&str>, duration: Option<i32>, renewed: Option<&str>) -> Lease {
         Lease {
@@ -352,7 +478,7 @@ mod tests {
     #[test]
     fn acquiring_sets_holder_duration_times_and_the_secret_as_owner() {
         let now: Timestamp = "2025-01-01T00:10:00.123456Z".parse().unwrap();
-        let lease = acquired(None, &secret(), "host-a", now);
+        let lease = acquired(None, &secret(), NAME, "host-a", now);
         assert_eq!(
             lease.metadata.name.as_deref(),
             Some("gardener-node-agent-pool-a")
@@ -377,25 +503,53 @@ mod tests {
 
         // Taking it again (a restart): only the renew time moves.
         let later = now + SignedDuration::from_secs(30);
-        let again = acquired(Some(lease.clone()), &secret(), "host-a", later);
+        let again = acquired(Some(lease.clone()), &secret(), NAME, "host-a", later);
         let spec = again.spec.as_ref().unwrap();
         assert_eq!(spec.acquire_time.as_ref().map(|t| t.0), Some(now));
         assert_eq!(spec.renew_time.as_ref().map(|t| t.0), Some(later));
 
         // Taking over an expired lock of another holder: a new acquire time.
-        let taken = acquired(Some(lease), &secret(), "host-b", later);
+        let taken = acquired(Some(lease), &secret(), NAME, "host-b", later);
         let spec = taken.spec.as_ref().unwrap();
         assert_eq!(spec.holder_identity.as_deref(), Some("host-b"));
         assert_eq!(spec.acquire_time.as_ref().map(|t| t.0), Some(later));
     }
 
     #[test]
+    fn a_slot_of_our_own_wins_then_the_first_free_one_else_the_soonest_expiry() {
+        let now: Timestamp = "2025-01-01T00:10:00Z".parse().unwrap();
+        let busy = |holder: &str, renewed: &str| lease(Some(holder), Some(600), Some(renewed));
+        let b = busy("b", "2025-01-01T00:09:00Z");
+        let c = busy("c", "2025-01-01T00:00:03Z");
+        let own = busy("a", "2025-01-01T00:09:00Z");
+        let free = lease(None, None, None);
+        assert_eq!(choose(&[None, None], "a", now), Choice::Take(0));
+        assert_eq!(choose(&[Some(&b), None], "a", now), Choice::Take(1));
+        assert_eq!(choose(&[Some(&b), Some(&free)], "a", now), Choice::Take(1));
+        // Our own slot is renewed even when an earlier one is free.
+        assert_eq!(choose(&[None, Some(&own)], "a", now), Choice::Take(1));
+        assert_eq!(
+            choose(&[Some(&b), Some(&c)], "a", now),
+            Choice::Wait {
+                holders: vec!["b".into(), "c".into()],
+                retry_in: Duration::from_secs(3)
+            }
+        );
+        // Expired slot of another holder: taken.
+        let old = busy("c", "2025-01-01T00:00:00Z");
+        assert_eq!(choose(&[Some(&b), Some(&old)], "a", now), Choice::Take(1));
+    }
+
+    #[test]
     fn releasing_clears_holder_duration_and_times() {
         let now: Timestamp = "2025-01-01T00:10:00Z".parse().unwrap();
-        let lease = released(acquired(None, &secret(), "host-a", now));
+        let lease = released(acquired(None, &secret(), NAME, "host-a", now));
         let json = serde_json::to_value(&lease).unwrap();
         assert_eq!(json["spec"], serde_json::json!({}));
-        assert!(held_by(&acquired(None, &secret(), "host-a", now), "host-a"));
+        assert!(held_by(
+            &acquired(None, &secret(), NAME, "host-a", now),
+            "host-a"
+        ));
         assert!(!held_by(&lease, "host-a"));
     }
 }

@@ -243,6 +243,10 @@ impl Host for FakeHost {
         })
     }
 
+    async fn kubelet_healthy(&self) -> bool {
+        true
+    }
+
     async fn containerd_default_config(&self) -> Result<String, HostError> {
         Ok(self.default_containerd_config.clone())
     }

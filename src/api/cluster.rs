@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::Taint;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
@@ -152,6 +153,10 @@ pub struct ShootWorker {
     pub minimum: i32,
     /// Maximum number of machines.
     pub maximum: i32,
+    /// How many machines may be unavailable during an update (a number or a percentage of
+    /// the pool); absent: Gardener's default, 0.
+    #[serde(deserialize_with = "lenient", skip_serializing_if = "Option::is_none")]
+    pub max_unavailable: Option<IntOrString>,
     /// Availability zones.
     pub zones: Vec<String>,
     /// Labels for the pool's nodes.

@@ -53,6 +53,12 @@ pub const LABEL_PREFIX_CONTAINER_RUNTIME: &str = "containerruntime.worker.garden
 pub const LABEL_NODE_AGENT_SECRET_NAME: &str =
     "worker.gardener.cloud/gardener-node-agent-secret-name";
 
+/// Annotation on a node-agent (OSC) Secret that turns the node agent's disruptive rollout on
+/// and gives its budget: how many nodes of the pool may apply a disruptive change at once
+/// (`docs/agent.md#disruptive-rollout`). Written by the OSC controller where it ships the
+/// Secret, from the pool's `maxUnavailable`.
+pub const ANNOTATION_ROLLOUT_BUDGET: &str = "node.extensions.gardener.cloud/rollout-budget";
+
 /// Directory on nodes where container runtime binaries are installed (`spec.binaryPath`).
 pub const CONTAINER_RUNTIME_BINARY_PATH: &str = "/var/bin/containerruntimes";
 

@@ -498,6 +498,23 @@ fn pipe(client: TcpStream, port: u16) {
     let _ = upstream.join();
 }
 
+/// Writes `<dir>/pause.tar`: an OCI archive of `reference` whose only process sleeps (SIGKILL
+/// ends it like the real pause), for nodes that run no other image.
+pub fn write_pause_archive(dir: &Path, reference: &str) {
+    super::oci::write_archive(
+        &super::oci::Image {
+            reference: reference.into(),
+            entrypoint: vec!["/bin/busybox".into(), "sleep".into(), "2147483647".into()],
+            files: vec![super::oci::ImageFile::executable(
+                "/bin/busybox",
+                "/bin/busybox",
+            )],
+        },
+        &dir.join("pause.tar"),
+    )
+    .unwrap();
+}
+
 /// A token of a `kube-system` ServiceAccount bound to the `system:node` ClusterRole: the
 /// kubelet's credentials (a real landscape bootstraps them through a CSR instead).
 pub async fn kubelet_token(shoot: &Client, node: &str) -> String {

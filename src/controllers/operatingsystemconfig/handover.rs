@@ -287,7 +287,13 @@ pub async fn hand_over(
                 continue;
             };
             tracing::info!(%namespace, osc = %osc.name_any(), "taking over the node-agent secret");
-            reconcile::ship_node_agent_secret(actuator, &osc).await?;
+            // The pool's budget comes from the Cluster; without it the next reconcile adds it.
+            let cluster = crate::extension::cluster::lookup(&actuator.client, None, namespace)
+                .await
+                .ok()
+                .flatten();
+            reconcile::ship_node_agent_secret(actuator, &osc, cluster.as_ref().map(|c| &c.shoot))
+                .await?;
         }
     } else {
         for mr in list_ours(actuator, Some(namespace)).await? {

@@ -10,7 +10,10 @@
 //!   carries `metadata: {}`, `spec.type: ""` and `spec.purpose: ""`, and all keys sorted;
 //! - annotation `checksum/data-script` = sha256 hex of the `osc.yaml` bytes (the node agent
 //!   compares it with its node's annotation and applies only on a change);
-//! - labels `gardener.cloud/role=operating-system-config`, `worker.gardener.cloud/pool=<pool>`.
+//! - labels `gardener.cloud/role=operating-system-config`, `worker.gardener.cloud/pool=<pool>`;
+//! - ours only: annotation `node.extensions.gardener.cloud/rollout-budget` when the shoot's
+//!   pool is known ([`rollout_budget`]), which turns on the node agent's disruptive rollout
+//!   (`docs/agent.md#disruptive-rollout`; gardener-node-agent ignores it).
 //!
 //! Rendering is byte-stable: the same OSC, extension status and Secret data give the same
 //! bytes, so the checksum (and the nodes) only move when the content does. The Secret is
@@ -27,8 +30,12 @@ use sha2::{Digest, Sha256};
 use super::content::{self, ContentError, ENCODING_B64, ReferencedSecrets, Resolved};
 use super::extensions::Extensions;
 use crate::api::ErrorCode;
-use crate::api::constants::{DATA_KEY_OPERATING_SYSTEM_CONFIG, LABEL_ROLE, LABEL_WORKER_POOL};
+use crate::api::cluster::ShootWorker;
+use crate::api::constants::{
+    ANNOTATION_ROLLOUT_BUDGET, DATA_KEY_OPERATING_SYSTEM_CONFIG, LABEL_ROLE, LABEL_WORKER_POOL,
+};
 use crate::api::operatingsystemconfig::{File, FileContentInline, OperatingSystemConfig};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 /// Namespace of the node-agent secrets in the shoot.
 pub const NAMESPACE: &str = "kube-system";
@@ -100,6 +107,9 @@ pub struct NodeAgentSecret {
     pub pool: String,
     /// The `osc.yaml` text.
     pub osc_yaml: String,
+    /// The disruptive rollout's budget for the pool ([`rollout_budget`]); `None`: no
+    /// annotation (the pool is not known).
+    pub rollout_budget: Option<u32>,
 }
 
 impl NodeAgentSecret {
@@ -116,10 +126,14 @@ impl NodeAgentSecret {
                 namespace: Some(NAMESPACE.to_string()),
                 annotations: Some(
                     [
-                        (ANNOTATION_CHECKSUM.to_string(), self.checksum()),
-                        (ANNOTATION_KEEP_OBJECT.to_string(), "true".to_string()),
+                        Some((ANNOTATION_CHECKSUM.to_string(), self.checksum())),
+                        Some((ANNOTATION_KEEP_OBJECT.to_string(), "true".to_string())),
+                        self.rollout_budget
+                            .map(|b| (ANNOTATION_ROLLOUT_BUDGET.to_string(), b.to_string())),
                     ]
-                    .into(),
+                    .into_iter()
+                    .flatten()
+                    .collect(),
                 ),
                 labels: Some(
                     [
@@ -201,6 +215,25 @@ pub fn without_keep_object(
     Ok(out)
 }
 
+/// The disruptive rollout's budget for `worker` (pure): its `maxUnavailable` resolved against
+/// the pool's `minimum` (a percentage rounded down, as Kubernetes resolves `maxUnavailable`),
+/// at least 1. The minimum, not the maximum: the pool always has that many nodes, so the
+/// budget never lets more than that share of a small pool go at once. Gardener's default
+/// `maxUnavailable` is 0 (machines are replaced with surge); an in-place rollout with 0 slots
+/// would never move, hence at least 1. A percentage that does not parse counts as absent.
+pub fn rollout_budget(worker: &ShootWorker) -> u32 {
+    let resolved = match &worker.max_unavailable {
+        None => 0,
+        Some(IntOrString::Int(count)) => i64::from(*count),
+        Some(IntOrString::String(text)) => {
+            crate::controllers::worker::zones::parse_percent(text.trim()).map_or(0, |percent| {
+                i64::from(percent) * i64::from(worker.minimum.max(0)) / 100
+            })
+        }
+    };
+    u32::try_from(resolved.max(1)).unwrap_or(u32::MAX)
+}
+
 /// `<key>` of an OSC: its name without the `-original` suffix.
 pub fn key_of(osc_name: &str) -> &str {
     osc_name.strip_suffix(ORIGINAL_SUFFIX).unwrap_or(osc_name)
@@ -277,6 +310,7 @@ pub fn render(
         name: key_of(name).to_string(),
         pool: pool.clone(),
         osc_yaml,
+        rollout_budget: None,
     })
 }
 
@@ -415,6 +449,7 @@ spec:
             name: "gardener-node-agent-p1-0123".into(),
             pool: "p1".into(),
             osc_yaml: "spec: {}\n".into(),
+            rollout_budget: None,
         };
         let data = secret.managed_resource_data().unwrap();
         assert!(keeps_object(&data));
@@ -551,6 +586,39 @@ spec:
             error.codes(),
             vec![ErrorCode::RetryableConfigurationProblem]
         );
+    }
+
+    #[test]
+    fn the_rollout_budget_is_max_unavailable_of_the_minimum_and_at_least_one() {
+        let pool = |max_unavailable: Option<IntOrString>, minimum| ShootWorker {
+            name: "a".into(),
+            minimum,
+            maximum: 10,
+            max_unavailable,
+            ..ShootWorker::default()
+        };
+        let pct = |p: &str| Some(IntOrString::String(p.into()));
+        assert_eq!(rollout_budget(&pool(None, 4)), 1);
+        assert_eq!(rollout_budget(&pool(Some(IntOrString::Int(0)), 4)), 1);
+        assert_eq!(rollout_budget(&pool(Some(IntOrString::Int(3)), 4)), 3);
+        assert_eq!(rollout_budget(&pool(pct("50%"), 4)), 2);
+        assert_eq!(rollout_budget(&pool(pct("30%"), 10)), 3);
+        // Rounded down, then at least one.
+        assert_eq!(rollout_budget(&pool(pct("25%"), 3)), 1);
+        assert_eq!(rollout_budget(&pool(pct("100%"), 0)), 1);
+        assert_eq!(rollout_budget(&pool(pct("lots"), 4)), 1);
+        assert_eq!(rollout_budget(&pool(Some(IntOrString::Int(-2)), 4)), 1);
+    }
+
+    #[test]
+    fn the_budget_annotation_is_written_only_when_known() {
+        let mut secret = render(&osc(), &Extensions::default(), &secrets()).unwrap();
+        let annotations = secret.to_secret().metadata.annotations.unwrap();
+        assert!(!annotations.contains_key(ANNOTATION_ROLLOUT_BUDGET));
+        secret.rollout_budget = Some(2);
+        let annotations = secret.to_secret().metadata.annotations.unwrap();
+        assert_eq!(annotations[ANNOTATION_ROLLOUT_BUDGET], "2");
+        assert_eq!(annotations[ANNOTATION_CHECKSUM], secret.checksum());
     }
 
     #[test]

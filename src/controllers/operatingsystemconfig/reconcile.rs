@@ -31,6 +31,7 @@ use super::{
     result_secret_ref, userdata, validate,
 };
 use crate::api::OperatingSystemConfig;
+use crate::api::cluster::ShootView;
 use crate::api::operatingsystemconfig::OperatingSystemConfigPurpose;
 use crate::extension::managed_resource::{self, FIELD_MANAGER};
 use crate::extension::{ExtensionKind, Outcome, Request, status};
@@ -247,7 +248,7 @@ async fn original(
     let osc = request.object;
     let namespace = request.namespace();
     let extensions = if actuator.ships_node_agent_secrets(namespace).await? {
-        ship_node_agent_secret(actuator, osc).await?
+        ship_node_agent_secret(actuator, osc, request.cluster.map(|c| &c.shoot)).await?
     } else {
         // gardenlet delivers the node-agent secrets: leave the shoot's copy in place for its
         // ManagedResource to adopt, and drop ours (if an earlier run created one).
@@ -268,16 +269,27 @@ async fn original(
 
 /// Renders the node-agent secret of a `reconcile` OSC and applies its ManagedResource;
 /// returns the extension units/files that went into it. Also the take-over step of
-/// [`handover`].
+/// [`handover`]. With the `shoot` known, the secret carries the pool's rollout budget
+/// ([`nodeagent::rollout_budget`]).
 pub async fn ship_node_agent_secret(
     actuator: &OscActuator,
     osc: &OperatingSystemConfig,
+    shoot: Option<&ShootView>,
 ) -> Result<Extensions, Error> {
     let namespace = osc.metadata.namespace.as_deref().unwrap_or_default();
     let mr = node_agent_managed_resource(osc);
     let files = osc.spec.files.iter();
     let secrets = fetch::referenced_secrets(&actuator.client, namespace, files).await?;
-    let (secret, extensions) = render_node_agent_secret(osc, &secrets)?;
+    let (mut secret, extensions) = render_node_agent_secret(osc, &secrets)?;
+    secret.rollout_budget = shoot.and_then(|shoot| {
+        shoot
+            .spec
+            .provider
+            .workers
+            .iter()
+            .find(|worker| worker.name == secret.pool)
+            .map(nodeagent::rollout_budget)
+    });
     let mut data = secret.managed_resource_data().map_err(Error::NodeAgent)?;
     data.extend(rollout_status::rbac_manifests(&secret.name));
     managed_resource::apply_for_shoot(&actuator.client, None, namespace, &mr, &data, false).await?;

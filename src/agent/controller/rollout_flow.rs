@@ -1,0 +1,343 @@
+//! The disruptive rollout's I/O inside the agent's reconcile (`docs/agent.md#disruptive-rollout`):
+//! the decisions are [`crate::agent::rollout`]'s, the slot Leases [`SerialLock`]'s; this
+//! part reads and writes the state file, the Node's condition and events, and asks the API
+//! server and kubelet how the node is.
+//!
+//! Where it sits in [`Agent::reconcile`]: [`Agent::rollout_gate`] runs first (a hold or a stop
+//! of the secret's checksum is handled there and ends the reconcile), [`Agent::take_slot`]
+//! runs between computing the change set and applying it, [`Agent::rollout_applied`] and
+//! [`Agent::rollout_stop`] after the apply.
+//!
+//! [`SerialLock`]: crate::agent::serial::SerialLock
+
+use k8s_openapi::api::core::v1::{NodeCondition, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
+use tracing::{info, warn};
+
+use super::{Agent, ReconcileError, Reconciled};
+use crate::agent::cluster::{self, NodeMeta};
+use crate::agent::error_chain;
+use crate::agent::host::Host;
+use crate::agent::rollout::{self, Phase, Policy, Resume, RolloutState, Verdict};
+use crate::agent::serial::Acquired;
+
+/// What [`Agent::rollout_gate`] leaves to the rest of the reconcile.
+pub(super) enum Gate {
+    /// The reconcile ends with this.
+    Done(Reconciled),
+    /// Go on; the state found for this checksum or an earlier one (`Some`: this node holds a
+    /// slot from it, so whatever it applies next is treated as disruptive).
+    Go(Option<RolloutState>),
+}
+
+fn unix_now() -> i64 {
+    Timestamp::now().as_second()
+}
+
+impl<H: Host + 'static> Agent<H> {
+    /// The persisted rollout state, if any (an unreadable file is none).
+    pub(super) fn read_rollout_state(&self) -> Option<RolloutState> {
+        let bytes = self
+            .host
+            .read(&self.settings.paths.rollout_state())
+            .ok()
+            .flatten()?;
+        RolloutState::parse(&bytes)
+    }
+
+    fn write_rollout_state(&self, state: &RolloutState) -> Result<(), ReconcileError> {
+        self.host
+            .write(
+                &self.settings.paths.rollout_state(),
+                &state.to_bytes(),
+                crate::agent::paths::STATE_FILE_MODE,
+            )
+            .map_err(ReconcileError::RolloutState)
+    }
+
+    fn clear_rollout_state(&self) -> Result<(), ReconcileError> {
+        self.host
+            .remove_file(&self.settings.paths.rollout_state())
+            .map(drop)
+            .map_err(ReconcileError::RolloutState)
+    }
+
+    /// First step of a reconcile with the rollout on: a resume asked on the Node is taken
+    /// (and the annotation removed), a stop of this checksum stays (renewing the slot), a
+    /// hold is checked. Anything else goes on.
+    pub(super) async fn rollout_gate(
+        &self,
+        secret: &Secret,
+        node: &NodeMeta,
+        policy: &Policy,
+        checksum: &str,
+    ) -> Result<Gate, ReconcileError> {
+        let state = self.read_rollout_state();
+        let node_name = node.name_any();
+        let resume_asked = node
+            .metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(rollout::ANNOTATION_RESUME));
+        if resume_asked {
+            cluster::remove_node_annotation(&self.client, &node_name, rollout::ANNOTATION_RESUME)
+                .await
+                .map_err(|error| ReconcileError::Node(node_name.clone(), error))?;
+        }
+        match rollout::resume(state.as_ref(), checksum, resume_asked) {
+            Resume::Fresh | Resume::Continue => Ok(Gate::Go(state)),
+            Resume::Resumed => {
+                info!(%checksum, "disruptive rollout resumed on request");
+                self.event(
+                    node,
+                    false,
+                    rollout::EVENT_RESUMED,
+                    format!(
+                        "resuming the rollout of OSC {checksum} (annotation {} was set)",
+                        rollout::ANNOTATION_RESUME
+                    ),
+                )
+                .await;
+                // Back to `Applying`: the apply runs again (a finished one changes nothing)
+                // and the node is held and checked again before the slot goes.
+                let state = state.map(|mut state| {
+                    state.phase = Phase::Applying;
+                    state.since = unix_now();
+                    state.reason = None;
+                    state.message = None;
+                    state
+                });
+                if let Some(state) = &state {
+                    self.write_rollout_state(state)?;
+                }
+                Ok(Gate::Go(state))
+            }
+            Resume::Stay => {
+                self.renew_slot(secret, policy).await?;
+                Ok(Gate::Done(Reconciled::Stopped))
+            }
+            Resume::Hold => match state {
+                Some(state) => self.hold(secret, node, policy, state).await.map(Gate::Done),
+                None => Ok(Gate::Go(None)),
+            },
+        }
+    }
+
+    /// Keeps the slot of a held or stopped node from expiring: renews it when the last write
+    /// is older than [`rollout::RENEW_INTERVAL`] (or unknown, after a restart).
+    async fn renew_slot(&self, secret: &Secret, policy: &Policy) -> Result<(), ReconcileError> {
+        let mut lock = self.serial.lock().await;
+        if lock.renewed_within(rollout::RENEW_INTERVAL) {
+            return Ok(());
+        }
+        let names = rollout::slot_names(&secret.name_any(), policy.budget);
+        match lock
+            .acquire_any(secret, &names)
+            .await
+            .map_err(|error| ReconcileError::SerialLock(secret.name_any(), error))?
+        {
+            Acquired::Held => {}
+            Acquired::Busy { holder, .. } => {
+                warn!(%holder, "the slot this node held was taken by another node (it expired)");
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes a slot for a disruptive apply of `checksum` and records `Applying` with the pods
+    /// ready now. `Ok(None)`: every slot is held by another node; `Some(wait)` says how long
+    /// to wait.
+    pub(super) async fn take_slot(
+        &self,
+        secret: &Secret,
+        node: &NodeMeta,
+        policy: &Policy,
+        checksum: &str,
+        found: Option<RolloutState>,
+        why: &[String],
+    ) -> Result<Result<RolloutState, std::time::Duration>, ReconcileError> {
+        let names = rollout::slot_names(&secret.name_any(), policy.budget);
+        let acquired = self
+            .serial
+            .lock()
+            .await
+            .acquire_any(secret, &names)
+            .await
+            .map_err(|error| ReconcileError::SerialLock(secret.name_any(), error))?;
+        if let Acquired::Busy { holder, retry_in } = acquired {
+            info!(%holder, retry_in = ?retry_in, why = ?why, "disruptive change: every slot is held; waiting");
+            return Ok(Err(retry_in));
+        }
+        let slot = self.serial.lock().await.held_name().unwrap_or_default();
+        if let Some(state) = found.filter(|s| s.checksum == checksum && s.phase == Phase::Applying)
+        {
+            info!(%slot, why = ?why, "disruptive change: continuing with the slot");
+            return Ok(Ok(state));
+        }
+        let node_name = node.name_any();
+        let pods = cluster::pods_on_node(&self.client, &node_name)
+            .await
+            .map_err(|error| ReconcileError::Node(node_name.clone(), error))?;
+        let state = RolloutState {
+            checksum: checksum.to_string(),
+            phase: Phase::Applying,
+            since: unix_now(),
+            pods_ready_before: rollout::ready_pods(&pods),
+            reason: None,
+            message: None,
+        };
+        self.write_rollout_state(&state)?;
+        info!(%slot, why = ?why, pods_ready = state.pods_ready_before.len(), "disruptive change: holding a slot");
+        Ok(Ok(state))
+    }
+
+    /// After a successful disruptive apply: hold the slot until the node is healthy.
+    pub(super) fn rollout_applied(
+        &self,
+        mut state: RolloutState,
+    ) -> Result<Reconciled, ReconcileError> {
+        state.phase = Phase::Holding;
+        state.since = unix_now();
+        self.write_rollout_state(&state)?;
+        Ok(Reconciled::Holding(rollout::HEALTH_POLL))
+    }
+
+    /// Stops the rollout on this node: the state says why, the slot stays, the Node gets the
+    /// condition `False` and a Warning event. Failures to report are logged; the state file
+    /// is what keeps the stop.
+    pub(super) async fn rollout_stop(
+        &self,
+        node: &NodeMeta,
+        state: RolloutState,
+        reason: &str,
+        message: String,
+    ) -> Result<(), ReconcileError> {
+        warn!(reason, %message, checksum = %state.checksum, "disruptive rollout stopped on this node; the slot is kept");
+        let note = format!(
+            "rollout of OSC {} stopped: {message}; the slot is kept until a new OSC or the annotation {}",
+            state.checksum,
+            rollout::ANNOTATION_RESUME
+        );
+        self.write_rollout_state(&state.stopped(reason, message, unix_now()))?;
+        self.rollout_condition(node, "False", reason, note.clone())
+            .await;
+        self.event(node, true, rollout::EVENT_STOPPED, note).await;
+        Ok(())
+    }
+
+    /// One health check of a held node (see [`rollout::judge`]). API errors while checking
+    /// are logged and the check repeated: they say nothing about the node.
+    async fn hold(
+        &self,
+        secret: &Secret,
+        node: &NodeMeta,
+        policy: &Policy,
+        state: RolloutState,
+    ) -> Result<Reconciled, ReconcileError> {
+        self.renew_slot(secret, policy).await?;
+        let node_name = node.name_any();
+        let ready = cluster::node_condition(&self.client, &node_name, "Ready").await;
+        let pods = cluster::pods_on_node(&self.client, &node_name).await;
+        let (ready, pods) = match (ready, pods) {
+            (Ok(ready), Ok(pods)) => (ready, pods),
+            (Err(error), _) | (_, Err(error)) => {
+                self.metrics.error("rollout", "api");
+                warn!(error = %error_chain(&error), "checking the node's health failed; checking again");
+                return Ok(Reconciled::Holding(rollout::HEALTH_POLL));
+            }
+        };
+        let health = rollout::Health {
+            node_ready: ready.is_some_and(|c| c.status == "True"),
+            kubelet_healthy: self.host.kubelet_healthy().await,
+            pods_not_ready: rollout::not_ready_again(&state.pods_ready_before, &pods),
+        };
+        let elapsed = std::time::Duration::from_secs(
+            u64::try_from(unix_now().saturating_sub(state.since)).unwrap_or_default(),
+        );
+        match rollout::judge(elapsed, policy, &health) {
+            Verdict::Hold => {
+                tracing::debug!(?health, ?elapsed, "disruptive change: holding the slot");
+                Ok(Reconciled::Holding(rollout::HEALTH_POLL))
+            }
+            Verdict::Fail(message) => {
+                self.rollout_stop(node, state, rollout::REASON_NOT_HEALTHY, message)
+                    .await?;
+                Ok(Reconciled::Stopped)
+            }
+            Verdict::Release { unsettled } => {
+                self.release_slots(secret, policy).await?;
+                self.clear_rollout_state()?;
+                let note = if unsettled.is_empty() {
+                    format!(
+                        "OSC {} applied, node healthy after {}s; slot released",
+                        state.checksum,
+                        elapsed.as_secs()
+                    )
+                } else {
+                    format!(
+                        "OSC {} applied, node healthy; slot released after the settle timeout with pods not ready: {}",
+                        state.checksum,
+                        unsettled.join(", ")
+                    )
+                };
+                info!(%note, "disruptive change done");
+                self.rollout_condition(node, "True", rollout::REASON_HEALTHY, note.clone())
+                    .await;
+                self.event(node, false, rollout::EVENT_RELEASED, note).await;
+                Ok(Reconciled::UpToDate)
+            }
+        }
+    }
+
+    /// Releases a slot left from earlier (a restart between the Node report and the
+    /// release) and forgets a state of another checksum. For an up-to-date node.
+    pub(super) async fn rollout_up_to_date(
+        &self,
+        secret: &Secret,
+        policy: &Policy,
+    ) -> Result<(), ReconcileError> {
+        self.release_slots(secret, policy).await?;
+        if self.read_rollout_state().is_some() {
+            self.clear_rollout_state()?;
+        }
+        Ok(())
+    }
+
+    /// Releases whichever slot of the pool this agent holds.
+    async fn release_slots(&self, secret: &Secret, policy: &Policy) -> Result<(), ReconcileError> {
+        let names = rollout::slot_names(&secret.name_any(), policy.budget);
+        self.serial
+            .lock()
+            .await
+            .release_any(&names)
+            .await
+            .map_err(|error| ReconcileError::SerialLock(secret.name_any(), error))
+    }
+
+    /// Writes the [`rollout::CONDITION_TYPE`] condition (logged on failure).
+    async fn rollout_condition(
+        &self,
+        node: &NodeMeta,
+        status: &str,
+        reason: &str,
+        message: String,
+    ) {
+        let now = Time(Timestamp::now());
+        let condition = NodeCondition {
+            type_: rollout::CONDITION_TYPE.to_string(),
+            status: status.to_string(),
+            reason: Some(reason.to_string()),
+            message: Some(message),
+            last_heartbeat_time: Some(now.clone()),
+            last_transition_time: Some(now),
+        };
+        if let Err(error) =
+            cluster::patch_node_condition(&self.client, &node.name_any(), &condition).await
+        {
+            self.metrics.error("rollout", "api");
+            warn!(error = %error_chain(&error), "patching the node's rollout condition failed");
+        }
+    }
+}

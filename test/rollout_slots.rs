@@ -1,0 +1,115 @@
+//! The disruptive rollout's slot Leases (`src/agent/serial.rs`, `docs/agent.md#slots`) against
+//! a real kube-apiserver, each agent with RBAC-limited credentials as on a node: three agents
+//! share two slots, a release lets the waiting one in, and an agent that may not read slot 1
+//! (Gardener's node-agent authorizer as it is) falls back to slot 0 instead of failing.
+
+#![allow(clippy::unwrap_used, clippy::panic)]
+
+#[path = "agent_support.rs"]
+mod agent_support;
+mod support;
+
+use agent_support::{client_for, limited_token_with_slots_in, put_osc};
+use gardener_extension_node::agent::rollout::slot_names;
+use gardener_extension_node::agent::serial::{Acquired, SerialLock};
+use gardener_extension_node::kubeconfig::render_token_kubeconfig;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Secret;
+use kube::{Api, Client};
+
+/// A client for agent `host` allowed `slots` slots of `secret`.
+async fn agent(env: &support::TestEnv, host: &str, secret: &str, slots: u32) -> Client {
+    let token =
+        limited_token_with_slots_in(&env.client, &env.namespace, host, &[secret], slots).await;
+    client_for(&render_token_kubeconfig(
+        &env.server_url,
+        &env.ca_pem,
+        &token,
+    ))
+    .await
+}
+
+async fn holder(env: &support::TestEnv, lease: &str) -> Option<String> {
+    Api::<Lease>::namespaced(env.client.clone(), "kube-system")
+        .get_opt(lease)
+        .await
+        .unwrap()
+        .and_then(|l| l.spec)
+        .and_then(|s| s.holder_identity)
+        .filter(|h| !h.is_empty())
+}
+
+#[tokio::test]
+async fn agents_share_the_budget_wait_for_a_release_and_fall_back_when_a_slot_is_forbidden() {
+    let env = support::env().await;
+    let secret_name = format!("gardener-node-agent-{}", env.namespace);
+    put_osc(&env.client, &secret_name, "spec: {}\n").await;
+    let secret: Secret = Api::namespaced(env.client.clone(), "kube-system")
+        .get(&secret_name)
+        .await
+        .unwrap();
+    let names = slot_names(&secret_name, 2);
+    let host = |n: &str| format!("{}-{n}", env.namespace);
+
+    let mut a = SerialLock::new(&agent(&env, &host("a"), &secret_name, 2).await, &host("a"));
+    let mut b = SerialLock::new(&agent(&env, &host("b"), &secret_name, 2).await, &host("b"));
+    let mut c = SerialLock::new(&agent(&env, &host("c"), &secret_name, 2).await, &host("c"));
+    // Allowed slot 0 only, as the node-agent authorizer allows today.
+    let mut d = SerialLock::new(&agent(&env, &host("d"), &secret_name, 1).await, &host("d"));
+
+    assert_eq!(
+        a.acquire_any(&secret, &names).await.unwrap(),
+        Acquired::Held
+    );
+    assert_eq!(
+        b.acquire_any(&secret, &names).await.unwrap(),
+        Acquired::Held
+    );
+    assert_eq!(holder(&env, &names[0]).await, Some(host("a")));
+    assert_eq!(holder(&env, &names[1]).await, Some(host("b")));
+    // Taking again renews the own slot, never a second one.
+    assert_eq!(
+        a.acquire_any(&secret, &names).await.unwrap(),
+        Acquired::Held
+    );
+    assert_eq!(a.held_name(), Some(names[0].clone()));
+    assert!(a.renewed_within(std::time::Duration::from_secs(60)));
+
+    match c.acquire_any(&secret, &names).await.unwrap() {
+        Acquired::Busy { holder, retry_in } => {
+            assert_eq!(holder, format!("{},{}", host("a"), host("b")));
+            assert!(retry_in <= serial_poll());
+        }
+        other => panic!("c took a slot: {other:?}"),
+    }
+    // d may not read slot 1: it waits for slot 0 instead of failing.
+    assert!(matches!(
+        d.acquire_any(&secret, &names).await.unwrap(),
+        Acquired::Busy { .. }
+    ));
+
+    b.release_any(&names).await.unwrap();
+    assert_eq!(holder(&env, &names[1]).await, None);
+    assert_eq!(
+        c.acquire_any(&secret, &names).await.unwrap(),
+        Acquired::Held
+    );
+    assert_eq!(c.held_name(), Some(names[1].clone()));
+
+    a.release_any(&names).await.unwrap();
+    assert_eq!(
+        d.acquire_any(&secret, &names).await.unwrap(),
+        Acquired::Held
+    );
+    assert_eq!(holder(&env, &names[0]).await, Some(host("d")));
+
+    // A restarted agent (nothing known) finds and releases its own slot.
+    let mut c_again = SerialLock::new(&agent(&env, &host("c2"), &secret_name, 2).await, &host("c"));
+    c_again.release_any(&names).await.unwrap();
+    assert_eq!(holder(&env, &names[1]).await, None);
+    assert_eq!(holder(&env, &names[0]).await, Some(host("d")));
+}
+
+fn serial_poll() -> std::time::Duration {
+    gardener_extension_node::agent::serial::POLL_INTERVAL
+}
