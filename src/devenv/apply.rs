@@ -225,6 +225,48 @@ async fn wait_established(client: &Client, name: &str) -> Result<(), ApplyError>
     }
 }
 
+/// The generic token kubeconfig Secret gardenlet keeps in every shoot namespace (pure): the
+/// shoot's address and CA, and a token file its users mount (extensions replace the user's
+/// token with their own, e.g. the OSC controller's rollout status).
+pub fn generic_token_kubeconfig(namespace: &str, server: &str, ca_pem: &str) -> serde_json::Value {
+    use base64::Engine as _;
+    let kubeconfig = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: shoot\n  cluster:\n    server: {server}\n    certificate-authority-data: {ca}\nusers:\n- name: extension\n  user:\n    tokenFile: /var/run/secrets/gardener.cloud/shoot/token/token\ncontexts:\n- name: shoot\n  context:\n    cluster: shoot\n    user: extension\ncurrent-context: shoot\n",
+        ca = base64::engine::general_purpose::STANDARD.encode(ca_pem),
+    );
+    serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": crate::api::constants::GENERIC_TOKEN_KUBECONFIG_SECRET_NAME, "namespace": namespace},
+        "stringData": {"kubeconfig": kubeconfig},
+    })
+}
+
+/// Writes [`generic_token_kubeconfig`] into the namespace of every Cluster, as gardenlet does.
+pub async fn apply_generic_token_kubeconfigs(
+    client: &kube::Client,
+    server: &str,
+    ca_pem: &str,
+) -> anyhow::Result<()> {
+    use kube::ResourceExt as _;
+    let clusters = kube::Api::<crate::api::Cluster>::all(client.clone())
+        .list(&kube::api::ListParams::default())
+        .await?;
+    for cluster in clusters {
+        let namespace = cluster.name_any();
+        let secret: k8s_openapi::api::core::v1::Secret =
+            serde_json::from_value(generic_token_kubeconfig(&namespace, server, ca_pem))?;
+        kube::Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), &namespace)
+            .patch(
+                crate::api::constants::GENERIC_TOKEN_KUBECONFIG_SECRET_NAME,
+                &kube::api::PatchParams::apply("local-env").force(),
+                &kube::api::Patch::Apply(&secret),
+            )
+            .await?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -251,6 +293,22 @@ mod tests {
         assert!(
             matches!(error, ApplyError::Parse { index: 1, .. }),
             "{error:?}"
+        );
+    }
+
+    #[test]
+    fn the_generic_token_kubeconfig_points_at_the_shoot_with_a_token_file() {
+        let secret =
+            generic_token_kubeconfig("shoot--local--local", "https://127.0.0.1:6443", "PEM");
+        assert_eq!(secret["metadata"]["name"], "generic-token-kubeconfig");
+        let kubeconfig = secret["stringData"]["kubeconfig"].as_str().unwrap();
+        let parsed = kube::config::Kubeconfig::from_yaml(kubeconfig).unwrap();
+        let cluster = parsed.clusters[0].cluster.as_ref().unwrap();
+        assert_eq!(cluster.server.as_deref(), Some("https://127.0.0.1:6443"));
+        let user = parsed.auth_infos[0].auth_info.as_ref().unwrap();
+        assert_eq!(
+            user.token_file.as_deref(),
+            Some("/var/run/secrets/gardener.cloud/shoot/token/token")
         );
     }
 }

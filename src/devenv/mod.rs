@@ -153,6 +153,10 @@ pub async fn run_local_env(args: LocalEnvArgs) -> anyhow::Result<()> {
             .await
             .with_context(|| format!("applying {}", example_dir.display()))?;
     }
+    // gardenlet's part for the shoot access of the examples' namespaces.
+    apply::apply_generic_token_kubeconfigs(&client, &shoot.server_url(), shoot.ca_pem())
+        .await
+        .context("writing the generic token kubeconfig Secrets")?;
 
     // After the CRDs: GRM's caches need the ManagedResource kind to exist.
     let resource_manager = ResourceManager::start(ResourceManagerOptions {
