@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use gardener_extension_node::api::Worker;
+use gardener_extension_node::api::{OperatingSystemConfig, Worker};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
@@ -281,6 +281,27 @@ async fn a_restart_keeps_the_state_and_clean_resets_it() {
     let shoot = client(&state.join("shoot.kubeconfig")).await;
     create_config_map(&seed, "created-in-the-seed").await;
     create_config_map(&shoot, "created-in-the-shoot").await;
+    // The shoot access works as in a landscape: the example's reconcile OSC gets its rollout
+    // condition through a token from GRM's token requestor (no nodes here: 0/0).
+    let oscs: Api<OperatingSystemConfig> = Api::namespaced(seed.clone(), "shoot--local--local");
+    support::wait_for(
+        "the example OSC's NodeAgentRollout condition",
+        Duration::from_secs(120),
+        || async {
+            let osc = oscs
+                .get("gardener-node-agent-worker-a-3b1a0c2f9d8e7a65-original")
+                .await
+                .map_err(|e| e.to_string())?;
+            let conditions = osc.status.map(|s| s.default.conditions).unwrap_or_default();
+            match conditions.iter().find(|c| c.type_ == "NodeAgentRollout") {
+                Some(c) if c.reason == "RolloutComplete" && c.message.starts_with("0/0 nodes") => {
+                    Ok(())
+                }
+                other => Err(format!("{other:?}\n{}", first.log_text())),
+            }
+        },
+    )
+    .await;
     let workers: Api<Worker> = Api::namespaced(seed.clone(), "shoot--local--local");
     workers
         .patch(
