@@ -189,10 +189,11 @@ pub async fn run(
         .waits
         .note_deployed(namespace, request.name(), fingerprint);
 
-    if let Some(pending) = wait_for_rollout(actuator, request, prepared).await? {
-        return Ok(pending);
-    }
-    write_in_place_status(actuator, request).await?;
+    let deployments = match wait_for_rollout(actuator, request, prepared).await? {
+        RolledOut::Done(deployments) => deployments,
+        RolledOut::Pending(pending) => return Ok(pending),
+    };
+    write_in_place_status(actuator, request, &deployments).await?;
     cleanup(actuator, request, prepared).await?;
     if let Some(pending) = wait_for_unwanted_deletion(actuator, request, prepared).await? {
         return Ok(pending);
@@ -404,6 +405,7 @@ async fn write_status(
 async fn write_in_place_status(
     actuator: &WorkerActuator,
     request: &Request<'_, Worker>,
+    deployments: &[MachineDeployment],
 ) -> Result<(), Error> {
     let pools = &request.object.spec.pools;
     if !pools
@@ -434,12 +436,6 @@ async fn write_in_place_status(
             hash,
         });
     }
-    let deployments = objects::list(
-        &objects::api::<MachineDeployment>(&actuator.client, request.namespace()),
-        &ListParams::default(),
-        "MachineDeployment",
-    )
-    .await?;
     let empty = BTreeMap::new();
     let current = request
         .object
@@ -447,7 +443,7 @@ async fn write_in_place_status(
         .as_ref()
         .and_then(|s| s.in_place_updates.as_ref())
         .map_or(&empty, |u| &u.worker_pool_to_hash_map);
-    let Some(map) = inplace::status_map(&hashes, &deployments, current) else {
+    let Some(map) = inplace::status_map(&hashes, deployments, current) else {
         return Ok(());
     };
     // A merge patch merges maps: dropped pools are sent as null.
@@ -482,12 +478,20 @@ async fn write_in_place_status(
     Ok(())
 }
 
-/// `None` when the rollout is complete, `Some(Pending)` while it runs.
+/// How [`wait_for_rollout`] ended when it did not fail.
+enum RolledOut {
+    /// Complete; the deployments as listed for the check.
+    Done(Vec<MachineDeployment>),
+    /// Still running: the outcome to return.
+    Pending(Outcome),
+}
+
+/// Checks the rollout; while it runs, the wait goes on by requeue.
 async fn wait_for_rollout(
     actuator: &WorkerActuator,
     request: &Request<'_, Worker>,
     prepared: &Prepared,
-) -> Result<Option<Outcome>, Error> {
+) -> Result<RolledOut, Error> {
     let namespace = request.namespace();
     let client = &actuator.client;
     let deployments = objects::list(
@@ -545,7 +549,7 @@ async fn wait_for_rollout(
                     },
                 )
                 .await;
-            return Ok(None);
+            return Ok(RolledOut::Done(deployments));
         }
         Rollout::Failed(message) => return Err(Error::MachinesFailed(message)),
         Rollout::Waiting(message) => message,
@@ -565,7 +569,7 @@ async fn wait_for_rollout(
     if waited.is_err() {
         restart_stuck_machine_controller(actuator, request, prepared, &deployments, &sets).await?;
     }
-    waited.map(Some)
+    waited.map(RolledOut::Pending)
 }
 
 /// After a rollout wait ran out: deletes machine-controller-manager's pods when it looks
