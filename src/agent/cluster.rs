@@ -34,8 +34,7 @@ pub const NAMESPACE: &str = "kube-system";
 pub const LABEL_HOSTNAME: &str = "kubernetes.io/hostname";
 /// Secret annotation with the OSC checksum.
 pub const ANNOTATION_SECRET_CHECKSUM: &str = "checksum/data-script";
-/// Node annotation the agent sets to the applied checksum (what gardenlet waits for).
-pub const ANNOTATION_NODE_CHECKSUM: &str = "checksum/cloud-config-data";
+pub use crate::api::constants::ANNOTATION_NODE_CHECKSUM;
 /// Node label with the kubelet's Kubernetes version.
 pub const LABEL_KUBERNETES_VERSION: &str = "worker.gardener.cloud/kubernetes-version";
 /// Node role label of worker nodes.

@@ -28,10 +28,7 @@ use super::journal::InPlaceUpdateFlags;
 use super::osc::{self, NodeOsc};
 use crate::api::operatingsystemconfig::InPlaceUpdates;
 
-/// Node condition type machine-controller-manager drives through an in-place update.
-pub const CONDITION_IN_PLACE_UPDATE: &str = "InPlaceUpdate";
-/// Its reason once the node is drained and the agent may update.
-pub const REASON_READY_FOR_UPDATE: &str = "ReadyForUpdate";
+pub use crate::api::constants::{CONDITION_IN_PLACE_UPDATE, REASON_READY_FOR_UPDATE};
 /// Node label with the agent's result.
 pub const LABEL_UPDATE_RESULT: &str = "node.machine.sapcloud.io/update-result";
 /// [`LABEL_UPDATE_RESULT`] after a successful update.

@@ -39,7 +39,7 @@ pub const ANNOTATION_SETTLE_TIMEOUT: &str = "node.extensions.gardener.cloud/roll
 pub const ANNOTATION_RESUME: &str = "node.extensions.gardener.cloud/rollout-resume";
 
 /// The Node condition the rollout writes.
-pub const CONDITION_TYPE: &str = "DisruptiveRolloutHealthy";
+pub use crate::api::constants::NODE_CONDITION_DISRUPTIVE_ROLLOUT as CONDITION_TYPE;
 /// Reason: the last disruptive change was applied and the node is healthy again.
 pub const REASON_HEALTHY: &str = "Healthy";
 /// Reason: applying a disruptive change failed; the rollout is stopped.

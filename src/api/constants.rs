@@ -52,6 +52,18 @@ pub const LABEL_PREFIX_CONTAINER_RUNTIME: &str = "containerruntime.worker.garden
 /// Node label with the gardener-node-agent secret name (the OSC key) of the pool.
 pub const LABEL_NODE_AGENT_SECRET_NAME: &str =
     "worker.gardener.cloud/gardener-node-agent-secret-name";
+/// Node annotation the node agent sets to the checksum of the configuration it applied (what
+/// gardenlet counts updated nodes by).
+pub const ANNOTATION_NODE_CHECKSUM: &str = "checksum/cloud-config-data";
+/// Node condition our agent writes for its disruptive rollout (`docs/agent.md`); `False` on
+/// a node where the rollout stopped.
+pub const NODE_CONDITION_DISRUPTIVE_ROLLOUT: &str = "DisruptiveRolloutHealthy";
+/// machine-controller-manager's Machine/Node condition type of an in-place update.
+pub const CONDITION_IN_PLACE_UPDATE: &str = "InPlaceUpdate";
+/// Reason of [`CONDITION_IN_PLACE_UPDATE`] while a machine only may be updated.
+pub const REASON_CANDIDATE_FOR_UPDATE: &str = "CandidateForUpdate";
+/// Reason of [`CONDITION_IN_PLACE_UPDATE`] once the node is drained and may be updated.
+pub const REASON_READY_FOR_UPDATE: &str = "ReadyForUpdate";
 
 /// Annotation on a node-agent (OSC) Secret that turns the node agent's disruptive rollout on
 /// and gives its budget: how many nodes of the pool may apply a disruptive change at once

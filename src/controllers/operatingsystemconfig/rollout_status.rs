@@ -30,13 +30,10 @@ use crate::api::constants::LABEL_WORKER_POOL;
 
 /// The OSC condition type.
 pub const CONDITION_TYPE: &str = "NodeAgentRollout";
-/// The Node annotation with the checksum of the configuration a node runs.
-pub const ANNOTATION_NODE_CHECKSUM: &str = "checksum/cloud-config-data";
-/// The Node label naming the node-agent secret a node reads (set by gardenlet's worker pool
-/// labels); nodes with another value belong to another key of the pool.
-pub const LABEL_NODE_AGENT_SECRET: &str = "worker.gardener.cloud/gardener-node-agent-secret-name";
-/// Our agent's Node condition for a disruptive rollout (`src/agent/rollout.rs`).
-pub const NODE_CONDITION_ROLLOUT: &str = "DisruptiveRolloutHealthy";
+pub use crate::api::constants::{
+    ANNOTATION_NODE_CHECKSUM, LABEL_NODE_AGENT_SECRET_NAME,
+    NODE_CONDITION_DISRUPTIVE_ROLLOUT as NODE_CONDITION_ROLLOUT,
+};
 /// Annotation on the access Secret: the checksum of the node-agent secret we shipped.
 pub const ANNOTATION_SHIPPED_CHECKSUM: &str = "node.extensions.gardener.cloud/node-agent-checksum";
 /// Annotation on the access Secret: the pool of the OSC.
@@ -77,7 +74,7 @@ pub fn summarize(nodes: &[Node], pool: &str, key: &str, checksum: &str) -> Summa
         let labels = node.metadata.labels.as_ref();
         let label = |name: &str| labels.and_then(|l| l.get(name)).map(String::as_str);
         if label(LABEL_WORKER_POOL) != Some(pool)
-            || label(LABEL_NODE_AGENT_SECRET).is_some_and(|secret| secret != key)
+            || label(LABEL_NODE_AGENT_SECRET_NAME).is_some_and(|secret| secret != key)
         {
             continue;
         }
@@ -290,7 +287,7 @@ mod tests {
             .labels
             .as_mut()
             .unwrap()
-            .insert(LABEL_NODE_AGENT_SECRET.into(), "old-key".into());
+            .insert(LABEL_NODE_AGENT_SECRET_NAME.into(), "old-key".into());
         let summary = summarize(
             &[other, node("a", "pool", Some("new"), None)],
             "pool",

@@ -37,10 +37,7 @@ use crate::api::worker::{MachineUpdateStrategy, WorkerPool};
 
 /// Length of the in-place pool hash.
 pub const HASH_LENGTH: usize = 16;
-/// MCM's Machine/Node condition type of an in-place update.
-pub const CONDITION_IN_PLACE_UPDATE: &str = "InPlaceUpdate";
-/// Reason of [`CONDITION_IN_PLACE_UPDATE`] while a machine only may be updated.
-pub const REASON_CANDIDATE_FOR_UPDATE: &str = "CandidateForUpdate";
+pub use crate::api::constants::{CONDITION_IN_PLACE_UPDATE, REASON_CANDIDATE_FOR_UPDATE};
 
 /// Whether `strategy` updates machines in place.
 pub fn is_in_place(strategy: Option<MachineUpdateStrategy>) -> bool {
