@@ -11,7 +11,8 @@
 //! What it costs: every [`INTERVAL`], one list of the pool's Nodes (label selector) per OSC
 //! whose condition does not say yet that every node runs the shipped checksum; nothing for
 //! an OSC whose rollout is complete, nothing for a hibernated or deleting shoot. It writes the
-//! OSC status only when the condition changes.
+//! OSC status only when the condition changes (from the stored OSC, with its resourceVersion
+//! as precondition: a conflict is retried the next round).
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -118,6 +119,10 @@ struct Target {
     pool: String,
     checksum: String,
     previous: Option<Condition>,
+    /// The OSC's other conditions and its resourceVersion, as the store has them: the write
+    /// replaces only ours, and fails (to be retried next round) if the OSC moved meanwhile.
+    others: Vec<Condition>,
+    resource_version: Option<String>,
 }
 
 impl Target {
@@ -139,18 +144,22 @@ impl Target {
         {
             return None;
         }
-        let previous = object
+        let (ours, others): (Vec<Condition>, Vec<Condition>) = object
             .data
             .get("status")
             .and_then(|s| s.get("conditions"))
             .and_then(|c| serde_json::from_value::<Vec<Condition>>(c.clone()).ok())
-            .and_then(|c| c.into_iter().find(|c| c.type_ == CONDITION_TYPE));
+            .unwrap_or_default()
+            .into_iter()
+            .partition(|c| c.type_ == CONDITION_TYPE);
         Some(Target {
             osc_name: owner.name.clone(),
             key: nodeagent::key_of(&owner.name).to_string(),
             pool: annotations.get(ANNOTATION_POOL)?.clone(),
             checksum: annotations.get(ANNOTATION_SHIPPED_CHECKSUM)?.clone(),
-            previous,
+            previous: ours.into_iter().next(),
+            others,
+            resource_version: object.metadata.resource_version.clone(),
         })
     }
 
@@ -219,38 +228,29 @@ async fn observe(
     if target.previous.as_ref() == Some(&condition) {
         return Ok(());
     }
-    write_condition(client, namespace, &target.osc_name, condition).await
+    write_condition(client, namespace, target, condition).await
 }
 
 /// Replaces our condition in the OSC's `status.conditions`, keeping any others.
 async fn write_condition(
     client: &Client,
     namespace: &str,
-    name: &str,
+    target: &Target,
     condition: Condition,
 ) -> Result<(), WatchError> {
-    let api: Api<OperatingSystemConfig> = Api::namespaced(client.clone(), namespace);
-    let current = api
-        .get_status(name)
-        .await
-        .map_err(|source| WatchError::Api {
-            what: "reading the OSC",
-            source,
-        })?;
-    let mut conditions: Vec<Condition> = current
-        .status
-        .map(|s| s.default.conditions)
-        .unwrap_or_default()
-        .into_iter()
-        .filter(|c| c.type_ != CONDITION_TYPE)
-        .collect();
-    tracing::info!(%namespace, osc = %name, status = ?condition.status, reason = %condition.reason, message = %condition.message, "node-agent rollout");
+    tracing::info!(%namespace, osc = %target.osc_name, status = ?condition.status, reason = %condition.reason, message = %condition.message, "node-agent rollout");
+    let mut conditions = target.others.clone();
     conditions.push(condition);
     let mut patch = json!({"status": {"conditions": conditions}});
-    if let Some(version) = current.metadata.resource_version {
+    if let Some(version) = &target.resource_version {
         patch["metadata"] = json!({"resourceVersion": version});
     }
-    api.patch_status(name, &PatchParams::default(), &Patch::Merge(patch))
+    Api::<OperatingSystemConfig>::namespaced(client.clone(), namespace)
+        .patch_status(
+            &target.osc_name,
+            &PatchParams::default(),
+            &Patch::Merge(patch),
+        )
         .await
         .map_err(|source| WatchError::Api {
             what: "writing the OSC condition",
