@@ -95,6 +95,19 @@ fn in_place_osc_with_kubelet(kubelet: &str, memory_available: &str, cpu_policy: 
 }
 
 /// Boots a Debian 12.7 "node" running the agent on `secret` (already written), with its Node.
+/// Puts the first OSC into `secret`, boots a node for it and waits until it applied it;
+/// returns the node and the OSC's checksum.
+async fn node_with_first_osc(
+    env: &support::TestEnv,
+    secret: &str,
+    osc: &str,
+) -> (AgentMachine, String) {
+    let checksum = put_osc(&env.client, secret, osc).await;
+    let agent = start_node(env, secret).await;
+    wait_for_checksum(&env.client, &agent, &checksum, APPLY_TIMEOUT).await;
+    (agent, checksum)
+}
+
 async fn start_node(env: &support::TestEnv, secret: &str) -> AgentMachine {
     let machine = boot(BIN);
     let node = machine.name().to_string();
@@ -180,14 +193,8 @@ async fn pod_on(env: &support::TestEnv, node: &str) -> String {
 async fn an_in_place_update_waits_for_ready_for_update_then_updates_and_reports_success() {
     let env = support::env().await;
     let secret = secret_name();
-    let v1 = put_osc(
-        &env.client,
-        &secret,
-        &in_place_osc("12.7", "generation = 1\n"),
-    )
-    .await;
-    let agent = start_node(&env, &secret).await;
-    wait_for_checksum(&env.client, &agent, &v1, APPLY_TIMEOUT).await;
+    let (agent, v1) =
+        node_with_first_osc(&env, &secret, &in_place_osc("12.7", "generation = 1\n")).await;
     let pod = pod_on(&env, &agent.node).await;
 
     // gardenlet: a new image version and a config change for the in-place pool.
@@ -350,14 +357,8 @@ async fn a_failed_update_is_reported_and_the_rollout_touches_no_further_node() {
 async fn after_the_reboot_into_the_wanted_version_the_update_is_finished_without_running_again() {
     let env = support::env().await;
     let secret = secret_name();
-    let v1 = put_osc(
-        &env.client,
-        &secret,
-        &in_place_osc("12.7", "generation = 1\n"),
-    )
-    .await;
-    let agent = start_node(&env, &secret).await;
-    wait_for_checksum(&env.client, &agent, &v1, APPLY_TIMEOUT).await;
+    let (agent, v1) =
+        node_with_first_osc(&env, &secret, &in_place_osc("12.7", "generation = 1\n")).await;
 
     let v2 = put_osc(
         &env.client,
@@ -431,14 +432,12 @@ async fn kubelet_minor_version_and_config_changes_wait_for_the_gate_and_for_kube
     };
     let env = support::env().await;
     let secret = secret_name();
-    let v1 = put_osc(
-        &env.client,
+    let (agent, v1) = node_with_first_osc(
+        &env,
         &secret,
         &in_place_osc_with_kubelet("1.35.2", "100Mi", "none"),
     )
     .await;
-    let agent = start_node(&env, &secret).await;
-    wait_for_checksum(&env.client, &agent, &v1, APPLY_TIMEOUT).await;
     agent
         .machine
         .write_file(CPU_MANAGER_STATE, b"{\"policyName\":\"none\"}", 0o600)
@@ -488,14 +487,8 @@ async fn kubelet_minor_version_and_config_changes_wait_for_the_gate_and_for_kube
 async fn a_ca_rotation_in_place_is_reported_as_unsupported_and_nothing_is_applied() {
     let env = support::env().await;
     let secret = secret_name();
-    let v1 = put_osc(
-        &env.client,
-        &secret,
-        &in_place_osc("12.7", "generation = 1\n"),
-    )
-    .await;
-    let agent = start_node(&env, &secret).await;
-    wait_for_checksum(&env.client, &agent, &v1, APPLY_TIMEOUT).await;
+    let (agent, v1) =
+        node_with_first_osc(&env, &secret, &in_place_osc("12.7", "generation = 1\n")).await;
 
     let mut osc: serde_json::Value =
         serde_norway::from_str(&in_place_osc("12.7", "generation = 2\n")).unwrap();
