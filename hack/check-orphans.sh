@@ -29,11 +29,13 @@ leftovers() {
   done
 }
 
-# Cgroup folders of shoot nodes (test/support/node.rs) whose test process is gone.
+# Cgroup folders of test machines and shoot nodes (test/support/nspawn.rs, node.rs) whose
+# test process is gone: gen-machine-<pid>-<n>, gen-node-<pid>-<n>.
 stale_node_cgroups() {
   local dir owner
-  for dir in $(find /sys/fs/cgroup -maxdepth 6 -type d -name 'gen-node-*' 2>/dev/null); do
+  for dir in $(find /sys/fs/cgroup -maxdepth 6 -type d \( -name 'gen-node-*' -o -name 'gen-machine-*' \) 2>/dev/null); do
     owner="${dir##*/gen-node-}"
+    owner="${owner##*/gen-machine-}"
     owner="${owner%%-*}"
     [[ -e "/proc/$owner" ]] || echo "$dir"
   done
@@ -49,7 +51,7 @@ for _ in $(seq 1 50); do
   sleep 0.2
 done
 if [[ -n "$cgroups" ]]; then
-  echo "check-orphans: cgroup folders of finished nodes are left:" >&2
+  echo "check-orphans: cgroup folders of finished machines are left:" >&2
   echo "$cgroups" >&2
 fi
 echo "check-orphans: processes of this test run outlived the tests:" >&2

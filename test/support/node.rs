@@ -60,7 +60,7 @@ use kube::api::PostParams;
 use kube::{Api, Client};
 use serde_json::{Value, json};
 
-use super::nspawn::{Machine, MachineOptions, NspawnError};
+use super::nspawn::{self, Machine, MachineOptions, NspawnError};
 
 /// The node's IP: the address of its `cni0` bridge.
 pub const NODE_IP: &str = "10.88.0.1";
@@ -134,7 +134,7 @@ impl Node {
         }
         // The mount point of the node's binaries; an FHS folder some hosts lack.
         fs::create_dir_all("/usr/local/sbin").map_err(|e| format!("/usr/local/sbin: {e}"))?;
-        remove_stale_cgroups();
+        nspawn::remove_stale_cgroups();
         let name = format!(
             "gen-node-{}-{}",
             std::process::id(),
@@ -142,7 +142,7 @@ impl Node {
         );
         let binaries = std::env::temp_dir().join(format!("{name}-bin"));
         link_binaries(&options.assets, &binaries)?;
-        let cgroups = create_cgroups(&name)?;
+        let cgroups = nspawn::create_cgroups(&name)?;
         // /var on disk: the volatile root is a tmpfs, whose pages a container's memory
         // limit cannot reclaim (the installation pod copies runsc and its shim to /var).
         let var = std::env::temp_dir().join(format!("{name}-var"));
@@ -168,7 +168,7 @@ impl Node {
             ..MachineOptions::default()
         })
         .map_err(|e: NspawnError| {
-            remove_cgroup_folders(&cgroups);
+            nspawn::remove_cgroups(&cgroups);
             let _ = fs::remove_dir_all(&var);
             let _ = fs::remove_dir_all(&binaries);
             e.to_string()
@@ -285,100 +285,6 @@ fn link_binaries(assets: &Path, dir: &Path) -> Result<(), String> {
         }
     }
     Ok(())
-}
-
-/// This process's cgroup folder in each mounted hierarchy, from `/proc/self/cgroup`.
-fn own_cgroups() -> Vec<PathBuf> {
-    let own = fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
-    let mut found = Vec::new();
-    let Ok(entries) = fs::read_dir("/sys/fs/cgroup") else {
-        return found;
-    };
-    for entry in entries.flatten() {
-        let mount = entry.path();
-        let hierarchy = entry.file_name().to_string_lossy().into_owned();
-        let path = own.lines().find_map(|line| {
-            let mut parts = line.splitn(3, ':');
-            let (id, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
-            let matches = if hierarchy == "unified" {
-                id == "0"
-            } else {
-                controllers
-                    .split(',')
-                    .any(|c| c == hierarchy || c == format!("name={hierarchy}"))
-            };
-            matches.then(|| path.trim_start_matches('/').to_string())
-        });
-        if let Some(path) = path
-            && mount.join("cgroup.procs").exists()
-        {
-            found.push(mount.join(path));
-        }
-    }
-    found
-}
-
-/// A `gen-node-<name>` folder in every hierarchy (cpuset: with the parent's CPUs and memory
-/// nodes, which v1 requires before a process may join).
-fn create_cgroups(name: &str) -> Result<Vec<PathBuf>, String> {
-    let mut created = Vec::new();
-    for parent in own_cgroups() {
-        let dir = parent.join(name);
-        if let Err(e) = fs::create_dir(&dir) {
-            remove_cgroup_folders(&created);
-            return Err(format!("cgroup {}: {e}", dir.display()));
-        }
-        created.push(dir.clone());
-        for file in ["cpuset.cpus", "cpuset.mems"] {
-            if let Ok(value) = fs::read_to_string(parent.join(file)) {
-                fs::write(dir.join(file), value.trim())
-                    .map_err(|e| format!("{}: {e}", dir.join(file).display()))?;
-            }
-        }
-    }
-    Ok(created)
-}
-
-/// Removes the cgroup folders of nodes whose test process is gone.
-fn remove_stale_cgroups() {
-    for parent in own_cgroups() {
-        let Ok(entries) = fs::read_dir(&parent) else {
-            continue;
-        };
-        for entry in entries.flatten() {
-            let name = entry.file_name().to_string_lossy().into_owned();
-            let owner = name
-                .strip_prefix("gen-node-")
-                .and_then(|rest| rest.split('-').next())
-                .and_then(|pid| pid.parse::<u32>().ok());
-            if let Some(owner) = owner
-                && !Path::new(&format!("/proc/{owner}")).exists()
-            {
-                remove_cgroup_folders(&[entry.path()]);
-            }
-        }
-    }
-}
-
-fn remove_cgroup_folders(dirs: &[PathBuf]) {
-    for dir in dirs {
-        let mut folders = vec![dir.clone()];
-        let mut index = 0;
-        while index < folders.len() {
-            if let Ok(entries) = fs::read_dir(&folders[index]) {
-                folders.extend(
-                    entries
-                        .flatten()
-                        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-                        .map(|e| e.path()),
-                );
-            }
-            index += 1;
-        }
-        for folder in folders.iter().rev() {
-            let _ = fs::remove_dir(folder);
-        }
-    }
 }
 
 /// What the node image would have done: writable cgroups, kubelet's tunables, `/etc/hosts`

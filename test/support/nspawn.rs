@@ -28,6 +28,11 @@
 //!   [`MachineOptions::private_network`] is set, so services inside can reach a
 //!   kube-apiserver on host loopback.
 //!
+//! Cgroups: each machine starts in folders of its own below this process's cgroup
+//! (`gen-machine-<pid>-<n>` in every hierarchy), so its cgroup namespace is rooted there.
+//! Machines of one test binary must not share a cgroup: their systemds would both manage
+//! `system.slice/<unit>`, and one stopping a unit kills the other's process of that unit.
+//!
 //! Reaching it: commands run through `nsenter -t <leader> -a` (every namespace of the
 //! container's PID 1, the "leader"), with a clean environment (`PATH` only, plus what the
 //! caller adds). Files go in and out through `/proc/<leader>/root`, and the container's
@@ -72,7 +77,8 @@ pub struct MachineOptions {
     pub extra_args: Vec<String>,
     /// Cgroup folders (one per hierarchy) nspawn joins before it starts, so the container's
     /// cgroup namespace is rooted there; they are removed (deepest first) once the machine
-    /// is gone, also by the watchdog.
+    /// is gone, also by the watchdog. Empty: the machine gets `gen-machine-<pid>-<n>`
+    /// folders of its own (see [`create_cgroups`]).
     pub cgroups: Vec<PathBuf>,
     /// Environment of `systemd-nspawn` itself (e.g. `SYSTEMD_SECCOMP=0`).
     pub nspawn_env: Vec<(String, String)>,
@@ -228,10 +234,23 @@ impl Machine {
             std::process::id(),
             MACHINE_COUNTER.fetch_add(1, Ordering::SeqCst)
         );
+        // Every machine gets cgroup folders of its own: two machines in one cgroup would
+        // share `system.slice/<unit>`, and one's systemd stopping a unit would kill the
+        // other's process of that unit (seen as dbus-daemon resetting connections and
+        // "Failed to attach to cgroup" when containerd restarted).
+        let mut options = options;
+        if options.cgroups.is_empty() {
+            remove_stale_cgroups();
+            options.cgroups = create_cgroups(&format!("gen-machine-{}", &name["gen-".len()..]))
+                .map_err(NspawnError::Prerequisite)?;
+        }
         let work_dir = tempfile::Builder::new()
             .prefix("gen-nspawn-")
             .tempdir()
-            .map_err(NspawnError::Spawn)?;
+            .map_err(|e| {
+                remove_cgroups(&options.cgroups);
+                NspawnError::Spawn(e)
+            })?;
         let console_log = work_dir.path().join("console.log");
         let log = fs::File::create(&console_log).map_err(NspawnError::Spawn)?;
         let log_err = log.try_clone().map_err(NspawnError::Spawn)?;
@@ -281,7 +300,10 @@ impl Machine {
             // Its own group: a Ctrl-C of `cargo test` reaches the watchdog's kill, not nspawn's
             // graceful shutdown path first.
             .process_group(0);
-        let mut nspawn = command.spawn().map_err(NspawnError::Spawn)?;
+        let mut nspawn = command.spawn().map_err(|e| {
+            remove_cgroups(&options.cgroups);
+            NspawnError::Spawn(e)
+        })?;
 
         let started = Instant::now();
         let leader = loop {
@@ -289,6 +311,7 @@ impl Machine {
                 break leader;
             }
             if let Ok(Some(status)) = nspawn.try_wait() {
+                remove_cgroups(&options.cgroups);
                 return Err(NspawnError::Boot {
                     reason: format!("systemd-nspawn exited ({status})"),
                     console: read_log(&console_log),
@@ -297,6 +320,7 @@ impl Machine {
             if started.elapsed() > options.boot_timeout {
                 let _ = nspawn.kill();
                 let _ = nspawn.wait();
+                remove_cgroups(&options.cgroups);
                 return Err(NspawnError::Boot {
                     reason: "no systemd appeared in the container".into(),
                     console: read_log(&console_log),
@@ -576,8 +600,90 @@ fn spawn_watchdog(leader: u32, cgroups: &[PathBuf], scratch: &[PathBuf]) -> io::
         .spawn()
 }
 
+/// Prefixes of the per-machine cgroup folders this module and `node.rs` create, each followed
+/// by the owning test process's PID (`gen-machine-<pid>-<n>`, `gen-node-<pid>-<n>`).
+const CGROUP_PREFIXES: [&str; 2] = ["gen-machine-", "gen-node-"];
+
+/// This process's cgroup folder in each mounted hierarchy, from `/proc/self/cgroup`.
+fn own_cgroups() -> Vec<PathBuf> {
+    let own = fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    let mut found = Vec::new();
+    let Ok(entries) = fs::read_dir("/sys/fs/cgroup") else {
+        return found;
+    };
+    for entry in entries.flatten() {
+        let mount = entry.path();
+        let hierarchy = entry.file_name().to_string_lossy().into_owned();
+        let path = own.lines().find_map(|line| {
+            let mut parts = line.splitn(3, ':');
+            let (id, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+            let matches = if hierarchy == "unified" {
+                id == "0"
+            } else {
+                controllers
+                    .split(',')
+                    .any(|c| c == hierarchy || c == format!("name={hierarchy}"))
+            };
+            matches.then(|| path.trim_start_matches('/').to_string())
+        });
+        if let Some(path) = path
+            && mount.join("cgroup.procs").exists()
+        {
+            found.push(mount.join(path));
+        }
+    }
+    found
+}
+
+/// A folder `name` below this process's cgroup in every hierarchy (cpuset: with the
+/// parent's CPUs and memory nodes, which v1 requires before a process may join). `name`
+/// starts with one of [`CGROUP_PREFIXES`] and this process's PID, so
+/// [`remove_stale_cgroups`] and `hack/check-orphans.sh` can tell when it is left over.
+pub fn create_cgroups(name: &str) -> Result<Vec<PathBuf>, String> {
+    let mut created = Vec::new();
+    for parent in own_cgroups() {
+        let dir = parent.join(name);
+        if let Err(e) = fs::create_dir(&dir) {
+            remove_cgroups(&created);
+            return Err(format!("cgroup {}: {e}", dir.display()));
+        }
+        created.push(dir.clone());
+        for file in ["cpuset.cpus", "cpuset.mems"] {
+            if let Ok(value) = fs::read_to_string(parent.join(file)) {
+                if let Err(e) = fs::write(dir.join(file), value.trim()) {
+                    remove_cgroups(&created);
+                    return Err(format!("{}: {e}", dir.join(file).display()));
+                }
+            }
+        }
+    }
+    Ok(created)
+}
+
+/// Removes the cgroup folders of machines whose test process is gone.
+pub fn remove_stale_cgroups() {
+    for parent in own_cgroups() {
+        let Ok(entries) = fs::read_dir(&parent) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let owner = CGROUP_PREFIXES
+                .iter()
+                .find_map(|prefix| name.strip_prefix(prefix))
+                .and_then(|rest| rest.split('-').next())
+                .and_then(|pid| pid.parse::<u32>().ok());
+            if let Some(owner) = owner
+                && !Path::new(&format!("/proc/{owner}")).exists()
+            {
+                remove_cgroups(&[entry.path()]);
+            }
+        }
+    }
+}
+
 /// Removes cgroup folders deepest first, retrying while their processes finish exiting.
-fn remove_cgroups(cgroups: &[PathBuf]) {
+pub fn remove_cgroups(cgroups: &[PathBuf]) {
     for dir in cgroups {
         for _ in 0..20 {
             if !dir.exists() {
