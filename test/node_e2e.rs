@@ -189,7 +189,7 @@ async fn a_gvisor_pod_runs_on_a_real_node_and_deleting_the_runtime_uninstalls_it
     let shoot_client = shoot.client().await;
     let shoot_url = shoot.plane.server_url();
     let shoot_ca = shoot.plane.ca_pem().to_string();
-    let apiserver_port: u16 = shoot_url.rsplit(':').next().unwrap().parse().unwrap();
+    let apiserver_port = shoot.plane.apiserver_port();
 
     let images = tempfile::Builder::new()
         .prefix("gen-e2e-images-")

@@ -497,7 +497,7 @@ async fn fixture(budget: Option<u32>) -> (Fixture, String) {
     let client = shoot.client().await;
     let server_url = shoot.plane.server_url();
     let ca_pem = shoot.plane.ca_pem().to_string();
-    let port: u16 = server_url.rsplit(':').next().unwrap().parse().unwrap();
+    let port = shoot.plane.apiserver_port();
     let images = tempfile::tempdir().unwrap();
     support::node::write_pause_archive(images.path(), PAUSE_IMAGE);
 

@@ -170,18 +170,89 @@ async fn until_ready(env: &TestEnv, mcm: &Mcm, operation: LastOperationType) -> 
     .await
 }
 
+/// Waits until the Worker's last operation is `Processing` (of `operation`, or of any type)
+/// with a description containing `needle`, running `each_poll` first on every poll (e.g. to
+/// let the MCM stand-in act).
+async fn until_processing<F, Fut>(
+    env: &TestEnv,
+    operation: Option<LastOperationType>,
+    needle: &str,
+    mut each_poll: F,
+) -> Worker
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<(), String>>,
+{
+    let workers = api::<Worker>(env);
+    wait_for(&format!("Processing: {needle}"), WAIT, || {
+        let poll = each_poll();
+        let workers = workers.clone();
+        async move {
+            poll.await?;
+            let worker = workers.get(WORKER).await.map_err(err)?;
+            match last_operation(&worker) {
+                Some((kind, LastOperationState::Processing, d))
+                    if operation.is_none_or(|wanted| wanted == kind) && d.contains(needle) =>
+                {
+                    Ok(worker)
+                }
+                other => Err(format!("{other:?}")),
+            }
+        }
+    })
+    .await
+}
+
+/// No action between polls, for [`until_processing`].
+async fn nothing() -> Result<(), String> {
+    Ok(())
+}
+
 /// Puts MCM's finalizer on a MachineDeployment, as MCM does when it takes one over.
 async fn take_over(env: &TestEnv, deployment: &str) {
+    set_deployment_finalizers(
+        env,
+        deployment,
+        json!([gardener_extension_node::controllers::worker::leftovers::MCM_FINALIZER]),
+    )
+    .await;
+}
+
+/// Removes the finalizers of a MachineDeployment, as MCM does once its machines are gone.
+async fn let_go(env: &TestEnv, deployment: &str) {
+    set_deployment_finalizers(env, deployment, Value::Null).await;
+}
+
+async fn set_deployment_finalizers(env: &TestEnv, deployment: &str, finalizers: Value) {
     api::<MachineDeployment>(env)
         .patch(
             deployment,
             &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"finalizers": [
-                gardener_extension_node::controllers::worker::leftovers::MCM_FINALIZER
-            ]}})),
+            &Patch::Merge(json!({"metadata": {"finalizers": finalizers}})),
         )
         .await
         .unwrap();
+}
+
+/// Waits until the Worker is gone, running `each_poll` first on every poll.
+async fn until_worker_deleted<F, Fut>(env: &TestEnv, mut each_poll: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<(), String>>,
+{
+    let workers = api::<Worker>(env);
+    wait_for("Worker deleted", WAIT, || {
+        let poll = each_poll();
+        let workers = workers.clone();
+        async move {
+            poll.await?;
+            match workers.get_opt(WORKER).await.map_err(err)? {
+                None => Ok(()),
+                Some(w) => Err(format!("{:?}", last_operation(&w))),
+            }
+        }
+    })
+    .await
 }
 
 /// Waits until `lastError` mentions `needle`.
@@ -703,14 +774,7 @@ async fn delete_removes_every_machine_object_and_then_the_finalizer() {
     );
 
     confirm_and_delete(&api::<Worker>(&env), WORKER).await;
-    wait_for("Worker deleted", WAIT, || async {
-        mcm.sync_deleted().await?;
-        match api::<Worker>(&env).get_opt(WORKER).await.map_err(err)? {
-            None => Ok(()),
-            Some(w) => Err(format!("{:?}", last_operation(&w))),
-        }
-    })
-    .await;
+    until_worker_deleted(&env, || mcm.sync_deleted()).await;
     assert!(
         names(&api::<MachineDeployment>(&env), &ListParams::default())
             .await
@@ -1290,28 +1354,10 @@ async fn unwanted_deployments_are_waited_for_and_their_failed_machines_fail_the_
         )
         .await
         .unwrap();
-    let worker = wait_for("still waiting for the old deployment", WAIT, || async {
-        mcm.sync().await?;
-        let worker = workers.get(WORKER).await.map_err(err)?;
-        match last_operation(&worker) {
-            Some((_, LastOperationState::Processing, description))
-                if description.contains(&old) =>
-            {
-                Ok(worker)
-            }
-            other => Err(format!("{other:?}")),
-        }
-    })
-    .await;
+    // Still waiting for the old deployment.
+    let worker = until_processing(&env, None, &old, || mcm.sync()).await;
     assert!(check_ready(&worker, LastOperationType::Reconcile).is_err());
-    deployments
-        .patch(
-            &old,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
-        )
-        .await
-        .unwrap();
+    let_go(&env, &old).await;
     until_ready(&env, &mcm, LastOperationType::Reconcile).await;
     assert!(deployments.get_opt(&old).await.unwrap().is_none());
 }
@@ -1325,14 +1371,7 @@ async fn rollout_polls_only_list_and_keep_the_autoscalers_replicas() {
     create_worker(&env, |_| {}).await;
     let workers = api::<Worker>(&env);
     // Without MCM the rollout waits for the machine set.
-    wait_for("waiting for the machine set", WAIT, || async {
-        let worker = workers.get(WORKER).await.map_err(err)?;
-        match last_operation(&worker) {
-            Some((_, LastOperationState::Processing, d)) if d.contains("machine set") => Ok(()),
-            other => Err(format!("{other:?}")),
-        }
-    })
-    .await;
+    until_processing(&env, None, "machine set", nothing).await;
     let md_name = format!("{}-worker-a-z1", env.namespace);
     let deployments = api::<MachineDeployment>(&env);
     // The cluster-autoscaler scales up (1 → 2, within [1, 3]) between two polls.
@@ -1409,19 +1448,12 @@ async fn preserved_failed_machines_do_not_block_the_rollout() {
     // A second unavailable machine is not preserved: the reconcile waits for it.
     mcm.set_unavailable(&md_name, 2, 1);
     annotate(&api::<Worker>(&env), WORKER, "reconcile").await;
-    let workers = api::<Worker>(&env);
-    wait_for("waiting for the unpreserved machine", WAIT, || async {
-        mcm.sync().await?;
-        let worker = workers.get(WORKER).await.map_err(err)?;
-        match last_operation(&worker) {
-            Some((LastOperationType::Reconcile, LastOperationState::Processing, d))
-                if d.contains("1 machine(s) pending") =>
-            {
-                Ok(())
-            }
-            other => Err(format!("{other:?}")),
-        }
-    })
+    until_processing(
+        &env,
+        Some(LastOperationType::Reconcile),
+        "1 machine(s) pending",
+        || mcm.sync(),
+    )
     .await;
     mcm.set_unavailable(&md_name, 0, 0);
     until_ready(&env, &mcm, LastOperationType::Reconcile).await;
@@ -1472,25 +1504,13 @@ async fn delete_redeploys_classes_and_waits_for_mcm_to_acquire_and_release_the_c
     delete(&classes, &class).await.unwrap();
 
     confirm_and_delete(&api::<Worker>(&env), WORKER).await;
-    let workers = api::<Worker>(&env);
-    let until_processing = |needle: &'static str| {
-        let workers = workers.clone();
-        async move {
-            wait_for(&format!("Processing: {needle}"), WAIT, || async {
-                let worker = workers.get(WORKER).await.map_err(err)?;
-                match last_operation(&worker) {
-                    Some((LastOperationType::Delete, LastOperationState::Processing, d))
-                        if d.contains(needle) =>
-                    {
-                        Ok(())
-                    }
-                    other => Err(format!("{other:?}")),
-                }
-            })
-            .await
-        }
-    };
-    until_processing("holds the credentials secret").await;
+    until_processing(
+        &env,
+        Some(LastOperationType::Delete),
+        "holds the credentials secret",
+        nothing,
+    )
+    .await;
     assert!(
         classes.get_opt(&class).await.unwrap().is_some(),
         "the class is deployed again before deleting"
@@ -1504,33 +1524,17 @@ async fn delete_redeploys_classes_and_waits_for_mcm_to_acquire_and_release_the_c
 
     // MCM takes hold; the deletion proceeds, and then waits for MCM to let go.
     mcm.sync_credentials().await.unwrap();
-    wait_for(
-        "Processing: releases the credentials secret",
-        WAIT,
-        || async {
-            mcm.sync_deleted().await?;
-            let worker = workers.get(WORKER).await.map_err(err)?;
-            match last_operation(&worker) {
-                Some((LastOperationType::Delete, LastOperationState::Processing, d))
-                    if d.contains("releases the credentials secret") =>
-                {
-                    Ok(())
-                }
-                other => Err(format!("{other:?}")),
-            }
-        },
+    until_processing(
+        &env,
+        Some(LastOperationType::Delete),
+        "releases the credentials secret",
+        || mcm.sync_deleted(),
     )
     .await;
     assert!(names(&deployments, &ListParams::default()).await.is_empty());
     assert!(names(&classes, &ListParams::default()).await.is_empty());
     mcm.sync_credentials().await.unwrap();
-    wait_for("Worker deleted", WAIT, || async {
-        match workers.get_opt(WORKER).await.map_err(err)? {
-            None => Ok(()),
-            Some(w) => Err(format!("{:?}", last_operation(&w))),
-        }
-    })
-    .await;
+    until_worker_deleted(&env, nothing).await;
     assert!(!held(&secrets.get("cloudprovider").await.unwrap()));
 }
 
@@ -1643,28 +1647,13 @@ async fn delete_fails_with_the_errors_of_failed_machines() {
     let mcm = Mcm::new(&env);
     until_ready(&env, &mcm, LastOperationType::Create).await;
     let md_name = format!("{}-worker-a-z1", env.namespace);
-    let deployments = api::<MachineDeployment>(&env);
     take_over(&env, &md_name).await;
     mcm.fail(&md_name, "stuck-machine", "deleting the VM failed: locked")
         .await;
     confirm_and_delete(&api::<Worker>(&env), WORKER).await;
     until_last_error(&env, "deleting the VM failed: locked").await;
-    deployments
-        .patch(
-            &md_name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
-        )
-        .await
-        .unwrap();
-    wait_for("Worker deleted", WAIT, || async {
-        mcm.sync_deleted().await?;
-        match api::<Worker>(&env).get_opt(WORKER).await.map_err(err)? {
-            None => Ok(()),
-            Some(w) => Err(format!("{:?}", last_operation(&w))),
-        }
-    })
-    .await;
+    let_go(&env, &md_name).await;
+    until_worker_deleted(&env, || mcm.sync_deleted()).await;
 }
 
 /// Issue 20, item 1 (`MachineConditionChangedPredicate` upstream): machine-controller-manager

@@ -127,6 +127,15 @@ pub struct MachineDeploymentSpec {
     pub auto_preserve_failed_machine_max: Option<i32>,
 }
 
+/// [`MachineDeploymentStrategy::type_`] of a deployment that replaces machines.
+pub const STRATEGY_ROLLING_UPDATE: &str = "RollingUpdate";
+/// [`MachineDeploymentStrategy::type_`] of a deployment that updates machines in place.
+pub const STRATEGY_IN_PLACE_UPDATE: &str = "InPlaceUpdate";
+/// [`InPlaceUpdateMachineDeployment::orchestration_type`]: MCM selects the machines.
+pub const ORCHESTRATION_AUTO: &str = "Auto";
+/// [`InPlaceUpdateMachineDeployment::orchestration_type`]: a user selects the machines.
+pub const ORCHESTRATION_MANUAL: &str = "Manual";
+
 /// Replacement strategy of a MachineDeployment.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]

@@ -280,6 +280,11 @@ impl ControlPlane {
         format!("https://127.0.0.1:{}", self.apiserver_port)
     }
 
+    /// The API server's port on loopback.
+    pub fn apiserver_port(&self) -> u16 {
+        self.apiserver_port
+    }
+
     /// The CA certificate (PEM) that signed the serving certificate.
     pub fn ca_pem(&self) -> &str {
         &self.pki.ca_cert

@@ -32,7 +32,9 @@ use super::quantity::Quantity;
 use super::rollout::{belongs_to, set_class};
 use crate::api::cluster::{ShootCredentialsView, ShootRotationView};
 use crate::api::constants::LABEL_WORKER_POOL;
-use crate::api::machine::{Machine, MachineDeployment, MachineSet};
+use crate::api::machine::{
+    Machine, MachineDeployment, MachineSet, ORCHESTRATION_MANUAL, STRATEGY_IN_PLACE_UPDATE,
+};
 use crate::api::worker::{MachineUpdateStrategy, WorkerPool};
 
 /// Length of the in-place pool hash.
@@ -281,11 +283,11 @@ pub fn status_map(
 /// Whether `deployment` updates in place with manual orchestration.
 pub fn is_manual_in_place(deployment: &MachineDeployment) -> bool {
     deployment.spec.strategy.as_ref().is_some_and(|s| {
-        s.type_.as_deref() == Some("InPlaceUpdate")
+        s.type_.as_deref() == Some(STRATEGY_IN_PLACE_UPDATE)
             && s.in_place_update
                 .as_ref()
                 .and_then(|i| i.orchestration_type.as_deref())
-                == Some("Manual")
+                == Some(ORCHESTRATION_MANUAL)
     })
 }
 

@@ -121,36 +121,23 @@ mod tests {
         let base = fingerprint(&[rendered("a")], KEY);
         assert_eq!(base, fingerprint(&[rendered("a")], KEY));
         assert_ne!(base, fingerprint(&[rendered("b")], KEY));
-        assert_ne!(
-            base,
-            fingerprint(
-                &[rendered("a")],
-                RequestKey {
-                    hibernated: true,
-                    ..KEY
-                }
-            )
-        );
-        assert_ne!(
-            base,
-            fingerprint(
-                &[rendered("a")],
-                RequestKey {
-                    generation: Some(2),
-                    ..KEY
-                }
-            )
-        );
-        assert_ne!(
-            base,
-            fingerprint(
-                &[rendered("a")],
-                RequestKey {
-                    timestamp: Some("2026-01-01T00:00:05Z"),
-                    ..KEY
-                }
-            )
-        );
+        let other_requests = [
+            RequestKey {
+                hibernated: true,
+                ..KEY
+            },
+            RequestKey {
+                generation: Some(2),
+                ..KEY
+            },
+            RequestKey {
+                timestamp: Some("2026-01-01T00:00:05Z"),
+                ..KEY
+            },
+        ];
+        for request in other_requests {
+            assert_ne!(base, fingerprint(&[rendered("a")], request), "{request:?}");
+        }
         assert_ne!(base, fingerprint(&[rendered("a"), rendered("a")], KEY));
     }
 

@@ -376,26 +376,35 @@ async fn write_status(
         return Ok(());
     }
     let at = render::status_update_time(previous, Utc::now());
-    objects::patch_worker_status(
-        &actuator.client,
-        request.object,
+    let message = format!(
+        "Wrote {} machine deployment(s) to the Worker status",
+        entries.len()
+    );
+    patch_status_and_report(
+        actuator,
+        request,
         json!({
             "machineDeployments": entries,
             "machineDeploymentsLastUpdateTime": at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
         }),
+        "MachineDeploymentsReported",
+        message,
     )
-    .await?;
+    .await
+}
+
+/// Merge-patches the Worker's status and records the step (event and log line).
+async fn patch_status_and_report(
+    actuator: &WorkerActuator,
+    request: &Request<'_, Worker>,
+    status: serde_json::Value,
+    reason: &'static str,
+    message: String,
+) -> Result<(), Error> {
+    objects::patch_worker_status(&actuator.client, request.object, status).await?;
     actuator
         .steps
-        .normal(
-            request.object,
-            request.operation,
-            "MachineDeploymentsReported",
-            format!(
-                "Wrote {} machine deployment(s) to the Worker status",
-                entries.len()
-            ),
-        )
+        .normal(request.object, request.operation, reason, message)
         .await;
     Ok(())
 }
@@ -454,28 +463,21 @@ async fn write_in_place_status(
     for (pool, hash) in &map {
         patch.insert(pool.clone(), json!(hash));
     }
-    objects::patch_worker_status(
-        &actuator.client,
-        request.object,
+    let message = format!(
+        "Wrote the in-place update hash of pool(s) [{}] to the Worker status",
+        map.iter()
+            .map(|(pool, hash)| format!("{pool}={hash}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    patch_status_and_report(
+        actuator,
+        request,
         json!({"inPlaceUpdates": {"workerPoolToHashMap": patch}}),
+        "InPlaceUpdateHashesReported",
+        message,
     )
-    .await?;
-    actuator
-        .steps
-        .normal(
-            request.object,
-            request.operation,
-            "InPlaceUpdateHashesReported",
-            format!(
-                "Wrote the in-place update hash of pool(s) [{}] to the Worker status",
-                map.iter()
-                    .map(|(pool, hash)| format!("{pool}={hash}"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
-        )
-        .await;
-    Ok(())
+    .await
 }
 
 /// How [`wait_for_rollout`] ended when it did not fail.

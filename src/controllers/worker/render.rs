@@ -50,7 +50,8 @@ use crate::api::machine::{
     ClassSpec, InPlaceUpdateMachineDeployment, MachineClass, MachineClassFields,
     MachineClassNodeTemplate, MachineConfiguration, MachineDeployment, MachineDeploymentSpec,
     MachineDeploymentStrategy, MachineSpec, MachineTemplateSpec, NodeTemplateNodeSpec,
-    NodeTemplateSpec, RollingUpdateMachineDeployment, TemplateMetadata,
+    NodeTemplateSpec, ORCHESTRATION_AUTO, ORCHESTRATION_MANUAL, RollingUpdateMachineDeployment,
+    STRATEGY_IN_PLACE_UPDATE, STRATEGY_ROLLING_UPDATE, TemplateMetadata,
 };
 use crate::api::worker::{MachineUpdateStrategy, WorkerMachineDeployment, WorkerPool};
 
@@ -304,7 +305,7 @@ fn strategy(spec: &WorkerPool, deployment: &DeploymentInputs) -> MachineDeployme
         Some(deployment.max_unavailable.clone()),
     );
     let in_place = |orchestration: &str| MachineDeploymentStrategy {
-        type_: Some("InPlaceUpdate".to_string()),
+        type_: Some(STRATEGY_IN_PLACE_UPDATE.to_string()),
         rolling_update: None,
         in_place_update: Some(InPlaceUpdateMachineDeployment {
             max_surge: surge.clone(),
@@ -313,10 +314,10 @@ fn strategy(spec: &WorkerPool, deployment: &DeploymentInputs) -> MachineDeployme
         }),
     };
     match spec.update_strategy {
-        Some(MachineUpdateStrategy::AutoInPlaceUpdate) => in_place("Auto"),
-        Some(MachineUpdateStrategy::ManualInPlaceUpdate) => in_place("Manual"),
+        Some(MachineUpdateStrategy::AutoInPlaceUpdate) => in_place(ORCHESTRATION_AUTO),
+        Some(MachineUpdateStrategy::ManualInPlaceUpdate) => in_place(ORCHESTRATION_MANUAL),
         Some(MachineUpdateStrategy::AutoRollingUpdate) | None => MachineDeploymentStrategy {
-            type_: Some("RollingUpdate".to_string()),
+            type_: Some(STRATEGY_ROLLING_UPDATE.to_string()),
             rolling_update: Some(RollingUpdateMachineDeployment {
                 max_surge: surge.clone(),
                 max_unavailable: unavailable.clone(),
