@@ -31,12 +31,21 @@ pub fn provider_data(config: Option<&PoolConfig>) -> Vec<String> {
 
 /// The hash of `node_agent_secret_name` and `extra` (see the module docs).
 pub fn pool_hash(node_agent_secret_name: &str, extra: &[String]) -> String {
-    let mut joined = String::with_capacity(64 * (1 + extra.len()));
-    for input in std::iter::once(node_agent_secret_name).chain(extra.iter().map(String::as_str)) {
+    hash_of_hashes(
+        std::iter::once(node_agent_secret_name).chain(extra.iter().map(String::as_str)),
+        HASH_LENGTH,
+    )
+}
+
+/// Upstream's pool hash recipe: the SHA-256 hex of each input, concatenated, hashed again,
+/// cut to `length` hex characters. Also the in-place pool hash ([`super::inplace`]).
+pub fn hash_of_hashes<'a>(inputs: impl IntoIterator<Item = &'a str>, length: usize) -> String {
+    let mut joined = String::new();
+    for input in inputs {
         joined.push_str(&hex::encode(Sha256::digest(input.as_bytes())));
     }
     let mut digest = hex::encode(Sha256::digest(joined.as_bytes()));
-    digest.truncate(HASH_LENGTH);
+    digest.truncate(length);
     digest
 }
 

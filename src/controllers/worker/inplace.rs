@@ -26,12 +26,13 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use chrono::{DateTime, Timelike, Utc};
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 
 use super::quantity::Quantity;
 use super::rollout::{belongs_to, set_class};
 use crate::api::cluster::{ShootCredentialsView, ShootRotationView};
-use crate::api::constants::LABEL_WORKER_POOL;
+use crate::api::constants::{
+    CONDITION_IN_PLACE_UPDATE, LABEL_WORKER_POOL, REASON_CANDIDATE_FOR_UPDATE,
+};
 use crate::api::machine::{
     Machine, MachineDeployment, MachineSet, ORCHESTRATION_MANUAL, STRATEGY_IN_PLACE_UPDATE,
 };
@@ -39,7 +40,6 @@ use crate::api::worker::{MachineUpdateStrategy, WorkerPool};
 
 /// Length of the in-place pool hash.
 pub const HASH_LENGTH: usize = 16;
-pub use crate::api::constants::{CONDITION_IN_PLACE_UPDATE, REASON_CANDIDATE_FOR_UPDATE};
 
 /// Whether `strategy` updates machines in place.
 pub fn is_in_place(strategy: Option<MachineUpdateStrategy>) -> bool {
@@ -72,10 +72,6 @@ pub enum InPlaceHashError {
         /// The value.
         value: String,
     },
-}
-
-fn sha256_hex(data: &str) -> String {
-    hex::encode(Sha256::digest(data.as_bytes()))
 }
 
 /// `major.minor` of a version as Masterminds semver reads it (`v` prefix allowed, missing
@@ -144,16 +140,8 @@ fn reservations(pool: &str, kubelet: &Value) -> Result<Option<String>, InPlaceHa
     }
     let mut printed = Vec::new();
     for key in ["cpu", "memory", "pid", "ephemeralStorage"] {
-        let left = if kube.is_some() {
-            parse("kubeReserved", key)?
-        } else {
-            None
-        };
-        let right = if system.is_some() {
-            parse("systemReserved", key)?
-        } else {
-            None
-        };
+        let left = parse("kubeReserved", key)?;
+        let right = parse("systemReserved", key)?;
         let sum = match (left, right) {
             (Some(l), Some(r)) => l.checked_add(r),
             (one, None) | (None, one) => one,
@@ -225,10 +213,10 @@ pub fn pool_hash(
         }
     }
     data.extend(kubelet_data(&pool.name, pool.kubelet_config.as_ref())?);
-    let joined: String = data.iter().map(|d| sha256_hex(d)).collect();
-    let mut hash = sha256_hex(&joined);
-    hash.truncate(HASH_LENGTH);
-    Ok(hash)
+    Ok(super::hash::hash_of_hashes(
+        data.iter().map(String::as_str),
+        HASH_LENGTH,
+    ))
 }
 
 /// One pool as [`status_map`] sees it.

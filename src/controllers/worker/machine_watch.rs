@@ -25,7 +25,7 @@ use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client, ResourceExt};
 use serde_json::Value;
 
-use super::inplace::{CONDITION_IN_PLACE_UPDATE, REASON_CANDIDATE_FOR_UPDATE};
+use crate::api::constants::{CONDITION_IN_PLACE_UPDATE, REASON_CANDIDATE_FOR_UPDATE};
 use crate::api::machine::Machine;
 
 /// Whether a machine whose in-place reason went from `old` to `new` (`None`: no
@@ -59,13 +59,11 @@ pub fn namespaces_to_wake(client: Client) -> impl Stream<Item = String> + Send +
     let resource = ApiResource::erase::<Machine>(&());
     let api: Api<DynamicObject> = Api::all_with(client, &resource);
     let mut reasons: HashMap<(String, String), String> = HashMap::new();
-    let mut listing = false;
     watcher::watcher(api, watcher::Config::default())
         .default_backoff()
         .filter_map(move |event| {
             let wake = match event {
                 Ok(Event::Init) => {
-                    listing = true;
                     reasons.clear();
                     None
                 }
@@ -75,10 +73,8 @@ pub fn namespaces_to_wake(client: Client) -> impl Stream<Item = String> + Send +
                     }
                     None
                 }
-                Ok(Event::InitDone) => {
-                    listing = false;
-                    None
-                }
+                // `Apply` only follows `InitDone`: a (re)list fills the table quietly.
+                Ok(Event::InitDone) => None,
                 Ok(Event::Apply(machine)) => {
                     let key = key(&machine);
                     let new = in_place_reason(&machine);
@@ -86,7 +82,7 @@ pub fn namespaces_to_wake(client: Client) -> impl Stream<Item = String> + Send +
                         Some(reason) => reasons.insert(key.clone(), reason.clone()),
                         None => reasons.remove(&key),
                     };
-                    (!listing && progressed(old.as_deref(), new.as_deref())).then_some(key.0)
+                    progressed(old.as_deref(), new.as_deref()).then_some(key.0)
                 }
                 Ok(Event::Delete(machine)) => {
                     reasons.remove(&key(&machine));

@@ -42,18 +42,18 @@ pub struct Prepared {
     pub rendered: Vec<RenderedDeployment>,
 }
 
-/// Runs `tasks`, [`PARALLEL`] at a time, stopping at the first error. (Callers collect the
-/// futures into a `Vec` first: a closure held across the await would make the future's
-/// `Send` bound higher-ranked, which the compiler cannot prove.)
-pub(super) async fn run_all<Fut>(tasks: Vec<Fut>) -> Result<(), Error>
+/// Runs `tasks`, [`PARALLEL`] at a time, stopping at the first error; returns their results
+/// in completion order. (Callers collect the futures into a `Vec` first: a closure held
+/// across the await would make the future's `Send` bound higher-ranked, which the compiler
+/// cannot prove.)
+pub(super) async fn run_all<T, Fut>(tasks: Vec<Fut>) -> Result<Vec<T>, Error>
 where
-    Fut: Future<Output = Result<(), Error>>,
+    Fut: Future<Output = Result<T, Error>>,
 {
     futures::stream::iter(tasks)
         .buffer_unordered(PARALLEL)
-        .try_collect::<Vec<()>>()
+        .try_collect()
         .await
-        .map(drop)
 }
 
 /// Validates, reads each pool's user data and renders.
@@ -183,18 +183,30 @@ pub async fn run(
             )
             .await;
     }
-    deploy_deployments(actuator, request, prepared, &existing, restored, polling).await?;
+    let all_rendered: Vec<&RenderedDeployment> = prepared.rendered.iter().collect();
+    let wrote = deploy_deployments(
+        actuator,
+        request,
+        &prepared.inputs,
+        &all_rendered,
+        &existing,
+        restored,
+        polling,
+    )
+    .await?;
     write_status(actuator, request, prepared, polling).await?;
     actuator
         .waits
         .note_deployed(namespace, request.name(), fingerprint);
 
-    let deployments = match wait_for_rollout(actuator, request, prepared).await? {
+    // Unless a deployment was just written, the list above is still what the check needs.
+    let listed = (!wrote).then_some(existing);
+    let deployments = match wait_for_rollout(actuator, request, prepared, listed).await? {
         RolledOut::Done(deployments) => deployments,
         RolledOut::Pending(pending) => return Ok(pending),
     };
     write_in_place_status(actuator, request, &deployments).await?;
-    cleanup(actuator, request, prepared).await?;
+    cleanup(actuator, request, prepared, &deployments).await?;
     if let Some(pending) = wait_for_unwanted_deletion(actuator, request, prepared).await? {
         return Ok(pending);
     }
@@ -222,51 +234,54 @@ pub async fn run(
 /// Restore's step before machine-controller-manager is scaled up: applies the wanted
 /// deployments named in `names` (those with restored machine sets) with their recorded
 /// replicas (`restored`), as `RestoreWithoutReconcile` deploys them before scaling MCM.
+/// `existing` is the deployments as listed before the restore created machine sets.
 pub async fn deploy_restored(
     actuator: &WorkerActuator,
     request: &Request<'_, Worker>,
     prepared: &Prepared,
     names: &[&str],
+    existing: &[MachineDeployment],
     restored: &BTreeMap<String, i32>,
 ) -> Result<(), Error> {
-    let subset = Prepared {
-        inputs: prepared.inputs.clone(),
-        rendered: prepared
-            .rendered
-            .iter()
-            .filter(|d| names.contains(&d.name.as_str()))
-            .cloned()
-            .collect(),
-    };
-    let existing = objects::list(
-        &objects::api::<MachineDeployment>(&actuator.client, request.namespace()),
-        &ListParams::default(),
-        "MachineDeployment",
+    let subset: Vec<&RenderedDeployment> = prepared
+        .rendered
+        .iter()
+        .filter(|d| names.contains(&d.name.as_str()))
+        .collect();
+    deploy_deployments(
+        actuator,
+        request,
+        &prepared.inputs,
+        &subset,
+        existing,
+        restored,
+        false,
     )
-    .await?;
-    deploy_deployments(actuator, request, &subset, &existing, restored, false).await
+    .await
+    .map(drop)
 }
 
-/// Applies the wanted deployments with their decided replicas; a poll writes only those
+/// Applies the `rendered` deployments with their decided replicas; a poll writes only those
 /// whose replicas change ([`poll::needs_write`]). An existing deployment is applied with its
 /// listed `resourceVersion` as precondition, so a replica count changed by someone else (the
 /// cluster-autoscaler) since the list is never written back: the conflict makes us read the
-/// deployment again and decide anew.
+/// deployment again and decide anew. Returns whether any deployment was written.
 async fn deploy_deployments(
     actuator: &WorkerActuator,
     request: &Request<'_, Worker>,
-    prepared: &Prepared,
+    inputs: &WorkerInputs,
+    rendered: &[&RenderedDeployment],
     existing: &[MachineDeployment],
     restored: &BTreeMap<String, i32>,
     polling: bool,
-) -> Result<(), Error> {
+) -> Result<bool, Error> {
     let all_existing_at_zero = existing
         .iter()
         .all(|d| d.spec.replicas.unwrap_or_default() == 0);
     let decide = |d: &RenderedDeployment, listed: Option<&MachineDeployment>| {
         replicas::decide(ReplicaInputs {
-            hibernation_enabled: prepared.inputs.hibernation_enabled,
-            autoscaler_used: prepared.inputs.autoscaler_used,
+            hibernation_enabled: inputs.hibernation_enabled,
+            autoscaler_used: inputs.autoscaler_used,
             existing: listed.map(|l| l.spec.replicas.unwrap_or_default()),
             restored: restored.get(&d.name).copied(),
             all_existing_at_zero,
@@ -274,33 +289,23 @@ async fn deploy_deployments(
             maximum: d.maximum,
         })
     };
-    let listed = |name: &str| {
-        existing
-            .iter()
-            .find(|d| d.metadata.name.as_deref() == Some(name))
-            .cloned()
-    };
     let api = objects::api::<MachineDeployment>(&actuator.client, request.namespace());
-    let tasks: Vec<_> = prepared
-        .rendered
+    let tasks: Vec<_> = rendered
         .iter()
-        .filter(|d| {
-            let listed = listed(&d.name);
-            !polling || poll::needs_write(listed.as_ref(), decide(d, listed.as_ref()).0)
-        })
-        .map(|d| {
-            let api = &api;
-            let decide = &decide;
-            let listed = listed(&d.name);
-            async move { apply_deployment(api, d, listed, decide).await }
+        .filter_map(|&d| {
+            let listed = existing
+                .iter()
+                .find(|l| l.metadata.name.as_deref() == Some(d.name.as_str()));
+            let write = !polling || poll::needs_write(listed, decide(d, listed).0);
+            write.then(|| {
+                let (api, decide, listed) = (&api, &decide, listed.cloned());
+                async move { apply_deployment(api, d, listed, decide).await }
+            })
         })
         .collect();
-    let summary: Vec<String> = futures::stream::iter(tasks)
-        .buffer_unordered(PARALLEL)
-        .try_collect()
-        .await?;
+    let summary = run_all(tasks).await?;
     if summary.is_empty() {
-        return Ok(());
+        return Ok(false);
     }
     actuator
         .steps
@@ -315,7 +320,7 @@ async fn deploy_deployments(
             ),
         )
         .await;
-    Ok(())
+    Ok(true)
 }
 
 /// How often a deployment apply is retried after a conflict with another writer.
@@ -417,18 +422,6 @@ async fn write_in_place_status(
     deployments: &[MachineDeployment],
 ) -> Result<(), Error> {
     let pools = &request.object.spec.pools;
-    if !pools
-        .iter()
-        .any(|p| inplace::is_in_place(p.update_strategy))
-        && request
-            .object
-            .status
-            .as_ref()
-            .and_then(|s| s.in_place_updates.as_ref())
-            .is_none_or(|u| u.worker_pool_to_hash_map.is_empty())
-    {
-        return Ok(());
-    }
     let credentials = request
         .cluster
         .and_then(|c| c.shoot.status.credentials.as_ref());
@@ -488,20 +481,27 @@ enum RolledOut {
     Pending(Outcome),
 }
 
-/// Checks the rollout; while it runs, the wait goes on by requeue.
+/// Checks the rollout; while it runs, the wait goes on by requeue. `listed` holds the
+/// deployments when the caller's list is still current; otherwise they are listed here.
 async fn wait_for_rollout(
     actuator: &WorkerActuator,
     request: &Request<'_, Worker>,
     prepared: &Prepared,
+    listed: Option<Vec<MachineDeployment>>,
 ) -> Result<RolledOut, Error> {
     let namespace = request.namespace();
     let client = &actuator.client;
-    let deployments = objects::list(
-        &objects::api::<MachineDeployment>(client, namespace),
-        &ListParams::default(),
-        "MachineDeployment",
-    )
-    .await?;
+    let deployments = match listed {
+        Some(deployments) => deployments,
+        None => {
+            objects::list(
+                &objects::api::<MachineDeployment>(client, namespace),
+                &ListParams::default(),
+                "MachineDeployment",
+            )
+            .await?
+        }
+    };
     let sets = objects::list(
         &objects::api::<MachineSet>(client, namespace),
         &ListParams::default(),
@@ -658,11 +658,13 @@ async fn wait_for_unwanted_deletion(
     }
 }
 
-/// Deletes deployments, then classes, then class secrets that are no longer wanted.
+/// Deletes deployments (of `listed`, as the rollout check listed them), then classes, then
+/// class secrets that are no longer wanted.
 async fn cleanup(
     actuator: &WorkerActuator,
     request: &Request<'_, Worker>,
     prepared: &Prepared,
+    listed: &[MachineDeployment],
 ) -> Result<(), Error> {
     let namespace = request.namespace();
     let client = &actuator.client;
@@ -676,9 +678,7 @@ async fn cleanup(
 
     let deployments = objects::api::<MachineDeployment>(client, namespace);
     let mut deleted_deployments = Vec::new();
-    for deployment in
-        objects::list(&deployments, &ListParams::default(), "MachineDeployment").await?
-    {
+    for deployment in listed {
         let name = deployment.name_any();
         if !wanted_deployments.contains(name.as_str())
             && objects::delete(&deployments, &name, "MachineDeployment").await?

@@ -336,7 +336,7 @@ fn machine_deployment(
     let selector = BTreeMap::from([(LABEL_NAME.to_string(), deployment.name.clone())]);
     let mut template_labels = selector.clone();
     let strategy = strategy(spec, deployment);
-    if strategy.type_.as_deref() == Some("InPlaceUpdate") {
+    if strategy.type_.as_deref() == Some(STRATEGY_IN_PLACE_UPDATE) {
         template_labels.insert(LABEL_WORKER_NAME.to_string(), inputs.worker_name.clone());
     }
     let annotations = autoscaler_annotations(spec);

@@ -67,15 +67,13 @@ pub async fn restore(
     .map_err(Error::State)?;
     let prepared = reconcile::prepare(actuator, request).await?;
 
-    let existing: BTreeSet<String> = objects::list(
+    let listed = objects::list(
         &objects::api::<MachineDeployment>(client, namespace),
         &ListParams::default(),
         "MachineDeployment",
     )
-    .await?
-    .iter()
-    .map(|d| d.name_any())
-    .collect();
+    .await?;
+    let existing: BTreeSet<String> = listed.iter().map(|d| d.name_any()).collect();
     let mut replicas = BTreeMap::new();
     let mut to_create: Vec<(String, RestoreObjects)> = Vec::new();
     for deployment in &prepared.rendered {
@@ -117,7 +115,8 @@ pub async fn restore(
             .collect();
         run_all(tasks).await?;
         let names: Vec<&str> = to_create.iter().map(|(n, _)| n.as_str()).collect();
-        reconcile::deploy_restored(actuator, request, &prepared, &names, &replicas).await?;
+        reconcile::deploy_restored(actuator, request, &prepared, &names, &listed, &replicas)
+            .await?;
         actuator
             .steps
             .normal(

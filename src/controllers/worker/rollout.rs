@@ -147,7 +147,6 @@ pub fn evaluate(
     let (mut healthy, mut desired, mut updated, mut available, mut unavailable, mut awake) =
         (0usize, 0, 0, 0, 0, 0);
     let mut preserved = 0;
-    let (mut desired_manual, mut updated_manual) = (0, 0);
     let mut manual = inplace::ManualCounts::default();
     let mut first_problem: Option<String> = None;
     for want in wanted {
@@ -184,12 +183,9 @@ pub fn evaluate(
             let counts = inplace::manual_rollout(want.name, want.class_name, sets, machines);
             manual.need_update += counts.need_update;
             manual.in_progress += counts.in_progress;
-            desired_manual += deployment.spec.replicas.unwrap_or_default();
-            updated_manual += status.updated_replicas.unwrap_or_default();
-        } else {
-            desired += deployment.spec.replicas.unwrap_or_default();
-            updated += status.updated_replicas.unwrap_or_default();
         }
+        desired += deployment.spec.replicas.unwrap_or_default();
+        updated += status.updated_replicas.unwrap_or_default();
         available += status.available_replicas.unwrap_or_default();
         unavailable += status.unavailable_replicas.unwrap_or_default();
         preserved += status.preserved_failed_replicas.unwrap_or_default();
@@ -203,9 +199,10 @@ pub fn evaluate(
             ))
         };
     }
-    let counted_updated = updated + updated_manual + manual.need_update;
+    // Machines of a manual in-place pool that no user selected yet count as updated.
+    let updated = updated + manual.need_update;
     if unavailable <= preserved
-        && counted_updated == awake
+        && updated == awake
         && healthy == wanted.len()
         && manual.in_progress == 0
     {
@@ -217,8 +214,6 @@ pub fn evaluate(
             manual.in_progress
         ));
     }
-    let desired = desired + desired_manual;
-    let updated = counted_updated;
     let mut message = format!(
         "waiting until machines are available ({available}/{desired} desired machine(s) available, {updated}/{awake} machine(s) updated, {} machine(s) pending, {healthy}/{} machine deployments healthy)",
         unavailable - unavailable.min(preserved),
