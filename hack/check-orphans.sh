@@ -29,13 +29,12 @@ leftovers() {
   done
 }
 
-# Cgroup folders of test machines and shoot nodes (test/support/nspawn.rs, node.rs) whose
-# test process is gone: gen-machine-<pid>-<n>, gen-node-<pid>-<n>.
+# Cgroup folders of test machines and shoot nodes (test/support/nspawn.rs) whose test
+# process is gone: gen-machine-<pid>-<n>.
 stale_node_cgroups() {
   local dir owner
-  for dir in $(find /sys/fs/cgroup -maxdepth 6 -type d \( -name 'gen-node-*' -o -name 'gen-machine-*' \) 2>/dev/null); do
-    owner="${dir##*/gen-node-}"
-    owner="${owner##*/gen-machine-}"
+  for dir in $(find /sys/fs/cgroup -maxdepth 6 -type d -name 'gen-machine-*' 2>/dev/null); do
+    owner="${dir##*/gen-machine-}"
     owner="${owner%%-*}"
     [[ -e "/proc/$owner" ]] || echo "$dir"
   done

@@ -13,9 +13,10 @@
 //!   isolated from each other and from the host. The shoot's kube-apiserver listens on host
 //!   loopback; a forwarder listens on the same port on the node's loopback, so kubeconfigs
 //!   carry the same URL on the node as on the host.
-//! - **Cgroups** (this host has the v1/v2 hybrid layout): every hierarchy gets a folder
-//!   `gen-node-<machine>` under this process's cgroup, nspawn starts in it, so the node's
-//!   cgroup namespace is rooted there and kubelets of two nodes never share `/kubepods`.
+//! - **Cgroups** (this host has the v1/v2 hybrid layout): like every machine of
+//!   `nspawn.rs`, a node starts in folders of its own below this process's cgroup
+//!   (`gen-machine-<pid>-<n>`), so its cgroup namespace is rooted there and kubelets of two
+//!   nodes never share `/kubepods`.
 //!   nspawn mounts the controllers read-only; they are remounted read-write inside the node
 //!   (the node is a whole machine to its kubelet). The folders are removed with the machine,
 //!   by the nspawn watchdog when the test binary dies, and stale ones of dead test
@@ -60,7 +61,7 @@ use kube::api::PostParams;
 use kube::{Api, Client};
 use serde_json::{Value, json};
 
-use super::nspawn::{self, Machine, MachineOptions, NspawnError};
+use super::nspawn::{Machine, MachineOptions, NspawnError};
 
 /// The node's IP: the address of its `cni0` bridge.
 pub const NODE_IP: &str = "10.88.0.1";
@@ -105,7 +106,6 @@ pub struct Node {
     /// The machine (its name is the Node's name).
     pub machine: Machine,
     forwarder: Forwarder,
-    cgroups: Vec<PathBuf>,
 }
 
 /// What a node's processes use, read from its cgroups and `/proc` on the host.
@@ -134,7 +134,6 @@ impl Node {
         }
         // The mount point of the node's binaries; an FHS folder some hosts lack.
         fs::create_dir_all("/usr/local/sbin").map_err(|e| format!("/usr/local/sbin: {e}"))?;
-        nspawn::remove_stale_cgroups();
         let name = format!(
             "gen-node-{}-{}",
             std::process::id(),
@@ -142,7 +141,6 @@ impl Node {
         );
         let binaries = std::env::temp_dir().join(format!("{name}-bin"));
         link_binaries(&options.assets, &binaries)?;
-        let cgroups = nspawn::create_cgroups(&name)?;
         // /var on disk: the volatile root is a tmpfs, whose pages a container's memory
         // limit cannot reclaim (the installation pod copies runsc and its shim to /var).
         let var = std::env::temp_dir().join(format!("{name}-var"));
@@ -161,14 +159,12 @@ impl Node {
                 format!("--private-users=0:{USERNS_IDS}"),
                 "--private-users-ownership=off".into(),
             ],
-            cgroups: cgroups.clone(),
             bind: vec![(var.clone(), "/var".into())],
             scratch_dirs: vec![var.clone(), binaries.clone()],
             nspawn_env: vec![("SYSTEMD_SECCOMP".into(), "0".into())],
             ..MachineOptions::default()
         })
         .map_err(|e: NspawnError| {
-            nspawn::remove_cgroups(&cgroups);
             let _ = fs::remove_dir_all(&var);
             let _ = fs::remove_dir_all(&binaries);
             e.to_string()
@@ -176,11 +172,7 @@ impl Node {
         prepare(&machine)?;
         let forwarder = Forwarder::start(machine.leader_pid(), options.apiserver_port)
             .map_err(|e| format!("API forwarder into the node: {e}"))?;
-        Ok(Self {
-            machine,
-            forwarder,
-            cgroups,
-        })
+        Ok(Self { machine, forwarder })
     }
 
     /// The node's name (its host name).
@@ -205,7 +197,8 @@ impl Node {
     pub fn memory(&self) -> NodeMemory {
         let mut memory = NodeMemory::default();
         let Some(memory_cgroup) = self
-            .cgroups
+            .machine
+            .cgroups()
             .iter()
             .find(|dir| dir.starts_with("/sys/fs/cgroup/memory"))
         else {

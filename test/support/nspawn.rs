@@ -75,11 +75,6 @@ pub struct MachineOptions {
     pub boot_timeout: Duration,
     /// More `systemd-nspawn` options (e.g. `--capability=all`).
     pub extra_args: Vec<String>,
-    /// Cgroup folders (one per hierarchy) nspawn joins before it starts, so the container's
-    /// cgroup namespace is rooted there; they are removed (deepest first) once the machine
-    /// is gone, also by the watchdog. Empty: the machine gets `gen-machine-<pid>-<n>`
-    /// folders of its own (see [`create_cgroups`]).
-    pub cgroups: Vec<PathBuf>,
     /// Environment of `systemd-nspawn` itself (e.g. `SYSTEMD_SECCOMP=0`).
     pub nspawn_env: Vec<(String, String)>,
     /// Host folders (e.g. behind a read-write bind) removed once the machine is gone, also
@@ -96,7 +91,6 @@ impl Default for MachineOptions {
             private_network: false,
             boot_timeout: Duration::from_secs(60),
             extra_args: Vec::new(),
-            cgroups: Vec::new(),
             nspawn_env: Vec::new(),
             scratch_dirs: Vec::new(),
         }
@@ -238,29 +232,32 @@ impl Machine {
         // share `system.slice/<unit>`, and one's systemd stopping a unit would kill the
         // other's process of that unit (seen as dbus-daemon resetting connections and
         // "Failed to attach to cgroup" when containerd restarted).
-        let mut options = options;
-        if options.cgroups.is_empty() {
-            remove_stale_cgroups();
-            options.cgroups = create_cgroups(&format!("gen-machine-{}", &name["gen-".len()..]))
-                .map_err(NspawnError::Prerequisite)?;
-        }
+        remove_stale_cgroups();
+        let cgroups = create_cgroups(&format!("{CGROUP_PREFIX}{}", &name["gen-".len()..]))
+            .map_err(NspawnError::Prerequisite)?;
+        // From here on the folders are the machine's: a failed boot removes them.
+        Self::start(name, options, cgroups.clone()).inspect_err(|_| remove_cgroups(&cgroups))
+    }
+
+    /// Starts nspawn in `cgroups` and waits for the boot.
+    fn start(
+        name: String,
+        options: MachineOptions,
+        cgroups: Vec<PathBuf>,
+    ) -> Result<Self, NspawnError> {
         let work_dir = tempfile::Builder::new()
             .prefix("gen-nspawn-")
             .tempdir()
-            .map_err(|e| {
-                remove_cgroups(&options.cgroups);
-                NspawnError::Spawn(e)
-            })?;
+            .map_err(NspawnError::Spawn)?;
         let console_log = work_dir.path().join("console.log");
         let log = fs::File::create(&console_log).map_err(NspawnError::Spawn)?;
         let log_err = log.try_clone().map_err(NspawnError::Spawn)?;
 
         // With cgroups to join, a shell moves itself into them and then becomes nspawn.
-        let mut command = if options.cgroups.is_empty() {
+        let mut command = if cgroups.is_empty() {
             Command::new("systemd-nspawn")
         } else {
-            let procs: Vec<String> = options
-                .cgroups
+            let procs: Vec<String> = cgroups
                 .iter()
                 .map(|dir| dir.join("cgroup.procs").display().to_string())
                 .collect();
@@ -300,10 +297,7 @@ impl Machine {
             // Its own group: a Ctrl-C of `cargo test` reaches the watchdog's kill, not nspawn's
             // graceful shutdown path first.
             .process_group(0);
-        let mut nspawn = command.spawn().map_err(|e| {
-            remove_cgroups(&options.cgroups);
-            NspawnError::Spawn(e)
-        })?;
+        let mut nspawn = command.spawn().map_err(NspawnError::Spawn)?;
 
         let started = Instant::now();
         let leader = loop {
@@ -311,7 +305,6 @@ impl Machine {
                 break leader;
             }
             if let Ok(Some(status)) = nspawn.try_wait() {
-                remove_cgroups(&options.cgroups);
                 return Err(NspawnError::Boot {
                     reason: format!("systemd-nspawn exited ({status})"),
                     console: read_log(&console_log),
@@ -320,7 +313,6 @@ impl Machine {
             if started.elapsed() > options.boot_timeout {
                 let _ = nspawn.kill();
                 let _ = nspawn.wait();
-                remove_cgroups(&options.cgroups);
                 return Err(NspawnError::Boot {
                     reason: "no systemd appeared in the container".into(),
                     console: read_log(&console_log),
@@ -328,15 +320,17 @@ impl Machine {
             }
             std::thread::sleep(Duration::from_millis(20));
         };
-        let watchdog = spawn_watchdog(leader, &options.cgroups, &options.scratch_dirs)
-            .map_err(NspawnError::Spawn)?;
+        let watchdog = spawn_watchdog(leader, &cgroups, &options.scratch_dirs).map_err(|e| {
+            kill(leader);
+            NspawnError::Spawn(e)
+        })?;
         let machine = Self {
             name,
             leader,
             nspawn: Mutex::new(Some(nspawn)),
             watchdog: Mutex::new(Some(watchdog)),
             console_log,
-            cgroups: options.cgroups.clone(),
+            cgroups,
             scratch_dirs: options.scratch_dirs.clone(),
             _work_dir: work_dir,
         };
@@ -347,6 +341,11 @@ impl Machine {
     /// The machine (and host) name.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// The machine's cgroup folders on the host, one per hierarchy.
+    pub fn cgroups(&self) -> &[PathBuf] {
+        &self.cgroups
     }
 
     /// Host PID of the container's PID 1 (systemd).
@@ -600,9 +599,9 @@ fn spawn_watchdog(leader: u32, cgroups: &[PathBuf], scratch: &[PathBuf]) -> io::
         .spawn()
 }
 
-/// Prefixes of the per-machine cgroup folders this module and `node.rs` create, each followed
-/// by the owning test process's PID (`gen-machine-<pid>-<n>`, `gen-node-<pid>-<n>`).
-const CGROUP_PREFIXES: [&str; 2] = ["gen-machine-", "gen-node-"];
+/// Prefix of each machine's cgroup folders, followed by the owning test process's PID and
+/// a counter (`gen-machine-<pid>-<n>`; `hack/check-orphans.sh` looks for it too).
+const CGROUP_PREFIX: &str = "gen-machine-";
 
 /// This process's cgroup folder in each mounted hierarchy, from `/proc/self/cgroup`.
 fn own_cgroups() -> Vec<PathBuf> {
@@ -637,9 +636,9 @@ fn own_cgroups() -> Vec<PathBuf> {
 
 /// A folder `name` below this process's cgroup in every hierarchy (cpuset: with the
 /// parent's CPUs and memory nodes, which v1 requires before a process may join). `name`
-/// starts with one of [`CGROUP_PREFIXES`] and this process's PID, so
-/// [`remove_stale_cgroups`] and `hack/check-orphans.sh` can tell when it is left over.
-pub fn create_cgroups(name: &str) -> Result<Vec<PathBuf>, String> {
+/// starts with [`CGROUP_PREFIX`] and this process's PID, so [`remove_stale_cgroups`] and
+/// `hack/check-orphans.sh` can tell when it is left over.
+fn create_cgroups(name: &str) -> Result<Vec<PathBuf>, String> {
     let mut created = Vec::new();
     for parent in own_cgroups() {
         let dir = parent.join(name);
@@ -661,16 +660,15 @@ pub fn create_cgroups(name: &str) -> Result<Vec<PathBuf>, String> {
 }
 
 /// Removes the cgroup folders of machines whose test process is gone.
-pub fn remove_stale_cgroups() {
+fn remove_stale_cgroups() {
     for parent in own_cgroups() {
         let Ok(entries) = fs::read_dir(&parent) else {
             continue;
         };
         for entry in entries.flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
-            let owner = CGROUP_PREFIXES
-                .iter()
-                .find_map(|prefix| name.strip_prefix(prefix))
+            let owner = name
+                .strip_prefix(CGROUP_PREFIX)
                 .and_then(|rest| rest.split('-').next())
                 .and_then(|pid| pid.parse::<u32>().ok());
             if let Some(owner) = owner
@@ -683,7 +681,7 @@ pub fn remove_stale_cgroups() {
 }
 
 /// Removes cgroup folders deepest first, retrying while their processes finish exiting.
-pub fn remove_cgroups(cgroups: &[PathBuf]) {
+fn remove_cgroups(cgroups: &[PathBuf]) {
     for dir in cgroups {
         for _ in 0..20 {
             if !dir.exists() {
