@@ -74,11 +74,7 @@ fn build_images(dir: &Path, assets: &Path, static_binary: &Path) {
         ],
     };
     // A sandbox that only sleeps; SIGKILL ends it like the real pause.
-    write_archive(
-        &busybox(PAUSE_IMAGE, &["/bin/busybox", "sleep", "2147483647"]),
-        &dir.join("pause.tar"),
-    )
-    .unwrap();
+    support::node::write_pause_archive(dir, PAUSE_IMAGE);
     write_archive(
         &busybox(BUSYBOX_IMAGE, &["/bin/sh"]),
         &dir.join("busybox.tar"),

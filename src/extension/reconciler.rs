@@ -170,11 +170,23 @@ impl<A: Actuator> Reconciler<A> {
         api.get_opt(name).await
     }
 
+    /// Removes the object's wake-up mark; whether it had one.
+    fn take_woken(&self, namespace: &str, name: &str) -> bool {
+        self.woken
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&(namespace.to_string(), name.to_string()))
+    }
+
     async fn run(&self, namespace: &str, name: &str) -> (&'static str, Result<Next, Failure>) {
         let api: Api<A::Object> = Api::namespaced(self.client.clone(), namespace);
         let object = match self.read(&api, namespace, name).await {
             Ok(Some(object)) => object,
-            Ok(None) => return ("none", Ok(Next::Done)),
+            Ok(None) => {
+                // Gone: a wake-up mark could never be used.
+                self.take_woken(namespace, name);
+                return ("none", Ok(Next::Done));
+            }
             Err(kube::Error::SerdeError(source)) => {
                 return self.report_undecodable(namespace, name, source).await;
             }
@@ -194,11 +206,7 @@ impl<A: Actuator> Reconciler<A> {
             .default_status()
             .and_then(|s| s.last_operation.as_ref());
         let observed_generation = object.default_status().and_then(|s| s.observed_generation);
-        let woken = self
-            .woken
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&(namespace.to_string(), name.to_string()));
+        let woken = self.take_woken(namespace, name);
         if !woken
             && predicate::nothing_asked(&self.filter, object.meta(), last, observed_generation)
         {
