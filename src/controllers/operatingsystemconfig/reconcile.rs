@@ -281,15 +281,9 @@ pub async fn ship_node_agent_secret(
     let files = osc.spec.files.iter();
     let secrets = fetch::referenced_secrets(&actuator.client, namespace, files).await?;
     let (mut secret, extensions) = render_node_agent_secret(osc, &secrets)?;
-    secret.rollout_budget = shoot.and_then(|shoot| {
-        shoot
-            .spec
-            .provider
-            .workers
-            .iter()
-            .find(|worker| worker.name == secret.pool)
-            .map(nodeagent::rollout_budget)
-    });
+    secret.rollout_budget = shoot
+        .and_then(|shoot| shoot.worker(&secret.pool))
+        .map(nodeagent::rollout_budget);
     let mut data = secret.managed_resource_data().map_err(Error::NodeAgent)?;
     data.extend(rollout_status::rbac_manifests(&secret.name));
     managed_resource::apply_for_shoot(&actuator.client, None, namespace, &mr, &data, false).await?;
