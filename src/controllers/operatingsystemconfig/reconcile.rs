@@ -329,15 +329,11 @@ async fn apply_access_secret(
     };
     let current = api.get_opt(&name).await.map_err(error("reading"))?;
     let up_to_date = current.is_some_and(|current| {
-        let has_all = |wanted: &Option<BTreeMap<String, String>>,
-                       have: &Option<BTreeMap<String, String>>| {
-            wanted
-                .iter()
-                .flatten()
-                .all(|(k, v)| have.as_ref().and_then(|h| h.get(k)) == Some(v))
-        };
-        has_all(&wanted.metadata.labels, &current.metadata.labels)
-            && has_all(&wanted.metadata.annotations, &current.metadata.annotations)
+        managed_resource::contains_all(&current.metadata.labels, &wanted.metadata.labels)
+            && managed_resource::contains_all(
+                &current.metadata.annotations,
+                &wanted.metadata.annotations,
+            )
             && current.metadata.owner_references == wanted.metadata.owner_references
     });
     if !up_to_date {
