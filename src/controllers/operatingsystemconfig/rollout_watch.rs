@@ -32,11 +32,14 @@ use tokio_util::sync::CancellationToken;
 use super::nodeagent;
 use super::rollout_status::{self, ANNOTATION_POOL, ANNOTATION_SHIPPED_CHECKSUM, CONDITION_TYPE};
 use crate::api::OperatingSystemConfig;
-use crate::api::common::{Condition, ConditionStatus};
+use crate::api::common::Condition;
 use crate::extension::cache::{ObjectStore, SeedCache};
 
 /// How often unfinished rollouts are looked at.
 pub const INTERVAL: Duration = Duration::from_secs(10);
+
+/// Shoot clients by access Secret (namespace, name), with the token each was built with.
+type ShootClients = HashMap<(String, String), (String, Client)>;
 
 /// Why one OSC's rollout could not be looked at (logged; the next round tries again).
 #[derive(Debug, thiserror::Error)]
@@ -189,16 +192,17 @@ fn token_of(secret: &Secret) -> Option<String> {
 async fn observe(
     client: &Client,
     cache: &SeedCache,
-    clients: &mut HashMap<String, (String, Client)>,
-    namespace: &str,
+    clients: &mut ShootClients,
+    key: (String, String),
     token: &str,
     target: &Target,
 ) -> Result<(), WatchError> {
-    let shoot = match clients.get(namespace) {
+    let namespace = key.0.as_str();
+    let shoot = match clients.get(&key) {
         Some((known, shoot)) if known == token => shoot.clone(),
         _ => {
             let shoot = shoot_client(client, cache, namespace, token).await?;
-            clients.insert(namespace.to_string(), (token.to_string(), shoot.clone()));
+            clients.insert(key.clone(), (token.to_string(), shoot.clone()));
             shoot
         }
     };
