@@ -219,3 +219,18 @@ fn an_unreachable_archive_is_a_network_problem_and_a_failed_upgrade_a_system_fai
     );
     assert!(!run.log.contains("reboot"), "{}", run.log);
 }
+
+#[test]
+fn messages_repeat_the_argument_verbatim() {
+    if !can_run() {
+        return;
+    }
+    // dash's echo would turn `\c` into "stop printing here".
+    let run = run_script(DEBIAN_12, "12.6", "12.7", &["12\\c.7"]);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(
+        run.stderr.contains("version '12\\c.7' is not of the form"),
+        "{}",
+        run.stderr
+    );
+}

@@ -687,21 +687,15 @@ async fn the_osc_condition_counts_the_pools_nodes_on_the_shipped_checksum() {
     let (env, shoot) = setup().await;
     let shoot_client = shoot.client().await;
     // gardenlet's generic token kubeconfig: the shoot's address and CA, a token file.
-    let admin = std::fs::read_to_string(shoot.plane.kubeconfig_path()).unwrap();
-    let mut generic: Value = serde_norway::from_str(&admin).unwrap();
-    generic["users"] = json!([{"name": "extension", "user": {
-        "tokenFile": "/var/run/secrets/gardener.cloud/shoot/token/token"
-    }}]);
-    generic["contexts"][0]["context"]["user"] = json!("extension");
+    let generic = gardener_extension_node::devenv::apply::generic_token_kubeconfig(
+        &env.namespace,
+        &shoot.plane.server_url(),
+        shoot.plane.ca_pem(),
+    );
     api::<Secret>(&env.client, &env.namespace)
         .create(
             &PostParams::default(),
-            &serde_json::from_value(json!({
-                "apiVersion": "v1", "kind": "Secret",
-                "metadata": {"name": "generic-token-kubeconfig"},
-                "stringData": {"kubeconfig": serde_norway::to_string(&generic).unwrap()},
-            }))
-            .unwrap(),
+            &serde_json::from_value(generic).unwrap(),
         )
         .await
         .unwrap();

@@ -229,10 +229,10 @@ async fn wait_established(client: &Client, name: &str) -> Result<(), ApplyError>
 /// shoot's address and CA, and a token file its users mount (extensions replace the user's
 /// token with their own, e.g. the OSC controller's rollout status).
 pub fn generic_token_kubeconfig(namespace: &str, server: &str, ca_pem: &str) -> serde_json::Value {
-    use base64::Engine as _;
-    let kubeconfig = format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: shoot\n  cluster:\n    server: {server}\n    certificate-authority-data: {ca}\nusers:\n- name: extension\n  user:\n    tokenFile: /var/run/secrets/gardener.cloud/shoot/token/token\ncontexts:\n- name: shoot\n  context:\n    cluster: shoot\n    user: extension\ncurrent-context: shoot\n",
-        ca = base64::engine::general_purpose::STANDARD.encode(ca_pem),
+    let kubeconfig = crate::agent::credentials::token_kubeconfig(
+        server,
+        Some(ca_pem.as_bytes()),
+        Path::new("/var/run/secrets/gardener.cloud/shoot/token/token"),
     );
     serde_json::json!({
         "apiVersion": "v1",
@@ -244,25 +244,18 @@ pub fn generic_token_kubeconfig(namespace: &str, server: &str, ca_pem: &str) -> 
 
 /// Writes [`generic_token_kubeconfig`] into the namespace of every Cluster, as gardenlet does.
 pub async fn apply_generic_token_kubeconfigs(
-    client: &kube::Client,
+    client: &Client,
     server: &str,
     ca_pem: &str,
 ) -> anyhow::Result<()> {
-    use kube::ResourceExt as _;
-    let clusters = kube::Api::<crate::api::Cluster>::all(client.clone())
+    let clusters = Api::<crate::api::Cluster>::all(client.clone())
         .list(&kube::api::ListParams::default())
         .await?;
     for cluster in clusters {
         let namespace = cluster.name_any();
-        let secret: k8s_openapi::api::core::v1::Secret =
+        let secret: DynamicObject =
             serde_json::from_value(generic_token_kubeconfig(&namespace, server, ca_pem))?;
-        kube::Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), &namespace)
-            .patch(
-                crate::api::constants::GENERIC_TOKEN_KUBECONFIG_SECRET_NAME,
-                &kube::api::PatchParams::apply("local-env").force(),
-                &kube::api::Patch::Apply(&secret),
-            )
-            .await?;
+        apply_object(client, &secret, &namespace, false).await?;
     }
     Ok(())
 }

@@ -332,16 +332,21 @@ pub fn render_managed_resource(
     mr
 }
 
+/// Whether the map `have` (labels, annotations) holds every entry of `want` (pure; a missing
+/// map holds nothing, a missing `want` asks for nothing).
+pub(crate) fn contains_all(
+    have: &Option<BTreeMap<String, String>>,
+    want: &Option<BTreeMap<String, String>>,
+) -> bool {
+    want.iter()
+        .flatten()
+        .all(|(k, v)| have.as_ref().and_then(|h| h.get(k)) == Some(v))
+}
+
 /// Whether the stored MR `stored` already is `desired` as far as our apply goes (pure): same
 /// spec, our labels and annotations present, no reference annotation of another secret, not
 /// being deleted. Then an apply would change nothing.
 pub fn matches(stored: &ManagedResource, desired: &ManagedResource) -> bool {
-    let contains = |have: &Option<BTreeMap<String, String>>,
-                    want: &Option<BTreeMap<String, String>>| {
-        want.iter()
-            .flatten()
-            .all(|(k, v)| have.as_ref().and_then(|h| h.get(k)) == Some(v))
-    };
     let references = |m: &ManagedResource| -> Vec<String> {
         m.metadata
             .annotations
@@ -353,8 +358,8 @@ pub fn matches(stored: &ManagedResource, desired: &ManagedResource) -> bool {
     };
     stored.metadata.deletion_timestamp.is_none()
         && serde_json::to_value(&stored.spec).ok() == serde_json::to_value(&desired.spec).ok()
-        && contains(&stored.metadata.labels, &desired.metadata.labels)
-        && contains(&stored.metadata.annotations, &desired.metadata.annotations)
+        && contains_all(&stored.metadata.labels, &desired.metadata.labels)
+        && contains_all(&stored.metadata.annotations, &desired.metadata.annotations)
         && references(stored) == references(desired)
 }
 

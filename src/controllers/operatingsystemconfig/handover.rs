@@ -275,6 +275,9 @@ pub async fn hand_over(
             .list(&ListParams::default())
             .await
             .map_err(list_error("OperatingSystemConfigs", namespace))?;
+        // The pools' budgets come from the Cluster, read once for the namespace when an OSC
+        // is to be shipped; without it the next reconcile adds them.
+        let mut cluster = None;
         for listed in list.items.iter().filter(|osc| shippable(osc, filter)) {
             // Read it again right before writing: the list may be older than a migrate
             // gardenlet has asked for since.
@@ -287,13 +290,16 @@ pub async fn hand_over(
                 continue;
             };
             tracing::info!(%namespace, osc = %osc.name_any(), "taking over the node-agent secret");
-            // The pool's budget comes from the Cluster; without it the next reconcile adds it.
-            let cluster = crate::extension::cluster::lookup(&actuator.client, None, namespace)
-                .await
-                .ok()
-                .flatten();
-            reconcile::ship_node_agent_secret(actuator, &osc, cluster.as_ref().map(|c| &c.shoot))
-                .await?;
+            if cluster.is_none() {
+                cluster = Some(
+                    crate::extension::cluster::lookup(&actuator.client, None, namespace)
+                        .await
+                        .ok()
+                        .flatten(),
+                );
+            }
+            let shoot = cluster.as_ref().and_then(Option::as_ref).map(|c| &c.shoot);
+            reconcile::ship_node_agent_secret(actuator, &osc, shoot).await?;
         }
     } else {
         for mr in list_ours(actuator, Some(namespace)).await? {

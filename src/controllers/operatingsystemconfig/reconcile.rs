@@ -281,15 +281,9 @@ pub async fn ship_node_agent_secret(
     let files = osc.spec.files.iter();
     let secrets = fetch::referenced_secrets(&actuator.client, namespace, files).await?;
     let (mut secret, extensions) = render_node_agent_secret(osc, &secrets)?;
-    secret.rollout_budget = shoot.and_then(|shoot| {
-        shoot
-            .spec
-            .provider
-            .workers
-            .iter()
-            .find(|worker| worker.name == secret.pool)
-            .map(nodeagent::rollout_budget)
-    });
+    secret.rollout_budget = shoot
+        .and_then(|shoot| shoot.worker(&secret.pool))
+        .map(nodeagent::rollout_budget);
     let mut data = secret.managed_resource_data().map_err(Error::NodeAgent)?;
     data.extend(rollout_status::rbac_manifests(&secret.name));
     managed_resource::apply_for_shoot(&actuator.client, None, namespace, &mr, &data, false).await?;
@@ -335,15 +329,11 @@ async fn apply_access_secret(
     };
     let current = api.get_opt(&name).await.map_err(error("reading"))?;
     let up_to_date = current.is_some_and(|current| {
-        let has_all = |wanted: &Option<BTreeMap<String, String>>,
-                       have: &Option<BTreeMap<String, String>>| {
-            wanted
-                .iter()
-                .flatten()
-                .all(|(k, v)| have.as_ref().and_then(|h| h.get(k)) == Some(v))
-        };
-        has_all(&wanted.metadata.labels, &current.metadata.labels)
-            && has_all(&wanted.metadata.annotations, &current.metadata.annotations)
+        managed_resource::contains_all(&current.metadata.labels, &wanted.metadata.labels)
+            && managed_resource::contains_all(
+                &current.metadata.annotations,
+                &wanted.metadata.annotations,
+            )
             && current.metadata.owner_references == wanted.metadata.owner_references
     });
     if !up_to_date {

@@ -30,10 +30,8 @@ use crate::api::constants::LABEL_WORKER_POOL;
 
 /// The OSC condition type.
 pub const CONDITION_TYPE: &str = "NodeAgentRollout";
-pub use crate::api::constants::{
-    ANNOTATION_NODE_CHECKSUM, LABEL_NODE_AGENT_SECRET_NAME,
-    NODE_CONDITION_DISRUPTIVE_ROLLOUT as NODE_CONDITION_ROLLOUT,
-};
+pub use crate::api::constants::NODE_CONDITION_DISRUPTIVE_ROLLOUT as NODE_CONDITION_ROLLOUT;
+use crate::api::constants::{ANNOTATION_NODE_CHECKSUM, LABEL_NODE_AGENT_SECRET_NAME};
 /// Annotation on the access Secret: the checksum of the node-agent secret we shipped.
 pub const ANNOTATION_SHIPPED_CHECKSUM: &str = "node.extensions.gardener.cloud/node-agent-checksum";
 /// Annotation on the access Secret: the pool of the OSC.
@@ -41,9 +39,9 @@ pub const ANNOTATION_POOL: &str = "node.extensions.gardener.cloud/pool";
 /// Label on our access Secrets (the rollout watch's cache selects them by it).
 pub const LABEL_ACCESS: &str = "node.extensions.gardener.cloud/rollout-access";
 /// Prefix of the access Secret's name (gardener's `shoot-access-` convention).
-pub const ACCESS_SECRET_PREFIX: &str = "shoot-access-";
+const ACCESS_SECRET_PREFIX: &str = "shoot-access-";
 /// Namespace of the ServiceAccount in the shoot.
-pub const SERVICE_ACCOUNT_NAMESPACE: &str = "kube-system";
+const SERVICE_ACCOUNT_NAMESPACE: &str = "kube-system";
 
 /// One node that stopped the rollout.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -105,6 +103,18 @@ pub fn summarize(nodes: &[Node], pool: &str, key: &str, checksum: &str) -> Summa
     summary
 }
 
+/// The checksum as the condition message names it: its first 12 characters.
+fn short(checksum: &str) -> &str {
+    checksum.get(..12).unwrap_or(checksum)
+}
+
+/// Whether the condition `previous` already says that every node runs `checksum` (as
+/// [`condition`] writes it: `True`, the message naming the checksum).
+pub fn is_complete(previous: Option<&Condition>, checksum: &str) -> bool {
+    let named = format!("configuration {}", short(checksum));
+    previous.is_some_and(|c| c.status == ConditionStatus::True && c.message.contains(&named))
+}
+
 /// The OSC condition for `summary`; keeps `previous`'s transition time while the status
 /// stays and its update time while reason and message stay, as Gardener's condition helpers do.
 pub fn condition(
@@ -113,10 +123,11 @@ pub fn condition(
     previous: Option<&Condition>,
     now: DateTime<Utc>,
 ) -> Condition {
-    let short = checksum.get(..12).unwrap_or(checksum);
     let counts = format!(
-        "{}/{} nodes run the node-agent configuration {short}",
-        summary.current, summary.total
+        "{}/{} nodes run the node-agent configuration {}",
+        summary.current,
+        summary.total,
+        short(checksum)
     );
     let (status, reason, message) = if let Some(first) = summary.stopped.first() {
         let names: Vec<&str> = summary.stopped.iter().map(|n| n.name.as_str()).collect();
@@ -155,7 +166,7 @@ pub fn condition(
     }
 }
 
-/// Name of the shoot ServiceAccount (and, with [`ACCESS_SECRET_PREFIX`], of the access
+/// Name of the shoot ServiceAccount (and, with the prefix `shoot-access-`, of the access
 /// Secret) for OSC key `key`.
 pub fn service_account_name(key: &str) -> String {
     format!("gardener-extension-node-rollout-{key}")
@@ -300,6 +311,9 @@ mod tests {
             (condition.status, condition.reason.as_str()),
             (ConditionStatus::True, "RolloutComplete")
         );
+        assert!(is_complete(Some(&condition), "new"));
+        assert!(!is_complete(Some(&condition), "newer"));
+        assert!(!is_complete(None, "new"));
     }
 
     #[test]

@@ -14,7 +14,7 @@
 //! OSC status only when the condition changes (from the stored OSC, with its resourceVersion
 //! as precondition: a conflict is retried the next round).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use chrono::Utc;
@@ -32,11 +32,14 @@ use tokio_util::sync::CancellationToken;
 use super::nodeagent;
 use super::rollout_status::{self, ANNOTATION_POOL, ANNOTATION_SHIPPED_CHECKSUM, CONDITION_TYPE};
 use crate::api::OperatingSystemConfig;
-use crate::api::common::{Condition, ConditionStatus};
+use crate::api::common::Condition;
 use crate::extension::cache::{ObjectStore, SeedCache};
 
 /// How often unfinished rollouts are looked at.
 pub const INTERVAL: Duration = Duration::from_secs(10);
+
+/// Shoot clients by access Secret (namespace, name), with the token each was built with.
+type ShootClients = HashMap<(String, String), (String, Client)>;
 
 /// Why one OSC's rollout could not be looked at (logged; the next round tries again).
 #[derive(Debug, thiserror::Error)]
@@ -66,7 +69,7 @@ pub async fn run(client: Client, cache: SeedCache, oscs: ObjectStore, shutdown: 
         .reflect(writer)
         .for_each(|_| futures::future::ready(()));
     let watch = tokio::spawn(reflect);
-    let mut clients: HashMap<String, (String, Client)> = HashMap::new();
+    let mut clients = ShootClients::new();
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => break,
@@ -85,31 +88,32 @@ async fn round(
     cache: &SeedCache,
     oscs: &ObjectStore,
     access: &Store<Secret>,
-    clients: &mut HashMap<String, (String, Client)>,
+    clients: &mut ShootClients,
 ) {
-    for secret in access.state() {
+    let secrets = access.state();
+    for secret in &secrets {
         let namespace = secret.namespace().unwrap_or_default();
-        let Some(target) = Target::of(&secret, oscs) else {
+        let Some(target) = Target::of(secret, oscs) else {
             continue;
         };
         if target.complete() || !shoot_running(cache, &namespace) {
             continue;
         }
-        let Some(token) = token_of(&secret) else {
+        let Some(token) = token_of(secret) else {
             tracing::debug!(%namespace, osc = %target.osc_name, "no shoot token yet");
             continue;
         };
-        if let Err(error) = observe(client, cache, clients, &namespace, &token, &target).await {
+        let key = (namespace.clone(), secret.name_any());
+        if let Err(error) = observe(client, cache, clients, key, &token, &target).await {
             tracing::warn!(%namespace, osc = %target.osc_name, error = %crate::extension::error::chain(&error), "rollout status not updated");
         }
     }
-    // Forget clients of namespaces without access Secrets.
-    let live: std::collections::HashSet<String> = access
-        .state()
+    // Forget the clients of access Secrets that are gone.
+    let live: HashSet<(String, String)> = secrets
         .iter()
-        .filter_map(|s| s.namespace())
+        .filter_map(|s| Some((s.namespace()?, s.name_any())))
         .collect();
-    clients.retain(|namespace, _| live.contains(namespace));
+    clients.retain(|key, _| live.contains(key));
 }
 
 /// One OSC whose rollout is watched.
@@ -165,11 +169,7 @@ impl Target {
 
     /// Whether the condition already says that every node runs this checksum.
     fn complete(&self) -> bool {
-        let short = self.checksum.get(..12).unwrap_or(&self.checksum);
-        self.previous.as_ref().is_some_and(|c| {
-            c.status == ConditionStatus::True
-                && c.message.contains(&format!("configuration {short}"))
-        })
+        rollout_status::is_complete(self.previous.as_ref(), &self.checksum)
     }
 }
 
@@ -192,16 +192,17 @@ fn token_of(secret: &Secret) -> Option<String> {
 async fn observe(
     client: &Client,
     cache: &SeedCache,
-    clients: &mut HashMap<String, (String, Client)>,
-    namespace: &str,
+    clients: &mut ShootClients,
+    key: (String, String),
     token: &str,
     target: &Target,
 ) -> Result<(), WatchError> {
-    let shoot = match clients.get(namespace) {
+    let namespace = key.0.as_str();
+    let shoot = match clients.get(&key) {
         Some((known, shoot)) if known == token => shoot.clone(),
         _ => {
             let shoot = shoot_client(client, cache, namespace, token).await?;
-            clients.insert(namespace.to_string(), (token.to_string(), shoot.clone()));
+            clients.insert(key.clone(), (token.to_string(), shoot.clone()));
             shoot
         }
     };

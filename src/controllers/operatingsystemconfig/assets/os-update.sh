@@ -14,7 +14,7 @@
 #   1 "system failure: ..."     fatal (apt failed to install, or the version is not reached).
 set -u
 
-fail() { code=$1; shift; echo "$*" >&2; exit "$code"; }
+fail() { code=$1; shift; printf '%s\n' "$*" >&2; exit "$code"; }
 
 want=${1-}
 case $want in
@@ -24,9 +24,11 @@ esac
 
 os_release=/etc/os-release
 [ -r "$os_release" ] || os_release=/usr/lib/os-release
-# os-release is a shell-compatible KEY=value file written by the distribution.
+# os-release is a shell-compatible KEY=value file written by the distribution. Checked before
+# sourcing: a `.` of a missing file exits the shell (status 2) before any `|| fail` runs.
+[ -r "$os_release" ] || fail 1 "system failure: cannot read $os_release"
 ID= VERSION_ID=
-. "$os_release" || fail 1 "system failure: cannot read $os_release"
+. "$os_release"
 
 case $ID in
   debian)
