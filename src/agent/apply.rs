@@ -200,7 +200,7 @@ pub fn inject_containerd_drop_in(osc: &mut NodeOsc) {
 
 /// The work an apply of `input` does: the journal on disk when it is for this checksum
 /// (`true`: resumed), else the change set computed against the last applied OSC. Reads only;
-/// the disruptive rollout classifies this before [`apply`] starts.
+/// the disruptive rollout classifies this before [`apply_planned`] starts.
 pub fn plan<H: Host>(host: &H, input: Input<'_>) -> Result<(Journal, bool), ApplyError> {
     let on_disk = host
         .read(&input.paths.journal())
@@ -230,11 +230,22 @@ pub async fn apply<H: Host, S: Secrets>(
     secrets: &S,
     input: Input<'_>,
 ) -> Result<Outcome, ApplyError> {
+    let planned = plan(host, input)?;
+    apply_planned(host, secrets, input, planned).await
+}
+
+/// [`apply`] with the work [`plan`] already returned for this `input` (the disruptive
+/// rollout classifies it first and so does not read the journal twice).
+pub async fn apply_planned<H: Host, S: Secrets>(
+    host: &H,
+    secrets: &S,
+    input: Input<'_>,
+    (journal, resumed): (Journal, bool),
+) -> Result<Outcome, ApplyError> {
     let paths = input.paths;
     let mut summary = Summary::default();
 
     // 1. Journal.
-    let (journal, resumed) = plan(host, input)?;
     if resumed {
         summary.resumed = true;
     } else {

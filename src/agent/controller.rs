@@ -549,10 +549,13 @@ impl<H: Host + 'static> Agent<H> {
                 own_unit: &self.settings.own_unit,
                 paths,
             };
+            // The rollout classifies the plan first (a failed plan returns here); the apply
+            // then goes on from that plan instead of reading the journal again.
+            let mut planned = None;
             if let Some((policy, node)) = &rollout_policy {
-                let (journal, _) = apply::plan(host, input)?;
+                let plan = planned.insert(apply::plan(host, input)?);
                 let change = rollout::change_for(
-                    &journal,
+                    &plan.0,
                     &policy.marked_units,
                     last.is_none(),
                     rollout_found.is_some(),
@@ -567,7 +570,10 @@ impl<H: Host + 'static> Agent<H> {
                     }
                 }
             }
-            apply::apply(host, &self.secrets, input).await
+            match planned {
+                Some(planned) => apply::apply_planned(host, &self.secrets, input, planned).await,
+                None => apply::apply(host, &self.secrets, input).await,
+            }
         };
         drop(effective);
         if outcome.is_err() {
