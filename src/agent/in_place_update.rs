@@ -34,19 +34,19 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 use tracing::{info, warn};
 
 use super::changes::{self, Side};
-use super::host::{Host, HostError};
+use super::host::{self, Host, HostError, KUBELET_HEALTHZ};
 use super::in_place::{self, Failure, Gate};
 use super::journal::{self, Journal};
 use super::osc::NodeOsc;
 use super::paths::{Paths, STATE_FILE_MODE};
 use crate::api::operatingsystemconfig::OsUpdate;
 
-/// kubelet's health endpoint.
-pub const KUBELET_HEALTHZ: &str = "127.0.0.1:10248";
 /// Longest output kept of an OS update command (its end: where the failure is).
 pub const MAX_OUTPUT_BYTES: usize = 64 * 1024;
 /// Longest one run of the OS update command may take.
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(600);
+/// Longest one kubelet health probe may take while waiting for kubelet after the update.
+const KUBELET_PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Why an in-place step failed; the reconcile is retried.
 #[derive(Debug, thiserror::Error)]
@@ -551,7 +551,7 @@ async fn read_tail<R: AsyncRead + Unpin>(stream: Option<R>) -> String {
 async fn wait_for_kubelet(address: &str, timeout: Duration) -> Result<(), String> {
     let deadline = tokio::time::Instant::now() + timeout;
     loop {
-        let error = match healthz(address).await {
+        let error = match host::http_healthz(address, KUBELET_PROBE_TIMEOUT).await {
             Ok(()) => return Ok(()),
             Err(error) => error,
         };
@@ -560,36 +560,6 @@ async fn wait_for_kubelet(address: &str, timeout: Duration) -> Result<(), String
         }
         tokio::time::sleep(Duration::from_secs(5)).await;
     }
-}
-
-/// One `GET /healthz` (HTTP/1.0, plain): `Ok` on status 200.
-async fn healthz(address: &str) -> Result<(), String> {
-    use tokio::io::AsyncWriteExt;
-    let attempt = async {
-        let mut stream = tokio::net::TcpStream::connect(address)
-            .await
-            .map_err(|e| e.to_string())?;
-        stream
-            .write_all(b"GET /healthz HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
-            .await
-            .map_err(|e| e.to_string())?;
-        let mut head = [0u8; 64];
-        let n = stream.read(&mut head).await.map_err(|e| e.to_string())?;
-        let line = String::from_utf8_lossy(&head[..n]);
-        let status = line
-            .split_whitespace()
-            .nth(1)
-            .unwrap_or_default()
-            .to_string();
-        if status == "200" {
-            Ok(())
-        } else {
-            Err(format!("status {status}"))
-        }
-    };
-    tokio::time::timeout(Duration::from_secs(10), attempt)
-        .await
-        .unwrap_or_else(|_| Err("timed out".into()))
 }
 
 #[cfg(test)]
