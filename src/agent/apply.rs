@@ -35,7 +35,7 @@ use crate::containerd::{ContainerdConfig, DEFAULT_CONFIG};
 
 use super::changes::{self, Side};
 use super::host::{Host, HostError};
-use super::journal::{self, CommandEntry, Journal};
+use super::journal::{self, CommandEntry, Journal, PersistError};
 use super::osc::{self, Effective, NodeOsc};
 use super::paths::{Paths, STATE_FILE_MODE};
 
@@ -202,11 +202,9 @@ pub fn inject_containerd_drop_in(osc: &mut NodeOsc) {
 /// (`true`: resumed), else the change set computed against the last applied OSC. Reads only;
 /// the disruptive rollout classifies this before [`apply_planned`] starts.
 pub fn plan<H: Host>(host: &H, input: Input<'_>) -> Result<(Journal, bool), ApplyError> {
-    let on_disk = host
-        .read(&input.paths.journal())
-        .map_err(host_error("reading the journal"))?;
-    let on_disk = on_disk.map(|bytes| String::from_utf8_lossy(&bytes).into_owned());
-    if let Some(journal) = journal::resumable(on_disk.as_deref(), input.checksum) {
+    if let Some(journal) = journal::load(host, input.paths, input.checksum)
+        .map_err(host_error("reading the journal"))?
+    {
         return Ok((journal, true));
     }
     let old = input
@@ -637,12 +635,13 @@ pub async fn ensure_containerd_config<H: Host>(
 }
 
 fn persist<H: Host>(host: &H, paths: &Paths, journal: &Journal) -> Result<(), ApplyError> {
-    let text = journal.render().map_err(|error| ApplyError::Encode {
-        what: "the journal",
-        message: error.to_string(),
-    })?;
-    host.write(&paths.journal(), text.as_bytes(), STATE_FILE_MODE)
-        .map_err(host_error("writing the journal"))
+    journal::persist(host, paths, journal).map_err(|error| match error {
+        PersistError::Encode(error) => ApplyError::Encode {
+            what: "the journal",
+            message: error.to_string(),
+        },
+        PersistError::Write(source) => host_error("writing the journal")(source),
+    })
 }
 
 fn host_error(step: impl Into<String>) -> impl FnOnce(HostError) -> ApplyError {

@@ -36,9 +36,9 @@ use tracing::{info, warn};
 use super::changes::{self, Side};
 use super::host::{self, Host, HostError, KUBELET_HEALTHZ};
 use super::in_place::{self, Failure, Gate};
-use super::journal::{self, Journal};
+use super::journal::{self, Journal, PersistError};
 use super::osc::NodeOsc;
-use super::paths::{Paths, STATE_FILE_MODE};
+use super::paths::Paths;
 use crate::api::operatingsystemconfig::OsUpdate;
 
 /// Longest output kept of an OS update command (its end: where the failure is).
@@ -144,21 +144,15 @@ fn load_journal<H: Host>(
     ctx: &Context<'_, H>,
     checksum: &str,
 ) -> Result<Option<Journal>, InPlaceError> {
-    let on_disk = ctx
-        .host
-        .read(&ctx.paths.journal())
-        .map_err(|e| InPlaceError::Host("reading the journal".into(), e))?;
-    let text = on_disk.map(|bytes| String::from_utf8_lossy(&bytes).into_owned());
-    Ok(journal::resumable(text.as_deref(), checksum))
+    journal::load(ctx.host, ctx.paths, checksum)
+        .map_err(|e| InPlaceError::Host("reading the journal".into(), e))
 }
 
 fn persist<H: Host>(ctx: &Context<'_, H>, journal: &Journal) -> Result<(), InPlaceError> {
-    let text = journal
-        .render()
-        .map_err(|e| InPlaceError::Encode(e.to_string()))?;
-    ctx.host
-        .write(&ctx.paths.journal(), text.as_bytes(), STATE_FILE_MODE)
-        .map_err(|e| InPlaceError::Host("writing the journal".into(), e))
+    journal::persist(ctx.host, ctx.paths, journal).map_err(|error| match error {
+        PersistError::Encode(e) => InPlaceError::Encode(e.to_string()),
+        PersistError::Write(e) => InPlaceError::Host("writing the journal".into(), e),
+    })
 }
 
 /// The node's OS version (see [`in_place::os_version`]). os-release is usually a symbolic
