@@ -34,6 +34,7 @@ use tokio::time::Instant;
 use tracing::{info, warn};
 
 use super::apply::{self, ApplyError, Input, Outcome};
+use super::changes::Side;
 use super::cluster::{
     self, ANNOTATION_NODE_CHECKSUM, ANNOTATION_SECRET_CHECKSUM, ApiSecrets, NodeEvents, NodeMeta,
 };
@@ -529,18 +530,22 @@ impl<H: Host + 'static> Agent<H> {
             }
         }
 
-        if let Some(outcome) = self
-            .in_place_before(&osc, &checksum, node, last_applied)
-            .await?
-        {
-            return Ok(outcome);
-        }
         let effective = osc::effective(&osc, &self.settings.hostname);
         let control_plane = effective.file(cluster::KUBE_APISERVER_MANIFEST).is_some();
         let mut disruptive = None;
         let outcome = {
             let last = self.last_applied(last_applied);
             let last_effective = last.map(|last| osc::effective(last, &self.settings.hostname));
+            let new = Side {
+                osc: &osc,
+                effective: &effective,
+            };
+            let old = last
+                .zip(last_effective.as_ref())
+                .map(|(osc, effective)| Side { osc, effective });
+            if let Some(outcome) = self.in_place_before(new, old, &checksum, node).await? {
+                return Ok(outcome);
+            }
             let input = Input {
                 checksum: &checksum,
                 osc: &osc,
