@@ -181,7 +181,8 @@ pub async fn mark_applied(
         .map(drop)
 }
 
-/// The Node's condition of `type_` (full GET of the Node: done once per process).
+/// The Node's condition of `type_` (one full GET of the Node: at the first unit check of a
+/// process, and at every health check of a node held by the disruptive rollout).
 pub async fn node_condition(
     client: &Client,
     node: &str,

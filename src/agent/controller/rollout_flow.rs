@@ -237,25 +237,39 @@ impl<H: Host + 'static> Agent<H> {
         state: RolloutState,
     ) -> Result<Reconciled, ReconcileError> {
         self.renew_slot(secret, policy).await?;
-        let node_name = node.name_any();
-        let ready = cluster::node_condition(&self.client, &node_name, "Ready").await;
-        let pods = cluster::pods_on_node(&self.client, &node_name).await;
-        let (ready, pods) = match (ready, pods) {
-            (Ok(ready), Ok(pods)) => (ready, pods),
-            (Err(error), _) | (_, Err(error)) => {
-                self.metrics.error("rollout", "api");
-                warn!(error = %error_chain(&error), "checking the node's health failed; checking again");
-                return Ok(Reconciled::Holding(rollout::HEALTH_POLL));
-            }
-        };
-        let health = rollout::Health {
-            node_ready: ready.is_some_and(|c| c.status == "True"),
-            kubelet_healthy: self.host.kubelet_healthy().await,
-            pods_not_ready: rollout::not_ready_again(&state.pods_ready_before, &pods),
-        };
         let elapsed = std::time::Duration::from_secs(
             u64::try_from(unix_now().saturating_sub(state.since)).unwrap_or_default(),
         );
+        if elapsed < rollout::MIN_HOLD {
+            // `judge` holds whatever the node's health: nothing to ask yet.
+            tracing::debug!(?elapsed, "disruptive change: holding the slot");
+            return Ok(Reconciled::Holding(rollout::HEALTH_POLL));
+        }
+        let node_name = node.name_any();
+        let checking_failed = |error: kube::Error| {
+            self.metrics.error("rollout", "api");
+            warn!(error = %error_chain(&error), "checking the node's health failed; checking again");
+            Ok(Reconciled::Holding(rollout::HEALTH_POLL))
+        };
+        let ready = match cluster::node_condition(&self.client, &node_name, "Ready").await {
+            Ok(ready) => ready,
+            Err(error) => return checking_failed(error),
+        };
+        let mut health = rollout::Health {
+            node_ready: ready.is_some_and(|c| c.status == "True"),
+            kubelet_healthy: self.host.kubelet_healthy().await,
+            pods_not_ready: Vec::new(),
+        };
+        // `judge` looks at the pods only on a Ready node with a healthy kubelet.
+        if health.node_ready && health.kubelet_healthy {
+            match cluster::pods_on_node(&self.client, &node_name).await {
+                Ok(pods) => {
+                    health.pods_not_ready =
+                        rollout::not_ready_again(&state.pods_ready_before, &pods)
+                }
+                Err(error) => return checking_failed(error),
+            }
+        }
         match rollout::judge(elapsed, policy, &health) {
             Verdict::Hold => {
                 tracing::debug!(?health, ?elapsed, "disruptive change: holding the slot");
