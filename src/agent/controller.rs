@@ -259,7 +259,7 @@ impl<H: Host + 'static> Agent<H> {
                 changed = node_rx.changed() => {
                     if changed.is_err() { return Ok(()); }
                     let known = node_rx.borrow_and_update().is_some();
-                    let resume = node_rx.borrow().as_ref().and_then(|n| n.metadata.annotations.as_ref()).is_some_and(|a| a.contains_key(rollout::ANNOTATION_RESUME));
+                    let resume = rollout::resume_asked(node_rx.borrow().as_ref().and_then(|n| n.metadata.annotations.as_ref()));
                     if resume {
                         info!(annotation = rollout::ANNOTATION_RESUME, "resume asked on the node");
                         state.due = Some(Instant::now());
@@ -507,7 +507,8 @@ impl<H: Host + 'static> Agent<H> {
                 self.release_serial_lock(secret).await?;
             }
             if let Some((policy, _)) = &rollout_policy {
-                self.rollout_up_to_date(secret, policy).await?;
+                self.rollout_up_to_date(secret, policy, rollout_found.is_some())
+                    .await?;
             }
             return Ok(Reconciled::UpToDate);
         }
@@ -585,18 +586,21 @@ impl<H: Host + 'static> Agent<H> {
             // The file may or may not have been rewritten: read it again when next needed.
             *last_applied = LastApplied::Unread;
         }
-        if let (Err(error), Some(state), Some((_, node))) =
-            (&outcome, disruptive.clone(), &rollout_policy)
-        {
-            self.rollout_stop(
-                node,
-                state,
-                rollout::REASON_APPLY_FAILED,
-                error_chain(error),
-            )
-            .await?;
-        }
-        let outcome = outcome?;
+        let outcome = match outcome {
+            Ok(outcome) => outcome,
+            Err(error) => {
+                if let (Some(state), Some((_, node))) = (disruptive, &rollout_policy) {
+                    self.rollout_stop(
+                        node,
+                        state,
+                        rollout::REASON_APPLY_FAILED,
+                        error_chain(&error),
+                    )
+                    .await?;
+                }
+                return Err(error.into());
+            }
+        };
         let summary = match outcome {
             Outcome::RestartSelf(summary) => {
                 self.record(&summary);
