@@ -27,13 +27,14 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
+use kube::api::DeleteParams;
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tracing::{info, warn};
 
 use super::changes::{self, Side};
+use super::cluster;
 use super::host::{self, Host, HostError, KUBELET_HEALTHZ};
 use super::in_place::{self, Failure, Gate};
 use super::journal::{self, Journal, PersistError};
@@ -220,10 +221,8 @@ async fn patch_node(
     patch: serde_json::Value,
     what: &str,
 ) -> Result<(), InPlaceError> {
-    Api::<Node>::all(client.clone())
-        .patch_metadata(node, &PatchParams::default(), &Patch::Merge(&patch))
+    cluster::merge_patch_node_metadata(client, node, &patch)
         .await
-        .map(drop)
         .map_err(|e| InPlaceError::Api(format!("{what} on node {node}"), e))
 }
 
@@ -426,7 +425,7 @@ pub async fn finish<H: Host>(
 /// requires.
 async fn delete_pods(client: &Client, node: &str) -> Result<(), InPlaceError> {
     let pods = Api::<Pod>::all(client.clone())
-        .list_metadata(&ListParams::default().fields(&format!("spec.nodeName={node}")))
+        .list_metadata(&cluster::pods_on_node_params(node))
         .await
         .map_err(|e| InPlaceError::Api(format!("listing the pods on node {node}"), e))?;
     info!(
