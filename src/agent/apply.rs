@@ -35,7 +35,7 @@ use crate::containerd::{ContainerdConfig, DEFAULT_CONFIG};
 
 use super::changes::{self, Side};
 use super::host::{Host, HostError};
-use super::journal::{self, CommandEntry, Journal};
+use super::journal::{self, CommandEntry, Journal, PersistError};
 use super::osc::{self, Effective, NodeOsc};
 use super::paths::{Paths, STATE_FILE_MODE};
 
@@ -200,13 +200,11 @@ pub fn inject_containerd_drop_in(osc: &mut NodeOsc) {
 
 /// The work an apply of `input` does: the journal on disk when it is for this checksum
 /// (`true`: resumed), else the change set computed against the last applied OSC. Reads only;
-/// the disruptive rollout classifies this before [`apply`] starts.
+/// the disruptive rollout classifies this before [`apply_planned`] starts.
 pub fn plan<H: Host>(host: &H, input: Input<'_>) -> Result<(Journal, bool), ApplyError> {
-    let on_disk = host
-        .read(&input.paths.journal())
-        .map_err(host_error("reading the journal"))?;
-    let on_disk = on_disk.map(|bytes| String::from_utf8_lossy(&bytes).into_owned());
-    if let Some(journal) = journal::resumable(on_disk.as_deref(), input.checksum) {
+    if let Some(journal) = journal::load(host, input.paths, input.checksum)
+        .map_err(host_error("reading the journal"))?
+    {
         return Ok((journal, true));
     }
     let old = input
@@ -230,11 +228,22 @@ pub async fn apply<H: Host, S: Secrets>(
     secrets: &S,
     input: Input<'_>,
 ) -> Result<Outcome, ApplyError> {
+    let planned = plan(host, input)?;
+    apply_planned(host, secrets, input, planned).await
+}
+
+/// [`apply`] with the work [`plan`] already returned for this `input` (the disruptive
+/// rollout classifies it first and so does not read the journal twice).
+pub async fn apply_planned<H: Host, S: Secrets>(
+    host: &H,
+    secrets: &S,
+    input: Input<'_>,
+    (journal, resumed): (Journal, bool),
+) -> Result<Outcome, ApplyError> {
     let paths = input.paths;
     let mut summary = Summary::default();
 
     // 1. Journal.
-    let (journal, resumed) = plan(host, input)?;
     if resumed {
         summary.resumed = true;
     } else {
@@ -626,12 +635,13 @@ pub async fn ensure_containerd_config<H: Host>(
 }
 
 fn persist<H: Host>(host: &H, paths: &Paths, journal: &Journal) -> Result<(), ApplyError> {
-    let text = journal.render().map_err(|error| ApplyError::Encode {
-        what: "the journal",
-        message: error.to_string(),
-    })?;
-    host.write(&paths.journal(), text.as_bytes(), STATE_FILE_MODE)
-        .map_err(host_error("writing the journal"))
+    journal::persist(host, paths, journal).map_err(|error| match error {
+        PersistError::Encode(error) => ApplyError::Encode {
+            what: "the journal",
+            message: error.to_string(),
+        },
+        PersistError::Write(source) => host_error("writing the journal")(source),
+    })
 }
 
 fn host_error(step: impl Into<String>) -> impl FnOnce(HostError) -> ApplyError {

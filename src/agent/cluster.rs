@@ -174,14 +174,24 @@ pub async fn mark_applied(
             "labels": labels,
         }
     });
-    // The response (the whole Node) is only checked for success.
+    merge_patch_node_metadata(client, node, &patch).await
+}
+
+/// Merge patch of the Node's metadata (`patch` is `{"metadata": {…}}`; a `null` value
+/// removes a key). The response (the whole Node) is only checked for success.
+pub async fn merge_patch_node_metadata(
+    client: &Client,
+    node: &str,
+    patch: &serde_json::Value,
+) -> Result<(), kube::Error> {
     Api::<Node>::all(client.clone())
-        .patch_metadata(node, &PatchParams::default(), &Patch::Merge(&patch))
+        .patch_metadata(node, &PatchParams::default(), &Patch::Merge(patch))
         .await
         .map(drop)
 }
 
-/// The Node's condition of `type_` (full GET of the Node: done once per process).
+/// The Node's condition of `type_` (one full GET of the Node: at the first unit check of a
+/// process, and at every health check of a node held by the disruptive rollout).
 pub async fn node_condition(
     client: &Client,
     node: &str,
@@ -210,8 +220,14 @@ pub async fn patch_node_condition(
 /// The pods bound to `node` (one LIST with the field selector `spec.nodeName=<node>`, the only
 /// pod list the node-agent authorizer admits).
 pub async fn pods_on_node(client: &Client, node: &str) -> Result<Vec<Pod>, kube::Error> {
-    let params = ListParams::default().fields(&format!("spec.nodeName={node}"));
+    let params = pods_on_node_params(node);
     Ok(Api::<Pod>::all(client.clone()).list(&params).await?.items)
+}
+
+/// The list parameters of the pods bound to `node`: the field selector
+/// `spec.nodeName=<node>`, the only pod list the node-agent authorizer admits.
+pub fn pods_on_node_params(node: &str) -> ListParams {
+    ListParams::default().fields(&format!("spec.nodeName={node}"))
 }
 
 /// Removes the annotation `key` from the Node (merge patch with `null`; absent: a no-op).
@@ -221,10 +237,7 @@ pub async fn remove_node_annotation(
     key: &str,
 ) -> Result<(), kube::Error> {
     let patch = json!({ "metadata": { "annotations": { key: null } } });
-    Api::<Node>::all(client.clone())
-        .patch_metadata(node, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .map(drop)
+    merge_patch_node_metadata(client, node, &patch).await
 }
 
 /// `secretRef` content from `kube-system`, read with a direct GET (no cache, no list).

@@ -34,6 +34,7 @@ use tokio::time::Instant;
 use tracing::{info, warn};
 
 use super::apply::{self, ApplyError, Input, Outcome};
+use super::changes::Side;
 use super::cluster::{
     self, ANNOTATION_NODE_CHECKSUM, ANNOTATION_SECRET_CHECKSUM, ApiSecrets, NodeEvents, NodeMeta,
 };
@@ -258,7 +259,7 @@ impl<H: Host + 'static> Agent<H> {
                 changed = node_rx.changed() => {
                     if changed.is_err() { return Ok(()); }
                     let known = node_rx.borrow_and_update().is_some();
-                    let resume = node_rx.borrow().as_ref().and_then(|n| n.metadata.annotations.as_ref()).is_some_and(|a| a.contains_key(rollout::ANNOTATION_RESUME));
+                    let resume = rollout::resume_asked(node_rx.borrow().as_ref().and_then(|n| n.metadata.annotations.as_ref()));
                     if resume {
                         info!(annotation = rollout::ANNOTATION_RESUME, "resume asked on the node");
                         state.due = Some(Instant::now());
@@ -506,7 +507,8 @@ impl<H: Host + 'static> Agent<H> {
                 self.release_serial_lock(secret).await?;
             }
             if let Some((policy, _)) = &rollout_policy {
-                self.rollout_up_to_date(secret, policy).await?;
+                self.rollout_up_to_date(secret, policy, rollout_found.is_some())
+                    .await?;
             }
             return Ok(Reconciled::UpToDate);
         }
@@ -529,18 +531,22 @@ impl<H: Host + 'static> Agent<H> {
             }
         }
 
-        if let Some(outcome) = self
-            .in_place_before(&osc, &checksum, node, last_applied)
-            .await?
-        {
-            return Ok(outcome);
-        }
         let effective = osc::effective(&osc, &self.settings.hostname);
         let control_plane = effective.file(cluster::KUBE_APISERVER_MANIFEST).is_some();
         let mut disruptive = None;
         let outcome = {
             let last = self.last_applied(last_applied);
             let last_effective = last.map(|last| osc::effective(last, &self.settings.hostname));
+            let new = Side {
+                osc: &osc,
+                effective: &effective,
+            };
+            let old = last
+                .zip(last_effective.as_ref())
+                .map(|(osc, effective)| Side { osc, effective });
+            if let Some(outcome) = self.in_place_before(new, old, &checksum, node).await? {
+                return Ok(outcome);
+            }
             let input = Input {
                 checksum: &checksum,
                 osc: &osc,
@@ -549,10 +555,13 @@ impl<H: Host + 'static> Agent<H> {
                 own_unit: &self.settings.own_unit,
                 paths,
             };
+            // The rollout classifies the plan first (a failed plan returns here); the apply
+            // then goes on from that plan instead of reading the journal again.
+            let mut planned = None;
             if let Some((policy, node)) = &rollout_policy {
-                let (journal, _) = apply::plan(host, input)?;
+                let plan = planned.insert(apply::plan(host, input)?);
                 let change = rollout::change_for(
-                    &journal,
+                    &plan.0,
                     &policy.marked_units,
                     last.is_none(),
                     rollout_found.is_some(),
@@ -567,25 +576,31 @@ impl<H: Host + 'static> Agent<H> {
                     }
                 }
             }
-            apply::apply(host, &self.secrets, input).await
+            match planned {
+                Some(planned) => apply::apply_planned(host, &self.secrets, input, planned).await,
+                None => apply::apply(host, &self.secrets, input).await,
+            }
         };
         drop(effective);
         if outcome.is_err() {
             // The file may or may not have been rewritten: read it again when next needed.
             *last_applied = LastApplied::Unread;
         }
-        if let (Err(error), Some(state), Some((_, node))) =
-            (&outcome, disruptive.clone(), &rollout_policy)
-        {
-            self.rollout_stop(
-                node,
-                state,
-                rollout::REASON_APPLY_FAILED,
-                error_chain(error),
-            )
-            .await?;
-        }
-        let outcome = outcome?;
+        let outcome = match outcome {
+            Ok(outcome) => outcome,
+            Err(error) => {
+                if let (Some(state), Some((_, node))) = (disruptive, &rollout_policy) {
+                    self.rollout_stop(
+                        node,
+                        state,
+                        rollout::REASON_APPLY_FAILED,
+                        error_chain(&error),
+                    )
+                    .await?;
+                }
+                return Err(error.into());
+            }
+        };
         let summary = match outcome {
             Outcome::RestartSelf(summary) => {
                 self.record(&summary);

@@ -131,21 +131,38 @@ pub const KUBELET_HEALTHZ: &str = "127.0.0.1:10248";
 /// How long one health probe of kubelet may take.
 const KUBELET_HEALTHZ_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// One `GET /healthz` to `address` over plain HTTP/1.1; true on status 200. A small request
-/// by hand rather than an HTTP client: it is the agent's only plain-HTTP call.
-pub async fn http_healthz(address: &str, timeout: Duration) -> bool {
+/// One `GET /healthz` to `address` over plain HTTP/1.1: `Ok` on status 200, else why not
+/// (connection, status or timeout). A small request by hand rather than an HTTP client: it
+/// is the agent's only plain-HTTP call.
+pub async fn http_healthz(address: &str, timeout: Duration) -> Result<(), String> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let probe = async {
-        let mut stream = tokio::net::TcpStream::connect(address).await.ok()?;
+        let mut stream = tokio::net::TcpStream::connect(address)
+            .await
+            .map_err(|e| e.to_string())?;
         let request =
             format!("GET /healthz HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n");
-        stream.write_all(request.as_bytes()).await.ok()?;
-        let mut head = [0u8; 12];
-        stream.read_exact(&mut head).await.ok()?;
+        stream
+            .write_all(request.as_bytes())
+            .await
+            .map_err(|e| e.to_string())?;
         // "HTTP/1.1 200"
-        Some(head.ends_with(b" 200"))
+        let mut head = [0u8; 12];
+        stream
+            .read_exact(&mut head)
+            .await
+            .map_err(|e| e.to_string())?;
+        if head.ends_with(b" 200") {
+            Ok(())
+        } else {
+            let line = String::from_utf8_lossy(&head);
+            let status = line.split_whitespace().nth(1).unwrap_or_default();
+            Err(format!("status {status}"))
+        }
     };
-    matches!(tokio::time::timeout(timeout, probe).await, Ok(Some(true)))
+    tokio::time::timeout(timeout, probe)
+        .await
+        .unwrap_or_else(|_| Err("timed out".into()))
 }
 
 /// The real node: local file system, systemd on a system bus, containerd via `ctr`.
@@ -375,7 +392,9 @@ impl Host for SystemHost {
     }
 
     async fn kubelet_healthy(&self) -> bool {
-        http_healthz(KUBELET_HEALTHZ, KUBELET_HEALTHZ_TIMEOUT).await
+        http_healthz(KUBELET_HEALTHZ, KUBELET_HEALTHZ_TIMEOUT)
+            .await
+            .is_ok()
     }
 
     async fn containerd_default_config(&self) -> Result<String, HostError> {

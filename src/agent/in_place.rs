@@ -27,6 +27,7 @@ use serde::Deserialize;
 use super::journal::InPlaceUpdateFlags;
 use super::osc::{self, NodeOsc};
 use crate::api::operatingsystemconfig::InPlaceUpdates;
+use crate::controllers::worker::quantity::Quantity;
 
 pub use crate::api::constants::{CONDITION_IN_PLACE_UPDATE, REASON_READY_FOR_UPDATE};
 /// Node label with the agent's result.
@@ -180,8 +181,9 @@ pub enum FlagsError {
 pub struct KubeletSettings {
     /// `evictionHard` thresholds GNA compares (missing: empty).
     pub eviction_hard: BTreeMap<&'static str, String>,
-    /// `kubeReserved` + `systemReserved` per resource, by value (`None`: not reserved).
-    pub reserved: BTreeMap<&'static str, Option<f64>>,
+    /// `kubeReserved` + `systemReserved` per resource, by value in units of 10⁻⁹ (see
+    /// [`Quantity::nanos`]; `None`: not reserved).
+    pub reserved: BTreeMap<&'static str, Option<i128>>,
     /// `cpuManagerPolicy` as written.
     pub cpu_manager_policy: String,
 }
@@ -234,18 +236,21 @@ pub fn kubelet_settings(osc: &NodeOsc) -> Result<Option<KubeletSettings>, FlagsE
     let eviction = fields.eviction_hard.unwrap_or_default();
     let mut reserved = BTreeMap::new();
     for resource in RESERVED {
-        let mut sum: Option<f64> = None;
+        let mut sum: Option<Quantity> = None;
         for map in [&fields.kube_reserved, &fields.system_reserved]
             .into_iter()
             .flatten()
         {
-            if let Some(value) = map.get(resource) {
-                let value = quantity(value)
-                    .ok_or_else(|| error(format!("{resource} reservation {value:?}")))?;
-                sum = Some(sum.unwrap_or(0.0) + value);
+            if let Some(text) = map.get(resource) {
+                let invalid = || error(format!("{resource} reservation {text:?}"));
+                let value = Quantity::parse(text).ok_or_else(invalid)?;
+                sum = Some(match sum {
+                    Some(sum) => sum.checked_add(value).ok_or_else(invalid)?,
+                    None => value,
+                });
             }
         }
-        reserved.insert(resource, sum);
+        reserved.insert(resource, sum.as_ref().map(Quantity::nanos));
     }
     Ok(Some(KubeletSettings {
         eviction_hard: EVICTION_SIGNALS
@@ -255,41 +260,6 @@ pub fn kubelet_settings(osc: &NodeOsc) -> Result<Option<KubeletSettings>, FlagsE
         reserved,
         cpu_manager_policy: fields.cpu_manager_policy.unwrap_or_default(),
     }))
-}
-
-/// A Kubernetes quantity (`100m`, `1Gi`, `2e3`) as a number.
-pub fn quantity(text: &str) -> Option<f64> {
-    let text = text.trim();
-    let split = text
-        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '+' || c == '-'))
-        .unwrap_or(text.len());
-    let (number, suffix) = text.split_at(split);
-    let number: f64 = number.parse().ok()?;
-    let factor = match suffix {
-        "" => 1.0,
-        "n" => 1e-9,
-        "u" => 1e-6,
-        "m" => 1e-3,
-        "k" => 1e3,
-        "M" => 1e6,
-        "G" => 1e9,
-        "T" => 1e12,
-        "P" => 1e15,
-        "E" => 1e18,
-        "Ki" => 1024.0,
-        "Mi" => 1024f64.powi(2),
-        "Gi" => 1024f64.powi(3),
-        "Ti" => 1024f64.powi(4),
-        "Pi" => 1024f64.powi(5),
-        "Ei" => 1024f64.powi(6),
-        exponent => {
-            let digits = exponent
-                .strip_prefix('e')
-                .or_else(|| exponent.strip_prefix('E'))?;
-            10f64.powi(digits.parse().ok()?)
-        }
-    };
-    Some(number * factor)
 }
 
 /// The in-place flags of a change from `old` (the last applied OSC) to `new`, with the node's
@@ -598,13 +568,40 @@ mod tests {
 
     #[test]
     fn quantities() {
-        assert_eq!(quantity("100m"), Some(0.1));
-        assert_eq!(quantity("1Ki"), Some(1024.0));
-        assert_eq!(quantity("2e3"), Some(2000.0));
-        assert_eq!(quantity("1.5G"), Some(1.5e9));
-        assert_eq!(quantity("12"), Some(12.0));
-        assert_eq!(quantity("abc"), None);
-        assert_eq!(quantity("1Zi"), None);
+        // Reservations are compared by value in units of 10⁻⁹.
+        let value = |text: &str| Quantity::parse(text).as_ref().map(Quantity::nanos);
+        assert_eq!(value("100m"), Some(100_000_000));
+        assert_eq!(value("1Ki"), Some(1024 * 1_000_000_000));
+        assert_eq!(value("2e3"), Some(2000 * 1_000_000_000));
+        assert_eq!(value("1.5G"), Some(1_500_000_000 * 1_000_000_000));
+        assert_eq!(value("12"), Some(12 * 1_000_000_000));
+        assert_eq!(value("abc"), None);
+        assert_eq!(value("1Zi"), None);
+        assert_eq!(value("1Gi"), value("1073741824"));
+    }
+
+    #[test]
+    fn moving_a_reservation_between_kube_and_system_is_no_change() {
+        let spec = || Some(in_place("12.7", "1.33.0"));
+        let config = |kube: &str, system: &str| {
+            format!(
+                "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nkubeReserved:\n  cpu: \"{kube}\"\nsystemReserved:\n  cpu: \"{system}\"\n"
+            )
+        };
+        let check = |old: &str, new: &str| {
+            flags(
+                Some(&osc(spec(), Some(old))),
+                &osc(spec(), Some(new)),
+                Some("12.7"),
+            )
+            .unwrap()
+            .kubelet
+            .config
+        };
+        // 200m + 100m (f64: 0.30000000000000004) and 300m + 0 are the same 300m.
+        assert!(!check(&config("200m", "100m"), &config("300m", "0")));
+        assert!(!check(&config("100m", "200m"), &config("200m", "100m")));
+        assert!(check(&config("200m", "100m"), &config("200m", "200m")));
     }
 
     #[test]

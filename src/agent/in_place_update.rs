@@ -27,26 +27,27 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
+use kube::api::DeleteParams;
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tracing::{info, warn};
 
 use super::changes::{self, Side};
-use super::host::{Host, HostError};
+use super::cluster;
+use super::host::{self, Host, HostError, KUBELET_HEALTHZ};
 use super::in_place::{self, Failure, Gate};
-use super::journal::{self, Journal};
+use super::journal::{self, Journal, PersistError};
 use super::osc::NodeOsc;
-use super::paths::{Paths, STATE_FILE_MODE};
+use super::paths::Paths;
 use crate::api::operatingsystemconfig::OsUpdate;
 
-/// kubelet's health endpoint.
-pub const KUBELET_HEALTHZ: &str = "127.0.0.1:10248";
 /// Longest output kept of an OS update command (its end: where the failure is).
 pub const MAX_OUTPUT_BYTES: usize = 64 * 1024;
 /// Longest one run of the OS update command may take.
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(600);
+/// Longest one kubelet health probe may take while waiting for kubelet after the update.
+const KUBELET_PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Why an in-place step failed; the reconcile is retried.
 #[derive(Debug, thiserror::Error)]
@@ -144,21 +145,15 @@ fn load_journal<H: Host>(
     ctx: &Context<'_, H>,
     checksum: &str,
 ) -> Result<Option<Journal>, InPlaceError> {
-    let on_disk = ctx
-        .host
-        .read(&ctx.paths.journal())
-        .map_err(|e| InPlaceError::Host("reading the journal".into(), e))?;
-    let text = on_disk.map(|bytes| String::from_utf8_lossy(&bytes).into_owned());
-    Ok(journal::resumable(text.as_deref(), checksum))
+    journal::load(ctx.host, ctx.paths, checksum)
+        .map_err(|e| InPlaceError::Host("reading the journal".into(), e))
 }
 
 fn persist<H: Host>(ctx: &Context<'_, H>, journal: &Journal) -> Result<(), InPlaceError> {
-    let text = journal
-        .render()
-        .map_err(|e| InPlaceError::Encode(e.to_string()))?;
-    ctx.host
-        .write(&ctx.paths.journal(), text.as_bytes(), STATE_FILE_MODE)
-        .map_err(|e| InPlaceError::Host("writing the journal".into(), e))
+    journal::persist(ctx.host, ctx.paths, journal).map_err(|error| match error {
+        PersistError::Encode(e) => InPlaceError::Encode(e.to_string()),
+        PersistError::Write(e) => InPlaceError::Host("writing the journal".into(), e),
+    })
 }
 
 /// The node's OS version (see [`in_place::os_version`]). os-release is usually a symbolic
@@ -226,10 +221,8 @@ async fn patch_node(
     patch: serde_json::Value,
     what: &str,
 ) -> Result<(), InPlaceError> {
-    Api::<Node>::all(client.clone())
-        .patch_metadata(node, &PatchParams::default(), &Patch::Merge(&patch))
+    cluster::merge_patch_node_metadata(client, node, &patch)
         .await
-        .map(drop)
         .map_err(|e| InPlaceError::Api(format!("{what} on node {node}"), e))
 }
 
@@ -432,7 +425,7 @@ pub async fn finish<H: Host>(
 /// requires.
 async fn delete_pods(client: &Client, node: &str) -> Result<(), InPlaceError> {
     let pods = Api::<Pod>::all(client.clone())
-        .list_metadata(&ListParams::default().fields(&format!("spec.nodeName={node}")))
+        .list_metadata(&cluster::pods_on_node_params(node))
         .await
         .map_err(|e| InPlaceError::Api(format!("listing the pods on node {node}"), e))?;
     info!(
@@ -551,7 +544,7 @@ async fn read_tail<R: AsyncRead + Unpin>(stream: Option<R>) -> String {
 async fn wait_for_kubelet(address: &str, timeout: Duration) -> Result<(), String> {
     let deadline = tokio::time::Instant::now() + timeout;
     loop {
-        let error = match healthz(address).await {
+        let error = match host::http_healthz(address, KUBELET_PROBE_TIMEOUT).await {
             Ok(()) => return Ok(()),
             Err(error) => error,
         };
@@ -560,36 +553,6 @@ async fn wait_for_kubelet(address: &str, timeout: Duration) -> Result<(), String
         }
         tokio::time::sleep(Duration::from_secs(5)).await;
     }
-}
-
-/// One `GET /healthz` (HTTP/1.0, plain): `Ok` on status 200.
-async fn healthz(address: &str) -> Result<(), String> {
-    use tokio::io::AsyncWriteExt;
-    let attempt = async {
-        let mut stream = tokio::net::TcpStream::connect(address)
-            .await
-            .map_err(|e| e.to_string())?;
-        stream
-            .write_all(b"GET /healthz HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
-            .await
-            .map_err(|e| e.to_string())?;
-        let mut head = [0u8; 64];
-        let n = stream.read(&mut head).await.map_err(|e| e.to_string())?;
-        let line = String::from_utf8_lossy(&head[..n]);
-        let status = line
-            .split_whitespace()
-            .nth(1)
-            .unwrap_or_default()
-            .to_string();
-        if status == "200" {
-            Ok(())
-        } else {
-            Err(format!("status {status}"))
-        }
-    };
-    tokio::time::timeout(Duration::from_secs(10), attempt)
-        .await
-        .unwrap_or_else(|_| Err("timed out".into()))
 }
 
 #[cfg(test)]

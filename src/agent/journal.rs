@@ -1,6 +1,7 @@
 //! The crash-safe journal `last-computed-osc-changes.yaml` (`docs/agent.md#journal-format`):
-//! the work one OSC apply still has to do. Pure apart from (de)serialisation; the apply step
-//! persists it through the host (atomically) after every completed item.
+//! the work one OSC apply still has to do. Pure apart from (de)serialisation and [`load`] /
+//! [`persist`]; the apply step persists it through the host (atomically) after every
+//! completed item.
 //!
 //! The format is gardener-node-agent's, field for field, so either agent can finish what
 //! the other started — which happens by design when an OSC replaces the agent's own unit or
@@ -33,6 +34,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::host::{Host, HostError};
+use super::paths::{Paths, STATE_FILE_MODE};
 use crate::api::operatingsystemconfig::{DropIn, File, RegistryConfig, Unit, UnitCommand};
 
 /// Remaining work of one apply.
@@ -312,6 +315,33 @@ pub fn resumable(on_disk: Option<&str>, checksum: &str) -> Option<Journal> {
     on_disk
         .and_then(Journal::parse)
         .filter(|journal| journal.operating_system_config_checksum == checksum)
+}
+
+/// The journal on disk ([`Paths::journal`]) if it is for `checksum` (see [`resumable`]).
+pub fn load<H: Host>(
+    host: &H,
+    paths: &Paths,
+    checksum: &str,
+) -> Result<Option<Journal>, HostError> {
+    let on_disk = host.read(&paths.journal())?;
+    let text = on_disk.map(|bytes| String::from_utf8_lossy(&bytes).into_owned());
+    Ok(resumable(text.as_deref(), checksum))
+}
+
+/// Why [`persist`] failed.
+#[derive(Debug)]
+pub enum PersistError {
+    /// The journal could not be serialised.
+    Encode(serde_norway::Error),
+    /// Writing the file failed.
+    Write(HostError),
+}
+
+/// Writes `journal` to [`Paths::journal`] (atomically, through the host).
+pub fn persist<H: Host>(host: &H, paths: &Paths, journal: &Journal) -> Result<(), PersistError> {
+    let text = journal.render().map_err(PersistError::Encode)?;
+    host.write(&paths.journal(), text.as_bytes(), STATE_FILE_MODE)
+        .map_err(PersistError::Write)
 }
 
 #[cfg(test)]

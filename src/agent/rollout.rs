@@ -369,6 +369,11 @@ pub enum Resume {
     Resumed,
 }
 
+/// Whether the Node's `annotations` ask for a resume ([`ANNOTATION_RESUME`], any value).
+pub fn resume_asked(annotations: Option<&BTreeMap<String, String>>) -> bool {
+    annotations.is_some_and(|a| a.contains_key(ANNOTATION_RESUME))
+}
+
 /// Pure: see [`Resume`].
 pub fn resume(state: Option<&RolloutState>, checksum: &str, resume_asked: bool) -> Resume {
     let Some(state) = state.filter(|s| s.checksum == checksum) else {

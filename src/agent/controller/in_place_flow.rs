@@ -9,12 +9,12 @@ use std::time::Duration;
 use kube::ResourceExt;
 use tracing::warn;
 
-use super::{Agent, LastApplied, ReconcileError, Reconciled};
+use super::{Agent, ReconcileError, Reconciled};
 use crate::agent::changes::Side;
 use crate::agent::cluster::NodeMeta;
 use crate::agent::host::Host;
 use crate::agent::in_place_update::{self, Finished, Prepared};
-use crate::agent::osc::{self, NodeOsc};
+use crate::agent::osc::NodeOsc;
 
 /// How long kubelet may take to be healthy after kubelet changes (GNA's 5 minutes).
 const KUBELET_TIMEOUT: Duration = Duration::from_secs(300);
@@ -31,29 +31,19 @@ impl<H: Host + 'static> Agent<H> {
         }
     }
 
-    /// Before the apply ([`in_place_update::prepare`]): `Some` ends the reconcile (the node
-    /// waits for machine-controller-manager, or the update failed).
+    /// Before the apply ([`in_place_update::prepare`]) of `new` over `old` (the last applied
+    /// OSC): `Some` ends the reconcile (the node waits for machine-controller-manager, or the
+    /// update failed).
     pub(super) async fn in_place_before(
         &self,
-        osc: &NodeOsc,
+        new: Side<'_>,
+        old: Option<Side<'_>>,
         checksum: &str,
         node: Option<&NodeMeta>,
-        last_applied: &mut LastApplied,
     ) -> Result<Option<Reconciled>, ReconcileError> {
-        if osc.spec.in_place_updates.is_none() {
+        if new.osc.spec.in_place_updates.is_none() {
             return Ok(None);
         }
-        let hostname = &self.settings.hostname;
-        let effective = osc::effective(osc, hostname);
-        let last = self.last_applied(last_applied);
-        let last_effective = last.map(|last| osc::effective(last, hostname));
-        let old = last
-            .zip(last_effective.as_ref())
-            .map(|(osc, effective)| Side { osc, effective });
-        let new = Side {
-            osc,
-            effective: &effective,
-        };
         let node = node.map(ResourceExt::name_any);
         let prepared = in_place_update::prepare(
             &self.in_place_context(),

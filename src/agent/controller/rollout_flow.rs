@@ -76,18 +76,18 @@ impl<H: Host + 'static> Agent<H> {
     ) -> Result<Gate, ReconcileError> {
         let state = self.read_rollout_state();
         let node_name = node.name_any();
-        let resume_asked = node
-            .metadata
-            .annotations
-            .as_ref()
-            .is_some_and(|a| a.contains_key(rollout::ANNOTATION_RESUME));
+        let resume_asked = rollout::resume_asked(node.metadata.annotations.as_ref());
         if resume_asked {
             cluster::remove_node_annotation(&self.client, &node_name, rollout::ANNOTATION_RESUME)
                 .await
                 .map_err(|error| ReconcileError::Node(node_name.clone(), error))?;
         }
-        match rollout::resume(state.as_ref(), checksum, resume_asked) {
-            Resume::Fresh | Resume::Continue => Ok(Gate::Go(state)),
+        // No state: nothing to resume, stay in or hold (`Resume::Fresh`).
+        let Some(mut state) = state else {
+            return Ok(Gate::Go(None));
+        };
+        match rollout::resume(Some(&state), checksum, resume_asked) {
+            Resume::Fresh | Resume::Continue => Ok(Gate::Go(Some(state))),
             Resume::Resumed => {
                 info!(%checksum, "disruptive rollout resumed on request");
                 self.event(
@@ -102,26 +102,18 @@ impl<H: Host + 'static> Agent<H> {
                 .await;
                 // Back to `Applying`: the apply runs again (a finished one changes nothing)
                 // and the node is held and checked again before the slot goes.
-                let state = state.map(|mut state| {
-                    state.phase = Phase::Applying;
-                    state.since = unix_now();
-                    state.reason = None;
-                    state.message = None;
-                    state
-                });
-                if let Some(state) = &state {
-                    self.write_rollout_state(state)?;
-                }
-                Ok(Gate::Go(state))
+                state.phase = Phase::Applying;
+                state.since = unix_now();
+                state.reason = None;
+                state.message = None;
+                self.write_rollout_state(&state)?;
+                Ok(Gate::Go(Some(state)))
             }
             Resume::Stay => {
                 self.renew_slot(secret, policy).await?;
                 Ok(Gate::Done(Reconciled::Stopped))
             }
-            Resume::Hold => match state {
-                Some(state) => self.hold(secret, node, policy, state).await.map(Gate::Done),
-                None => Ok(Gate::Go(None)),
-            },
+            Resume::Hold => self.hold(secret, node, policy, state).await.map(Gate::Done),
         }
     }
 
@@ -159,18 +151,18 @@ impl<H: Host + 'static> Agent<H> {
         why: &[String],
     ) -> Result<Result<RolloutState, std::time::Duration>, ReconcileError> {
         let names = rollout::slot_names(&secret.name_any(), policy.budget);
-        let acquired = self
-            .serial
-            .lock()
-            .await
-            .acquire_any(secret, &names)
-            .await
-            .map_err(|error| ReconcileError::SerialLock(secret.name_any(), error))?;
-        if let Acquired::Busy { holder, retry_in } = acquired {
-            info!(%holder, retry_in = ?retry_in, why = ?why, "disruptive change: every slot is held; waiting");
-            return Ok(Err(retry_in));
-        }
-        let slot = self.serial.lock().await.held_name().unwrap_or_default();
+        let slot = {
+            let mut lock = self.serial.lock().await;
+            let acquired = lock
+                .acquire_any(secret, &names)
+                .await
+                .map_err(|error| ReconcileError::SerialLock(secret.name_any(), error))?;
+            if let Acquired::Busy { holder, retry_in } = acquired {
+                info!(%holder, retry_in = ?retry_in, why = ?why, "disruptive change: every slot is held; waiting");
+                return Ok(Err(retry_in));
+            }
+            lock.held_name().unwrap_or_default()
+        };
         if let Some(state) = found.filter(|s| s.checksum == checksum && s.phase == Phase::Applying)
         {
             info!(%slot, why = ?why, "disruptive change: continuing with the slot");
@@ -237,25 +229,39 @@ impl<H: Host + 'static> Agent<H> {
         state: RolloutState,
     ) -> Result<Reconciled, ReconcileError> {
         self.renew_slot(secret, policy).await?;
-        let node_name = node.name_any();
-        let ready = cluster::node_condition(&self.client, &node_name, "Ready").await;
-        let pods = cluster::pods_on_node(&self.client, &node_name).await;
-        let (ready, pods) = match (ready, pods) {
-            (Ok(ready), Ok(pods)) => (ready, pods),
-            (Err(error), _) | (_, Err(error)) => {
-                self.metrics.error("rollout", "api");
-                warn!(error = %error_chain(&error), "checking the node's health failed; checking again");
-                return Ok(Reconciled::Holding(rollout::HEALTH_POLL));
-            }
-        };
-        let health = rollout::Health {
-            node_ready: ready.is_some_and(|c| c.status == "True"),
-            kubelet_healthy: self.host.kubelet_healthy().await,
-            pods_not_ready: rollout::not_ready_again(&state.pods_ready_before, &pods),
-        };
         let elapsed = std::time::Duration::from_secs(
             u64::try_from(unix_now().saturating_sub(state.since)).unwrap_or_default(),
         );
+        if elapsed < rollout::MIN_HOLD {
+            // `judge` holds whatever the node's health: nothing to ask yet.
+            tracing::debug!(?elapsed, "disruptive change: holding the slot");
+            return Ok(Reconciled::Holding(rollout::HEALTH_POLL));
+        }
+        let node_name = node.name_any();
+        let checking_failed = |error: kube::Error| {
+            self.metrics.error("rollout", "api");
+            warn!(error = %error_chain(&error), "checking the node's health failed; checking again");
+            Ok(Reconciled::Holding(rollout::HEALTH_POLL))
+        };
+        let ready = match cluster::node_condition(&self.client, &node_name, "Ready").await {
+            Ok(ready) => ready,
+            Err(error) => return checking_failed(error),
+        };
+        let mut health = rollout::Health {
+            node_ready: ready.is_some_and(|c| c.status == "True"),
+            kubelet_healthy: self.host.kubelet_healthy().await,
+            pods_not_ready: Vec::new(),
+        };
+        // `judge` looks at the pods only on a Ready node with a healthy kubelet.
+        if health.node_ready && health.kubelet_healthy {
+            match cluster::pods_on_node(&self.client, &node_name).await {
+                Ok(pods) => {
+                    health.pods_not_ready =
+                        rollout::not_ready_again(&state.pods_ready_before, &pods)
+                }
+                Err(error) => return checking_failed(error),
+            }
+        }
         match rollout::judge(elapsed, policy, &health) {
             Verdict::Hold => {
                 tracing::debug!(?health, ?elapsed, "disruptive change: holding the slot");
@@ -292,14 +298,16 @@ impl<H: Host + 'static> Agent<H> {
     }
 
     /// Releases a slot left from earlier (a restart between the Node report and the
-    /// release) and forgets a state of another checksum. For an up-to-date node.
+    /// release) and forgets a state of another checksum (`state_found`: the gate read one).
+    /// For an up-to-date node.
     pub(super) async fn rollout_up_to_date(
         &self,
         secret: &Secret,
         policy: &Policy,
+        state_found: bool,
     ) -> Result<(), ReconcileError> {
         self.release_slots(secret, policy).await?;
-        if self.read_rollout_state().is_some() {
+        if state_found {
             self.clear_rollout_state()?;
         }
         Ok(())

@@ -121,6 +121,12 @@ impl Quantity {
         })
     }
 
+    /// The value in units of 10⁻⁹, whatever the format: quantities written differently
+    /// (`1Gi`, `1024Mi`, `1073741824`) have the same value.
+    pub fn nanos(&self) -> i128 {
+        self.nanos
+    }
+
     /// The canonical text.
     pub fn canonical(&self) -> String {
         if self.nanos == 0 {
