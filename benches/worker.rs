@@ -9,7 +9,7 @@
 //!   objects, writes the status and finds the rollout not done (`Pending`); one sample per
 //!   fresh namespace;
 //! - **poll while rolling out**: a repeated run while MCM has not finished — what every poll
-//!   costs (all applies are no-ops on the server);
+//!   costs (it lists; the objects and the status are unchanged, so none is written);
 //! - **rolled out**: a run after the MCM stand-in has created a MachineSet per deployment and
 //!   reported it available — the run ends `Done`, including the cleanup scan.
 //!
@@ -225,7 +225,7 @@ async fn main() {
          secrets are server-side applied {parallel} at a time, and events are published).\n\n\
          | reconcile run | median | min | max | samples |\n|---|---|---|---|---|\n\
          | create: fresh Worker → 180 objects applied, status written, `Pending` | {create} |\n\
-         | poll while rolling out (unchanged objects, status rewritten, `Pending`) | {polling} |\n\
+         | poll while rolling out (lists only; objects and status unchanged, `Pending`) | {polling} |\n\
          | rolled out → `Done` (rollout check and cleanup scan) | {done} |\n\n\
          Measured on {date}.\n",
         kube = "v1.36.3",
