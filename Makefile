@@ -29,6 +29,8 @@ KUBECONFIG_DEV := dev/kubeconfig
 RESILIENCE_TESTS := --test resilience_apiserver --test resilience_etcd \
   --test resilience_operator_kill --test resilience_conflicts --test resilience_agent
 FUZZ_SECONDS ?= 60
+# A phase marker on stderr that hack/ci-cold.sh times: $(call phase,NAME).
+phase = echo "ci-phase $(1) $$(date +%s)" >&2
 
 start:
 	@if [[ -f $(KUBECONFIG_DEV) ]]; then \
@@ -58,6 +60,9 @@ lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --all-targets -- -D warnings
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps --quiet
+	@# cargo deny reads the metadata of every platform's crates; a Linux build never
+	@# downloads the Windows or Android ones, so fetch them (from crates.io) first.
+	$(CARGO) fetch --locked --quiet
 	$(CARGO) deny --offline check licenses bans sources
 
 # Separate from lint: the advisory database is fetched from GitHub, which CI machines
@@ -78,31 +83,34 @@ check-generate: generate
 # Every process a test run starts inherits GARDENER_EXTENSION_NODE_TEST_RUN; check-orphans
 # looks for that value only.
 test: deps
-	@assets="$$(hack/envtest.sh)"; \
-	  $(MAKE) --no-print-directory lint; \
-	  $(MAKE) --no-print-directory check-generate; \
+	@$(call phase,go-builds); assets="$$(hack/envtest.sh)"; \
+	  $(call phase,lint); $(MAKE) --no-print-directory lint; \
+	  $(call phase,check-generate); $(MAKE) --no-print-directory check-generate; \
 	  export GARDENER_EXTENSION_NODE_TEST_RUN="test-$$$$-$$(date +%s%N)"; \
-	  ENVTEST_ASSETS="$$assets" $(CARGO) test --lib --bins --tests; \
+	  $(call phase,build-tests); $(CARGO) test --lib --bins --tests --no-run; \
+	  $(call phase,test); ENVTEST_ASSETS="$$assets" $(CARGO) test --lib --bins --tests; \
 	  hack/check-orphans.sh "$$GARDENER_EXTENSION_NODE_TEST_RUN"
 
 check-orphans:
 	@hack/check-orphans.sh "$(RUN)"
 
 test-resilience: deps
-	@assets="$$(hack/envtest.sh)"; \
+	@$(call phase,resilience); assets="$$(hack/envtest.sh)"; \
 	  export GARDENER_EXTENSION_NODE_TEST_RUN="resilience-$$$$-$$(date +%s%N)"; \
 	  ENVTEST_ASSETS="$$assets" RESILIENCE_FULL=1 $(CARGO) test $(RESILIENCE_TESTS) -- --nocapture; \
 	  hack/check-orphans.sh "$$GARDENER_EXTENSION_NODE_TEST_RUN"
 
 # The node runs our binary statically linked (it also goes into the installation image).
 STATIC_TARGET := x86_64-unknown-linux-musl
+TARGET_DIR := $(abspath $(or $(CARGO_TARGET_DIR),target))
 # Runs $(2) with the node components, our static binary and a test-run id starting with $(1),
 # then checks that nothing the run started is left.
 define node-run
-assets="$$(hack/envtest.sh --node)"; \
-	  $(CARGO) build --target $(STATIC_TARGET) --bin gardener-extension-node; \
+$(call phase,$(1)-go-builds); assets="$$(hack/envtest.sh --node)"; \
+	  $(call phase,$(1)-build); $(CARGO) build --target $(STATIC_TARGET) --bin gardener-extension-node; \
 	  export GARDENER_EXTENSION_NODE_TEST_RUN="$(1)-$$$$-$$(date +%s%N)"; \
-	  ENVTEST_ASSETS="$$assets" E2E_STATIC_BINARY="$$PWD/target/$(STATIC_TARGET)/debug/gardener-extension-node" \
+	  $(call phase,$(1)); \
+	  ENVTEST_ASSETS="$$assets" E2E_STATIC_BINARY="$(TARGET_DIR)/$(STATIC_TARGET)/debug/gardener-extension-node" \
 	    $(2); \
 	  hack/check-orphans.sh "$$GARDENER_EXTENSION_NODE_TEST_RUN"
 endef
