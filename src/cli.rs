@@ -119,7 +119,9 @@ pub fn error_report(error: &anyhow::Error, backtrace: bool) -> String {
     if backtrace {
         format!("Error: {error:?}")
     } else {
-        format!("Error: {error:#}")
+        // The causes on one line, each once: a cause whose text its wrapper already shows
+        // (an error that prints its source) is not repeated.
+        format!("Error: {}", crate::extension::error::chain(error.as_ref()))
     }
 }
 
@@ -143,5 +145,19 @@ mod tests {
         let error = anyhow::anyhow!("inner").context("outer");
         assert_eq!(error_report(&error, false), "Error: outer: inner");
         assert!(error_report(&error, true).contains("Caused by:"));
+    }
+
+    #[test]
+    fn a_cause_the_wrapper_already_prints_is_not_repeated() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("reading x.yaml: {0}")]
+        struct Read(#[source] std::io::Error);
+        let io = std::io::Error::from(std::io::ErrorKind::NotFound);
+        let text = io.to_string();
+        let error = anyhow::Error::new(Read(io)).context("rendering");
+        assert_eq!(
+            error_report(&error, false),
+            format!("Error: rendering: reading x.yaml: {text}")
+        );
     }
 }

@@ -33,6 +33,9 @@ const BINARY: &str = env!("CARGO_BIN_EXE_gardener-extension-node");
 const START_TIMEOUT: Duration = Duration::from_secs(300);
 /// How fast a refused second start must fail.
 const AT_ONCE: Duration = Duration::from_secs(10);
+/// How long a SIGTERMed local-env may take to stop its operator (at most about 4 s) and its
+/// seven control-plane processes.
+const STOP_TIMEOUT: Duration = Duration::from_secs(10);
 
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
@@ -129,8 +132,9 @@ impl LocalEnv {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
-    /// SIGTERM, as Ctrl-C would; waits until the process has stopped everything.
-    fn stop(&mut self) {
+    /// SIGTERM, as Ctrl-C would; waits up to [`STOP_TIMEOUT`] for the process to stop
+    /// everything and exit by itself: how long that took, or `None` (then it is killed).
+    fn stop(&mut self) -> Option<Duration> {
         if !matches!(self.child.try_wait(), Ok(Some(_))) {
             let _ = Command::new("kill")
                 .args(["-TERM", &self.child.id().to_string()])
@@ -138,16 +142,31 @@ impl LocalEnv {
                 .status();
         }
         let started = Instant::now();
-        while started.elapsed() < Duration::from_secs(60) {
+        let mut exited = None;
+        while started.elapsed() < STOP_TIMEOUT {
             if let Ok(Some(_)) = self.child.try_wait() {
+                exited = Some(started.elapsed());
                 break;
             }
-            std::thread::sleep(Duration::from_millis(100));
+            std::thread::sleep(Duration::from_millis(50));
         }
         let _ = self.child.kill();
         let _ = self.child.wait();
         let _ = self.watchdog.kill();
         let _ = self.watchdog.wait();
+        exited
+    }
+
+    /// [`Self::stop`], asserting that the process exited by itself in time.
+    fn stop_by_itself(&mut self) {
+        let took = self.stop();
+        let took = took.unwrap_or_else(|| {
+            panic!(
+                "local-env still running {STOP_TIMEOUT:?} after SIGTERM:\n{}",
+                self.log_text()
+            )
+        });
+        eprintln!("local-env exited {took:?} after SIGTERM");
     }
 }
 
@@ -311,7 +330,7 @@ async fn a_restart_keeps_the_state_and_clean_resets_it() {
         )
         .await
         .unwrap();
-    first.stop();
+    first.stop_by_itself();
 
     let mut second = LocalEnv::start(&state, http, &[], dir.path().join("second.log")).await;
     assert_eq!(
@@ -337,7 +356,7 @@ async fn a_restart_keeps_the_state_and_clean_resets_it() {
         Some("by-hand"),
         "the examples are not applied over the edit"
     );
-    second.stop();
+    second.stop_by_itself();
 
     let _third = LocalEnv::start(&state, http, &["--clean"], dir.path().join("third.log")).await;
     assert_ne!(

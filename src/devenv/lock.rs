@@ -22,7 +22,7 @@ pub const LOCK_FILE: &str = "local-env.lock";
 pub enum LockError {
     /// Another process holds the lock.
     #[error(
-        "{state} is in use by another local-env ({holder}); stop that one first (Ctrl-C in its terminal{kill}), or give this one another --state-dir",
+        "{state} is in use by another local-env ({holder}); stop that one first (Ctrl-C in its terminal{kill}), or run a second one beside it with `cargo run -- local-env --state-dir <other folder> --http-bind-address 127.0.0.1:<other port>` (make start always uses dev/local-env)",
         kill = pid_hint(holder)
     )]
     Held {
@@ -150,7 +150,7 @@ mod tests {
         );
         assert!(
             error.ends_with(&format!(
-                "stop that one first (Ctrl-C in its terminal, or kill {pid}), or give this one another --state-dir"
+                "stop that one first (Ctrl-C in its terminal, or kill {pid}), or run a second one beside it with `cargo run -- local-env --state-dir <other folder> --http-bind-address 127.0.0.1:<other port>` (make start always uses dev/local-env)"
             )),
             "{error}"
         );

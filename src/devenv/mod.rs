@@ -34,8 +34,9 @@ pub use resource_manager::{ResourceManager, ResourceManagerOptions};
 /// Flags of `local-env`.
 #[derive(Debug, Clone, Args)]
 pub struct LocalEnvArgs {
-    /// Folder with the `kube-apiserver` and `etcd` binaries; `hack/envtest.sh` builds them
-    /// and prints it (run from the repository root when unset).
+    /// Folder with the `kube-apiserver`, `etcd`, `kube-controller-manager` and
+    /// `gardener-resource-manager` binaries; `hack/envtest.sh` builds them and prints it (run
+    /// from the repository root when unset).
     #[arg(long, env = "ENVTEST_ASSETS")]
     pub envtest_assets: Option<PathBuf>,
 
@@ -177,7 +178,9 @@ pub async fn run_local_env(args: LocalEnvArgs) -> anyhow::Result<()> {
         "Local control plane is up ({server}).\n\
          Kubeconfig: {kubeconfig}\n\
          Try: kubectl --kubeconfig {kubeconfig} get containerruntimes,operatingsystemconfigs,workers -A\n\
-         Shoot ({shoot_server}): kubectl --kubeconfig {shoot_kubeconfig} get runtimeclass,ds -A\n\
+         Shoot ({shoot_server}): kubectl --kubeconfig {shoot_kubeconfig} get runtimeclass,ds,secrets -A\n\
+         After an edit, ask for a run as gardenlet would (an edit alone waits for it):\n\
+         \x20 kubectl --kubeconfig {kubeconfig} -n shoot--local--local annotate worker local gardener.cloud/operation=reconcile --overwrite\n\
          Health: curl http://{http_bind_address}/healthz   (Ctrl-C stops everything; the state in {state} is kept, --clean starts afresh)\n",
         server = plane.server_url(),
         kubeconfig = kubeconfig.display(),

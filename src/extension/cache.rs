@@ -36,6 +36,7 @@ use kube::{Client, Resource};
 use tokio_util::sync::CancellationToken;
 
 use super::managed_resource::{LABEL_GARBAGE_COLLECTABLE, ORIGIN};
+use super::watch_error::WatchErrorLog;
 use crate::api::{Cluster, ManagedResource};
 
 /// One async lock per MR (namespace, name).
@@ -76,7 +77,6 @@ impl SeedCache {
                 .default_backoff()
                 .modify(|c| c.metadata.managed_fields = None)
                 .reflect(writer),
-            "Cluster",
             shutdown,
         );
         let (managed_resources, writer) = reflector::store();
@@ -99,7 +99,6 @@ impl SeedCache {
             .default_backoff()
             .modify(|m| m.metadata.managed_fields = None)
             .reflect(writer),
-            "ManagedResource",
             shutdown,
         );
         spawn(
@@ -110,7 +109,6 @@ impl SeedCache {
             .default_backoff()
             .modify(|s| s.metadata.managed_fields = None)
             .reflect(secrets_writer),
-            "Secret",
             shutdown,
         );
         SeedCache {
@@ -333,20 +331,21 @@ pub fn object_store<K: Resource<DynamicType = ()>>()
     (writer.as_reader(), writer)
 }
 
-fn spawn<S, K>(stream: S, kind: &'static str, shutdown: &CancellationToken)
+fn spawn<S, K>(stream: S, shutdown: &CancellationToken)
 where
     S: futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
-    K: Send + 'static,
+    K: Resource<DynamicType = ()> + Send + 'static,
 {
     let shutdown = shutdown.clone();
+    let mut errors = WatchErrorLog::new(K::kind(&()), &ApiResource::erase::<K>(&()));
     tokio::spawn(async move {
         let mut stream = std::pin::pin!(stream);
         loop {
             tokio::select! {
                 _ = shutdown.cancelled() => return,
                 next = stream.next() => match next {
-                    Some(Ok(_)) => {}
-                    Some(Err(error)) => tracing::warn!(kind, %error, "cache watch error; retrying with backoff"),
+                    Some(Ok(event)) => errors.observed(&event),
+                    Some(Err(error)) => errors.error(&error),
                     None => return,
                 },
             }

@@ -25,7 +25,9 @@ use super::error::RetryPolicy;
 use super::predicate::{self, Fingerprint};
 use super::queue::WorkQueue;
 use super::reconciler::{Next, Reconciler};
+use super::watch_error::WatchErrorLog;
 use super::{Actuator, ExtensionKind};
+use crate::api::constants::{ANNOTATION_OPERATION, OPERATION_RECONCILE};
 use crate::api::{Cluster, DefaultSpec, LastOperation};
 
 /// namespace/name of an object.
@@ -93,54 +95,25 @@ pub async fn run<A: Actuator>(
         ))
     });
 
-    let mut workers = Vec::with_capacity(options.max_concurrent);
-    for _ in 0..options.max_concurrent.max(1) {
-        let reconciler = Arc::clone(&reconciler);
-        let queue = Arc::clone(&queue);
-        let failures = Arc::clone(&failures);
-        workers.push(tokio::spawn(async move {
-            // The store takes the first list in at its end, so before that it is empty: a run
-            // must not take that for "no objects" (the gVisor sweep would delete the
-            // installations of every pool).
-            if let Some(store) = &reconciler.objects {
-                let _ = store.wait_until_ready().await;
-            }
-            while let Some(key) = queue.next().await {
-                reconciler.metrics.set_queue_depth(kind, queue.len());
-                let result = reconciler.reconcile(&key.namespace, &key.name).await;
-                queue.done(&key);
-                match result {
-                    Ok(Next::Done) => {
-                        lock(&failures).remove(&key);
-                    }
-                    Ok(Next::After(delay)) => {
-                        lock(&failures).remove(&key);
-                        queue.add_after(key, delay);
-                    }
-                    Err(failure) => {
-                        let attempts = {
-                            let mut failures = lock(&failures);
-                            let count = failures.entry(key.clone()).or_insert(0);
-                            *count += 1;
-                            *count
-                        };
-                        let delay = options.retry.delay(attempts, failure.configuration_problem);
-                        tracing::error!(
-                            kind,
-                            namespace = %key.namespace,
-                            name = %key.name,
-                            error = %failure.message,
-                            category = failure.category,
-                            attempts,
-                            retry_in = ?delay,
-                            "reconcile failed"
-                        );
-                        queue.add_after(key, delay);
-                    }
-                }
-            }
-        }));
-    }
+    // The store takes the first list in at its end, so before that it is empty: a run must
+    // not take that for "no objects" (the gVisor sweep would delete the installations of
+    // every pool). One wait here, before any worker starts: kube-runtime's store readiness
+    // wakes only the last of several waiters (docs/architecture.md#store-readiness-wakes-one-waiter),
+    // so workers that each waited would, all but one, sleep forever.
+    let ready = async {
+        if let Some(store) = &reconciler.objects {
+            let _ = store.wait_until_ready().await;
+        }
+    };
+    reconciler
+        .metrics
+        .set_max_concurrent(kind, options.max_concurrent.max(1));
+    let workers: Vec<tokio::task::JoinHandle<()>> = tokio::select! {
+        _ = shutdown.cancelled() => Vec::new(),
+        _ = ready => (0..options.max_concurrent.max(1))
+            .map(|_| tokio::spawn(work(Arc::clone(&reconciler), Arc::clone(&queue), Arc::clone(&failures), options.retry)))
+            .collect(),
+    };
 
     shutdown.cancelled().await;
     queue.shut_down();
@@ -148,12 +121,70 @@ pub async fn run<A: Actuator>(
     for task in cluster_watch.into_iter().chain(own_wake) {
         task.abort();
     }
-    for worker in workers {
-        // Workers finish their current run: a run interrupted mid-way is safe (idempotent),
-        // but letting it end keeps status and events consistent on a graceful shutdown.
-        let _ = worker.await;
+    // Workers finish their current run: a run interrupted mid-way is safe (idempotent), but
+    // letting it end keeps status and events consistent on a graceful shutdown. A run that
+    // waits longer than the grace (an actuator polling for a deletion) is cut off, so that
+    // the process stops within seconds of SIGTERM.
+    let aborts: Vec<_> = workers.iter().map(|w| w.abort_handle()).collect();
+    let finished = futures::future::join_all(workers);
+    if tokio::time::timeout(SHUTDOWN_GRACE, finished)
+        .await
+        .is_err()
+    {
+        tracing::warn!(kind, grace = ?SHUTDOWN_GRACE, "runs still in flight after the shutdown grace; cut off");
+        aborts.iter().for_each(tokio::task::AbortHandle::abort);
     }
     tracing::info!(kind, "controller stopped");
+}
+
+/// How long a shutdown waits for the runs in flight.
+pub const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// One worker: takes keys off `queue` and runs them until the queue shuts down.
+async fn work<A: Actuator>(
+    reconciler: Arc<Reconciler<A>>,
+    queue: Arc<WorkQueue<ObjectKey>>,
+    failures: Arc<Mutex<HashMap<ObjectKey, u32>>>,
+    retry: RetryPolicy,
+) {
+    let kind = A::Object::KIND;
+    while let Some(key) = queue.next().await {
+        reconciler.metrics.set_queue_depth(kind, queue.len());
+        let result = {
+            let _active = reconciler.metrics.active_worker(kind);
+            reconciler.reconcile(&key.namespace, &key.name).await
+        };
+        queue.done(&key);
+        match result {
+            Ok(Next::Done) => {
+                lock(&failures).remove(&key);
+            }
+            Ok(Next::After(delay)) => {
+                lock(&failures).remove(&key);
+                queue.add_after(key, delay);
+            }
+            Err(failure) => {
+                let attempts = {
+                    let mut failures = lock(&failures);
+                    let count = failures.entry(key.clone()).or_insert(0);
+                    *count += 1;
+                    *count
+                };
+                let delay = retry.delay(attempts, failure.configuration_problem);
+                tracing::error!(
+                    kind,
+                    namespace = %key.namespace,
+                    name = %key.name,
+                    error = %failure.message,
+                    category = failure.category,
+                    attempts,
+                    retry_in = ?delay,
+                    "reconcile failed"
+                );
+                queue.add_after(key, delay);
+            }
+        }
+    }
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -205,6 +236,7 @@ async fn watch_objects<A: Actuator>(
     let kind = A::Object::KIND;
     let resource = ApiResource::erase::<A::Object>(&());
     let api: Api<DynamicObject> = Api::all_with(reconciler.client.clone(), &resource);
+    let mut errors = WatchErrorLog::new(kind, &resource);
     // The store is updated before an event reaches the queue rules, so a run queued by an
     // event reads at least that version.
     let mut stream = watcher::watcher(api, watcher::Config::default())
@@ -220,10 +252,11 @@ async fn watch_objects<A: Actuator>(
             Ok(Some(event)) => event,
             Ok(None) => return,
             Err(error) => {
-                tracing::warn!(kind, %error, "watch error; retrying with backoff");
+                errors.error(&error);
                 continue;
             }
         };
+        errors.observed(&event);
         match event {
             Event::Init => relisted = Some(HashSet::new()),
             Event::InitApply(object) => {
@@ -268,7 +301,18 @@ fn observe<A: Actuator>(
     let previous = lock(fingerprints).insert(key.clone(), Fingerprint::of(meta));
     let enqueue = match previous {
         None => predicate::on_create(&reconciler.filter, meta, object.last.as_ref()),
-        Some(old) => predicate::on_update(&reconciler.filter, &old, meta),
+        Some(old) => {
+            if predicate::waits_for_annotation(&reconciler.filter, &old, meta) {
+                tracing::info!(
+                    kind = A::Object::KIND,
+                    namespace = %key.namespace,
+                    name = %key.name,
+                    generation = meta.generation,
+                    "spec changed; it is reconciled once annotated with {ANNOTATION_OPERATION}={OPERATION_RECONCILE} (gardenlet sets it; by hand: kubectl annotate --overwrite)"
+                );
+            }
+            predicate::on_update(&reconciler.filter, &old, meta)
+        }
     };
     if enqueue {
         tracing::debug!(namespace = %key.namespace, name = %key.name, "enqueued");
@@ -307,5 +351,37 @@ async fn wake_namespaces<A: Actuator>(
             }
             queue.add(key);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+
+    /// The upstream behaviour `run` works around (docs/architecture.md#store-readiness-wakes-one-waiter):
+    /// of several tasks waiting for a store's readiness, kube-runtime 5.0 wakes only the one
+    /// that polled last, and the others never learn that the store is ready. When this test
+    /// fails after an upgrade, upstream fixed it and the note can go.
+    #[tokio::test(flavor = "current_thread")]
+    async fn kube_runtime_store_readiness_wakes_only_the_last_waiter() {
+        let (store, mut writer) = crate::extension::cache::object_store::<crate::api::Worker>();
+        let woken = Arc::new(AtomicUsize::new(0));
+        for _ in 0..3 {
+            let store = store.clone();
+            let woken = Arc::clone(&woken);
+            tokio::spawn(async move {
+                let _ = store.wait_until_ready().await;
+                woken.fetch_add(1, Ordering::SeqCst);
+            });
+        }
+        // Every waiter polls once and parks.
+        tokio::task::yield_now().await;
+        writer.apply_watcher_event(&watcher::Event::Init);
+        writer.apply_watcher_event(&watcher::Event::InitDone);
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        assert!(store.wait_until_ready().await.is_ok(), "the store is ready");
+        assert_eq!(woken.load(Ordering::SeqCst), 1, "one of three waiters woke");
     }
 }

@@ -1,6 +1,6 @@
 //! Prometheus metrics of the extension controllers: reconciles by kind, operation and result,
-//! errors by kind, operation and category, and a duration histogram. Label values are
-//! bounded (three kinds, five operations, a fixed set of categories); object names are never
+//! errors by kind, operation and category, a duration histogram, and per kind the queue
+//! depth, the runs in flight and the number of workers. Label values are bounded (three kinds, five operations, a fixed set of categories); object names are never
 //! labels.
 
 use std::time::Instant;
@@ -57,6 +57,8 @@ pub struct ControllerMetrics {
     errors: Family<ErrorLabels, Counter>,
     duration: Family<DurationLabels, Histogram>,
     queue_depth: Family<KindLabels, Gauge>,
+    active_workers: Family<KindLabels, Gauge>,
+    max_concurrent: Family<KindLabels, Gauge>,
 }
 
 impl ControllerMetrics {
@@ -69,6 +71,8 @@ impl ControllerMetrics {
                 Histogram::new(exponential_buckets(0.005, 2.0, 14))
             }),
             queue_depth: Family::default(),
+            active_workers: Family::default(),
+            max_concurrent: Family::default(),
         };
         let sub = registry.sub_registry_with_prefix("controller");
         sub.register(
@@ -91,6 +95,16 @@ impl ControllerMetrics {
             "Objects waiting in the work queue",
             metrics.queue_depth.clone(),
         );
+        sub.register(
+            "active_workers",
+            "Reconcile runs in flight",
+            metrics.active_workers.clone(),
+        );
+        sub.register(
+            "max_concurrent_reconciles",
+            "Workers of the kind (--max-concurrent-reconciles)",
+            metrics.max_concurrent.clone(),
+        );
         metrics
     }
 
@@ -108,6 +122,37 @@ impl ControllerMetrics {
         self.queue_depth
             .get_or_create(&KindLabels { kind })
             .set(i64::try_from(depth).unwrap_or(i64::MAX));
+    }
+}
+
+impl ControllerMetrics {
+    /// Sets the number of workers of `kind`.
+    pub fn set_max_concurrent(&self, kind: &'static str, workers: usize) {
+        self.max_concurrent
+            .get_or_create(&KindLabels { kind })
+            .set(i64::try_from(workers).unwrap_or(i64::MAX));
+    }
+
+    /// Counts one run of `kind` in flight until the returned guard is dropped.
+    pub fn active_worker(&self, kind: &'static str) -> ActiveWorker {
+        let gauge = self
+            .active_workers
+            .get_or_create(&KindLabels { kind })
+            .clone();
+        gauge.inc();
+        ActiveWorker { gauge }
+    }
+}
+
+/// One run in flight (see [`ControllerMetrics::active_worker`]).
+#[derive(Debug)]
+pub struct ActiveWorker {
+    gauge: Gauge,
+}
+
+impl Drop for ActiveWorker {
+    fn drop(&mut self) {
+        self.gauge.dec();
     }
 }
 
@@ -169,6 +214,10 @@ mod tests {
             .start("ContainerRuntime")
             .finish("reconcile", "error", Some("render"));
         metrics.set_queue_depth("ContainerRuntime", 3);
+        metrics.set_max_concurrent("ContainerRuntime", 5);
+        let first = metrics.active_worker("ContainerRuntime");
+        let second = metrics.active_worker("ContainerRuntime");
+        drop(first);
         let text = crate::metrics::encode(&registry).unwrap();
         assert!(text.contains(r#"controller_reconciles_total{kind="ContainerRuntime",operation="reconcile",result="success"} 1"#), "{text}");
         assert!(text.contains(r#"controller_errors_total{kind="ContainerRuntime",operation="reconcile",category="render"} 1"#), "{text}");
@@ -180,5 +229,14 @@ mod tests {
             text.contains(r#"controller_queue_depth{kind="ContainerRuntime"} 3"#),
             "{text}"
         );
+        assert!(
+            text.contains(r#"controller_active_workers{kind="ContainerRuntime"} 1"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"controller_max_concurrent_reconciles{kind="ContainerRuntime"} 5"#),
+            "{text}"
+        );
+        drop(second);
     }
 }

@@ -30,6 +30,7 @@ pub mod predicate;
 pub mod queue;
 pub mod reconciler;
 pub mod status;
+pub mod watch_error;
 
 use std::fmt::Debug;
 use std::future::Future;

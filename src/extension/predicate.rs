@@ -119,6 +119,17 @@ pub fn on_update(filter: &Filter, old: &Fingerprint, meta: &ObjectMeta) -> bool 
     wants_work && new != *old
 }
 
+/// Whether an update changed the spec (a new generation) of an object that does not ask for
+/// work, so that nothing runs until someone sets the operation annotation: worth one log line,
+/// since a hand edit otherwise seems to be ignored. Never in ignore-operation-annotation mode,
+/// where the generation change itself enqueues.
+pub fn waits_for_annotation(filter: &Filter, old: &Fingerprint, meta: &ObjectMeta) -> bool {
+    !filter.ignore_operation_annotation
+        && meta.generation != old.generation
+        && !asks_for_work(meta.annotations.as_ref())
+        && meta.deletion_timestamp.is_none()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -404,6 +415,32 @@ mod tests {
             &meta(None, false, 1),
             last(Succeeded).as_ref(),
             Some(1)
+        ));
+    }
+    #[test]
+    fn a_spec_change_without_annotation_waits_for_it() {
+        let old = Fingerprint::of(&meta(None, false, 1));
+        assert!(waits_for_annotation(&filter(), &old, &meta(None, false, 2)));
+        assert!(
+            !waits_for_annotation(&filter(), &old, &meta(None, false, 1)),
+            "same generation"
+        );
+        assert!(
+            !waits_for_annotation(&filter(), &old, &meta(Some("reconcile"), false, 2)),
+            "asks for work"
+        );
+        assert!(
+            !waits_for_annotation(&filter(), &old, &meta(None, true, 2)),
+            "deleting"
+        );
+        let ignoring = Filter {
+            ignore_operation_annotation: true,
+            ..filter()
+        };
+        assert!(!waits_for_annotation(
+            &ignoring,
+            &old,
+            &meta(None, false, 2)
         ));
     }
 }

@@ -250,11 +250,18 @@ pub async fn run_serving(
     shutdown.cancelled().await;
     readiness.set_not_ready();
     tracing::info!("shutting down");
-    for task in controllers {
-        let _ = task.await;
+    // Each controller stops its runs within its grace; side tasks (hand-over, rollout watch)
+    // stop at their next step. The bound keeps SIGTERM prompt whatever a task waits for.
+    let stopped = futures::future::join_all(controllers);
+    if tokio::time::timeout(STOP_TIMEOUT, stopped).await.is_err() {
+        tracing::warn!(timeout = ?STOP_TIMEOUT, "controllers did not stop in time; exiting anyway");
     }
     finish(server, leadership).await
 }
+
+/// How long the operator waits for its controllers after a shutdown signal (a little more
+/// than a controller's [`controller::SHUTDOWN_GRACE`]).
+const STOP_TIMEOUT: Duration = Duration::from_secs(4);
 
 /// The caches one controller reads and the writer of its object store.
 struct Stores<'a> {

@@ -148,9 +148,13 @@ fn render_osc(
             let manifest = secret
                 .manifest()
                 .map_err(|e| chain(osc::Error::NodeAgent(e)))?;
+            // The manifest carries osc.yaml base64-encoded, as the API wants it; the preview
+            // adds it as text, which is what the agent reads.
             Ok(format!(
-                "# ManagedResource {}\n{manifest}",
-                osc::node_agent_managed_resource(object)
+                "# ManagedResource {}\n{manifest}---\n# data[\"{}\"] of the Secret above, decoded:\n{}",
+                osc::node_agent_managed_resource(object),
+                crate::api::constants::DATA_KEY_OPERATING_SYSTEM_CONFIG,
+                secret.osc_yaml,
             ))
         }
     }

@@ -38,6 +38,8 @@ pub enum Crds {
     Ours,
     /// Gardener's, from `../shared/gardener-crds/` (compatibility tests).
     Upstream,
+    /// None: a bare API server, as a dev kubeconfig may point at.
+    Nothing,
 }
 
 struct Shared {
@@ -122,12 +124,15 @@ async fn start(crds: Crds) -> Shared {
     let client =
         Client::try_from(plane.admin_config().await.expect("admin config")).expect("client");
     let crd_dir = match crds {
-        Crds::Ours => repo_root().join("crds"),
-        Crds::Upstream => upstream_crd_dir().expect("upstream CRDs present"),
+        Crds::Ours => Some(repo_root().join("crds")),
+        Crds::Upstream => Some(upstream_crd_dir().expect("upstream CRDs present")),
+        Crds::Nothing => None,
     };
-    devenv::apply::install_crds(&client, &crd_dir)
-        .await
-        .expect("CRDs install");
+    if let Some(dir) = crd_dir {
+        devenv::apply::install_crds(&client, &dir)
+            .await
+            .expect("CRDs install");
+    }
     Shared {
         crds,
         kubeconfig: plane.kubeconfig().to_string(),

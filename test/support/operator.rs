@@ -131,6 +131,27 @@ impl OperatorProcess {
         let _ = self.watchdog.wait();
     }
 
+    /// SIGTERMs the operator and waits up to `limit` for it to exit by itself: how long it
+    /// took, or `None` when it was still running at `limit` (then it is SIGKILLed).
+    pub fn terminate(&mut self, limit: std::time::Duration) -> Option<std::time::Duration> {
+        let sent = std::time::Instant::now();
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .stderr(Stdio::null())
+            .status();
+        let took = loop {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                break Some(sent.elapsed());
+            }
+            if sent.elapsed() >= limit {
+                break None;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
+        self.kill();
+        took
+    }
+
     /// Starts a fresh process with the same arguments and log file.
     pub fn restart(&mut self) {
         self.kill();

@@ -75,7 +75,11 @@ pub async fn run(client: Client, cache: SeedCache, oscs: ObjectStore, shutdown: 
             _ = shutdown.cancelled() => break,
             _ = tokio::time::sleep(INTERVAL) => {}
         }
-        if store.wait_until_ready().await.is_err() {
+        let ready = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            ready = store.wait_until_ready() => ready,
+        };
+        if ready.is_err() {
             break;
         }
         round(&client, &cache, &oscs, &store, &mut clients).await;

@@ -27,6 +27,7 @@ use serde_json::Value;
 
 use crate::api::constants::{CONDITION_IN_PLACE_UPDATE, REASON_CANDIDATE_FOR_UPDATE};
 use crate::api::machine::Machine;
+use crate::extension::watch_error::WatchErrorLog;
 
 /// Whether a machine whose in-place reason went from `old` to `new` (`None`: no
 /// `InPlaceUpdate` condition, or a machine not seen before) wakes its namespace's Workers:
@@ -59,9 +60,13 @@ pub fn namespaces_to_wake(client: Client) -> impl Stream<Item = String> + Send +
     let resource = ApiResource::erase::<Machine>(&());
     let api: Api<DynamicObject> = Api::all_with(client, &resource);
     let mut reasons: HashMap<(String, String), String> = HashMap::new();
+    let mut errors = WatchErrorLog::new("Machine", &resource);
     watcher::watcher(api, watcher::Config::default())
         .default_backoff()
         .filter_map(move |event| {
+            if let Ok(event) = &event {
+                errors.observed(event);
+            }
             let wake = match event {
                 Ok(Event::Init) => {
                     reasons.clear();
@@ -89,7 +94,7 @@ pub fn namespaces_to_wake(client: Client) -> impl Stream<Item = String> + Send +
                     None
                 }
                 Err(error) => {
-                    tracing::warn!(%error, "Machine watch error; retrying with backoff");
+                    errors.error(&error);
                     None
                 }
             };
