@@ -114,12 +114,15 @@ pub fn wants_backtrace(debug: bool, rust_lib_backtrace: Option<&std::ffi::OsStr>
 }
 
 /// The text a failed command prints on stderr: `Error: ` and the error with its causes,
-/// `a: b: c`, plus anyhow's report with the backtrace when `backtrace` is set.
+/// `a: b: c` (a cause whose text the error already ends with is not repeated, see
+/// [`crate::extension::error::chain`]), or anyhow's report with the backtrace when
+/// `backtrace` is set.
 pub fn error_report(error: &anyhow::Error, backtrace: bool) -> String {
     if backtrace {
         format!("Error: {error:?}")
     } else {
-        format!("Error: {error:#}")
+        let error: &(dyn std::error::Error + 'static) = error.as_ref();
+        format!("Error: {}", crate::extension::error::chain(error))
     }
 }
 
@@ -143,5 +146,19 @@ mod tests {
         let error = anyhow::anyhow!("inner").context("outer");
         assert_eq!(error_report(&error, false), "Error: outer: inner");
         assert!(error_report(&error, true).contains("Caused by:"));
+    }
+
+    /// kube-rs's errors embed their cause's text and name it as source too: printed once.
+    #[test]
+    fn a_cause_the_error_already_quotes_is_printed_once() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("invalid private key: {0}")]
+        struct Quoting(#[source] std::io::Error);
+        let cause = std::io::Error::other("invalid peer certificate");
+        let error = anyhow::Error::from(Quoting(cause)).context("building the API client");
+        assert_eq!(
+            error_report(&error, false),
+            "Error: building the API client: invalid private key: invalid peer certificate"
+        );
     }
 }
