@@ -128,8 +128,12 @@ pub fn shoot_endpoint(yaml: &str, path: &str) -> Result<Endpoint, KubeconfigErro
 }
 
 /// Client configuration for exactly `endpoint` with the bearer token `token`: nothing else of
-/// the kubeconfig `endpoint` came from reaches the client.
-pub async fn token_config(endpoint: &Endpoint, token: &str) -> Result<kube::Config, KubeconfigError> {
+/// the kubeconfig `endpoint` came from (`path`, which errors name) reaches the client.
+pub async fn token_config(
+    endpoint: &Endpoint,
+    token: &str,
+    path: &str,
+) -> Result<kube::Config, KubeconfigError> {
     const NAME: &str = "shoot";
     let kubeconfig = Kubeconfig {
         clusters: vec![NamedCluster {
@@ -164,7 +168,7 @@ pub async fn token_config(endpoint: &Endpoint, token: &str) -> Result<kube::Conf
     kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
         .await
         .map_err(|source| KubeconfigError::Custom {
-            path: endpoint.server.clone(),
+            path: path.to_string(),
             source,
         })
 }
@@ -297,7 +301,9 @@ mod tests {
             ),
         ] {
             let path = kubeconfig_file(dir.path(), name, &user);
-            let error = client(Some(&path), "operator").await.unwrap_err();
+            let Err(error) = client(Some(&path), "operator").await else {
+                panic!("{name}: the kubeconfig was accepted");
+            };
             assert_eq!(
                 chain(&error),
                 format!(
@@ -326,7 +332,9 @@ mod tests {
             STANDARD.encode(key)
         );
         let path = kubeconfig_file(dir.path(), "v1-client", &user);
-        let error = client(Some(&path), "operator").await.unwrap_err();
+        let Err(error) = client(Some(&path), "operator").await else {
+            panic!("the kubeconfig was accepted");
+        };
         let expected = format!(
             "kubeconfig {} is refused: client certificate of kubeconfig user \"v1-client\" is \
              X.509 v1; rustls accepts only v3 certificates: re-issue it as v3",
@@ -346,14 +354,21 @@ mod tests {
             server: "https://api.shoot.example:6443".into(),
             certificate_authority_data: STANDARD.encode(ca.cert.pem()),
         };
-        let config = token_config(&endpoint, "the-token").await.unwrap();
+        let config = token_config(&endpoint, "the-token", "Secret ns/name")
+            .await
+            .unwrap();
         assert_eq!(config.cluster_url.host(), Some("api.shoot.example"));
         assert_eq!(config.cluster_url.port_u16(), Some(6443));
         assert_eq!(config.root_cert.as_ref().map(Vec::len), Some(1));
         assert!(!config.accept_invalid_certs);
         assert_eq!(config.proxy_url, None);
         let auth = serde_json::to_value(&config.auth_info).unwrap();
-        let fields: Vec<&str> = auth.as_object().unwrap().keys().map(String::as_str).collect();
+        let fields: Vec<&str> = auth
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
         assert_eq!(fields, ["token"]);
         assert_eq!(auth["token"], "the-token");
     }

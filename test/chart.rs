@@ -1218,7 +1218,14 @@ const ACCESS: &[Row] = {
         row(Operator, Patch, Deployment, KubeSystem, MCM, DeniedByPolicy),
         row(Operator, Patch, Deployment, Other, MCM, DeniedByPolicy),
         // Machine objects: in shoot namespaces only.
-        row(Operator, Create, MachineDeployment, Shoot, "written", Allowed),
+        row(
+            Operator,
+            Create,
+            MachineDeployment,
+            Shoot,
+            "written",
+            Allowed,
+        ),
         row(
             Operator,
             Create,
@@ -1228,7 +1235,14 @@ const ACCESS: &[Row] = {
             DeniedByPolicy,
         ),
         row(Operator, Create, MachineClass, Shoot, "written", Allowed),
-        row(Operator, Create, MachineClass, Other, "written", DeniedByPolicy),
+        row(
+            Operator,
+            Create,
+            MachineClass,
+            Other,
+            "written",
+            DeniedByPolicy,
+        ),
         row(
             GvisorOnly,
             Create,
@@ -1239,10 +1253,24 @@ const ACCESS: &[Row] = {
         ),
         // Events: on the extension objects in shoot namespaces, nowhere else.
         row(Operator, Create, Event, Shoot, "written", Allowed),
-        row(Operator, Create, Event, KubeSystem, "written", DeniedByPolicy),
+        row(
+            Operator,
+            Create,
+            Event,
+            KubeSystem,
+            "written",
+            DeniedByPolicy,
+        ),
         // Extension objects and their status: not outside shoot namespaces either.
         row(Operator, Patch, Worker, Other, "worker", DeniedByPolicy),
-        row(Operator, PatchStatus, Worker, Other, "worker", DeniedByPolicy),
+        row(
+            Operator,
+            PatchStatus,
+            Worker,
+            Other,
+            "worker",
+            DeniedByPolicy,
+        ),
         // Secrets: written in shoot namespaces (and the release namespace) only.
         row(Operator, Create, Secret, Shoot, "written", Allowed),
         row(Operator, Get, Secret, Shoot, "written", Allowed),
@@ -1398,7 +1426,12 @@ async fn rbac_and_admission_policy_allow_and_deny_row_by_row() {
     // machine-controller-manager outside shoot namespaces, and a Worker of a type no operator
     // serves: the policy must stop writes to both.
     for namespace in ["kube-system", other.as_str()] {
-        create::<Deployment>(admin, namespace, fixtures::mcm_deployment_json(namespace, 1)).await;
+        create::<Deployment>(
+            admin,
+            namespace,
+            fixtures::mcm_deployment_json(namespace, 1),
+        )
+        .await;
     }
     let mut worker = fixtures::worker_json(&other);
     worker["spec"]["type"] = json!("unserved");

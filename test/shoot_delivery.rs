@@ -873,7 +873,10 @@ async fn a_generic_token_kubeconfig_that_names_a_program_is_refused_and_runs_not
         &shoot.plane.server_url(),
         shoot.plane.ca_pem(),
     );
-    let good = secret["stringData"]["kubeconfig"].as_str().unwrap().to_string();
+    let good = secret["stringData"]["kubeconfig"]
+        .as_str()
+        .unwrap()
+        .to_string();
     let program = program.display();
     let hostile = good.replacen(
         "  user:\n",
@@ -888,14 +891,22 @@ async fn a_generic_token_kubeconfig_that_names_a_program_is_refused_and_runs_not
     secret["stringData"]["kubeconfig"] = json!(hostile);
     let secrets = api::<Secret>(&env.client, &env.namespace);
     secrets
-        .create(&PostParams::default(), &serde_json::from_value(secret).unwrap())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(secret).unwrap(),
+        )
         .await
         .unwrap();
     let oscs = api::<OperatingSystemConfig>(&env.client, &env.namespace);
     let name = create_reconcile_osc(&env).await;
     wait_ready(&oscs, &name, LastOperationType::Create).await;
 
-    let nothing_ran = || assert!(!marker.exists(), "the operator ran the kubeconfig's program");
+    let nothing_ran = || {
+        assert!(
+            !marker.exists(),
+            "the operator ran the kubeconfig's program"
+        )
+    };
     let needle = format!(
         "kubeconfig Secret {}/generic-token-kubeconfig is refused: user \"node-agent\" sets \
          auth-provider, exec: only token, tokenFile are accepted",
@@ -917,7 +928,14 @@ async fn a_generic_token_kubeconfig_that_names_a_program_is_refused_and_runs_not
         )
         .await
         .unwrap();
-    wait_rollout_condition(&oscs, &name, ConditionStatus::True, "0/0 nodes", nothing_ran).await;
+    wait_rollout_condition(
+        &oscs,
+        &name,
+        ConditionStatus::True,
+        "0/0 nodes",
+        nothing_ran,
+    )
+    .await;
 }
 
 /// The `checksum/data-script` of the node-agent Secret in the shoot.

@@ -226,7 +226,9 @@ fn current_cluster(kubeconfig: &Kubeconfig) -> Result<(&str, &kube::config::Clus
         .find(|c| c.name == context_name)
         .and_then(|c| c.context.as_ref())
         .ok_or_else(|| {
-            Refused::NoCluster(format!("its current-context {context_name:?} is not defined"))
+            Refused::NoCluster(format!(
+                "its current-context {context_name:?} is not defined"
+            ))
         })?;
     kubeconfig
         .clusters
@@ -286,9 +288,15 @@ mod tests {
                 "exec",
             ),
             ("    username: u\n    password: p\n", "password, username"),
-            ("    client-certificate: /etc/cert.pem\n", "client-certificate"),
+            (
+                "    client-certificate: /etc/cert.pem\n",
+                "client-certificate",
+            ),
             ("    client-key-data: S0VZ\n", "client-key-data"),
-            ("    as: admin\n    as-groups: [system:masters]\n", "as, as-groups"),
+            (
+                "    as: admin\n    as-groups: [system:masters]\n",
+                "as, as-groups",
+            ),
             ("    unknown-field: 1\n", "unknown-field"),
         ];
         for (extra, fields) in cases {
@@ -315,7 +323,10 @@ mod tests {
         };
         for (field, name) in [
             ("insecure-skip-tls-verify: true", "insecure-skip-tls-verify"),
-            ("certificate-authority: /etc/ca.pem", "certificate-authority"),
+            (
+                "certificate-authority: /etc/ca.pem",
+                "certificate-authority",
+            ),
             ("proxy-url: http://proxy:3128", "proxy-url"),
             ("tls-server-name: other", "tls-server-name"),
         ] {
@@ -349,7 +360,11 @@ mod tests {
             "    username: u\n    password: p\n",
             "    client-key-data: S0VZ\n",
         ] {
-            assert_eq!(check_component(&with_user_fields(allowed)), Ok(()), "{allowed}");
+            assert_eq!(
+                check_component(&with_user_fields(allowed)),
+                Ok(()),
+                "{allowed}"
+            );
         }
         for (extra, fields) in [
             (
@@ -357,7 +372,10 @@ mod tests {
                 "exec",
             ),
             ("    auth-provider:\n      name: oidc\n", "auth-provider"),
-            ("    client-certificate: /c\n    client-key: /k\n", "client-certificate, client-key"),
+            (
+                "    client-certificate: /c\n    client-key: /k\n",
+                "client-certificate, client-key",
+            ),
             ("    as: admin\n", "as"),
         ] {
             let error = check_component(&with_user_fields(extra)).unwrap_err();
@@ -376,7 +394,9 @@ mod tests {
 
     #[test]
     fn an_x509_v1_client_certificate_is_named_with_its_user() {
-        let v1 = STANDARD.encode(include_str!("../../test/fixtures/kubeconfig/x509-v1-client.crt"));
+        let v1 = STANDARD.encode(include_str!(
+            "../../test/fixtures/kubeconfig/x509-v1-client.crt"
+        ));
         let kubeconfig = with_user_fields(&format!(
             "    client-certificate-data: {v1}\n    client-key-data: S0VZ\n"
         ));

@@ -92,7 +92,9 @@ mod tests {
     fn structures_by_hand() {
         // SEQUENCE { SEQUENCE { [0] { INTEGER 1 }, INTEGER 5 } }: v2.
         assert_eq!(
-            version(&[0x30, 0x0A, 0x30, 0x08, 0xA0, 0x03, 0x02, 0x01, 0x01, 0x02, 0x01, 0x05]),
+            version(&[
+                0x30, 0x0A, 0x30, 0x08, 0xA0, 0x03, 0x02, 0x01, 0x01, 0x02, 0x01, 0x05
+            ]),
             Some(2)
         );
         // Long-form lengths: SEQUENCE (0x81 0x05) { SEQUENCE { INTEGER 7 } }: v1.
@@ -109,7 +111,9 @@ mod tests {
         );
         assert_eq!(first_certificate_version(b"not a certificate"), None);
         assert_eq!(
-            first_certificate_version(b"-----BEGIN CERTIFICATE-----\n!!\n-----END CERTIFICATE-----"),
+            first_certificate_version(
+                b"-----BEGIN CERTIFICATE-----\n!!\n-----END CERTIFICATE-----"
+            ),
             None
         );
     }

@@ -403,8 +403,15 @@ mod tests {
         assert_eq!(unknown.reason, REASON_KUBECONFIG_UNUSABLE);
         assert_eq!(unknown.message, message);
         assert_eq!(unknown.last_transition_time, now());
-        assert!(!is_complete(Some(&unknown), "new"), "the watch keeps looking");
-        let again = unusable_kubeconfig(message, Some(&unknown), now() + chrono::Duration::seconds(10));
+        assert!(
+            !is_complete(Some(&unknown), "new"),
+            "the watch keeps looking"
+        );
+        let again = unusable_kubeconfig(
+            message,
+            Some(&unknown),
+            now() + chrono::Duration::seconds(10),
+        );
         assert_eq!(again, unknown, "the same text: no write");
     }
 

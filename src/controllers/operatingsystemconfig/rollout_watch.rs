@@ -65,7 +65,10 @@ impl WatchError {
     /// The generic token kubeconfig Secret is missing or refused: only someone changing it
     /// helps, so the OSC condition says so (other errors are logged and retried).
     fn is_unusable_kubeconfig(&self) -> bool {
-        matches!(self, WatchError::NoKubeconfig(_) | WatchError::Kubeconfig(_))
+        matches!(
+            self,
+            WatchError::NoKubeconfig(_) | WatchError::Kubeconfig(_)
+        )
     }
 }
 
@@ -250,7 +253,8 @@ async fn observe(
 /// Sets the condition to `Unknown` with `message` (the Secret and why it is unusable), unless
 /// it says so already; a failed write is logged and retried the next round.
 async fn report_unusable(client: &Client, namespace: &str, target: &Target, message: &str) {
-    let condition = rollout_status::unusable_kubeconfig(message, target.previous.as_ref(), Utc::now());
+    let condition =
+        rollout_status::unusable_kubeconfig(message, target.previous.as_ref(), Utc::now());
     if target.previous.as_ref() == Some(&condition) {
         return;
     }
@@ -314,9 +318,10 @@ async fn shoot_client(
         .and_then(|d| d.get("kubeconfig"))
         .and_then(|k| String::from_utf8(k.0.clone()).ok())
         .ok_or_else(|| WatchError::NoKubeconfig(secret_key.clone()))?;
-    let endpoint = crate::kubeconfig::shoot_endpoint(&yaml, &format!("Secret {secret_key}"))
-        .map_err(WatchError::Kubeconfig)?;
-    let config = crate::kubeconfig::token_config(&endpoint, token)
+    let origin = format!("Secret {secret_key}");
+    let endpoint =
+        crate::kubeconfig::shoot_endpoint(&yaml, &origin).map_err(WatchError::Kubeconfig)?;
+    let config = crate::kubeconfig::token_config(&endpoint, token, &origin)
         .await
         .map_err(WatchError::Kubeconfig)?;
     crate::kubeconfig::build(config, "operator").map_err(WatchError::Client)
