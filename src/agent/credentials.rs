@@ -300,5 +300,18 @@ mod tests {
                 .as_deref(),
             Some(token.to_str().unwrap())
         );
+        // The rendered kubeconfig passes the component rule and loads.
+        let mut config = NodeAgentConfiguration::default();
+        config.api_server.server = "api.example:6443".into();
+        let ca = rcgen::generate_simple_self_signed(vec!["ca".into()]).unwrap();
+        config.api_server.ca_bundle = Some(k8s_openapi::ByteString(ca.cert.pem().into_bytes()));
+        let loaded = client_config(
+            &Source::TokenFile(token.clone()),
+            &config,
+            &Paths::new(dir.path()),
+        )
+        .await
+        .unwrap();
+        assert_eq!(loaded.cluster_url.host(), Some("api.example"));
     }
 }
