@@ -238,8 +238,6 @@ pub async fn config_from_yaml(yaml: &str) -> Result<kube::Config, KubeconfigErro
 
 #[cfg(test)]
 mod tests {
-    use std::os::unix::fs::PermissionsExt;
-
     use super::*;
     use crate::extension::error::chain;
 
@@ -268,54 +266,6 @@ mod tests {
         let path = dir.join(format!("{name}.kubeconfig"));
         std::fs::write(&path, yaml).unwrap();
         path
-    }
-
-    /// Issue #26 item 1, for component kubeconfigs: kube-rs would run the program of `exec`
-    /// or of a gcp `auth-provider` while building the client.
-    #[tokio::test]
-    async fn a_kubeconfig_that_names_a_program_is_refused_before_the_program_runs() {
-        let dir = tempfile::tempdir().unwrap();
-        let marker = dir.path().join("ran");
-        let program = dir.path().join("credential-helper");
-        std::fs::write(
-            &program,
-            format!("#!/bin/sh\ntouch {}\necho '{{}}'\n", marker.display()),
-        )
-        .unwrap();
-        std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755)).unwrap();
-        let program = program.display();
-        for (name, user, field) in [
-            (
-                "exec",
-                format!(
-                    "    exec:\n      apiVersion: client.authentication.k8s.io/v1\n      command: {program}\n      interactiveMode: Never\n"
-                ),
-                "exec",
-            ),
-            (
-                "gcp",
-                format!(
-                    "    auth-provider:\n      name: gcp\n      config:\n        cmd-path: {program}\n"
-                ),
-                "auth-provider",
-            ),
-        ] {
-            let path = kubeconfig_file(dir.path(), name, &user);
-            let Err(error) = client(Some(&path), "operator").await else {
-                panic!("{name}: the kubeconfig was accepted");
-            };
-            assert_eq!(
-                chain(&error),
-                format!(
-                    "kubeconfig {} is refused: user \"{name}\" sets {field}: only \
-                     client-certificate-data, client-key-data, token, tokenFile, username, \
-                     password are accepted (a kubeconfig may not make this process run a \
-                     program, read a file other than a token file, or act as another user)",
-                    path.display()
-                )
-            );
-            assert!(!marker.exists(), "{name}: the program ran");
-        }
     }
 
     /// Issue #25 item 7: an X.509 v1 client certificate gets one clear message instead of

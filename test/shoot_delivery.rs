@@ -856,18 +856,10 @@ async fn wait_rollout_condition(
 async fn a_generic_token_kubeconfig_that_names_a_program_is_refused_and_runs_nothing() {
     use gardener_extension_node::api::ConditionStatus;
     use gardener_extension_node::controllers::operatingsystemconfig::rollout_status::REASON_KUBECONFIG_UNUSABLE;
-    use std::os::unix::fs::PermissionsExt;
 
     let (env, shoot) = setup().await;
     let dir = tempfile::tempdir().unwrap();
-    let marker = dir.path().join("ran");
-    let program = dir.path().join("credential-helper");
-    std::fs::write(
-        &program,
-        format!("#!/bin/sh\ntouch {}\necho '{{}}'\n", marker.display()),
-    )
-    .unwrap();
-    std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let (program, marker) = support::marker_program(dir.path());
     let mut secret = gardener_extension_node::devenv::apply::generic_token_kubeconfig(
         &env.namespace,
         &shoot.plane.server_url(),
