@@ -114,14 +114,15 @@ pub fn wants_backtrace(debug: bool, rust_lib_backtrace: Option<&std::ffi::OsStr>
 }
 
 /// The text a failed command prints on stderr: `Error: ` and the error with its causes,
-/// `a: b: c`, plus anyhow's report with the backtrace when `backtrace` is set.
+/// `a: b: c` (a cause whose text the error already ends with is not repeated, see
+/// [`crate::extension::error::chain`]), or anyhow's report with the backtrace when
+/// `backtrace` is set.
 pub fn error_report(error: &anyhow::Error, backtrace: bool) -> String {
     if backtrace {
         format!("Error: {error:?}")
     } else {
-        // The causes on one line, each once: a cause whose text its wrapper already shows
-        // (an error that prints its source) is not repeated.
-        format!("Error: {}", crate::extension::error::chain(error.as_ref()))
+        let error: &(dyn std::error::Error + 'static) = error.as_ref();
+        format!("Error: {}", crate::extension::error::chain(error))
     }
 }
 
@@ -147,17 +148,17 @@ mod tests {
         assert!(error_report(&error, true).contains("Caused by:"));
     }
 
+    /// kube-rs's errors embed their cause's text and name it as source too: printed once.
     #[test]
-    fn a_cause_the_wrapper_already_prints_is_not_repeated() {
+    fn a_cause_the_error_already_quotes_is_printed_once() {
         #[derive(Debug, thiserror::Error)]
-        #[error("reading x.yaml: {0}")]
-        struct Read(#[source] std::io::Error);
-        let io = std::io::Error::from(std::io::ErrorKind::NotFound);
-        let text = io.to_string();
-        let error = anyhow::Error::new(Read(io)).context("rendering");
+        #[error("invalid private key: {0}")]
+        struct Quoting(#[source] std::io::Error);
+        let cause = std::io::Error::other("invalid peer certificate");
+        let error = anyhow::Error::from(Quoting(cause)).context("building the API client");
         assert_eq!(
             error_report(&error, false),
-            format!("Error: rendering: reading x.yaml: {text}")
+            "Error: building the API client: invalid private key: invalid peer certificate"
         );
     }
 }

@@ -5,12 +5,26 @@
 //! `gardener-extension-node/<version> (<subcommand>)`: an API server's audit log then tells
 //! the operator's, the agent's and the local environment's requests apart from each other and
 //! from other clients (kube-rs sends no `User-Agent` of its own).
+//!
+//! Every kubeconfig the binary loads is checked by [`rules`] before kube-rs sees it: a
+//! component's own kubeconfig through [`load`] (the operator's `--kubeconfig`/`$KUBECONFIG`,
+//! the agent's credentials, the local environment), a shoot's generic token kubeconfig through
+//! [`shoot_endpoint`] and [`token_config`], which build the client from nothing but the
+//! server, the CA and our token. So no kubeconfig makes this process run a program.
+
+pub mod rules;
+pub mod x509;
 
 use std::path::Path;
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
-use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::config::{
+    AuthInfo, Cluster, Context, KubeConfigOptions, Kubeconfig, NamedAuthInfo, NamedCluster,
+    NamedContext,
+};
+
+pub use rules::{Endpoint, Refused};
 
 /// Errors while loading client configuration.
 #[derive(Debug, thiserror::Error)]
@@ -36,13 +50,23 @@ pub enum KubeconfigError {
         #[source]
         source: kube::config::KubeconfigError,
     },
+    /// The kubeconfig sets fields [`rules`] refuses.
+    #[error("kubeconfig {path} is refused")]
+    Refused {
+        /// The file (or the Secret) it came from.
+        path: String,
+        /// Cause.
+        #[source]
+        source: Refused,
+    },
     /// The client could not be built (TLS set-up).
     #[error("building the API client")]
     Client(#[source] kube::Error),
 }
 
-/// Loads client configuration from `path`, or infers it (in-cluster, then `$KUBECONFIG`)
-/// when `path` is `None`.
+/// Loads client configuration from `path`, or infers it when `path` is `None`: from
+/// `$KUBECONFIG` or `~/.kube/config` when one reads, else in-cluster (as
+/// [`kube::Config::infer`] does). A kubeconfig goes through [`load`].
 pub async fn config(path: Option<&Path>) -> Result<kube::Config, KubeconfigError> {
     match path {
         Some(path) => {
@@ -52,15 +76,101 @@ pub async fn config(path: Option<&Path>) -> Result<kube::Config, KubeconfigError
                     path: display.clone(),
                     source,
                 })?;
-            kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-                .await
-                .map_err(|source| KubeconfigError::Custom {
-                    path: display,
-                    source,
-                })
+            load(kubeconfig, &display).await
         }
-        None => kube::Config::infer().await.map_err(KubeconfigError::Config),
+        None => match Kubeconfig::read() {
+            Ok(kubeconfig) => {
+                let mut config = load(kubeconfig, &inferred_path()).await?;
+                config.apply_debug_overrides();
+                Ok(config)
+            }
+            // No readable kubeconfig: infer falls back to in-cluster, and reports both causes
+            // when that fails too.
+            Err(_) => kube::Config::infer().await.map_err(KubeconfigError::Config),
+        },
     }
+}
+
+/// How [`config`] names an inferred kubeconfig in errors.
+fn inferred_path() -> String {
+    std::env::var("KUBECONFIG")
+        .ok()
+        .filter(|value| !value.is_empty())
+        .unwrap_or_else(|| "~/.kube/config".into())
+}
+
+/// Client configuration from a component's own kubeconfig (read from `path`, which errors
+/// name), after [`rules::check_component`].
+pub async fn load(kubeconfig: Kubeconfig, path: &str) -> Result<kube::Config, KubeconfigError> {
+    rules::check_component(&kubeconfig).map_err(|source| KubeconfigError::Refused {
+        path: path.to_string(),
+        source,
+    })?;
+    kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .map_err(|source| KubeconfigError::Custom {
+            path: path.to_string(),
+            source,
+        })
+}
+
+/// The server and CA of a shoot's generic token kubeconfig (`yaml`, from `path`, which errors
+/// name), after [`rules::shoot_endpoint`].
+pub fn shoot_endpoint(yaml: &str, path: &str) -> Result<Endpoint, KubeconfigError> {
+    let kubeconfig = Kubeconfig::from_yaml(yaml).map_err(|source| KubeconfigError::Read {
+        path: path.to_string(),
+        source,
+    })?;
+    rules::shoot_endpoint(&kubeconfig).map_err(|source| KubeconfigError::Refused {
+        path: path.to_string(),
+        source,
+    })
+}
+
+/// Client configuration for exactly `endpoint` with the bearer token `token`: nothing else of
+/// the kubeconfig `endpoint` came from (`path`, which errors name) reaches the client.
+pub async fn token_config(
+    endpoint: &Endpoint,
+    token: &str,
+    path: &str,
+) -> Result<kube::Config, KubeconfigError> {
+    const NAME: &str = "shoot";
+    let kubeconfig = Kubeconfig {
+        clusters: vec![NamedCluster {
+            name: NAME.into(),
+            cluster: Some(Cluster {
+                server: Some(endpoint.server.clone()),
+                certificate_authority_data: Some(endpoint.certificate_authority_data.clone()),
+                ..Cluster::default()
+            }),
+            ..NamedCluster::default()
+        }],
+        auth_infos: vec![NamedAuthInfo {
+            name: NAME.into(),
+            auth_info: Some(AuthInfo {
+                token: Some(token.to_string().into()),
+                ..AuthInfo::default()
+            }),
+            ..NamedAuthInfo::default()
+        }],
+        contexts: vec![NamedContext {
+            name: NAME.into(),
+            context: Some(Context {
+                cluster: NAME.into(),
+                user: Some(NAME.into()),
+                ..Context::default()
+            }),
+            ..NamedContext::default()
+        }],
+        current_context: Some(NAME.into()),
+        ..Kubeconfig::default()
+    };
+    kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .map_err(|source| KubeconfigError::Custom {
+            path: path.to_string(),
+            source,
+        })
 }
 
 /// Builds a client for `subcommand` (see [`build`]); the configuration as [`config`] loads it.
@@ -116,23 +226,20 @@ pub fn render_token_kubeconfig(server: &str, ca_pem: &str, token: &str) -> Strin
     )
 }
 
-/// Parses a rendered kubeconfig into a client configuration.
+/// Parses a rendered kubeconfig into a client configuration (through [`load`]).
 pub async fn config_from_yaml(yaml: &str) -> Result<kube::Config, KubeconfigError> {
+    let path = "<inline>";
     let kubeconfig = Kubeconfig::from_yaml(yaml).map_err(|source| KubeconfigError::Read {
-        path: "<inline>".into(),
+        path: path.into(),
         source,
     })?;
-    kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-        .await
-        .map_err(|source| KubeconfigError::Custom {
-            path: "<inline>".into(),
-            source,
-        })
+    load(kubeconfig, path).await
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::extension::error::chain;
 
     #[test]
     fn the_user_agent_names_version_and_subcommand() {
@@ -144,5 +251,75 @@ mod tests {
             )
         );
         assert!(http::HeaderValue::from_str(&user_agent("local-env")).is_ok());
+    }
+
+    /// A kubeconfig file in `dir` whose user `name` has the fields `user` (YAML, indented as
+    /// user fields); its CA is a fresh self-signed certificate.
+    fn kubeconfig_file(dir: &Path, name: &str, user: &str) -> std::path::PathBuf {
+        let ca = rcgen::generate_simple_self_signed(vec!["ca".into()]).unwrap();
+        let yaml = format!(
+            "apiVersion: v1\nkind: Config\ncurrent-context: c\nclusters:\n- name: c\n  cluster:\n    \
+             server: https://127.0.0.1:1\n    certificate-authority-data: {}\ncontexts:\n- name: c\n  \
+             context:\n    cluster: c\n    user: {name}\nusers:\n- name: {name}\n  user:\n{user}",
+            STANDARD.encode(ca.cert.pem())
+        );
+        let path = dir.join(format!("{name}.kubeconfig"));
+        std::fs::write(&path, yaml).unwrap();
+        path
+    }
+
+    /// Issue #25 item 7: an X.509 v1 client certificate gets one clear message instead of
+    /// rustls's `UnsupportedCertVersion`, three times over.
+    #[tokio::test]
+    async fn an_x509_v1_client_certificate_is_named_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let certificate = include_str!("../test/fixtures/kubeconfig/x509-v1-client.crt");
+        // Any key does: rustls looks at the certificate's version before comparing keys.
+        let key = rcgen::KeyPair::generate().unwrap().serialize_pem();
+        let user = format!(
+            "    client-certificate-data: {}\n    client-key-data: {}\n",
+            STANDARD.encode(certificate),
+            STANDARD.encode(key)
+        );
+        let path = kubeconfig_file(dir.path(), "v1-client", &user);
+        let Err(error) = client(Some(&path), "operator").await else {
+            panic!("the kubeconfig was accepted");
+        };
+        let expected = format!(
+            "kubeconfig {} is refused: client certificate of kubeconfig user \"v1-client\" is \
+             X.509 v1; rustls accepts only v3 certificates: re-issue it as v3",
+            path.display()
+        );
+        assert_eq!(chain(&error), expected);
+        assert_eq!(
+            crate::cli::error_report(&anyhow::Error::from(error), false),
+            format!("Error: {expected}")
+        );
+    }
+
+    #[tokio::test]
+    async fn a_shoot_client_gets_server_ca_and_token_only() {
+        let ca = rcgen::generate_simple_self_signed(vec!["ca".into()]).unwrap();
+        let endpoint = Endpoint {
+            server: "https://api.shoot.example:6443".into(),
+            certificate_authority_data: STANDARD.encode(ca.cert.pem()),
+        };
+        let config = token_config(&endpoint, "the-token", "Secret ns/name")
+            .await
+            .unwrap();
+        assert_eq!(config.cluster_url.host(), Some("api.shoot.example"));
+        assert_eq!(config.cluster_url.port_u16(), Some(6443));
+        assert_eq!(config.root_cert.as_ref().map(Vec::len), Some(1));
+        assert!(!config.accept_invalid_certs);
+        assert_eq!(config.proxy_url, None);
+        let auth = serde_json::to_value(&config.auth_info).unwrap();
+        let fields: Vec<&str> = auth
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        assert_eq!(fields, ["token"]);
+        assert_eq!(auth["token"], "the-token");
     }
 }

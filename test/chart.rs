@@ -982,7 +982,8 @@ async fn wait_policy_in_force(client: &Client) {
         dry_run: true,
         ..Default::default()
     };
-    let secret: Secret = serde_json::from_value(Object::Secret.body("probe")).unwrap();
+    let secret: Secret =
+        serde_json::from_value(Object::Secret.body("probe", "kube-system")).unwrap();
     wait_for(
         "the admission policy in force",
         Duration::from_secs(30),
@@ -1029,6 +1030,9 @@ enum Object {
     ConfigMap,
     Lease,
     Worker,
+    MachineDeployment,
+    MachineClass,
+    Event,
 }
 
 impl Object {
@@ -1045,6 +1049,19 @@ impl Object {
             Object::ConfigMap => ("", "v1", "ConfigMap", "configmaps"),
             Object::Lease => ("coordination.k8s.io", "v1", "Lease", "leases"),
             Object::Worker => ("extensions.gardener.cloud", "v1alpha1", "Worker", "workers"),
+            Object::MachineDeployment => (
+                "machine.sapcloud.io",
+                "v1alpha1",
+                "MachineDeployment",
+                "machinedeployments",
+            ),
+            Object::MachineClass => (
+                "machine.sapcloud.io",
+                "v1alpha1",
+                "MachineClass",
+                "machineclasses",
+            ),
+            Object::Event => ("events.k8s.io", "v1", "Event", "events"),
         };
         kube::discovery::ApiResource {
             group: group.into(),
@@ -1059,13 +1076,13 @@ impl Object {
         }
     }
 
-    /// A minimal valid object of this resource (for create).
-    fn body(self, name: &str) -> Value {
+    /// A minimal valid object of this resource in `namespace` (for create).
+    fn body(self, name: &str, namespace: &str) -> Value {
         let resource = self.api_resource();
         let mut object = json!({
             "apiVersion": resource.api_version,
             "kind": resource.kind,
-            "metadata": {"name": name},
+            "metadata": {"name": name, "namespace": namespace},
         });
         match self {
             Object::Secret | Object::ConfigMap => object["data"] = json!({}),
@@ -1081,8 +1098,27 @@ impl Object {
                     }
                 })
             }
-            // Never created by a row; the operator watches Workers in every namespace.
-            Object::Worker => unreachable!("the access table only reads Workers"),
+            Object::MachineDeployment => object["spec"] = json!({"template": {}}),
+            Object::MachineClass => object["providerSpec"] = json!({}),
+            // As the operator reports on a Worker.
+            Object::Event => {
+                for (field, value) in [
+                    ("eventTime", "2026-12-01T10:00:00.000000Z"),
+                    ("reportingController", "gardener-extension-node"),
+                    ("reportingInstance", "test"),
+                    ("action", "Reconcile"),
+                    ("reason", "Reconciled"),
+                    ("type", "Normal"),
+                ] {
+                    object[field] = json!(value);
+                }
+                object["regarding"] = json!({
+                    "apiVersion": "extensions.gardener.cloud/v1alpha1", "kind": "Worker",
+                    "name": "worker", "namespace": namespace,
+                });
+            }
+            // Never created by a row (the test creates one Worker itself, as the admin).
+            Object::Worker => unreachable!("the access table creates no Worker"),
         }
         object
     }
@@ -1096,6 +1132,8 @@ enum Verb {
     Create,
     /// A merge patch: `spec.replicas` for Deployments (what scaling sends), a label otherwise.
     Patch,
+    /// A merge patch of the `status` subresource (what a reconcile's status update sends).
+    PatchStatus,
     Delete,
 }
 
@@ -1157,9 +1195,12 @@ const MCM: &str = "machine-controller-manager";
 /// What each request of the chart's ServiceAccount may do; rows run in order (creates before
 /// the gets, patches and deletes of the same object).
 const ACCESS: &[Row] = {
-    use Object::{ConfigMap, Deployment, Lease, ManagedResource, Secret, Worker};
+    use Object::{
+        ConfigMap, Deployment, Event, Lease, MachineClass, MachineDeployment, ManagedResource,
+        Secret, Worker,
+    };
     use Outcome::{Allowed, DeniedByPolicy, DeniedByRbac};
-    use Verb::{Create, Delete, Get, List, Patch};
+    use Verb::{Create, Delete, Get, List, Patch, PatchStatus};
     use Where::{KubeSystem, Other, Release, Shoot};
     use Who::{Admin, GvisorOnly, Operator};
     const HEARTBEAT: &str = "gardener-extension-heartbeat";
@@ -1173,6 +1214,63 @@ const ACCESS: &[Row] = {
         row(Operator, Create, Deployment, Shoot, "new", DeniedByRbac),
         row(Operator, Delete, Deployment, Shoot, MCM, DeniedByRbac),
         row(GvisorOnly, Patch, Deployment, Shoot, MCM, DeniedByRbac),
+        // ... and only in shoot namespaces (issue #26 item 10: RBAC alone allowed these).
+        row(Operator, Patch, Deployment, KubeSystem, MCM, DeniedByPolicy),
+        row(Operator, Patch, Deployment, Other, MCM, DeniedByPolicy),
+        // Machine objects: in shoot namespaces only.
+        row(
+            Operator,
+            Create,
+            MachineDeployment,
+            Shoot,
+            "written",
+            Allowed,
+        ),
+        row(
+            Operator,
+            Create,
+            MachineDeployment,
+            KubeSystem,
+            "written",
+            DeniedByPolicy,
+        ),
+        row(Operator, Create, MachineClass, Shoot, "written", Allowed),
+        row(
+            Operator,
+            Create,
+            MachineClass,
+            Other,
+            "written",
+            DeniedByPolicy,
+        ),
+        row(
+            GvisorOnly,
+            Create,
+            MachineDeployment,
+            Shoot,
+            "gvisor",
+            DeniedByRbac,
+        ),
+        // Events: on the extension objects in shoot namespaces, nowhere else.
+        row(Operator, Create, Event, Shoot, "written", Allowed),
+        row(
+            Operator,
+            Create,
+            Event,
+            KubeSystem,
+            "written",
+            DeniedByPolicy,
+        ),
+        // Extension objects and their status: not outside shoot namespaces either.
+        row(Operator, Patch, Worker, Other, "worker", DeniedByPolicy),
+        row(
+            Operator,
+            PatchStatus,
+            Worker,
+            Other,
+            "worker",
+            DeniedByPolicy,
+        ),
         // Secrets: written in shoot namespaces (and the release namespace) only.
         row(Operator, Create, Secret, Shoot, "written", Allowed),
         row(Operator, Get, Secret, Shoot, "written", Allowed),
@@ -1263,7 +1361,7 @@ async fn send(client: &Client, namespace: &str, row: &Row) -> Result<(), kube::E
         Verb::Create => api
             .create(
                 &PostParams::default(),
-                &serde_json::from_value(row.object.body(row.name)).unwrap(),
+                &serde_json::from_value(row.object.body(row.name, namespace)).unwrap(),
             )
             .await
             .map(drop),
@@ -1276,6 +1374,14 @@ async fn send(client: &Client, namespace: &str, row: &Row) -> Result<(), kube::E
                 .await
                 .map(drop)
         }
+        Verb::PatchStatus => api
+            .patch_status(
+                row.name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": {"observedGeneration": 1}})),
+            )
+            .await
+            .map(drop),
         Verb::Delete => api
             .delete(row.name, &DeleteParams::default())
             .await
@@ -1315,10 +1421,22 @@ async fn rbac_and_admission_policy_allow_and_deny_row_by_row() {
         fixtures::mcm_deployment_json(&shoot.namespace, 1),
     )
     .await;
-    let mut other_deployment = Object::Deployment.body("other");
-    other_deployment["metadata"]["namespace"] = json!(shoot.namespace);
+    let other_deployment = Object::Deployment.body("other", &shoot.namespace);
     create::<Deployment>(admin, &shoot.namespace, other_deployment).await;
-    create::<Secret>(admin, &other, Object::Secret.body("existing")).await;
+    // machine-controller-manager outside shoot namespaces, and a Worker of a type no operator
+    // serves: the policy must stop writes to both.
+    for namespace in ["kube-system", other.as_str()] {
+        create::<Deployment>(
+            admin,
+            namespace,
+            fixtures::mcm_deployment_json(namespace, 1),
+        )
+        .await;
+    }
+    let mut worker = fixtures::worker_json(&other);
+    worker["spec"]["type"] = json!("unserved");
+    create::<Worker>(admin, &other, worker).await;
+    create::<Secret>(admin, &other, Object::Secret.body("existing", &other)).await;
     let managed_resources: Api<DynamicObject> = Api::namespaced_with(
         admin.clone(),
         &other,
@@ -1327,7 +1445,7 @@ async fn rbac_and_admission_policy_allow_and_deny_row_by_row() {
     managed_resources
         .create(
             &PostParams::default(),
-            &serde_json::from_value(Object::ManagedResource.body("existing")).unwrap(),
+            &serde_json::from_value(Object::ManagedResource.body("existing", &other)).unwrap(),
         )
         .await
         .unwrap();

@@ -1,6 +1,7 @@
 //! The command line as a user meets it: error reports without backtraces, a closed stdout,
-//! plain logs into a pipe, a taken HTTP port, and `render` on files of the wrong kind, with
-//! several documents or with a `List`. Runs the real binary; no cluster.
+//! plain logs into a pipe, a taken HTTP port, a kubeconfig that names a program, and `render`
+//! on files of the wrong kind, with several documents or with a `List`. Runs the real binary;
+//! no cluster.
 
 #![allow(clippy::unwrap_used, clippy::panic)] // test crate: failing loudly is the point
 
@@ -27,6 +28,19 @@ fn run(args: &[&str], env: &[(&str, &str)]) -> Output {
         command.env(key, value);
     }
     command.output().unwrap()
+}
+
+/// The operator with `kubeconfig`, on a free HTTP port.
+fn run_operator(kubeconfig: &std::path::Path) -> Output {
+    let kubeconfig = kubeconfig.to_str().unwrap();
+    let args = [
+        "operator",
+        "--kubeconfig",
+        kubeconfig,
+        "--http-bind-address",
+        "127.0.0.1:0",
+    ];
+    run(&args, &[])
 }
 
 fn stderr(output: &Output) -> String {
@@ -95,16 +109,7 @@ fn logs_into_a_pipe_have_no_colour_codes() {
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = dir.path().join("kubeconfig");
     std::fs::write(&kubeconfig, "apiVersion: v1\nkind: Config\n").unwrap();
-    let output = run(
-        &[
-            "operator",
-            "--kubeconfig",
-            kubeconfig.to_str().unwrap(),
-            "--http-bind-address",
-            "127.0.0.1:0",
-        ],
-        &[],
-    );
+    let output = run_operator(&kubeconfig);
     let text = stderr(&output);
     assert!(text.contains("INFO"), "a log line was expected: {text}");
     assert!(!text.contains('\u{1b}'), "{text:?}");
@@ -137,8 +142,57 @@ fn a_taken_http_port_stops_the_operator_at_once() {
         "{text}"
     );
     assert!(text.contains("--http-bind-address"), "{text}");
-    // Nothing else started: not even the kubeconfig was read.
-    assert!(!text.contains("kubeconfig"), "{text}");
+    // Nothing else started: not even the kubeconfig was read (an error would name it; the
+    // holder's command line, which the message quotes, may contain "kubeconfig" itself).
+    assert!(!text.contains("/nonexistent/kubeconfig"), "{text}");
+}
+
+/// Issue #26 item 1, for the operator's own kubeconfig: one whose user names a program
+/// (`exec`, or a gcp `auth-provider` with `cmd-path`) stops the operator with an error naming
+/// the file, the user and the field, and the program never runs (kube-rs would run it while
+/// building the client).
+#[test]
+fn a_kubeconfig_that_names_a_program_stops_the_operator_before_the_program_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let (program, marker) = support::marker_program(dir.path());
+    let program = program.display();
+    for (user, field) in [
+        (
+            format!(
+                "    exec:\n      apiVersion: client.authentication.k8s.io/v1\n      command: {program}\n      interactiveMode: Never\n"
+            ),
+            "exec",
+        ),
+        (
+            format!(
+                "    auth-provider:\n      name: gcp\n      config:\n        cmd-path: {program}\n"
+            ),
+            "auth-provider",
+        ),
+    ] {
+        let kubeconfig = dir.path().join(format!("{field}.kubeconfig"));
+        std::fs::write(
+            &kubeconfig,
+            format!(
+                "apiVersion: v1\nkind: Config\ncurrent-context: c\nclusters:\n- name: c\n  cluster:\n    \
+                 server: https://127.0.0.1:1\ncontexts:\n- name: c\n  context:\n    cluster: c\n    \
+                 user: seed\nusers:\n- name: seed\n  user:\n{user}"
+            ),
+        )
+        .unwrap();
+        let output = run_operator(&kubeconfig);
+        assert_eq!(output.status.code(), Some(1), "{field}");
+        let text = stderr(&output);
+        assert!(
+            text.contains(&format!(
+                "kubeconfig {} is refused: user \"seed\" sets {field}: only client-certificate-data, \
+                 client-key-data, token, tokenFile, username, password are accepted",
+                kubeconfig.display()
+            )),
+            "{text}"
+        );
+        assert!(!marker.exists(), "{field}: the program ran");
+    }
 }
 
 #[test]

@@ -17,6 +17,8 @@
 //!   `shoot-gardener-node-agent` and ours, in both orders of appearance: no origin flip for
 //!   3 minutes with GRM re-applying every 15 s, the Secret's uid never changes, and deleting
 //!   either ManagedResource never deletes the Secret while the other owns it.
+//! - The OSC condition `NodeAgentRollout`, read through GRM's shoot token; a generic token
+//!   kubeconfig Secret that names a program is refused without running it.
 //!
 //! gardenlet itself does not run here: its ManagedResource is written the way gardenlet
 //! writes it (name, `origin=gardener`, manifest secret), and its operation annotations come
@@ -679,9 +681,7 @@ async fn node_agent_secret_is_left_to_gardenlet_and_taken_over_when_it_goes() {
 #[tokio::test]
 async fn the_osc_condition_counts_the_pools_nodes_on_the_shipped_checksum() {
     use gardener_extension_node::api::ConditionStatus;
-    use gardener_extension_node::controllers::operatingsystemconfig::rollout_status::{
-        self, CONDITION_TYPE,
-    };
+    use gardener_extension_node::controllers::operatingsystemconfig::rollout_status;
     use k8s_openapi::api::core::v1::Node;
 
     let (env, shoot) = setup().await;
@@ -737,30 +737,7 @@ async fn the_osc_condition_counts_the_pools_nodes_on_the_shipped_checksum() {
     let wait_condition = |status: ConditionStatus, needle: String| {
         let oscs = oscs.clone();
         let name = name.clone();
-        async move {
-            wait_for(
-                &format!("{CONDITION_TYPE} {status:?} with {needle:?}"),
-                WAIT,
-                || async {
-                    let osc = oscs.get(&name).await.map_err(|e| e.to_string())?;
-                    let condition = osc
-                        .status
-                        .and_then(|s| {
-                            s.default
-                                .conditions
-                                .into_iter()
-                                .find(|c| c.type_ == CONDITION_TYPE)
-                        })
-                        .ok_or("no condition yet")?;
-                    if condition.status == status && condition.message.contains(&needle) {
-                        Ok(condition)
-                    } else {
-                        Err(format!("{condition:?}"))
-                    }
-                },
-            )
-            .await
-        }
+        async move { wait_rollout_condition(&oscs, &name, status, &needle, || ()).await }
     };
     // One of two nodes on the shipped configuration.
     report([("node-a", checksum.clone()), ("node-b", "older".into())]).await;
@@ -833,6 +810,124 @@ async fn the_osc_condition_counts_the_pools_nodes_on_the_shipped_checksum() {
             .unwrap()
             .is_some()
     );
+}
+
+/// Waits until the OSC `name` has the `NodeAgentRollout` condition with `status` and a message
+/// containing `needle`; runs `also` (an assertion) on every look.
+async fn wait_rollout_condition(
+    oscs: &Api<OperatingSystemConfig>,
+    name: &str,
+    status: gardener_extension_node::api::ConditionStatus,
+    needle: &str,
+    also: impl Fn(),
+) -> gardener_extension_node::api::common::Condition {
+    use gardener_extension_node::controllers::operatingsystemconfig::rollout_status::CONDITION_TYPE;
+    wait_for(
+        &format!("{CONDITION_TYPE} {status:?} with {needle:?}"),
+        WAIT,
+        || async {
+            also();
+            let osc = oscs.get(name).await.map_err(|e| e.to_string())?;
+            let condition = osc
+                .status
+                .and_then(|s| {
+                    s.default
+                        .conditions
+                        .into_iter()
+                        .find(|c| c.type_ == CONDITION_TYPE)
+                })
+                .ok_or("no condition yet")?;
+            if condition.status == status && condition.message.contains(needle) {
+                Ok(condition)
+            } else {
+                Err(format!("{condition:?}"))
+            }
+        },
+    )
+    .await
+}
+
+/// Issue #26 item 1: a generic token kubeconfig Secret whose user names a program
+/// (`auth-provider` gcp with `cmd-path`, and `exec`) is refused. The program never runs (it
+/// would leave a marker file; the operator runs on this machine), the OSC condition turns
+/// `Unknown` naming the Secret and the refused fields, and once the Secret is fixed the
+/// rollout is reported again.
+#[tokio::test]
+async fn a_generic_token_kubeconfig_that_names_a_program_is_refused_and_runs_nothing() {
+    use gardener_extension_node::api::ConditionStatus;
+    use gardener_extension_node::controllers::operatingsystemconfig::rollout_status::REASON_KUBECONFIG_UNUSABLE;
+
+    let (env, shoot) = setup().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (program, marker) = support::marker_program(dir.path());
+    let mut secret = gardener_extension_node::devenv::apply::generic_token_kubeconfig(
+        &env.namespace,
+        &shoot.plane.server_url(),
+        shoot.plane.ca_pem(),
+    );
+    let good = secret["stringData"]["kubeconfig"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let program = program.display();
+    let hostile = good.replacen(
+        "  user:\n",
+        &format!(
+            "  user:\n    auth-provider:\n      name: gcp\n      config:\n        cmd-path: {program}\n    \
+             exec:\n      apiVersion: client.authentication.k8s.io/v1\n      command: {program}\n      \
+             interactiveMode: Never\n"
+        ),
+        1,
+    );
+    assert_ne!(hostile, good);
+    secret["stringData"]["kubeconfig"] = json!(hostile);
+    let secrets = api::<Secret>(&env.client, &env.namespace);
+    secrets
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(secret).unwrap(),
+        )
+        .await
+        .unwrap();
+    let oscs = api::<OperatingSystemConfig>(&env.client, &env.namespace);
+    let name = create_reconcile_osc(&env).await;
+    wait_ready(&oscs, &name, LastOperationType::Create).await;
+
+    let nothing_ran = || {
+        assert!(
+            !marker.exists(),
+            "the operator ran the kubeconfig's program"
+        )
+    };
+    let needle = format!(
+        "kubeconfig Secret {}/generic-token-kubeconfig is refused: user \"node-agent\" sets \
+         auth-provider, exec: only token, tokenFile are accepted",
+        env.namespace
+    );
+    let refused =
+        wait_rollout_condition(&oscs, &name, ConditionStatus::Unknown, &needle, nothing_ran).await;
+    assert_eq!(refused.reason, REASON_KUBECONFIG_UNUSABLE);
+    // Two more rounds of the watch (every 10 s): still nothing ran.
+    tokio::time::sleep(Duration::from_secs(25)).await;
+    nothing_ran();
+
+    // Fixed by whoever owns the Secret: the rollout is reported again (no Nodes: 0/0).
+    secrets
+        .patch(
+            "generic-token-kubeconfig",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"stringData": {"kubeconfig": good}})),
+        )
+        .await
+        .unwrap();
+    wait_rollout_condition(
+        &oscs,
+        &name,
+        ConditionStatus::True,
+        "0/0 nodes",
+        nothing_ran,
+    )
+    .await;
 }
 
 /// The `checksum/data-script` of the node-agent Secret in the shoot.

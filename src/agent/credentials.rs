@@ -11,6 +11,11 @@
 //!    `apiServer.caBundle` or `<config-dir>/cluster-ca.crt`. The file is re-read while the
 //!    agent runs, so a token rotated by the token sync takes effect without a restart.
 //!
+//! Whichever it is, the kubeconfig goes through [`crate::kubeconfig::load`]: its users may
+//! authenticate with embedded client certificate and key, a token, a token file or user name
+//! and password, never with a program (`exec`, `auth-provider`), certificate files or
+//! impersonation — gardener-node-agent's own rule for its kubeconfig.
+//!
 //! Not supported: the bootstrap-token → CertificateSigningRequest flow gardener-node-agent
 //! runs on first boot (`credentials/bootstrap-token`; see
 //! `docs/agent.md#bootstrap-and-client-certificates`). A node that only has a bootstrap token
@@ -20,9 +25,10 @@
 use std::path::{Path, PathBuf};
 
 use base64::Engine;
-use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::config::Kubeconfig;
 
 use crate::api::nodeagent::NodeAgentConfiguration;
+use crate::kubeconfig::KubeconfigError;
 
 use super::paths::Paths;
 
@@ -65,15 +71,9 @@ pub enum CredentialsError {
         #[source]
         source: std::io::Error,
     },
-    /// The kubeconfig does not load.
-    #[error("loading kubeconfig {path}")]
-    Kubeconfig {
-        /// The file.
-        path: String,
-        /// Cause.
-        #[source]
-        source: kube::config::KubeconfigError,
-    },
+    /// The kubeconfig does not load, or is refused.
+    #[error("loading the credentials")]
+    Kubeconfig(#[source] crate::kubeconfig::KubeconfigError),
 }
 
 /// Chooses the credentials by the precedence in the module docs; `exists` tells which files
@@ -140,11 +140,12 @@ pub async fn client_config(
     let (kubeconfig, path) = match source {
         Source::Kubeconfig(path) => {
             let display = path.display().to_string();
-            let kubeconfig =
-                Kubeconfig::read_from(path).map_err(|source| CredentialsError::Kubeconfig {
+            let kubeconfig = Kubeconfig::read_from(path).map_err(|source| {
+                CredentialsError::Kubeconfig(KubeconfigError::Read {
                     path: display.clone(),
                     source,
-                })?;
+                })
+            })?;
             (kubeconfig, display)
         }
         Source::TokenFile(token) => {
@@ -154,17 +155,18 @@ pub async fn client_config(
             let ca = ca_bundle(config, paths)?;
             let yaml = token_kubeconfig(&config.api_server.server, ca.as_deref(), token);
             let display = token.display().to_string();
-            let kubeconfig =
-                Kubeconfig::from_yaml(&yaml).map_err(|source| CredentialsError::Kubeconfig {
+            let kubeconfig = Kubeconfig::from_yaml(&yaml).map_err(|source| {
+                CredentialsError::Kubeconfig(KubeconfigError::Read {
                     path: display.clone(),
                     source,
-                })?;
+                })
+            })?;
             (kubeconfig, display)
         }
     };
-    kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+    crate::kubeconfig::load(kubeconfig, &path)
         .await
-        .map_err(|source| CredentialsError::Kubeconfig { path, source })
+        .map_err(CredentialsError::Kubeconfig)
 }
 
 /// The API server CA: `apiServer.caFile`, else `apiServer.caBundle`, else `cluster-ca.crt`.
@@ -246,6 +248,38 @@ mod tests {
         ));
     }
 
+    /// Issue #26 item 1, on the node: a kubeconfig that names a program is refused before
+    /// anything could run it.
+    #[tokio::test]
+    async fn a_kubeconfig_with_a_program_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("kubeconfig");
+        std::fs::write(
+            &path,
+            "apiVersion: v1\nkind: Config\ncurrent-context: c\nclusters:\n- name: c\n  cluster:\n    \
+             server: https://127.0.0.1:1\ncontexts:\n- name: c\n  context:\n    cluster: c\n    \
+             user: node-agent\nusers:\n- name: node-agent\n  user:\n    exec:\n      \
+             apiVersion: client.authentication.k8s.io/v1\n      command: /bin/true\n",
+        )
+        .unwrap();
+        let paths = Paths::new(dir.path());
+        let error = client_config(
+            &Source::Kubeconfig(path.clone()),
+            &NodeAgentConfiguration::default(),
+            &paths,
+        )
+        .await
+        .unwrap_err();
+        let text = crate::agent::error_chain(&error);
+        assert!(
+            text.contains(&format!(
+                "kubeconfig {} is refused: user \"node-agent\" sets exec",
+                path.display()
+            )),
+            "{text}"
+        );
+    }
+
     #[tokio::test]
     async fn token_file_kubeconfig_loads() {
         let dir = tempfile::tempdir().unwrap();
@@ -266,5 +300,18 @@ mod tests {
                 .as_deref(),
             Some(token.to_str().unwrap())
         );
+        // The rendered kubeconfig passes the component rule and loads.
+        let mut config = NodeAgentConfiguration::default();
+        config.api_server.server = "api.example:6443".into();
+        let ca = rcgen::generate_simple_self_signed(vec!["ca".into()]).unwrap();
+        config.api_server.ca_bundle = Some(k8s_openapi::ByteString(ca.cert.pem().into_bytes()));
+        let loaded = client_config(
+            &Source::TokenFile(token.clone()),
+            &config,
+            &Paths::new(dir.path()),
+        )
+        .await
+        .unwrap();
+        assert_eq!(loaded.cluster_url.host(), Some("api.example"));
     }
 }

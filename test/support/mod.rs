@@ -269,3 +269,20 @@ where
         }
     }
 }
+
+/// A shell script in `dir` that leaves the file `ran` next to it when it runs (and prints
+/// `{}`): put where a kubeconfig names a program, it shows whether the program ran. Returns
+/// the script's path and the marker's.
+pub fn marker_program(dir: &Path) -> (PathBuf, PathBuf) {
+    use std::os::unix::fs::PermissionsExt;
+    let marker = dir.join("ran");
+    let program = dir.join("credential-helper");
+    std::fs::write(
+        &program,
+        format!("#!/bin/sh\ntouch {}\necho '{{}}'\n", marker.display()),
+    )
+    .expect("program written");
+    std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755))
+        .expect("program made executable");
+    (program, marker)
+}

@@ -12,6 +12,8 @@
 //!   naming the stopped nodes (an error an operator has to act on: fix the OSC, or resume the
 //!   node). gardenlet ignores condition types it does not know, so the condition informs
 //!   without changing how gardenlet treats the OSC;
+//! - [`unusable_kubeconfig`]: `Unknown`/[`REASON_KUBECONFIG_UNUSABLE`] while the shoot's
+//!   generic token kubeconfig Secret is missing or refused, so the nodes cannot be looked at;
 //! - [`access_secret`] and [`rbac_manifests`]: a shoot access Secret per OSC key for
 //!   gardener-resource-manager's token requestor (the way extensions get a shoot token), and
 //!   the ClusterRole/ClusterRoleBinding that let its ServiceAccount list Nodes, shipped in
@@ -30,6 +32,8 @@ use crate::api::constants::LABEL_WORKER_POOL;
 
 /// The OSC condition type.
 pub const CONDITION_TYPE: &str = "NodeAgentRollout";
+/// The condition's reason while the generic token kubeconfig cannot be used.
+pub const REASON_KUBECONFIG_UNUSABLE: &str = "GenericKubeconfigUnusable";
 pub use crate::api::constants::NODE_CONDITION_DISRUPTIVE_ROLLOUT as NODE_CONDITION_ROLLOUT;
 use crate::api::constants::{ANNOTATION_NODE_CHECKSUM, LABEL_NODE_AGENT_SECRET_NAME};
 /// Annotation on the access Secret: the checksum of the node-agent secret we shipped.
@@ -148,6 +152,35 @@ pub fn condition(
     } else {
         (ConditionStatus::Progressing, "RolloutProgressing", counts)
     };
+    with_times(status, reason, message, previous, now)
+}
+
+/// The OSC condition while the nodes cannot be looked at because the shoot's generic token
+/// kubeconfig is unusable; `message` names the Secret and the reason.
+pub fn unusable_kubeconfig(
+    message: &str,
+    previous: Option<&Condition>,
+    now: DateTime<Utc>,
+) -> Condition {
+    with_times(
+        ConditionStatus::Unknown,
+        REASON_KUBECONFIG_UNUSABLE,
+        message.to_string(),
+        previous,
+        now,
+    )
+}
+
+/// Our condition with `status`, `reason` and `message`; keeps `previous`'s transition time
+/// while the status stays and its update time while reason and message stay, as Gardener's
+/// condition helpers do.
+fn with_times(
+    status: ConditionStatus,
+    reason: &str,
+    message: String,
+    previous: Option<&Condition>,
+    now: DateTime<Utc>,
+) -> Condition {
     let same_status = previous.is_some_and(|p| p.status == status);
     let same_text =
         previous.is_some_and(|p| same_status && p.reason == reason && p.message == message);
@@ -357,6 +390,29 @@ mod tests {
         );
         assert_eq!(later.last_transition_time, now());
         assert_eq!(later.last_update_time, now());
+    }
+
+    #[test]
+    fn an_unusable_kubeconfig_makes_the_condition_unknown_until_it_is_fixed() {
+        let nodes = [node("a", "pool", Some("new"), None)];
+        let earlier: DateTime<Utc> = "2026-12-01T09:00:00Z".parse().unwrap();
+        let complete = condition(&summarize(&nodes, "pool", "k", "new"), "new", None, earlier);
+        let message = "kubeconfig Secret ns/generic-token-kubeconfig is refused: …";
+        let unknown = unusable_kubeconfig(message, Some(&complete), now());
+        assert_eq!(unknown.status, ConditionStatus::Unknown);
+        assert_eq!(unknown.reason, REASON_KUBECONFIG_UNUSABLE);
+        assert_eq!(unknown.message, message);
+        assert_eq!(unknown.last_transition_time, now());
+        assert!(
+            !is_complete(Some(&unknown), "new"),
+            "the watch keeps looking"
+        );
+        let again = unusable_kubeconfig(
+            message,
+            Some(&unknown),
+            now() + chrono::Duration::seconds(10),
+        );
+        assert_eq!(again, unknown, "the same text: no write");
     }
 
     #[test]

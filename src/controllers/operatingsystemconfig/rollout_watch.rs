@@ -7,6 +7,10 @@
 //! pool, the shipped checksum and, once gardener-resource-manager has written it, the shoot
 //! token), the OSC store of the controller, the Clusters of the [`SeedCache`], and — once per
 //! token — the shoot's generic token kubeconfig Secret for the API server's address and CA.
+//! The shoot client is built from exactly that address, that CA and our token
+//! ([`crate::kubeconfig::shoot_endpoint`]): a generic token kubeconfig with any other field
+//! (a program to run, a file to read, other credentials) is refused, and the OSC condition
+//! says so (`Unknown`, [`rollout_status::REASON_KUBECONFIG_UNUSABLE`], naming the Secret).
 //!
 //! What it costs: every [`INTERVAL`], one list of the pool's Nodes (label selector) per OSC
 //! whose condition does not say yet that every node runs the shipped checksum; nothing for
@@ -21,7 +25,6 @@ use chrono::Utc;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Secret};
 use kube::api::{ListParams, Patch, PatchParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::watcher;
@@ -46,8 +49,8 @@ type ShootClients = HashMap<(String, String), (String, Client)>;
 enum WatchError {
     #[error("the shoot's generic token kubeconfig Secret {0} is missing or has no kubeconfig")]
     NoKubeconfig(String),
-    #[error("reading the generic token kubeconfig")]
-    Kubeconfig(#[source] kube::config::KubeconfigError),
+    #[error("the shoot's generic token kubeconfig is unusable")]
+    Kubeconfig(#[source] crate::kubeconfig::KubeconfigError),
     #[error("building the shoot client")]
     Client(#[source] kube::Error),
     #[error("{what}")]
@@ -56,6 +59,17 @@ enum WatchError {
         #[source]
         source: kube::Error,
     },
+}
+
+impl WatchError {
+    /// The generic token kubeconfig Secret is missing or refused: only someone changing it
+    /// helps, so the OSC condition says so (other errors are logged and retried).
+    fn is_unusable_kubeconfig(&self) -> bool {
+        matches!(
+            self,
+            WatchError::NoKubeconfig(_) | WatchError::Kubeconfig(_)
+        )
+    }
 }
 
 /// Runs until `shutdown` (see the module docs).
@@ -109,7 +123,11 @@ async fn round(
         };
         let key = (namespace.clone(), secret.name_any());
         if let Err(error) = observe(client, cache, clients, key, &token, &target).await {
-            tracing::warn!(%namespace, osc = %target.osc_name, error = %crate::extension::error::chain(&error), "rollout status not updated");
+            let message = crate::extension::error::chain(&error);
+            tracing::warn!(%namespace, osc = %target.osc_name, error = %message, "rollout status not updated");
+            if error.is_unusable_kubeconfig() {
+                report_unusable(client, &namespace, &target, &message).await;
+            }
         }
     }
     // Forget the clients of access Secrets that are gone.
@@ -236,6 +254,19 @@ async fn observe(
     write_condition(client, namespace, target, condition).await
 }
 
+/// Sets the condition to `Unknown` with `message` (the Secret and why it is unusable), unless
+/// it says so already; a failed write is logged and retried the next round.
+async fn report_unusable(client: &Client, namespace: &str, target: &Target, message: &str) {
+    let condition =
+        rollout_status::unusable_kubeconfig(message, target.previous.as_ref(), Utc::now());
+    if target.previous.as_ref() == Some(&condition) {
+        return;
+    }
+    if let Err(error) = write_condition(client, namespace, target, condition).await {
+        tracing::warn!(%namespace, osc = %target.osc_name, error = %crate::extension::error::chain(&error), "rollout condition not updated");
+    }
+}
+
 /// Replaces our condition in the OSC's `status.conditions`, keeping any others.
 async fn write_condition(
     client: &Client,
@@ -264,8 +295,8 @@ async fn write_condition(
     Ok(())
 }
 
-/// A client for the shoot: address and CA from the generic token kubeconfig, the token of
-/// our access Secret.
+/// A client for the shoot: address and CA from the generic token kubeconfig (nothing else of
+/// it), the token of our access Secret.
 async fn shoot_client(
     client: &Client,
     cache: &SeedCache,
@@ -276,6 +307,7 @@ async fn shoot_client(
         .cluster(namespace)
         .map(|c| c.generic_token_kubeconfig_secret_name().to_string())
         .unwrap_or_else(|| crate::api::constants::GENERIC_TOKEN_KUBECONFIG_SECRET_NAME.to_string());
+    let secret_key = format!("{namespace}/{secret_name}");
     let secret = Api::<Secret>::namespaced(client.clone(), namespace)
         .get_opt(&secret_name)
         .await
@@ -283,21 +315,17 @@ async fn shoot_client(
             what: "reading the generic token kubeconfig",
             source,
         })?
-        .ok_or_else(|| WatchError::NoKubeconfig(secret_name.clone()))?;
+        .ok_or_else(|| WatchError::NoKubeconfig(secret_key.clone()))?;
     let yaml = secret
         .data
         .as_ref()
         .and_then(|d| d.get("kubeconfig"))
         .and_then(|k| String::from_utf8(k.0.clone()).ok())
-        .ok_or_else(|| WatchError::NoKubeconfig(secret_name.clone()))?;
-    let mut kubeconfig = Kubeconfig::from_yaml(&yaml).map_err(WatchError::Kubeconfig)?;
-    for user in &mut kubeconfig.auth_infos {
-        if let Some(auth) = user.auth_info.as_mut() {
-            auth.token_file = None;
-            auth.token = Some(token.to_string().into());
-        }
-    }
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .ok_or_else(|| WatchError::NoKubeconfig(secret_key.clone()))?;
+    let origin = format!("Secret {secret_key}");
+    let endpoint =
+        crate::kubeconfig::shoot_endpoint(&yaml, &origin).map_err(WatchError::Kubeconfig)?;
+    let config = crate::kubeconfig::token_config(&endpoint, token, &origin)
         .await
         .map_err(WatchError::Kubeconfig)?;
     crate::kubeconfig::build(config, "operator").map_err(WatchError::Client)

@@ -1,0 +1,120 @@
+//! The X.509 version of a PEM certificate (pure), for [`super::rules`]: rustls (through
+//! webpki) accepts only v3 end-entity certificates, and says so only as
+//! `UnsupportedCertVersion` deep inside a TLS set-up error. Reading the version needs just the
+//! first field of the certificate's DER structure:
+//!
+//! ```text
+//! Certificate ::= SEQUENCE { tbsCertificate TBSCertificate, ... }
+//! TBSCertificate ::= SEQUENCE { version [0] EXPLICIT INTEGER DEFAULT v1, serialNumber ... }
+//! ```
+//!
+//! `version` holds 0 for v1, 1 for v2 and 2 for v3; when it is absent the certificate is v1.
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+
+const SEQUENCE: u8 = 0x30;
+const INTEGER: u8 = 0x02;
+/// `[0]`, context-specific and constructed: the explicit version tag.
+const VERSION_TAG: u8 = 0xA0;
+
+/// The version (1, 2 or 3) of the first `CERTIFICATE` block of `pem`; `None` when there is
+/// none or it does not read as a certificate.
+pub fn first_certificate_version(pem: &[u8]) -> Option<u32> {
+    version(&first_certificate_der(pem)?)
+}
+
+/// The DER bytes of the first `-----BEGIN CERTIFICATE-----` block.
+fn first_certificate_der(pem: &[u8]) -> Option<Vec<u8>> {
+    let text = std::str::from_utf8(pem).ok()?;
+    let (_, rest) = text.split_once("-----BEGIN CERTIFICATE-----")?;
+    let (body, _) = rest.split_once("-----END CERTIFICATE-----")?;
+    let body: String = body.chars().filter(|c| !c.is_whitespace()).collect();
+    STANDARD.decode(body).ok()
+}
+
+/// The version of a DER certificate (see the module docs).
+fn version(der: &[u8]) -> Option<u32> {
+    let (certificate, _) = element(der, SEQUENCE)?;
+    let (tbs, _) = element(certificate, SEQUENCE)?;
+    let Some((explicit, _)) = element(tbs, VERSION_TAG) else {
+        // No version field: DEFAULT v1 (the serial number comes first).
+        return element(tbs, INTEGER).map(|_| 1);
+    };
+    let (value, _) = element(explicit, INTEGER)?;
+    match value {
+        [number @ 0..=2] => Some(u32::from(*number) + 1),
+        _ => None,
+    }
+}
+
+/// The contents of the DER element at the start of `bytes` if its tag is `tag`, and the bytes
+/// after it. Definite lengths only, as DER requires.
+fn element(bytes: &[u8], tag: u8) -> Option<(&[u8], &[u8])> {
+    let (&found, rest) = bytes.split_first()?;
+    if found != tag {
+        return None;
+    }
+    let (&first, rest) = rest.split_first()?;
+    let (length, rest) = if first < 0x80 {
+        (usize::from(first), rest)
+    } else {
+        let count = usize::from(first & 0x7F);
+        if count == 0 || count > std::mem::size_of::<u32>() || rest.len() < count {
+            return None;
+        }
+        let (digits, rest) = rest.split_at(count);
+        let length = digits
+            .iter()
+            .fold(0usize, |length, &digit| (length << 8) | usize::from(digit));
+        (length, rest)
+    };
+    (rest.len() >= length).then(|| rest.split_at(length))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const V1: &str = include_str!("../../test/fixtures/kubeconfig/x509-v1-client.crt");
+
+    #[test]
+    fn versions_of_real_certificates() {
+        assert_eq!(first_certificate_version(V1.as_bytes()), Some(1));
+        let v3 = rcgen::generate_simple_self_signed(vec!["client".into()]).unwrap();
+        assert_eq!(first_certificate_version(v3.cert.pem().as_bytes()), Some(3));
+        // The first block counts: a chain whose leaf is v1.
+        let chain = format!("{V1}{}", v3.cert.pem());
+        assert_eq!(first_certificate_version(chain.as_bytes()), Some(1));
+    }
+
+    #[test]
+    fn structures_by_hand() {
+        // SEQUENCE { SEQUENCE { [0] { INTEGER 1 }, INTEGER 5 } }: v2.
+        assert_eq!(
+            version(&[
+                0x30, 0x0A, 0x30, 0x08, 0xA0, 0x03, 0x02, 0x01, 0x01, 0x02, 0x01, 0x05
+            ]),
+            Some(2)
+        );
+        // Long-form lengths: SEQUENCE (0x81 0x05) { SEQUENCE { INTEGER 7 } }: v1.
+        assert_eq!(
+            version(&[0x30, 0x81, 0x05, 0x30, 0x03, 0x02, 0x01, 0x07]),
+            Some(1)
+        );
+        // Truncated, wrong tags, an unknown version number, not PEM at all.
+        assert_eq!(version(&[0x30, 0x0A, 0x30]), None);
+        assert_eq!(version(&[0x31, 0x03, 0x30, 0x01, 0x02]), None);
+        assert_eq!(
+            version(&[0x30, 0x07, 0x30, 0x05, 0xA0, 0x03, 0x02, 0x01, 0x07]),
+            None
+        );
+        assert_eq!(first_certificate_version(b"not a certificate"), None);
+        assert_eq!(
+            first_certificate_version(
+                b"-----BEGIN CERTIFICATE-----\n!!\n-----END CERTIFICATE-----"
+            ),
+            None
+        );
+    }
+}
