@@ -461,15 +461,18 @@ pub fn check_folders(path: &Path) -> Result<(), SafeFsError> {
     open_parent(path, false).map(|_| ())
 }
 
+/// The tests; [`tests::temp`] and [`tests::mkfifo`] also serve the tests of modules built on
+/// this one.
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::os::unix::fs::{PermissionsExt, symlink};
     use std::path::PathBuf;
     use std::time::{Duration, Instant};
 
     use super::*;
 
-    fn temp() -> (tempfile::TempDir, PathBuf) {
+    /// A temporary folder and its path without links.
+    pub(crate) fn temp() -> (tempfile::TempDir, PathBuf) {
         let dir = tempfile::tempdir().unwrap();
         // The tests' own paths must be free of links, like a node's managed folders.
         let base = dir.path().canonicalize().unwrap();
@@ -484,7 +487,8 @@ mod tests {
             & 0o7777
     }
 
-    fn mkfifo(path: &Path) {
+    /// A FIFO at `path`.
+    pub(crate) fn mkfifo(path: &Path) {
         rustix::fs::mknodat(
             rustix::fs::CWD,
             path,

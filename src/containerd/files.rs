@@ -171,16 +171,10 @@ fn io_error(action: &'static str, path: &Path, source: io::Error) -> Error {
 mod tests {
     use std::fs;
     use std::os::unix::fs::{PermissionsExt, symlink};
-    use std::path::PathBuf;
 
     use super::*;
-
-    /// A temporary folder reached without links (safe_fs refuses links among the folders).
-    fn temp() -> (tempfile::TempDir, PathBuf) {
-        let dir = tempfile::tempdir().unwrap();
-        let base = dir.path().canonicalize().unwrap();
-        (dir, base)
-    }
+    // Temporary folders reached without links (safe_fs refuses links among the folders).
+    use crate::safe_fs::tests::{mkfifo, temp};
 
     #[test]
     fn write_if_changed_writes_once_and_keeps_the_mode() {
@@ -285,7 +279,10 @@ mod tests {
             0o644
         );
         for name in ["binary", "runsc.toml"] {
-            assert!(fs::symlink_metadata(base.join(name)).unwrap().is_file(), "{name}");
+            assert!(
+                fs::symlink_metadata(base.join(name)).unwrap().is_file(),
+                "{name}"
+            );
         }
         assert!(!base.join("marker").exists());
     }
@@ -299,17 +296,13 @@ mod tests {
             .set_len(MAX_READ_BYTES + 1)
             .unwrap();
         let error = read_optional(&big).unwrap_err();
-        assert!(error.to_string().contains("larger than 1048576 bytes"), "{error}");
+        assert!(
+            error.to_string().contains("larger than 1048576 bytes"),
+            "{error}"
+        );
         assert!(error.is_config_problem());
         let fifo = base.join("fifo");
-        rustix::fs::mknodat(
-            rustix::fs::CWD,
-            &fifo,
-            rustix::fs::FileType::Fifo,
-            rustix::fs::Mode::from_raw_mode(0o600),
-            0,
-        )
-        .unwrap();
+        mkfifo(&fifo);
         let error = read_optional(&fifo).unwrap_err();
         assert!(error.to_string().contains("is a FIFO"), "{error}");
     }

@@ -93,9 +93,9 @@ pub enum Error {
 impl Error {
     /// True for errors a person must fix in the file (as opposed to I/O failures).
     pub fn is_config_problem(&self) -> bool {
-        match self {
-            Error::Io { .. } | Error::File(crate::safe_fs::SafeFsError::Io { .. }) => false,
-            _ => true,
-        }
+        !matches!(
+            self,
+            Error::Io { .. } | Error::File(crate::safe_fs::SafeFsError::Io { .. })
+        )
     }
 }

@@ -20,7 +20,7 @@ use clap::Args;
 
 use super::Error;
 use super::flags::FlagsSource;
-use super::resolve::{self, Entry, Lookup, Resolved, ResolveError, RootLookup};
+use super::resolve::{self, Entry, Lookup, ResolveError, Resolved, RootLookup};
 use super::targets::{self, Kind, Stage, Target};
 
 /// Host path of the marker that says "containerd still needs a restart" (see
@@ -172,15 +172,13 @@ impl HostPath {
     fn resolve_folder(&self, root: &Path, folder: &Path) -> Result<Resolved, Error> {
         let resolved = self.resolve_in(root, folder)?;
         let relative = resolved.path.strip_prefix("/").unwrap_or(&resolved.path);
-        let entry = RootLookup { root }
-            .entry(relative)
-            .map_err(|source| {
-                self.resolve_error(ResolveError::Io {
-                    path: self.host_str(),
-                    at: resolved.path.display().to_string(),
-                    source,
-                })
-            })?;
+        let entry = RootLookup { root }.entry(relative).map_err(|source| {
+            self.resolve_error(ResolveError::Io {
+                path: self.host_str(),
+                at: resolved.path.display().to_string(),
+                source,
+            })
+        })?;
         match entry {
             Entry::Dir | Entry::Missing => Ok(resolved),
             Entry::File | Entry::Link(_) => Err(self.resolve_error(ResolveError::NotADirectory {

@@ -128,9 +128,7 @@ impl fmt::Display for Stage {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TargetError {
     /// Two places are the same path, or one lies inside the other.
-    #[error(
-        "{name} ({path}) {relation} {other} ({other_path}){stage}; give each its own path"
-    )]
+    #[error("{name} ({path}) {relation} {other} ({other_path}){stage}; give each its own path")]
     Overlap {
         /// The first place.
         name: &'static str,
@@ -147,7 +145,7 @@ pub enum TargetError {
     },
     /// A place writes into a system folder.
     #[error(
-        "{name} ({path}) writes into the system folder {folder}{stage}; use a folder of its own, such as the default {example}"
+        "{name} ({path}) writes into the system folder {folder}{stage}; use a path of its own, such as the default {example}"
     )]
     SystemFolder {
         /// The place.
@@ -179,7 +177,9 @@ pub fn check(targets: &[Target], stage: Stage) -> Result<(), TargetError> {
 
 fn check_folder(target: &Target, stage: Stage) -> Result<(), TargetError> {
     let folder = target.folder();
-    let exact = SYSTEM_FOLDERS.iter().find(|system| folder == Path::new(system));
+    let exact = SYSTEM_FOLDERS
+        .iter()
+        .find(|system| folder == Path::new(system));
     let inside = || {
         SYSTEM_TREES
             .iter()
@@ -412,7 +412,7 @@ mod tests {
         .unwrap_err();
         assert_eq!(
             error.to_string(),
-            "--bin-dir (/etc) writes into the system folder /etc; use a folder of its own, such as the default /var/bin/containerruntimes"
+            "--bin-dir (/etc) writes into the system folder /etc; use a path of its own, such as the default /var/bin/containerruntimes"
         );
     }
 }
