@@ -8,6 +8,7 @@ use std::io::Write;
 
 use clap::{Parser, Subcommand};
 
+use crate::printable::escape_controls;
 use crate::telemetry::LogFormat;
 
 /// A Gardener extension for shoot worker nodes.
@@ -116,13 +117,20 @@ pub fn wants_backtrace(debug: bool, rust_lib_backtrace: Option<&std::ffi::OsStr>
 /// The text a failed command prints on stderr: `Error: ` and the error with its causes,
 /// `a: b: c` (a cause whose text the error already ends with is not repeated, see
 /// [`crate::extension::error::chain`]), or anyhow's report with the backtrace when
-/// `backtrace` is set.
+/// `backtrace` is set. Control characters that paths or values in the messages carry are
+/// escaped ([`crate::printable::escape_controls`]); only the multi-line backtrace report
+/// keeps its own line breaks.
 pub fn error_report(error: &anyhow::Error, backtrace: bool) -> String {
     if backtrace {
         format!("Error: {error:?}")
+            .split('\n')
+            .map(escape_controls)
+            .collect::<Vec<_>>()
+            .join("\n")
     } else {
         let error: &(dyn std::error::Error + 'static) = error.as_ref();
-        format!("Error: {}", crate::extension::error::chain(error))
+        let report = format!("Error: {}", crate::extension::error::chain(error));
+        escape_controls(&report).into_owned()
     }
 }
 
@@ -160,5 +168,17 @@ mod tests {
             error_report(&error, false),
             "Error: building the API client: invalid private key: invalid peer certificate"
         );
+    }
+
+    #[test]
+    fn the_report_escapes_control_characters() {
+        let error = anyhow::anyhow!("reading /x\u{1b}[2J\ny").context("outer");
+        assert_eq!(
+            error_report(&error, false),
+            "Error: outer: reading /x\\u{1b}[2J\\ny"
+        );
+        let with_backtrace = error_report(&error, true);
+        assert!(with_backtrace.contains("/x\\u{1b}[2J"), "{with_backtrace}");
+        assert!(!with_backtrace.contains('\u{1b}'));
     }
 }

@@ -12,8 +12,11 @@
 //! - [`gvisor_install`]: the `gvisor-install` subcommand the installation DaemonSet runs.
 //! - [`agent`]: the on-node agent (`agent` subcommand) that applies a node's
 //!   OperatingSystemConfig through systemd (see `docs/agent.md`).
-//! - [`containerd`], [`systemd`]: node-side building blocks shared by the installer and the
-//!   agent (TOML-preserving containerd config edits; a systemd D-Bus client).
+//! - [`containerd`], [`systemd`], [`safe_fs`]: node-side building blocks shared by the
+//!   installer and the agent (TOML-preserving containerd config edits; a systemd D-Bus
+//!   client; file access that follows no link and waits on no FIFO).
+//! - [`printable`]: text from files, flags or hosts made safe to show (control characters
+//!   escaped) in error messages and termination logs.
 
 pub mod agent;
 pub mod api;
@@ -31,6 +34,8 @@ pub mod malloc_tuning;
 pub mod metrics;
 pub mod operator;
 pub mod osc_rules;
+pub mod printable;
 pub mod render;
+pub mod safe_fs;
 pub mod systemd;
 pub mod telemetry;

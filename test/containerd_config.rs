@@ -279,12 +279,10 @@ fn runsc_toml_does_not_depend_on_flag_order() {
             .collect();
         for _ in 0..2 {
             let flags = RunscFlags::parse(&order.join("\n")).unwrap();
+            // Same bytes whatever the order, so an up-to-date runsc.toml is not rewritten
+            // (the installer compares bytes; see
+            // `gvisor_install::up_to_date_host_needs_no_systemd_and_waits_for_sigterm`).
             assert_eq!(flags.render_runsc_toml(), expected, "{order:?}");
-            assert_eq!(
-                plan::runsc_toml(Some(expected.as_bytes()), &flags),
-                None,
-                "up-to-date runsc.toml is not rewritten"
-            );
             order.reverse();
         }
     }

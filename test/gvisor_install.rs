@@ -12,6 +12,7 @@
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -78,21 +79,29 @@ impl Host {
         self.command(extra).output().unwrap()
     }
 
-    /// Every file under the host root with its content.
+    /// Every entry under the host root: a file's mode and content, a link's target text
+    /// (never followed), a FIFO's or device node's kind, mode and device number (never
+    /// opened).
     fn snapshot(&self) -> BTreeMap<PathBuf, Vec<u8>> {
         fn walk(dir: &Path, base: &Path, out: &mut BTreeMap<PathBuf, Vec<u8>>) {
             for entry in std::fs::read_dir(dir).unwrap() {
                 let path = entry.unwrap().path();
-                let kind = std::fs::symlink_metadata(&path).unwrap().file_type();
+                let meta = std::fs::symlink_metadata(&path).unwrap();
+                let kind = meta.file_type();
                 let relative = path.strip_prefix(base).unwrap().to_path_buf();
+                let mode = meta.mode() & 0o7777;
                 if kind.is_symlink() {
-                    // A link is recorded as its target text, never followed.
                     let target = std::fs::read_link(&path).unwrap();
                     out.insert(relative, format!("-> {}", target.display()).into_bytes());
                 } else if kind.is_dir() {
                     walk(&path, base, out);
+                } else if kind.is_file() {
+                    let mut record = format!("{mode:o} ").into_bytes();
+                    record.extend(std::fs::read(&path).unwrap());
+                    out.insert(relative, record);
                 } else {
-                    out.insert(relative, std::fs::read(&path).unwrap());
+                    let record = format!("{kind:?} {mode:o} {}", meta.rdev());
+                    out.insert(relative, record.into_bytes());
                 }
             }
         }
@@ -100,6 +109,69 @@ impl Host {
         walk(&self.root(), &self.root(), &mut files);
         files
     }
+
+    /// Runs with `extra`, killing the process if it has not exited after 10 s (a run that
+    /// waits on a FIFO fails the test instead of hanging it); returns success and stderr.
+    fn run_bounded(&self, extra: &[&str]) -> (bool, String) {
+        let mut child = self
+            .command(extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let status = wait_bounded(&mut child, "the installer blocked for 10 s");
+        let mut message = String::new();
+        std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut message).unwrap();
+        (status.success(), message)
+    }
+
+    /// A host file at `relative` with `content` and `mode` (folders created).
+    fn put(&self, relative: &str, content: &[u8], mode: u32) -> PathBuf {
+        let path = self.root().join(relative);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, content).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+        path
+    }
+
+    /// A symbolic link at `relative` (folders created) with the target text `target`.
+    fn link(&self, relative: &str, target: &str) {
+        let path = self.root().join(relative);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::os::unix::fs::symlink(target, path).unwrap();
+    }
+
+    /// A character device 1:5 (what the host's `/dev/zero` is) at `relative`. Needs root, as
+    /// the nspawn tests do.
+    fn zero_device(&self, relative: &str) {
+        let path = self.root().join(relative);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &path,
+            rustix::fs::FileType::CharacterDevice,
+            rustix::fs::Mode::from_raw_mode(0o666),
+            rustix::fs::makedev(1, 5),
+        )
+        .unwrap_or_else(|e| panic!("mknod {path:?} (these tests run as root): {e}"));
+    }
+}
+
+fn mkfifo(path: &Path) {
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        path,
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o644),
+        0,
+    )
+    .unwrap();
+}
+
+/// Mode bits and whether `path` (not followed) is a regular file.
+fn regular_with_mode(path: &Path) -> (bool, u32) {
+    let meta = std::fs::symlink_metadata(path).unwrap();
+    (meta.file_type().is_file(), meta.mode() & 0o7777)
 }
 
 fn fixture(name: &str) -> String {
@@ -119,9 +191,8 @@ fn stderr(output: &Output) -> String {
 /// change to any host file.
 fn assert_rejected(host: &Host, extra: &[&str], hints: &[&str]) {
     let before = host.snapshot();
-    let output = host.run(extra);
-    let message = stderr(&output);
-    assert!(!output.status.success(), "expected failure:\n{message}");
+    let (ok, message) = host.run_bounded(extra);
+    assert!(!ok, "expected failure:\n{message}");
     for hint in hints {
         assert!(message.contains(hint), "missing {hint:?} in:\n{message}");
     }
@@ -334,7 +405,6 @@ fn up_to_date_host_needs_no_systemd_and_waits_for_sigterm() {
             std::fs::read(&path).unwrap(),
             std::fs::read(host.content().join(binary)).unwrap()
         );
-        use std::os::unix::fs::PermissionsExt;
         assert_eq!(
             std::fs::metadata(&path).unwrap().permissions().mode() & 0o777,
             0o755
@@ -473,5 +543,367 @@ fn a_failed_uninstall_exits_non_zero_instead_of_waiting() {
     assert!(
         host.root().join(MARKER).exists(),
         "the owed restart is remembered"
+    );
+}
+
+// Hostile hosts and input (issue #26 items 4, 5, 7 and 11; see the module docs of
+// `gvisor_install` and docs/reliability.md).
+
+/// A run that wrote its files and failed only at the restart (there is no bus here).
+fn assert_only_the_restart_failed(ok: bool, message: &str) {
+    assert!(
+        !ok && message.contains("restarting containerd.service through systemd"),
+        "{message}"
+    );
+}
+
+const PASSWD: &[u8] = b"root:x:0:0:root:/root:/bin/bash\n";
+const SHADOW: &[u8] = b"root:$6$saltsalt$Qq0Jf1dPd5X3hashhash:19000:0:99999:7:::\n";
+
+/// Item 4: a link at a binary's path, at runsc.toml or at the restart marker is replaced by
+/// the file the run writes; its target (a file or a device node) keeps its content, mode and
+/// kind.
+#[test]
+fn links_at_the_files_written_are_replaced_not_followed() {
+    let host = Host::new(Some("v2-debian"));
+    let passwd = host.put("etc/passwd", PASSWD, 0o644);
+    let shadow = host.put("etc/shadow", SHADOW, 0o640);
+    let hostname = host.put("etc/hostname", b"node-1\n", 0o644);
+    host.zero_device("dev/zero");
+    host.link("var/bin/containerruntimes/runsc", "/etc/passwd");
+    host.link(
+        "var/bin/containerruntimes/containerd-shim-runsc-v1",
+        "/dev/zero",
+    );
+    host.link("etc/containerd/runsc.toml", "/etc/shadow");
+    host.link(MARKER, "/etc/hostname");
+    let before = host.snapshot();
+
+    // The files are written; the restart fails (no bus).
+    let (ok, message) = host.run_bounded(&["--once", "--runsc-flags=net-raw=true"]);
+    assert_only_the_restart_failed(ok, &message);
+
+    let after = host.snapshot();
+    for victim in ["etc/passwd", "etc/shadow", "etc/hostname", "dev/zero"] {
+        let key = PathBuf::from(victim);
+        assert_eq!(
+            after.get(&key),
+            before.get(&key),
+            "{victim} changed:\n{message}"
+        );
+    }
+    assert_eq!(std::fs::read(&passwd).unwrap(), PASSWD);
+    assert_eq!(std::fs::read(&shadow).unwrap(), SHADOW);
+    assert_eq!(std::fs::read(&hostname).unwrap(), b"node-1\n");
+    for binary in ["runsc", "containerd-shim-runsc-v1"] {
+        let path = host.root().join("var/bin/containerruntimes").join(binary);
+        assert_eq!(regular_with_mode(&path), (true, 0o755), "{binary}");
+        assert_eq!(
+            std::fs::read(&path).unwrap(),
+            std::fs::read(host.content().join(binary)).unwrap()
+        );
+    }
+    let runsc_toml = host.root().join("etc/containerd/runsc.toml");
+    assert_eq!(regular_with_mode(&runsc_toml), (true, 0o644));
+    assert_eq!(
+        std::fs::read_to_string(&runsc_toml).unwrap(),
+        "[runsc_config]\nnet-raw = \"true\"\n"
+    );
+    let marker = host.root().join(MARKER);
+    assert!(regular_with_mode(&marker).0);
+    assert!(
+        std::fs::read_to_string(&marker)
+            .unwrap()
+            .contains("restart pending")
+    );
+}
+
+/// Item 4, uninstall: a link at runsc.toml is removed itself; its target stays.
+#[test]
+fn uninstall_removes_a_link_at_runsc_toml_not_its_target() {
+    let host = Host::new(Some("v2-debian"));
+    let shadow = host.put("etc/shadow", SHADOW, 0o640);
+    host.link("etc/containerd/runsc.toml", "/etc/shadow");
+    let (ok, message) = host.run_bounded(&["--uninstall", "--once"]);
+    // runsc.toml was "present", so a restart is owed and fails here (no bus).
+    assert_only_the_restart_failed(ok, &message);
+    assert_eq!(std::fs::read(&shadow).unwrap(), SHADOW);
+    assert_eq!(regular_with_mode(&shadow), (true, 0o640));
+    assert!(
+        std::fs::symlink_metadata(host.root().join("etc/containerd/runsc.toml")).is_err(),
+        "the link itself is removed"
+    );
+}
+
+/// Item 11 ("linked to"): runsc.toml is a link to config.toml. The link is replaced; config.toml
+/// gets its own edit, not runsc.toml's text.
+#[test]
+fn a_runsc_toml_link_to_config_toml_is_replaced_not_written_through() {
+    let host = Host::new(Some("v2-debian"));
+    host.link("etc/containerd/runsc.toml", "config.toml");
+    let (ok, message) = host.run_bounded(&["--once", "--runsc-flags=net-raw=true"]);
+    assert_only_the_restart_failed(ok, &message);
+    assert_eq!(
+        std::fs::read_to_string(host.config_path()).unwrap(),
+        fixture("v2-debian.installed")
+    );
+    let runsc_toml = host.root().join("etc/containerd/runsc.toml");
+    assert!(regular_with_mode(&runsc_toml).0);
+    assert_eq!(
+        std::fs::read_to_string(runsc_toml).unwrap(),
+        "[runsc_config]\nnet-raw = \"true\"\n"
+    );
+}
+
+/// Item 5: a FIFO at config.toml (also through its link) or as the flags file fails the run
+/// at once, naming what is there; nothing changes.
+#[test]
+fn a_fifo_at_config_toml_or_as_the_flags_file_fails_at_once() {
+    let host = Host::new(None);
+    mkfifo(&host.config_path());
+    let before = host.snapshot();
+    let (ok, message) = host.run_bounded(&["--once"]);
+    assert!(!ok, "{message}");
+    assert!(
+        message.contains("cannot edit /etc/containerd/config.toml on the host"),
+        "{message}"
+    );
+    assert!(
+        message.contains("is a FIFO, not a regular file"),
+        "{message}"
+    );
+    assert_eq!(host.snapshot(), before);
+
+    let host = Host::new(Some("v2-debian"));
+    let fifo = host.dir.path().join("flags");
+    mkfifo(&fifo);
+    let before = host.snapshot();
+    let flag = format!("--runsc-flags={}", fifo.display());
+    let (ok, message) = host.run_bounded(&["--once", &flag]);
+    assert!(!ok, "{message}");
+    assert!(
+        message.contains("reading the runsc flags file"),
+        "{message}"
+    );
+    assert!(
+        message.contains("is a FIFO, not a regular file"),
+        "{message}"
+    );
+    assert_eq!(host.snapshot(), before);
+}
+
+/// Item 5: config.toml linked to the host's `/dev/zero`, or a device node itself, is refused
+/// without reading from the device (it used to be read until memory ran out).
+#[test]
+fn a_device_at_config_toml_is_refused_unread() {
+    let host = Host::new(None);
+    host.zero_device("dev/zero");
+    host.link("etc/containerd/config.toml", "/dev/zero");
+    assert_rejected(
+        &host,
+        &["--once"],
+        &[
+            "--containerd-config (/etc/containerd/config.toml -> /dev/zero) writes into the system folder /dev (after following links on the host)",
+        ],
+    );
+    let host = Host::new(None);
+    host.zero_device("etc/containerd/config.toml");
+    assert_rejected(
+        &host,
+        &["--once"],
+        &[
+            "/etc/containerd/config.toml is a character device, not a regular file; it is not opened",
+        ],
+    );
+}
+
+/// Item 5: a config.toml or flags file over 1 MiB is refused (reading at most 1 MiB + 1
+/// byte); one just under the limit still installs.
+#[test]
+fn oversized_config_and_flags_files_are_refused() {
+    let limit = 1024 * 1024;
+    let padded = |text: &str, size: usize| {
+        let mut padded = text.to_string();
+        while padded.len() + 80 < size {
+            padded.push_str(&format!("# {}\n", "x".repeat(76)));
+        }
+        padded.push_str(&"#".repeat(size - padded.len() - 1));
+        padded.push('\n');
+        assert_eq!(padded.len(), size);
+        padded
+    };
+    let host = Host::new(None);
+    std::fs::write(host.config_path(), padded(&fixture("v2-debian"), limit + 1)).unwrap();
+    assert_rejected(
+        &host,
+        &["--once"],
+        &["/etc/containerd/config.toml is larger than 1048576 bytes; it is not read"],
+    );
+
+    let host = Host::new(Some("v2-debian"));
+    let flags = host.dir.path().join("flags");
+    std::fs::write(&flags, padded("net-raw=true\n", limit + 1)).unwrap();
+    let flag = format!("--runsc-flags={}", flags.display());
+    assert_rejected(&host, &["--once", &flag], &["is larger than 1048576 bytes"]);
+
+    // Near the limit: read and edited (the restart fails here: no bus).
+    let host = Host::new(None);
+    std::fs::write(
+        host.config_path(),
+        padded(&fixture("v2-debian"), limit - 1024),
+    )
+    .unwrap();
+    let (ok, message) = host.run_bounded(&["--once"]);
+    assert_only_the_restart_failed(ok, &message);
+    let config = std::fs::read_to_string(host.config_path()).unwrap();
+    assert!(
+        config.contains("containerd.runtimes.runsc]"),
+        "not installed"
+    );
+}
+
+/// Item 7: a flags file that is something else (a shadow file) is refused by line number and
+/// reason without its text; control characters in flags, paths and link targets reach
+/// stderr escaped.
+#[test]
+fn errors_echo_no_file_content_and_no_control_characters() {
+    let host = Host::new(Some("v2-debian"));
+    let flags = host.dir.path().join("shadow");
+    std::fs::write(&flags, SHADOW).unwrap();
+    let flag = format!("--runsc-flags={}", flags.display());
+    let before = host.snapshot();
+    let (ok, message) = host.run_bounded(&["--once", &flag]);
+    assert!(!ok);
+    assert!(
+        message.contains("line 1: expected `key=value`"),
+        "{message}"
+    );
+    assert!(
+        !message.contains("saltsalt"),
+        "file content echoed:\n{message}"
+    );
+    assert_eq!(host.snapshot(), before);
+
+    let no_controls = |message: &str| {
+        assert!(
+            !message.contains(|c: char| c.is_control() && c != '\n'),
+            "raw control character in:\n{message:?}"
+        );
+    };
+    for (extra, shown) in [
+        ("--bin-dir=var/\u{1b}[2Jbin", "var/\\u{1b}[2Jbin"),
+        (
+            "--runsc-flags=/no/such/\u{1b}]0;title\u{7}flags",
+            "/no/such/\\u{1b}]0;title\\u{7}flags",
+        ),
+        (
+            "--runsc-flags=net-raw=true\nde\u{1b}[31mbug=true",
+            "line 2: ",
+        ),
+    ] {
+        let (ok, message) = host.run_bounded(&["--once", extra]);
+        assert!(!ok, "{extra:?}");
+        no_controls(&message);
+        assert!(message.contains(shown), "{shown} not in {message:?}");
+        assert_eq!(host.snapshot(), before);
+    }
+    // A dangling config.toml link whose target text carries an escape sequence.
+    std::fs::remove_file(host.config_path()).unwrap();
+    host.link(
+        "etc/containerd/config.toml",
+        "/nowhere/\u{1b}[2J\rconfig.toml",
+    );
+    let (ok, message) = host.run_bounded(&["--once"]);
+    assert!(!ok);
+    assert!(
+        message.contains("which does not exist on the host"),
+        "{message}"
+    );
+    no_controls(&message);
+    assert!(
+        message.contains("/nowhere/\\u{1b}[2J\\rconfig.toml"),
+        "{message:?}"
+    );
+}
+
+/// Item 11: places that are one another, lie inside one another or sit in a system folder are
+/// refused before anything is written, whether flags or links on the host make them so.
+#[test]
+fn overlapping_places_and_system_folders_are_refused() {
+    let host = Host::new(Some("v2-debian"));
+    for (extra, hint) in [
+        (
+            "--runsc-config=/etc/containerd/config.toml",
+            "--runsc-config (/etc/containerd/config.toml) is the same path as --containerd-config (/etc/containerd/config.toml); give each its own path",
+        ),
+        (
+            "--containerd-config=/var/bin/containerruntimes/runsc",
+            "--containerd-config (/var/bin/containerruntimes/runsc) lies inside --bin-dir",
+        ),
+        (
+            "--bin-dir=/etc",
+            "--bin-dir (/etc) writes into the system folder /etc; use a path of its own, such as the default /var/bin/containerruntimes",
+        ),
+        (
+            "--bin-dir=/usr/bin",
+            "writes into the system folder /usr/bin",
+        ),
+        (
+            "--runsc-config=/etc/shadow",
+            "--runsc-config (/etc/shadow) writes into the system folder /etc",
+        ),
+        (
+            "--runsc-config=/proc/sys/kernel/core_pattern",
+            "writes into the system folder /proc",
+        ),
+    ] {
+        assert_rejected(&host, &["--once", extra], &[hint]);
+    }
+
+    // The same through links on the host.
+    let after_links = "(after following links on the host)";
+    host.link("etc/gvisor", "/etc/containerd");
+    assert_rejected(
+        &host,
+        &["--once", "--runsc-config=/etc/gvisor/config.toml"],
+        &[
+            "--runsc-config (/etc/gvisor/config.toml -> /etc/containerd/config.toml) is the same path as --containerd-config",
+            after_links,
+        ],
+    );
+    host.link("var/bin/containerruntimes", "/etc");
+    assert_rejected(
+        &host,
+        &["--once"],
+        &[
+            "--bin-dir (/var/bin/containerruntimes -> /etc) writes into the system folder /etc",
+            after_links,
+        ],
+    );
+
+    let host = Host::new(None);
+    host.put(
+        "etc/containerd/runsc.toml",
+        fixture("v2-debian").as_bytes(),
+        0o644,
+    );
+    host.link("etc/containerd/config.toml", "runsc.toml");
+    assert_rejected(
+        &host,
+        &["--once"],
+        &[
+            "--runsc-config (/etc/containerd/runsc.toml) is the same path as --containerd-config (/etc/containerd/config.toml -> /etc/containerd/runsc.toml)",
+            after_links,
+        ],
+    );
+    let host = Host::new(Some("v2-debian"));
+    host.link("var/lib/gardener-extension-node", "/etc");
+    assert_rejected(
+        &host,
+        &["--once", "--uninstall"],
+        &[
+            "the restart marker (/var/lib/gardener-extension-node/gvisor-install.restart-pending -> /etc/gvisor-install.restart-pending) writes into the system folder /etc",
+            after_links,
+        ],
     );
 }

@@ -41,7 +41,9 @@ pub mod metrics;
 pub mod osc;
 pub mod paths;
 pub mod rollout;
-pub mod safe_fs;
+/// The agent's link-safe file helpers, shared with the installer since they moved to the crate
+/// root ([`crate::safe_fs`]); kept here so `agent::safe_fs` paths keep working.
+pub use crate::safe_fs;
 pub mod serial;
 pub mod token;
 pub mod unit_check;

@@ -15,7 +15,8 @@
 //! - [`cri`]: the node agent's `criConfig` settings (sandbox image, cgroup driver, registry
 //!   hosts dir, `conf.d` imports, CNI dir, plugin add/remove) and registry `hosts.toml`. Pure.
 //! - [`files`]: reading and atomically writing files (temp file, fsync, rename, fsync of the
-//!   folder), and comparing their content. The only module here that does I/O.
+//!   folder), and comparing their content, through [`crate::safe_fs`] (no link followed, no
+//!   FIFO waited on, reads bounded). The only module here that does I/O.
 //!
 //! Every edit reports whether it changed anything, and an edit that changes nothing leaves
 //! the rendered text byte-identical, so callers restart containerd only for real changes.
@@ -52,11 +53,12 @@ pub enum Error {
         "containerd config has version = {0}, which is not supported (supported: 1, 2, 3, 4, or no version for 1); set a supported version"
     )]
     UnsupportedVersion(i64),
-    /// The top-level `version` is not an integer.
+    /// The top-level `version` is not an integer; holds the TOML type it has (the value
+    /// itself is file content and is not shown).
     #[error(
-        "containerd config has a `version` that is not an integer ({0}); write e.g. `version = 2`"
+        "containerd config has a `version` that is not an integer (it is a TOML {0}); write e.g. `version = 2`"
     )]
-    InvalidVersion(String),
+    InvalidVersion(&'static str),
     /// A key on the way to a table holds something other than a table.
     #[error("containerd config: `{path}` must be a table but is a {found}; fix or remove that key")]
     NotATable {
@@ -71,6 +73,10 @@ pub enum Error {
         /// The dotted path of the plugin entry.
         path: String,
     },
+    /// A file was refused (a link, FIFO or device in its place, a link among its folders, too
+    /// large) or a system call on it failed; see [`crate::safe_fs`].
+    #[error(transparent)]
+    File(#[from] crate::safe_fs::SafeFsError),
     /// Reading, writing or comparing a file failed.
     #[error("{action} {path}")]
     Io {
@@ -87,6 +93,9 @@ pub enum Error {
 impl Error {
     /// True for errors a person must fix in the file (as opposed to I/O failures).
     pub fn is_config_problem(&self) -> bool {
-        !matches!(self, Error::Io { .. })
+        !matches!(
+            self,
+            Error::Io { .. } | Error::File(crate::safe_fs::SafeFsError::Io { .. })
+        )
     }
 }

@@ -1,9 +1,17 @@
-//! Command line of `gvisor-install` and its validation into [`Settings`]. Pure.
+//! Command line of `gvisor-install` and its validation into [`Settings`]. Pure, except
+//! [`Settings::resolve_links`], which looks at the host (and writes nothing).
 //!
 //! Paths on the host (`--bin-dir`, `--containerd-config`, `--runsc-config`) are given as the
 //! host sees them and resolved below `--host-root`, where the DaemonSet mounts the host's
 //! `/`. They must be absolute and free of `.`/`..`, so nothing can point outside the host
-//! root. `--source-dir` is a path in this container (the installation image).
+//! root, and they must pass the [`super::targets`] rules (no overlap, no system folder).
+//! `--source-dir` is a path in this container (the installation image).
+//!
+//! Which links on the host are followed ([`Settings::resolve_links`]): links among the
+//! folders of every path, and the link at `--containerd-config` itself, each inside the host
+//! root ([`super::resolve`]). A link at `--runsc-config`, at a binary's path or at the
+//! restart marker is not followed: it is the entry the run replaces (or, uninstalling,
+//! removes).
 
 use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
@@ -12,6 +20,8 @@ use clap::Args;
 
 use super::Error;
 use super::flags::FlagsSource;
+use super::resolve::{self, Entry, Lookup, ResolveError, Resolved, RootLookup};
+use super::targets::{self, Kind, Stage, Target};
 
 /// Host path of the marker that says "containerd still needs a restart" (see
 /// [`super`]'s docs on crash safety).
@@ -133,24 +143,84 @@ impl HostPath {
     /// as given (containerd resolves links itself, so `ConfigPath` keeps the given path).
     /// Fails, changing nothing, for dangling links, loops and files in place of folders.
     pub fn resolve_links(&self, root: &Path) -> Result<Self, Error> {
-        let resolved = super::resolve::resolve(&super::resolve::RootLookup { root }, &self.host)
-            .map_err(|source| Error::Resolve {
+        let resolved = self.resolve_in(root, &self.host)?;
+        Ok(self.at(root, resolved.below(root)))
+    }
+
+    /// The same path with the links among its folders resolved inside `root`, the last
+    /// component taken as it is: a link there is not followed (it is the entry a write
+    /// replaces). Fails, changing nothing, for dangling links, loops and a parent that is
+    /// not a folder.
+    pub fn resolve_folder_links(&self, root: &Path) -> Result<Self, Error> {
+        let (Some(parent), Some(name)) = (self.host.parent(), self.host.file_name()) else {
+            return Err(self.resolve_error(ResolveError::NotAbsolute {
                 path: self.host_str(),
+            }));
+        };
+        let folder = self.resolve_folder(root, parent)?;
+        Ok(self.at(root, folder.below(root).join(name)))
+    }
+
+    /// [`Self::resolve_links`] for a folder: what it resolves to must be a folder (or
+    /// missing, to be created).
+    pub fn resolve_folder_itself(&self, root: &Path) -> Result<Self, Error> {
+        let folder = self.resolve_folder(root, &self.host)?;
+        Ok(self.at(root, folder.below(root)))
+    }
+
+    /// Resolves `folder` (this path or one of its parents) and checks a folder is there.
+    fn resolve_folder(&self, root: &Path, folder: &Path) -> Result<Resolved, Error> {
+        let resolved = self.resolve_in(root, folder)?;
+        let relative = resolved.path.strip_prefix("/").unwrap_or(&resolved.path);
+        let entry = RootLookup { root }.entry(relative).map_err(|source| {
+            self.resolve_error(ResolveError::Io {
+                path: self.host_str(),
+                at: resolved.path.display().to_string(),
                 source,
-            })?;
-        let local = resolved.below(root);
-        if local != self.local {
+            })
+        })?;
+        match entry {
+            Entry::Dir | Entry::Missing => Ok(resolved),
+            Entry::File | Entry::Link(_) => Err(self.resolve_error(ResolveError::NotADirectory {
+                path: self.host_str(),
+                at: resolved.path.display().to_string(),
+            })),
+        }
+    }
+
+    fn resolve_in(&self, root: &Path, path: &Path) -> Result<Resolved, Error> {
+        resolve::resolve(&RootLookup { root }, path).map_err(|source| self.resolve_error(source))
+    }
+
+    fn resolve_error(&self, source: ResolveError) -> Error {
+        Error::Resolve {
+            path: self.host_str(),
+            source,
+        }
+    }
+
+    /// This host path reached at `local` below `root`; logs when links led elsewhere.
+    fn at(&self, root: &Path, local: PathBuf) -> Self {
+        let moved = Self {
+            host: self.host.clone(),
+            local,
+        };
+        let target = moved.on_host(root);
+        if target != self.host {
             tracing::info!(
                 action = "resolved",
                 path = %self.host.display(),
-                target = %resolved.path.display(),
-                "host path is a symbolic link; using its target on the host"
+                target = %target.display(),
+                "host path goes through a symbolic link; using its target on the host"
             );
         }
-        Ok(Self {
-            host: self.host.clone(),
-            local,
-        })
+        moved
+    }
+
+    /// The host path that `local` stands for below `root`: `host` with the links
+    /// resolved, once a `resolve_*` method ran.
+    pub fn on_host(&self, root: &Path) -> PathBuf {
+        Path::new("/").join(self.local.strip_prefix(root).unwrap_or(&self.local))
     }
 
     /// The host path as a string (for `ConfigPath` and logs).
@@ -189,22 +259,51 @@ pub struct Settings {
 }
 
 impl Settings {
-    /// The settings with every host path (`--bin-dir`, `--containerd-config`,
-    /// `--runsc-config`, the restart marker) resolved inside the host root
-    /// ([`HostPath::resolve_links`]). Reads the host, writes nothing.
+    /// The settings with the host paths resolved inside the host root (see the module docs
+    /// for which links are followed), checked again against the [`super::targets`] rules.
+    /// The host root itself is this container's path and is taken with its links resolved
+    /// (`canonicalize`), so the resolved paths have no link left for [`crate::safe_fs`] to
+    /// refuse. Reads the host, writes nothing.
     pub fn resolve_links(&self) -> Result<Self, Error> {
-        let root = self.host_root.as_path();
-        Ok(Self {
-            bin_dir: self.bin_dir.resolve_links(root)?,
-            containerd_config: self.containerd_config.resolve_links(root)?,
-            runsc_config: self.runsc_config.resolve_links(root)?,
-            restart_marker: self.restart_marker.resolve_links(root)?,
+        let root = std::fs::canonicalize(&self.host_root).map_err(|source| Error::HostRoot {
+            path: self.host_root.display().to_string(),
+            source,
+        })?;
+        let resolved = Self {
+            bin_dir: self.bin_dir.resolve_folder_itself(&root)?,
+            containerd_config: self.containerd_config.resolve_links(&root)?,
+            runsc_config: self.runsc_config.resolve_folder_links(&root)?,
+            restart_marker: self.restart_marker.resolve_folder_links(&root)?,
+            host_root: root,
             ..self.clone()
-        })
+        };
+        targets::check(&resolved.targets(Stage::Resolved), Stage::Resolved)?;
+        Ok(resolved)
     }
 
-    /// Validates the flags. Fails on relative or `..` host paths, an empty unit name or a
-    /// zero timeout.
+    /// The places a run writes to (see [`super::targets`]): as given, or as resolved.
+    pub fn targets(&self, stage: Stage) -> Vec<Target> {
+        let target = |name, host_path: &HostPath, kind| Target {
+            name,
+            given: host_path.host.clone(),
+            path: match stage {
+                Stage::Given => host_path.host.clone(),
+                Stage::Resolved => host_path.on_host(&self.host_root),
+            },
+            kind,
+        };
+        // runsc.toml before config.toml: of two equal places the first is named as the one
+        // that is wrong ("--runsc-config is the same path as --containerd-config").
+        vec![
+            target("--bin-dir", &self.bin_dir, Kind::Folder),
+            target("--runsc-config", &self.runsc_config, Kind::File),
+            target("--containerd-config", &self.containerd_config, Kind::File),
+            target("the restart marker", &self.restart_marker, Kind::File),
+        ]
+    }
+
+    /// Validates the flags. Fails on relative or `..` host paths, paths that break the
+    /// [`super::targets`] rules, an empty unit name or a zero timeout.
     pub fn from_args(args: GvisorInstallArgs) -> Result<Self, Error> {
         let GvisorInstallArgs {
             host_root,
@@ -233,7 +332,7 @@ impl Settings {
         }
         let dbus_address =
             dbus_address.unwrap_or_else(|| crate::systemd::system_bus_address(&host_root));
-        Ok(Self {
+        let settings = Self {
             bin_dir: HostPath::resolve(&host_root, &bin_dir, "bin-dir")?,
             containerd_config: HostPath::resolve(
                 &host_root,
@@ -250,7 +349,9 @@ impl Settings {
             once,
             uninstall,
             host_root,
-        })
+        };
+        targets::check(&settings.targets(Stage::Given), Stage::Given)?;
+        Ok(settings)
     }
 }
 

@@ -13,9 +13,11 @@
 //! Also accepted, line by line: the TOML form of `runsc.toml` and of upstream's rendered
 //! ConfigMap, `key = "value"` (a value starting with `"` or `'` is read as a TOML string).
 //! Blank lines and lines starting with `#` are ignored. Anything else is rejected with the
-//! line number: a line without `=`, a key that is not lowercase letters, digits and dashes,
-//! an empty value, an unquoted value with quotes or backslashes, a control character, or a
-//! key given twice. Each flag must then pass the operator's allow-list,
+//! line number and the reason, never the line's text (a `--runsc-flags` path may name a file
+//! that holds secrets): a line without `=`, a key that is not lowercase letters, digits and
+//! dashes, an empty value, an unquoted value with quotes or backslashes, a control character,
+//! or a key given twice. Only keys are echoed, and only once they are known to be lowercase
+//! letters, digits and dashes. Each flag must then pass the operator's allow-list,
 //! [`check_runsc_flag`] (one function for both), so a value such as `true,debug=true` or an
 //! unknown flag fails the run before any host file changes. Input order does not matter: keys are always rendered sorted, so the
 //! same flags give the same bytes (upstream rendered a Go map in random order and restarted
@@ -39,13 +41,13 @@ pub const RUNSC_CONFIG_TABLE: &str = "runsc_config";
 /// Why runsc flags were rejected.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum FlagsError {
-    /// A line that is not a flag.
-    #[error("line {line}: {reason} (got `{text}`); write one `key=value` per line")]
+    /// A line that is not a flag. The line itself is not kept: it may come from a file
+    /// that is not a flags file at all (a password hash, say), and this message reaches the
+    /// pod's termination message.
+    #[error("line {line}: {reason}; write one `key=value` per line")]
     Malformed {
         /// 1-based line number.
         line: usize,
-        /// The line as given (trimmed, shortened).
-        text: String,
         /// What is wrong with it.
         reason: &'static str,
     },
@@ -108,11 +110,7 @@ impl RunscFlags {
             if trimmed.is_empty() || trimmed.starts_with('#') {
                 continue;
             }
-            let malformed = |reason| FlagsError::Malformed {
-                line,
-                text: trimmed.chars().take(80).collect(),
-                reason,
-            };
+            let malformed = |reason| FlagsError::Malformed { line, reason };
             let (key, value) = trimmed
                 .split_once('=')
                 .ok_or_else(|| malformed("expected `key=value`"))?;
@@ -126,7 +124,7 @@ impl RunscFlags {
             let value = check_runsc_flag(key, &value).map_err(|rejection| {
                 FlagsError::NotAllowed {
                     line,
-                    key: key.chars().take(80).collect(),
+                    key: key.to_string(),
                     reason: match rejection {
                         FlagRejection::Unknown => "unknown flag; accepted: debug, debug-log, net-raw, nvproxy, panic-signal".to_string(),
                         FlagRejection::InvalidValue { expected } => format!("expected {expected}"),
@@ -324,13 +322,33 @@ mod tests {
                 Err(FlagsError::Malformed {
                     line: got_line,
                     reason: got_reason,
-                    ..
                 }) => {
                     assert_eq!((got_line, got_reason), (line, reason), "{text:?}");
                 }
                 other => panic!("{text:?}: expected a malformed-line error, got {other:?}"),
             }
         }
+    }
+
+    #[test]
+    fn errors_never_echo_the_line() {
+        let hash = "$6$rounds=5000$saltsalt$Qq0Jf1dPd5X3";
+        for text in [
+            format!("root:{hash}:19000:0:99999:7:::"),
+            format!("root = \"{hash}\n"),
+            format!("debug=true\nx\u{1b}[2J{hash}"),
+            format!("debug={hash}"),
+        ] {
+            let message = RunscFlags::parse(&text).unwrap_err().to_string();
+            assert!(!message.contains("saltsalt"), "{message}");
+            assert!(!message.contains(char::is_control), "{message:?}");
+        }
+        assert_eq!(
+            RunscFlags::parse("root:x:0:0:root:/root:/bin/bash")
+                .unwrap_err()
+                .to_string(),
+            "line 1: expected `key=value`; write one `key=value` per line"
+        );
     }
 
     #[test]

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use tracing::info;
 
 use crate::containerd::files;
+use crate::safe_fs;
 
 use super::flags::{FlagsSource, RunscFlags};
 use super::plan::{self, BINARIES};
@@ -46,8 +47,11 @@ pub(super) async fn run(settings: &Settings) -> Result<(), Error> {
                 path: config_path.clone(),
                 source,
             })?;
-    let current_runsc = files::read_optional(&settings.runsc_config.local).map_err(Error::Host)?;
-    let runsc_toml = plan::runsc_toml(current_runsc.as_deref(), &flags);
+    // Rewritten unless it already is exactly this file; a link or FIFO there is replaced.
+    let wanted_runsc = flags.render_runsc_toml();
+    let runsc_toml = (!files::holds(&settings.runsc_config.local, wanted_runsc.as_bytes())
+        .map_err(Error::Host)?)
+    .then_some(wanted_runsc);
 
     let mut changed_files = Vec::new();
     if config_plan.new_text.is_some() {
@@ -107,15 +111,27 @@ pub(super) async fn run(settings: &Settings) -> Result<(), Error> {
     restart.finish(settings).await
 }
 
-/// Reads and validates the runsc flags.
+/// Reads and validates the runsc flags. A flags file is a path in this container (links
+/// followed, e.g. a mounted ConfigMap): only a regular file of at most
+/// [`files::MAX_READ_BYTES`] is read, opened without blocking.
 fn read_flags(source: &FlagsSource) -> Result<RunscFlags, Error> {
     let text = match source {
         FlagsSource::None => return Ok(RunscFlags::default()),
         FlagsSource::Inline(text) => text.clone(),
         FlagsSource::File(path) => {
-            std::fs::read_to_string(path).map_err(|source| Error::FlagsFile {
-                path: path.display().to_string(),
+            let shown = path.display().to_string();
+            let file_error = |source| Error::FlagsFile {
+                path: shown.clone(),
                 source,
+            };
+            let bytes =
+                safe_fs::read_following_links(path, files::MAX_READ_BYTES).map_err(file_error)?;
+            String::from_utf8(bytes).map_err(|_| {
+                file_error(safe_fs::SafeFsError::Io {
+                    action: "reading (not UTF-8)",
+                    path: shown.clone(),
+                    source: std::io::ErrorKind::InvalidData.into(),
+                })
             })?
         }
     };
@@ -134,12 +150,12 @@ fn plan_binaries(settings: &Settings) -> Result<Vec<Binary>, Error> {
                     dir: settings.source_dir.display().to_string(),
                 });
             }
-            // The binary itself may be a link on the host, too.
+            // In the resolved folder; a link at the binary's own path is not followed, the
+            // copy replaces it.
             let target = HostPath {
                 host: settings.bin_dir.host.join(name),
                 local: settings.bin_dir.local.join(name),
-            }
-            .resolve_links(&settings.host_root)?;
+            };
             let action = binary_action(&source, &target.local)?;
             Ok(Binary {
                 name,

@@ -5,11 +5,12 @@
 //! # What a run does
 //!
 //! 1. **Check the input before touching the host**: every host path is resolved inside the
-//!    host root, links included ([`resolve`]: a link is followed as the host would follow
-//!    it, and its target is what gets edited), the runsc flags parse and pass the operator's
-//!    allow-list ([`flags`]), both binaries are in `--source-dir`, containerd's config.toml parses and
-//!    has a known version (the plan, [`plan`], is computed in memory). Any failure exits
-//!    non-zero with a message saying what to fix, and no host file has changed.
+//!    host root ([`resolve`]; which links are followed is below), the places written pass
+//!    the [`targets`] rules (no two overlap, none is a system folder such as `/etc`), the
+//!    runsc flags parse and pass the operator's allow-list ([`flags`]), both binaries are in
+//!    `--source-dir`, containerd's config.toml parses and has a known version (the plan,
+//!    [`plan`], is computed in memory). Any failure exits non-zero with a message saying
+//!    what to fix, and no host file has changed.
 //! 2. **Binaries**: `runsc` and `containerd-shim-runsc-v1` are copied into `--bin-dir` when
 //!    absent or different (byte comparison), atomically, mode 0755. Running shims keep their
 //!    old inode and are never killed. A new binary alone does not restart containerd: it
@@ -32,6 +33,32 @@
 //! removes it only after a successful restart. A run that finds the marker restarts
 //! containerd even if the files are already up to date, so a failed or interrupted restart
 //! is retried by the pod's next start instead of being forgotten.
+//!
+//! # Hostile hosts and input
+//!
+//! The installer runs as root on a node whose files others may have prepared, and every
+//! operation on a host file goes through [`crate::containerd::files`], that is
+//! [`crate::safe_fs`]:
+//!
+//! - **Links**: only links among the folders of a path and the link at config.toml itself
+//!   are followed, and only inside the host root (a distribution may keep config.toml
+//!   elsewhere, such as `/usr/share/containerd`). A link at a binary's path, at runsc.toml or
+//!   at the restart marker is never followed: the write replaces the link itself (uninstall
+//!   removes it), so `runsc -> /etc/passwd` or `runsc.toml -> /etc/shadow` leaves the
+//!   target as it is. Once resolved, the paths are opened folder by folder without
+//!   following links, so a link swapped in during the run is refused, not followed.
+//! - **Reads**: only regular files are opened, without blocking; a FIFO, a device (also
+//!   through config.toml's link) or anything else at config.toml is refused with what it
+//!   is, and files over [`crate::containerd::files::MAX_READ_BYTES`] (1 MiB) are refused
+//!   after reading at most one byte more. The `--runsc-flags` file (a path in this
+//!   container, e.g. a mounted ConfigMap, whose links are followed) gets the same checks.
+//! - **Places**: see [`targets`]; a flag or a link that makes two places one, or points a
+//!   place into `/etc`, `/usr/bin`, `/proc`, ..., is refused before anything is written.
+//! - **Messages**: a flags error names the line and the reason, never the line's text (the
+//!   flags file may be something else, such as a password file), and containerd config
+//!   errors name no value of the file. Control characters in paths, link targets and flag
+//!   values are escaped ([`crate::printable`]) in the error printed on stderr and in the
+//!   termination message.
 //!
 //! # `--uninstall`
 //!
@@ -67,6 +94,7 @@ pub mod flags;
 mod install;
 pub mod plan;
 pub mod resolve;
+pub mod targets;
 mod uninstall;
 
 use std::path::Path;
@@ -94,6 +122,18 @@ pub enum Error {
         /// Its value.
         path: String,
     },
+    /// `--host-root` cannot be opened.
+    #[error("cannot open the host root {path} (--host-root)")]
+    HostRoot {
+        /// The path.
+        path: String,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The places the run would write to overlap or include a system folder.
+    #[error(transparent)]
+    Targets(#[from] targets::TargetError),
     /// A host path cannot be resolved inside the host root (dangling link, loop, ...).
     #[error("cannot resolve {path} inside the host root; no host file was changed")]
     Resolve {
@@ -119,9 +159,9 @@ pub enum Error {
     FlagsFile {
         /// The path.
         path: String,
-        /// Cause.
+        /// Cause (missing, not a regular file, too large, not UTF-8, ...).
         #[source]
-        source: std::io::Error,
+        source: crate::safe_fs::SafeFsError,
     },
     /// A binary is missing from the installation image.
     #[error(
@@ -177,12 +217,15 @@ impl Error {
             | Error::InvalidTimeout
             | Error::Flags(_)
             | Error::FlagsFile { .. }
+            | Error::Targets(_)
             | Error::MissingBinary { .. } => true,
             Error::Config { source, .. } => source.is_config_problem(),
             Error::Resolve { source, .. } => source.is_host_problem(),
-            Error::Host(_) | Error::Restart { .. } | Error::NotActive { .. } | Error::Signal(_) => {
-                false
-            }
+            Error::HostRoot { .. }
+            | Error::Host(_)
+            | Error::Restart { .. }
+            | Error::NotActive { .. }
+            | Error::Signal(_) => false,
         }
     }
 }
@@ -307,11 +350,9 @@ fn mark_restart_pending(settings: &Settings, reason: &str) -> Result<(), Error> 
     .map_err(Error::Host)
 }
 
-/// True if an earlier run left the marker.
+/// True if an earlier run left the marker (anything at its path counts).
 fn restart_pending(settings: &Settings) -> Result<bool, Error> {
-    Ok(files::read_optional(&settings.restart_marker.local)
-        .map_err(Error::Host)?
-        .is_some())
+    files::exists(&settings.restart_marker.local).map_err(Error::Host)
 }
 
 /// Restarts containerd, waits for the job, checks it is active, then removes the marker.
@@ -351,13 +392,40 @@ async fn restart_containerd(settings: &Settings, reason: &str) -> Result<(), Err
 fn write_termination_log(error: &Error) {
     let path = Path::new(TERMINATION_LOG);
     if path.exists() {
-        let mut message = error.to_string();
-        let mut source = std::error::Error::source(error);
-        while let Some(cause) = source {
-            message.push_str(": ");
-            message.push_str(&cause.to_string());
-            source = cause.source();
-        }
-        let _ = std::fs::write(path, message);
+        let _ = std::fs::write(path, termination_message(error));
+    }
+}
+
+/// The error and its causes on one line, `a: b: c`, control characters escaped
+/// ([`crate::printable::escape_controls`]): what `kubectl describe pod` shows.
+fn termination_message(error: &Error) -> String {
+    let mut message = error.to_string();
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        message.push_str(": ");
+        message.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    crate::printable::escape_controls(&message).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_termination_message_is_the_chain_with_controls_escaped() {
+        let error = Error::FlagsFile {
+            path: "/etc/gvisor/\u{1b}[2Jflags".to_string(),
+            source: crate::safe_fs::SafeFsError::Io {
+                action: "opening",
+                path: "/etc/gvisor/\u{1b}[2Jflags".to_string(),
+                source: std::io::Error::new(std::io::ErrorKind::NotFound, "gone\r\nfaked line"),
+            },
+        };
+        assert_eq!(
+            termination_message(&error),
+            "reading the runsc flags file /etc/gvisor/\\u{1b}[2Jflags (a --runsc-flags value without `=` is a file path): opening /etc/gvisor/\\u{1b}[2Jflags: gone\\r\\nfaked line"
+        );
     }
 }

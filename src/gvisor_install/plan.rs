@@ -4,8 +4,6 @@
 
 use crate::containerd::{self, ConfigVersion, ContainerdConfig, RuntimeEdit, RuntimeEntry};
 
-use super::flags::RunscFlags;
-
 /// The CRI runtime handler name (the RuntimeClass `gvisor` has `handler: runsc`).
 pub const RUNTIME_NAME: &str = "runsc";
 /// The shim type containerd maps to `containerd-shim-runsc-v1`.
@@ -78,12 +76,6 @@ fn finish(config: ContainerdConfig, edit: RuntimeEdit, current: Option<&str>) ->
     }
 }
 
-/// The new content of runsc.toml, or `None` when `current` already is exactly that.
-pub fn runsc_toml(current: Option<&[u8]>, flags: &RunscFlags) -> Option<String> {
-    let wanted = flags.render_runsc_toml();
-    (current != Some(wanted.as_bytes())).then_some(wanted)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -143,17 +135,5 @@ mod tests {
         let removed = config_uninstall(Some(&installed)).unwrap();
         assert!(removed.edit.updated);
         assert_eq!(removed.new_text.as_deref(), Some(original));
-    }
-
-    #[test]
-    fn runsc_toml_is_rewritten_only_when_different() {
-        let flags = RunscFlags::parse("net-raw=true").unwrap();
-        let wanted = "[runsc_config]\nnet-raw = \"true\"\n";
-        assert_eq!(runsc_toml(None, &flags).as_deref(), Some(wanted));
-        assert_eq!(
-            runsc_toml(Some(b"[runsc_config]\n"), &flags).as_deref(),
-            Some(wanted)
-        );
-        assert_eq!(runsc_toml(Some(wanted.as_bytes()), &flags), None);
     }
 }

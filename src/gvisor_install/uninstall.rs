@@ -18,9 +18,8 @@ pub(super) async fn run(settings: &Settings) -> Result<(), Error> {
             path: config_path.clone(),
             source,
         })?;
-    let runsc_present = files::read_optional(&settings.runsc_config.local)
-        .map_err(Error::Host)?
-        .is_some();
+    // Anything at runsc.toml's path counts, a link too: removing it removes the link itself.
+    let runsc_present = files::exists(&settings.runsc_config.local).map_err(Error::Host)?;
 
     let mut changed_files = Vec::new();
     if config_plan.new_text.is_some() {

@@ -1,9 +1,11 @@
-//! File access for the agent that a hostile folder cannot turn against the node.
+//! File access on a node that a hostile folder cannot turn against the node. Shared by the
+//! agent ([`crate::agent`], through [`crate::agent::host`]) and the gVisor installer
+//! ([`crate::gvisor_install`], through [`crate::containerd::files`]).
 //!
-//! The agent runs as root and manages files in folders that others may write to (a workload
-//! with a hostPath on `/opt/bin`, say). Such a writer can put a symbolic link, a FIFO or a
-//! link to a device where the agent expects its file, or replace a folder on the way with a
-//! link. Every operation here therefore:
+//! Both run as root and manage files in folders that others may write to (a workload with a
+//! hostPath on `/opt/bin`, say). Such a writer can put a symbolic link, a FIFO or a link to a
+//! device where we expect our file, or replace a folder on the way with a link. Every
+//! operation here therefore:
 //!
 //! - walks the folders of the path from `/` one at a time with `O_NOFOLLOW | O_DIRECTORY`
 //!   and works relative to the last folder's descriptor: a link among the folders is
@@ -13,7 +15,8 @@
 //!   `O_NOFOLLOW | O_NONBLOCK` (a FIFO cannot stall the single-threaded agent, a link is not
 //!   followed) and checks with `fstat` on the descriptor that it is the same regular file;
 //! - changes modes with `fchmod` on that descriptor, never by path;
-//! - reads at most a bound ([`MAX_READ_BYTES`], or the length of the content compared with);
+//! - reads at most a bound ([`MAX_READ_BYTES`], the caller's in [`read_at_most`], or the
+//!   length of the content compared with);
 //! - writes a temporary file in the folder (opened `O_EXCL | O_NOFOLLOW`) and renames it over
 //!   the name: a link or FIFO in the file's place is replaced, its target is never touched.
 //!
@@ -234,12 +237,7 @@ pub fn open_regular(path: &Path) -> Result<Option<File>, SafeFsError> {
         Err(Errno::NOENT) => return Ok(None),
         Err(errno) => return Err(io_error("inspecting", path)(errno)),
     };
-    if let Entry::Other { kind } = stat_entry(&before) {
-        return Err(SafeFsError::NotRegular {
-            path: path.display().to_string(),
-            kind,
-        });
-    }
+    refuse_non_regular(&before, path)?;
     let flags =
         OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
     let fd = match rustix::fs::openat(&dir, name, flags, Mode::empty()) {
@@ -253,10 +251,27 @@ pub fn open_regular(path: &Path) -> Result<Option<File>, SafeFsError> {
         }
         Err(errno) => return Err(io_error("opening", path)(errno)),
     };
+    the_file_looked_at(&before, fd, path).map(Some)
+}
+
+/// [`SafeFsError::NotRegular`] unless `stat` is a regular file's.
+fn refuse_non_regular(stat: &Stat, path: &Path) -> Result<(), SafeFsError> {
+    match stat_entry(stat) {
+        Entry::Other { kind } => Err(SafeFsError::NotRegular {
+            path: path.display().to_string(),
+            kind,
+        }),
+        Entry::Regular { .. } | Entry::Missing => Ok(()),
+    }
+}
+
+/// `fd` as a file if `fstat` shows the regular file `before` described (nothing was swapped
+/// in between the look and the open).
+fn the_file_looked_at(before: &Stat, fd: OwnedFd, path: &Path) -> Result<File, SafeFsError> {
     let after = rustix::fs::fstat(&fd).map_err(io_error("inspecting", path))?;
     let same = after.st_dev == before.st_dev && after.st_ino == before.st_ino;
     if let (Entry::Regular { .. }, true) = (stat_entry(&after), same) {
-        Ok(Some(File::from(fd)))
+        Ok(File::from(fd))
     } else {
         Err(SafeFsError::NotRegular {
             path: path.display().to_string(),
@@ -281,17 +296,42 @@ fn read_bounded(file: File, limit: u64, path: &Path) -> Result<Vec<u8>, SafeFsEr
 /// The content of the regular file `path` (`None` if missing); refuses anything that is not
 /// a regular file and files over [`MAX_READ_BYTES`].
 pub fn read(path: &Path) -> Result<Option<Vec<u8>>, SafeFsError> {
+    read_at_most(path, MAX_READ_BYTES)
+}
+
+/// [`read`] with the caller's bound: files over `limit` bytes are refused
+/// ([`SafeFsError::TooLarge`]) after reading at most `limit + 1` bytes.
+pub fn read_at_most(path: &Path, limit: u64) -> Result<Option<Vec<u8>>, SafeFsError> {
     let Some(file) = open_regular(path)? else {
         return Ok(None);
     };
-    let content = read_bounded(file, MAX_READ_BYTES, path)?;
-    if content.len() as u64 > MAX_READ_BYTES {
+    read_whole(file, limit, path).map(Some)
+}
+
+/// The content of the regular file `path`, following links: for a path this process was
+/// handed whose links are expected (a file of a mounted ConfigMap is a link into a
+/// timestamped folder), not for a folder others can write to. Only the link rule is relaxed:
+/// anything but a regular file is refused before it is opened, the open does not block, the
+/// descriptor is checked to be the file looked at, and more than `limit` bytes are refused.
+/// A missing file is an error.
+pub fn read_following_links(path: &Path, limit: u64) -> Result<Vec<u8>, SafeFsError> {
+    let before = rustix::fs::stat(path).map_err(io_error("inspecting", path))?;
+    refuse_non_regular(&before, path)?;
+    let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
+    let fd = rustix::fs::open(path, flags, Mode::empty()).map_err(io_error("opening", path))?;
+    read_whole(the_file_looked_at(&before, fd, path)?, limit, path)
+}
+
+/// Reads the open `file` whole, refusing more than `limit` bytes; `path` names it in errors.
+fn read_whole(file: File, limit: u64, path: &Path) -> Result<Vec<u8>, SafeFsError> {
+    let content = read_bounded(file, limit, path)?;
+    if content.len() as u64 > limit {
         return Err(SafeFsError::TooLarge {
             path: path.display().to_string(),
-            limit: MAX_READ_BYTES,
+            limit,
         });
     }
-    Ok(Some(content))
+    Ok(content)
 }
 
 /// True when `path` is a regular file with exactly `content`. Reads at most one byte more
@@ -421,15 +461,18 @@ pub fn check_folders(path: &Path) -> Result<(), SafeFsError> {
     open_parent(path, false).map(|_| ())
 }
 
+/// The tests; [`tests::temp`] and [`tests::mkfifo`] also serve the tests of modules built on
+/// this one.
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::os::unix::fs::{PermissionsExt, symlink};
     use std::path::PathBuf;
     use std::time::{Duration, Instant};
 
     use super::*;
 
-    fn temp() -> (tempfile::TempDir, PathBuf) {
+    /// A temporary folder and its path without links.
+    pub(crate) fn temp() -> (tempfile::TempDir, PathBuf) {
         let dir = tempfile::tempdir().unwrap();
         // The tests' own paths must be free of links, like a node's managed folders.
         let base = dir.path().canonicalize().unwrap();
@@ -444,7 +487,8 @@ mod tests {
             & 0o7777
     }
 
-    fn mkfifo(path: &Path) {
+    /// A FIFO at `path`.
+    pub(crate) fn mkfifo(path: &Path) {
         rustix::fs::mknodat(
             rustix::fs::CWD,
             path,
@@ -568,6 +612,41 @@ mod tests {
             read(&path).unwrap().map(|c| c.len() as u64),
             Some(MAX_READ_BYTES)
         );
+    }
+
+    #[test]
+    fn a_trusted_path_is_read_through_its_links_but_only_as_a_bounded_regular_file() {
+        let (_dir, base) = temp();
+        std::fs::create_dir(base.join("..2026_12_02")).unwrap();
+        std::fs::write(base.join("..2026_12_02/flags"), "net-raw=true\n").unwrap();
+        symlink("..2026_12_02", base.join("..data")).unwrap();
+        symlink("..data/flags", base.join("flags")).unwrap();
+        assert_eq!(
+            read_following_links(&base.join("flags"), 64).unwrap(),
+            b"net-raw=true\n"
+        );
+        assert!(matches!(
+            read_following_links(&base.join("flags"), 5),
+            Err(SafeFsError::TooLarge { limit: 5, .. })
+        ));
+        let fifo = base.join("fifo");
+        mkfifo(&fifo);
+        symlink("/dev/zero", base.join("zero")).unwrap();
+        let started = Instant::now();
+        for path in [fifo, base.join("zero")] {
+            assert!(
+                matches!(
+                    read_following_links(&path, 64),
+                    Err(SafeFsError::NotRegular { .. })
+                ),
+                "{path:?}"
+            );
+        }
+        assert!(started.elapsed() < Duration::from_secs(5));
+        assert!(matches!(
+            read_following_links(&base.join("missing"), 64),
+            Err(SafeFsError::Io { .. })
+        ));
     }
 
     #[test]
