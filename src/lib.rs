@@ -14,6 +14,9 @@
 //!   OperatingSystemConfig through systemd (see `docs/agent.md`).
 //! - [`containerd`], [`systemd`]: node-side building blocks shared by the installer and the
 //!   agent (TOML-preserving containerd config edits; a systemd D-Bus client).
+//! - [`printable`]: control characters in text from outside made visible before it is shown.
+//! - [`root_path`]: resolving a path inside a root folder, links included (the installer's
+//!   host root, an image the agent copies a file from).
 
 pub mod agent;
 pub mod api;
@@ -31,6 +34,8 @@ pub mod malloc_tuning;
 pub mod metrics;
 pub mod operator;
 pub mod osc_rules;
+pub mod printable;
 pub mod render;
+pub mod root_path;
 pub mod systemd;
 pub mod telemetry;

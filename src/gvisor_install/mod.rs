@@ -66,7 +66,8 @@ pub mod args;
 pub mod flags;
 mod install;
 pub mod plan;
-pub mod resolve;
+/// The host-root resolver, shared with the node agent's image copies ([`crate::root_path`]).
+pub use crate::root_path as resolve;
 mod uninstall;
 
 use std::path::Path;
