@@ -15,8 +15,9 @@
 //! - [`containerd`], [`systemd`], [`safe_fs`]: node-side building blocks shared by the
 //!   installer and the agent (TOML-preserving containerd config edits; a systemd D-Bus
 //!   client; file access that follows no link and waits on no FIFO).
-//! - [`printable`]: text from files, flags or hosts made safe to show (control characters
-//!   escaped) in error messages and termination logs.
+//! - [`printable`]: control characters in text from outside made visible before it is shown.
+//! - [`root_path`]: resolving a path inside a root folder, links included (the installer's
+//!   host root, an image the agent copies a file from).
 
 pub mod agent;
 pub mod api;
@@ -36,6 +37,7 @@ pub mod operator;
 pub mod osc_rules;
 pub mod printable;
 pub mod render;
+pub mod root_path;
 pub mod safe_fs;
 pub mod systemd;
 pub mod telemetry;

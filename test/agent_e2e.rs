@@ -757,18 +757,31 @@ async fn item8_a_link_in_a_files_place_is_replaced_and_its_target_keeps_its_mode
 /// Writes an OCI image archive (`support::oci`) with `/bin/tool` = `payload` and imports it
 /// into the machine's containerd as `image` (namespace `default`), so no registry is needed.
 fn import_image(m: &support::nspawn::Machine, image: &str, payload: &str) {
-    use support::oci::{Content, Image, ImageFile, write_archive};
+    import_image_files(
+        m,
+        image,
+        vec![support::oci::ImageFile {
+            path: "/bin/tool".into(),
+            content: support::oci::Content::Bytes(payload.as_bytes().to_vec()),
+            mode: 0o755,
+        }],
+    );
+}
+
+/// [`import_image`] with these files.
+fn import_image_files(
+    m: &support::nspawn::Machine,
+    image: &str,
+    files: Vec<support::oci::ImageFile>,
+) {
+    use support::oci::{Image, write_archive};
     let dir = tempfile::tempdir().unwrap();
     let archive = dir.path().join("image.tar");
     write_archive(
         &Image {
             reference: image.into(),
             entrypoint: vec!["/bin/tool".into()],
-            files: vec![ImageFile {
-                path: "/bin/tool".into(),
-                content: Content::Bytes(payload.as_bytes().to_vec()),
-                mode: 0o755,
-            }],
+            files,
         },
         &archive,
     )
@@ -785,10 +798,14 @@ fn import_image(m: &support::nspawn::Machine, image: &str, payload: &str) {
     .expect_success("import the test image");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn image_ref_files_are_extracted_through_containerd() {
-    let env = support::env().await;
-    let names = names();
+/// A machine with containerd running and the agent started against `osc` (no secrets
+/// referenced), after `prepare` ran on the booted machine; waits for the apply.
+async fn start_agent_with_containerd(
+    env: &support::TestEnv,
+    names: &Names,
+    osc: &str,
+    prepare: impl FnOnce(&support::nspawn::Machine),
+) -> (AgentMachine, String) {
     let machine = boot(BIN);
     machine
         .run(&["systemctl", "start", "containerd.service"])
@@ -796,24 +813,11 @@ async fn image_ref_files_are_extracted_through_containerd() {
     machine
         .wait_for_unit_state("containerd.service", "active", Duration::from_secs(30))
         .unwrap_or_else(|e| panic!("{e}"));
-    let image = "registry.example.test/e2e/tools:v1";
-    import_image(&machine, image, "tool-binary-v1");
+    prepare(&machine);
     let node = machine.name().to_string();
     create_node(&env.client, &node).await;
-    let mut tool_user = service("tool.service", "uses the extracted tool");
-    tool_user["filePaths"] = json!(["/opt/bin/tool"]);
-    let files = vec![json!({
-        "path": "/opt/bin/tool",
-        "permissions": 0o755,
-        "content": {"imageRef": {"image": image, "filePathInImage": "/bin/tool"}}
-    })];
-    let checksum = put_osc(
-        &env.client,
-        &names.secret,
-        &osc_yaml(&[tool_user], &files, None),
-    )
-    .await;
-    let kubeconfig = limited_kubeconfig(&env, &node, &[&names.secret]).await;
+    let checksum = put_osc(&env.client, &names.secret, osc).await;
+    let kubeconfig = limited_kubeconfig(env, &node, &[&names.secret]).await;
     let agent = AgentMachine::start(
         machine,
         &AgentSetup {
@@ -827,6 +831,26 @@ async fn image_ref_files_are_extracted_through_containerd() {
         },
     );
     wait_for_checksum(&env.client, &agent, &checksum, APPLY_TIMEOUT).await;
+    (agent, checksum)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn image_ref_files_are_extracted_through_containerd() {
+    let env = support::env().await;
+    let names = names();
+    let image = "registry.example.test/e2e/tools:v1";
+    let mut tool_user = service("tool.service", "uses the extracted tool");
+    tool_user["filePaths"] = json!(["/opt/bin/tool"]);
+    let files = vec![json!({
+        "path": "/opt/bin/tool",
+        "permissions": 0o755,
+        "content": {"imageRef": {"image": image, "filePathInImage": "/bin/tool"}}
+    })];
+    let osc = osc_yaml(&[tool_user], &files, None);
+    let (agent, _) = start_agent_with_containerd(&env, &names, &osc, |m| {
+        import_image(m, image, "tool-binary-v1")
+    })
+    .await;
     assert_eq!(read(&agent, "/opt/bin/tool"), b"tool-binary-v1");
     assert_eq!(agent.mode("/opt/bin/tool"), "755");
     let leftovers = agent
@@ -837,6 +861,105 @@ async fn image_ref_files_are_extracted_through_containerd() {
         leftovers.trim(),
         "0",
         "mount point removed and unmounted: {leftovers}"
+    );
+}
+
+/// Issue #26 items 6 and 9 on a real node. An image whose `/opt` is a link to `/`:
+/// `filePathInImage: /opt/etc/shadow` is the image's `/etc/shadow`, never the node's (only the
+/// last component was opened without following links). `permissions: 4095` (07777) is 0755,
+/// as gardener-node-agent writes it, for inline and image files alike; `0666` is 0644.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn image_links_resolve_inside_the_image_and_modes_keep_only_permission_bits() {
+    use support::oci::{Content, ImageFile};
+    let env = support::env().await;
+    let names = names();
+    let image = "registry.example.test/e2e/linked:v1";
+    let files = vec![
+        json!({
+            "path": "/etc/e2e/from-image",
+            "permissions": 4095,
+            "content": {"imageRef": {"image": image, "filePathInImage": "/opt/etc/shadow"}}
+        }),
+        plain_file("/etc/e2e/all-bits", "inline\n", Some(4095)),
+        plain_file("/etc/e2e/world-writable", "inline\n", Some(0o666)),
+    ];
+    let osc = osc_yaml(&[], &files, None);
+    let (agent, _) = start_agent_with_containerd(&env, &names, &osc, |m| {
+        import_image_files(
+            m,
+            image,
+            vec![
+                ImageFile::link("/opt", "/"),
+                ImageFile {
+                    path: "/etc/shadow".into(),
+                    content: Content::Bytes(b"the image's shadow\n".to_vec()),
+                    mode: 0o644,
+                },
+            ],
+        );
+    })
+    .await;
+    let node_shadow = agent.machine.read_file("/etc/shadow").ok();
+    assert_eq!(read(&agent, "/etc/e2e/from-image"), b"the image's shadow\n");
+    assert_ne!(node_shadow.as_deref(), Some(&b"the image's shadow\n"[..]));
+    for (path, mode) in [
+        ("/etc/e2e/from-image", "755"),
+        ("/etc/e2e/all-bits", "755"),
+        ("/etc/e2e/world-writable", "644"),
+    ] {
+        assert_eq!(agent.mode(path), mode, "{path}");
+    }
+    assert!(
+        agent.log().contains("file mode narrowed"),
+        "the narrowing is logged"
+    );
+
+    // A link the image cannot resolve fails the apply with the image's terms, nothing written.
+    let broken = vec![json!({
+        "path": "/etc/e2e/dangling",
+        "content": {"imageRef": {"image": image, "filePathInImage": "/opt/no/such/file"}}
+    })];
+    let checksum = put_osc(&env.client, &names.secret, &osc_yaml(&[], &broken, None)).await;
+    let note = event_note(&env.client, &agent, "OSCApplyFailed", "/opt/no/such/file").await;
+    assert!(
+        note.contains(
+            "imageRef filePathInImage /opt/no/such/file: /no/such/file does not exist in the image"
+        ),
+        "{note}"
+    );
+    assert!(!agent.machine.exists("/etc/e2e/dangling"));
+    assert_ne!(
+        node_checksum(&env.client, &agent.node).await.as_deref(),
+        Some(checksum.as_str())
+    );
+    assert_eq!(agent.machine.read_file("/etc/shadow").ok(), node_shadow);
+}
+
+/// Issue #26 item 7: a path with an escape sequence and a line break is refused (as before),
+/// and the `OSCInvalid` note that `kubectl describe node` prints shows them as escapes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn control_characters_of_a_refused_osc_reach_the_node_event_escaped() {
+    let env = support::env().await;
+    let names = names();
+    let units = base_units();
+    let files = base_files(&names);
+    let (agent, _) = start_agent(&env, &names, &osc_yaml(&units, &files, None), "10m").await;
+    let mut hostile = files.clone();
+    hostile[0] = plain_file("/etc/e2e/\u{1b}[2J\u{1b}]0;owned\u{7}\nline two", "x", None);
+    let checksum = put_osc(
+        &env.client,
+        &names.secret,
+        &osc_yaml(&units, &hostile, None),
+    )
+    .await;
+    let note = event_note(&env.client, &agent, "OSCInvalid", &checksum).await;
+    assert!(
+        !note.chars().any(char::is_control),
+        "control characters in the note: {note:?}"
+    );
+    assert!(
+        note.contains("file `/etc/e2e/\\u{1b}[2J\\u{1b}]0;owned\\u{7}\\nline two`: path must not contain control characters"),
+        "{note}"
     );
 }
 
@@ -1044,6 +1167,21 @@ async fn wait_for_event(
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// The note of the first `reason` event whose note contains `text` ([`wait_for_event`]).
+async fn event_note(
+    client: &kube::Client,
+    agent: &AgentMachine,
+    reason: &str,
+    text: &str,
+) -> String {
+    wait_for_event(client, agent, reason, text)
+        .await
+        .into_iter()
+        .filter_map(|event| event.note)
+        .find(|note| note.contains(text))
+        .unwrap_or_default()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

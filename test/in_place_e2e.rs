@@ -42,10 +42,11 @@ const CPU_MANAGER_STATE: &str = "/var/lib/kubelet/cpu_manager_state";
 const UPDATING_OS: &str = "node-agent.gardener.cloud/updating-operating-system-version";
 
 /// The test's OS update: records its arguments; a major version (`13.x`) is refused as
-/// invalid arguments (like the real script); `12.9` is "staged for the reboot" (the version
+/// invalid arguments (like the real script), after 6 KiB of apt-like progress with terminal
+/// escapes on standard output; `12.9` is "staged for the reboot" (the version
 /// changes only when the test plays the reboot); any other `12.x` becomes the node's version
 /// at once.
-const UPDATE_SCRIPT: &str = "#!/bin/sh\nmkdir -p /var/lib/e2e\nprintf '%s\\n' \"$@\" >> /var/lib/e2e/os-update-args\ncase $1 in\n  12.9) echo \"staged $1; rebooting\" ;;\n  12.*) printf '%s\\n' \"$1\" > /etc/debian_version; echo \"updated to $1\" ;;\n  *) echo \"invalid arguments: $1 is not a point release of Debian 12\" >&2; exit 2 ;;\nesac\n";
+const UPDATE_SCRIPT: &str = "#!/bin/sh\nmkdir -p /var/lib/e2e\nprintf '%s\\n' \"$@\" >> /var/lib/e2e/os-update-args\ncase $1 in\n  12.9) echo \"staged $1; rebooting\" ;;\n  12.*) printf '%s\\n' \"$1\" > /etc/debian_version; echo \"updated to $1\" ;;\n  *) i=0; while [ $i -lt 100 ]; do printf 'Get:%s http://deb.debian.org/debian trixie/main pkg%s [12 kB]\\033[K\\n' $i $i; i=$((i+1)); done\n     echo \"invalid arguments: $1 is not a point release of Debian 12\" >&2; exit 2 ;;\nesac\n";
 
 fn secret_name() -> String {
     format!(
@@ -296,11 +297,16 @@ async fn a_failed_update_is_reported_and_the_rollout_touches_no_further_node() {
     let Outcome::Failed(reason) = outcome else {
         panic!("expected a failure, got {outcome:?}; log:\n{}", first.log());
     };
+    // Issue #26 item 8: the script's own message first, not the progress lines before it.
     assert!(
-        reason.contains("invalid arguments: 13.1 is not a point release"),
+        reason.starts_with("invalid arguments: 13.1 is not a point release of Debian 12 ("),
         "{reason}"
     );
-    assert!(!reason.contains('\n'));
+    assert!(
+        reason.contains("pkg99 [12 kB]"),
+        "the end of the output: {reason}"
+    );
+    assert!(!reason.chars().any(char::is_control), "{reason:?}");
 
     let failed = node(&env, &first.node).await;
     assert_eq!(

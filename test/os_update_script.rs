@@ -4,7 +4,9 @@
 //! mounts of per-test files, and `apt-get` and `systemctl` are stand-ins on `PATH` that log
 //! their arguments and play the package archive (a real apt run needs a mirror and would
 //! change this machine). What is checked is the script's own logic: the version checks, the
-//! order of the apt calls, the messages the node agent classifies, and the reboot.
+//! order of the apt calls, the messages the node agent classifies (printable, one line), the
+//! reboot, and the failure reason the agent's runner (`agent::in_place_update::run_os_update`)
+//! makes of a failed run.
 
 #![allow(clippy::unwrap_used, clippy::panic)] // test crate: failing loudly is the point
 
@@ -25,26 +27,36 @@ struct Run {
 const DEBIAN_12: &str = "PRETTY_NAME=\"Debian GNU/Linux 12 (bookworm)\"\nID=debian\nVERSION_ID=\"12\"\nVERSION=\"12 (bookworm)\"\n";
 const UBUNTU_2404: &str = "PRETTY_NAME=\"Ubuntu 24.04.1 LTS\"\nID=ubuntu\nVERSION_ID=\"24.04\"\nVERSION=\"24.04.1 LTS (Noble Numbat)\"\n";
 
-/// Runs the script with `args` on a node whose os-release is `os_release` and whose Debian
-/// point release is `debian_version`. `apt` says what the stand-in apt-get does:
-/// `offline` (update fails), `broken` (full-upgrade fails), or the version full-upgrade
-/// installs (written into debian_version, or into os-release's VERSION for Ubuntu).
-fn run_script(os_release: &str, debian_version: &str, apt: &str, args: &[&str]) -> Run {
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
-    let bin = d.join("bin");
-    fs::create_dir(&bin).unwrap();
-    fs::write(d.join("os-release"), os_release).unwrap();
-    fs::write(d.join("debian_version"), format!("{debian_version}\n")).unwrap();
-    fs::write(d.join("os-update"), os_update::SCRIPT).unwrap();
-    let log = d.join("log");
-    let apt_get = format!(
-        r#"#!/bin/sh
+/// A prepared node for the script: a folder with the node's os-release and Debian version,
+/// the script, the stand-ins and their log.
+struct Node {
+    dir: tempfile::TempDir,
+}
+
+impl Node {
+    /// A node whose os-release is `os_release` and whose Debian point release is
+    /// `debian_version`. `apt` says what the stand-in apt-get does: `offline` (update fails),
+    /// `broken` (full-upgrade prints pages of progress, then fails), or the version
+    /// full-upgrade installs (written into debian_version, or into os-release's VERSION for
+    /// Ubuntu).
+    fn new(os_release: &str, debian_version: &str, apt: &str) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let bin = d.join("bin");
+        fs::create_dir(&bin).unwrap();
+        fs::write(d.join("os-release"), os_release).unwrap();
+        fs::write(d.join("debian_version"), format!("{debian_version}\n")).unwrap();
+        fs::write(d.join("os-update"), os_update::SCRIPT).unwrap();
+        let log = d.join("log");
+        let apt_get = format!(
+            r#"#!/bin/sh
 echo "apt-get $* DEBIAN_FRONTEND=$DEBIAN_FRONTEND" >> {log}
 mode='{apt}'
 case "$*" in
   *' update') [ "$mode" = offline ] && {{ echo 'Temporary failure resolving deb.debian.org' >&2; exit 100; }}; exit 0 ;;
-  *full-upgrade) [ "$mode" = broken ] && {{ echo 'dpkg: error processing package' >&2; exit 100; }}
+  *full-upgrade) [ "$mode" = broken ] && {{
+      i=0; while [ $i -lt 400 ]; do echo "Get:$i http://deb.debian.org/debian bookworm/main amd64 pkg$i 1.0 [12 kB]"; i=$((i+1)); done
+      echo 'dpkg: error processing package' >&2; exit 100; }}
     if grep -q '^ID=ubuntu' /etc/os-release; then
       new=$(sed "s/^VERSION=.*/VERSION=\"$mode LTS (Noble Numbat)\"/" /etc/os-release)
       printf '%s\n' "$new" > /etc/os-release
@@ -55,39 +67,54 @@ case "$*" in
 esac
 exit 1
 "#,
-        log = log.display()
-    );
-    let systemctl = format!("#!/bin/sh\necho \"systemctl $*\" >> {}\n", log.display());
-    for (name, content) in [("apt-get", apt_get), ("systemctl", systemctl)] {
-        let path = bin.join(name);
-        fs::write(&path, content).unwrap();
-        fs::set_permissions(&path, fs::Permissions::from_mode(0o755)).unwrap();
+            log = log.display()
+        );
+        let systemctl = format!("#!/bin/sh\necho \"systemctl $*\" >> {}\n", log.display());
+        for (name, content) in [("apt-get", apt_get), ("systemctl", systemctl)] {
+            let path = bin.join(name);
+            fs::write(&path, content).unwrap();
+            fs::set_permissions(&path, fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        Node { dir }
     }
-    let inner = format!(
-        "mount --bind {d}/os-release /etc/os-release && mount --bind {d}/debian_version /etc/debian_version && \
-         PATH={bin}:$PATH exec sh {d}/os-update \"$@\"",
-        d = d.display(),
-        bin = bin.display()
-    );
-    let output = Command::new("unshare")
-        .args([
-            "--mount",
-            "--propagation",
-            "private",
-            "sh",
-            "-c",
-            &inner,
-            "os-update",
-        ])
-        .args(args)
-        .output()
-        .unwrap();
-    Run {
-        code: output.status.code().unwrap_or(-1),
-        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
-        log: fs::read_to_string(&log).unwrap_or_default(),
-        version_after: fs::read_to_string(d.join("debian_version")).unwrap(),
+
+    /// The command line that runs the script with `args` on this node: `sh` in a private
+    /// mount namespace with the node's files bind-mounted and the stand-ins first on `PATH`.
+    fn command(&self, args: &[&str]) -> Vec<String> {
+        let d = self.dir.path();
+        let inner = format!(
+            "mount --bind {d}/os-release /etc/os-release && mount --bind {d}/debian_version /etc/debian_version && \
+             PATH={d}/bin:$PATH exec sh {d}/os-update \"$@\"",
+            d = d.display(),
+        );
+        let mut command: Vec<String> = ["unshare", "--mount", "--propagation", "private"]
+            .into_iter()
+            .chain(["sh", "-c", &inner, "os-update"])
+            .map(String::from)
+            .collect();
+        command.extend(args.iter().map(|arg| arg.to_string()));
+        command
     }
+
+    fn run(&self, args: &[&str]) -> Run {
+        let command = self.command(args);
+        let output = Command::new(&command[0])
+            .args(&command[1..])
+            .output()
+            .unwrap();
+        let d = self.dir.path();
+        Run {
+            code: output.status.code().unwrap_or(-1),
+            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+            log: fs::read_to_string(d.join("log")).unwrap_or_default(),
+            version_after: fs::read_to_string(d.join("debian_version")).unwrap(),
+        }
+    }
+}
+
+/// Runs the script with `args` on a fresh [`Node`].
+fn run_script(os_release: &str, debian_version: &str, apt: &str, args: &[&str]) -> Run {
+    Node::new(os_release, debian_version, apt).run(args)
 }
 
 fn can_run() -> bool {
@@ -233,4 +260,73 @@ fn messages_repeat_the_argument_verbatim() {
         "{}",
         run.stderr
     );
+}
+
+/// Issue #26 item 7: the refused argument was echoed as it was, escape sequences and line
+/// breaks included, into the message the agent puts on the Node and in its log.
+#[test]
+fn control_characters_from_outside_never_reach_the_message() {
+    if !can_run() {
+        return;
+    }
+    let run = run_script(
+        DEBIAN_12,
+        "12.6",
+        "12.7",
+        &["12.7\u{1b}[2J\nsystem failure: forged second line"],
+    );
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert_eq!(
+        run.stderr,
+        "invalid arguments: version '12.7?[2J?system failure: forged second line' is not of the form 12.7 or 24.04.2\n"
+    );
+    // os-release is the node's, but quoted the same way, and long values are cut.
+    let other = DEBIAN_12.replace(
+        "ID=debian",
+        &format!("ID='x\u{1b}]0;title\u{7}{}'", "y".repeat(100)),
+    );
+    let run = run_script(&other, "12.6", "12.7", &["12.7"]);
+    assert_eq!(run.code, 2);
+    let quoted = format!("'x?]0;title?{}'", "y".repeat(53));
+    assert!(run.stderr.contains(&quoted), "{}", run.stderr);
+    assert!(
+        !run.stderr.trim_end().contains(['\n', '\u{1b}', '\u{7}']),
+        "{:?}",
+        run.stderr
+    );
+}
+
+/// Issue #26 item 8, with the real script and the agent's runner: after a failed
+/// `apt-get full-upgrade` (pages of progress on standard output) the failure reason the agent
+/// puts on the Node starts with the script's own `system failure: ...` line.
+#[tokio::test]
+async fn after_a_failed_full_upgrade_the_reason_starts_with_the_scripts_message() {
+    use gardener_extension_node::agent::in_place::MAX_REASON_CHARS;
+    use gardener_extension_node::agent::in_place_update::{RetryPolicy, run_os_update};
+    use gardener_extension_node::api::operatingsystemconfig::OsUpdate;
+    if !can_run() {
+        return;
+    }
+    let node = Node::new(DEBIAN_12, "12.6", "broken");
+    let mut command = node.command(&["12.7"]);
+    let update = OsUpdate {
+        command: command.remove(0),
+        args: command,
+    };
+    let no_retry = RetryPolicy {
+        interval: std::time::Duration::from_millis(10),
+        timeout: std::time::Duration::ZERO,
+    };
+    let reason = run_os_update(&update, no_retry).await.unwrap_err();
+    assert!(
+        reason.starts_with(
+            "system failure: apt-get full-upgrade failed (see above) (unshare: exit status: 1); output before it: …"
+        ),
+        "{reason}"
+    );
+    assert!(
+        reason.ends_with("pkg399 1.0 [12 kB] dpkg: error processing package"),
+        "{reason}"
+    );
+    assert!(reason.chars().count() <= MAX_REASON_CHARS);
 }

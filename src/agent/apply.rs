@@ -514,9 +514,16 @@ pub async fn file_content<S: Secrets>(
     Ok(None)
 }
 
-/// The mode a file gets.
+/// The mode bits an OSC file can get: read, write and execute for the owner, read and
+/// execute for group and others. gardener-node-agent writes a file with Go's numeric
+/// `permissions`, of which only the permission bits (0777) count, under its unit's umask 022,
+/// so `permissions: 4095` (07777) is 0755 there too. The agent never makes a setuid, setgid,
+/// sticky or group- or world-writable file out of an OSC.
+pub const FILE_MODE_MASK: u32 = 0o755;
+
+/// The mode a file gets: `permissions` (else 0600) within [`FILE_MODE_MASK`].
 pub fn file_mode(file: &File) -> u32 {
-    file.permissions.unwrap_or(DEFAULT_FILE_MODE) & 0o7777
+    file.permissions.unwrap_or(DEFAULT_FILE_MODE) & FILE_MODE_MASK
 }
 
 /// Writes one OSC file from its source.
@@ -527,6 +534,10 @@ pub async fn write_file<H: Host, S: Secrets>(
 ) -> Result<(), ApplyError> {
     let path = PathBuf::from(&file.path);
     let mode = file_mode(file);
+    let asked = file.permissions.unwrap_or(DEFAULT_FILE_MODE);
+    if asked != mode {
+        tracing::warn!(path = %file.path, permissions = format!("{asked:o}"), mode = format!("{mode:o}"), "file mode narrowed as gardener-node-agent narrows it: no setuid, setgid or sticky bit, no write for group and others");
+    }
     match file_content(secrets, file).await? {
         Some(content) => host
             .write(&path, &content, mode)
@@ -811,6 +822,43 @@ mod tests {
                 "/var/lib/gardener-node-agent/last-applied-osc.yaml"
             )]
         );
+    }
+
+    /// Issue #26 item 6: `permissions: 4095` was written as `-rwsrwsrwt`. Every file kind
+    /// gets gardener-node-agent's mode: the permission bits without group/other write.
+    #[tokio::test]
+    async fn file_modes_keep_only_the_permission_bits_gardener_node_agent_keeps() {
+        let host = FakeHost::default();
+        let mut osc = NodeOsc::default();
+        for (path, permissions) in [
+            ("/etc/all-bits", 0o7777),
+            ("/etc/setuid", 0o4755),
+            ("/etc/world-writable", 0o666),
+            ("/etc/group-writable", 0o770),
+            ("/etc/plain", 0o640),
+        ] {
+            let mut file = inline_file(path, "x");
+            file.permissions = Some(permissions);
+            osc.spec.files.push(file);
+        }
+        let mut image = crate::agent::testing::image_file("/opt/bin/tool", "img", "/tool");
+        image.permissions = Some(0o7777);
+        osc.spec.files.push(image);
+        let mut secret = secret_file("/etc/token", "creds", "token");
+        secret.permissions = Some(0o2777);
+        osc.spec.files.push(secret);
+        run(&host, &osc, "c1", None).await.unwrap();
+        for (path, mode) in [
+            ("/etc/all-bits", 0o755),
+            ("/etc/setuid", 0o755),
+            ("/etc/world-writable", 0o644),
+            ("/etc/group-writable", 0o750),
+            ("/etc/plain", 0o640),
+            ("/opt/bin/tool", 0o755),
+            ("/etc/token", 0o755),
+        ] {
+            assert_eq!(host.file_mode(path), Some(mode), "{path}");
+        }
     }
 
     #[tokio::test]

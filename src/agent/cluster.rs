@@ -329,8 +329,11 @@ impl NodeEvents {
         node: &NodeMeta,
         type_: EventType,
         reason: &str,
-        mut note: String,
+        note: String,
     ) -> Result<(), kube::Error> {
+        // Notes quote OSC strings and command output; `kubectl describe node` prints them to
+        // a terminal as they are.
+        let mut note = crate::printable::escape_controls(&note).into_owned();
         // The events API caps notes at 1 KiB.
         if note.len() > 1000 {
             let mut cut = 1000;

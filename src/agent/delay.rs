@@ -11,23 +11,30 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use crate::printable::escape_controls;
+
 /// Node annotation with the reconciliation delay (a Go duration string).
 pub const ANNOTATION_RECONCILIATION_DELAY: &str = "node-agent.gardener.cloud/reconciliation-delay";
 
-/// Why a Go duration string did not parse.
+/// Why a Go duration string did not parse. The input is quoted with its control characters
+/// escaped (it is a Node annotation anyone with access to the Node can write).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DurationError {
     /// The string is empty (Go accepts `0` but not ``).
     #[error("empty duration")]
     Empty,
     /// A number is missing or malformed (e.g. `.s`, `1..2s`).
-    #[error("invalid number in duration `{0}`")]
+    #[error("invalid number in duration `{}`", escape_controls(.0))]
     Number(String),
     /// A number has no unit (`1`, `1m30`).
-    #[error("missing unit in duration `{0}` (units: ns, us, µs, ms, s, m, h)")]
+    #[error("missing unit in duration `{}` (units: ns, us, µs, ms, s, m, h)", escape_controls(.0))]
     MissingUnit(String),
     /// An unknown unit (`1d`, `5sec`).
-    #[error("unknown unit `{unit}` in duration `{input}` (units: ns, us, µs, ms, s, m, h)")]
+    #[error(
+        "unknown unit `{}` in duration `{}` (units: ns, us, µs, ms, s, m, h)",
+        escape_controls(unit),
+        escape_controls(input)
+    )]
     UnknownUnit {
         /// The unit as written.
         unit: String,
@@ -35,7 +42,7 @@ pub enum DurationError {
         input: String,
     },
     /// More than Go's `time.Duration` holds (about 292 years).
-    #[error("duration `{0}` is out of range")]
+    #[error("duration `{}` is out of range", escape_controls(.0))]
     Overflow(String),
 }
 

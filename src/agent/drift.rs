@@ -265,6 +265,26 @@ mod tests {
         assert_eq!(report.repairs(), 2);
     }
 
+    /// The mode drift compares with is the narrowed one (`apply::file_mode`): a file with
+    /// `permissions: 4095` written as 0755 is in sync, one set to 07777 by hand is repaired.
+    #[tokio::test]
+    async fn a_narrowed_mode_is_in_sync_and_special_bits_are_repaired() {
+        let host = FakeHost::default();
+        let mut osc = NodeOsc::default();
+        let mut file = inline_file("/etc/all-bits", "x");
+        file.permissions = Some(0o7777);
+        osc.spec.files.push(file);
+        let effective = effective(&osc, "node");
+        let paths = Paths::new("/var/lib/gardener-node-agent");
+        let secrets = secrets();
+        let check = || check_and_repair(&host, &secrets, &effective, &paths, "own.service");
+        host.put("/etc/all-bits", "x", 0o755);
+        assert_eq!(check().await.unwrap(), Report::default());
+        host.put("/etc/all-bits", "x", 0o7777);
+        assert_eq!(check().await.unwrap().modes, ["/etc/all-bits"]);
+        assert_eq!(host.file_mode("/etc/all-bits"), Some(0o755));
+    }
+
     #[tokio::test]
     async fn drifted_drop_in_reloads_and_restarts_its_unit() {
         let host = FakeHost::default();

@@ -9,7 +9,9 @@
 //! open descriptor) and reads are bounded. Writes are crash-safe: a temporary file in the
 //! target's folder is written, fsynced, given its exact mode and renamed over the target, then
 //! the folder is fsynced. Missing parent folders are created with mode 0755; existing folders
-//! are left as they are.
+//! are left as they are. An `imageRef` file is copied out of a read-only mount of its image
+//! with every link resolved inside the image ([`crate::root_path`]), never against the node's
+//! `/`.
 
 use std::future::Future;
 use std::io;
@@ -25,6 +27,7 @@ use crate::containerd;
 use crate::systemd::{self, Systemd};
 
 use super::safe_fs::{self, SafeFsError};
+use crate::root_path::{self, ResolveError};
 
 /// Why a host operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -46,6 +49,15 @@ pub enum HostError {
         /// Cause.
         #[source]
         source: io::Error,
+    },
+    /// An `imageRef` file cannot be copied out of its image: missing there, not a regular
+    /// file, or its path leads nowhere inside the image.
+    #[error("imageRef filePathInImage {path}: {problem}")]
+    ImageFile {
+        /// `filePathInImage`.
+        path: String,
+        /// What is wrong, in the image's terms.
+        problem: String,
     },
     /// A systemd call failed.
     #[error(transparent)]
@@ -117,6 +129,7 @@ pub trait Host: Send + Sync {
     /// containerd's `(major, minor)` version, if it can be told.
     fn containerd_version(&self) -> impl Future<Output = Option<(u64, u64)>> + Send;
     /// Copies `path_in_image` out of `image` (pulled if not present) to `target` with `mode`.
+    /// Links in the image are followed inside the image only.
     fn extract_image_file(
         &self,
         image: &str,
@@ -249,7 +262,7 @@ async fn run(program: &str, args: &[&str]) -> Result<String, HostError> {
         return Err(HostError::Command {
             command: command_line,
             status: output.status.to_string(),
-            stderr: tail,
+            stderr: crate::printable::escape_controls(&tail).into_owned(),
         });
     }
     Ok(String::from_utf8_lossy(&output.stdout).into_owned())
@@ -264,39 +277,70 @@ fn dir_error(action: &'static str, path: &Path) -> impl FnOnce(io::Error) -> Hos
     }
 }
 
-/// Copies the image's file to `target`: the source is opened without following a final
-/// link (a link in the image would otherwise resolve against the node's `/`) and must be a
-/// regular file; the target is written like every other file ([`safe_fs::write_with`]).
-fn copy_image_file(source: &Path, target: &Path, mode: u32) -> Result<(), HostError> {
+/// Copies the file `path_in_image` of the image mounted at `mount` to `target`. Every link on
+/// the way, in a folder or at the file itself, is resolved inside the image
+/// ([`root_path::resolve`]): an absolute link such as `/opt -> /` names the image's `/`, and
+/// `..` never climbs above it, so no path in an image reaches a file of the node. The mount is
+/// a read-only view of the image, so the resolved path cannot change before it is opened; it
+/// is opened without following a link anyway, must be a regular file, and the target is
+/// written like every other file ([`safe_fs::write_with`]).
+fn copy_image_file(
+    mount: &Path,
+    path_in_image: &str,
+    target: &Path,
+    mode: u32,
+) -> Result<(), HostError> {
     use std::os::unix::fs::OpenOptionsExt;
+    let image_error = |problem: String| HostError::ImageFile {
+        path: path_in_image.to_string(),
+        problem,
+    };
+    let asked = Path::new("/").join(path_in_image);
+    let resolved = root_path::resolve(&root_path::RootLookup { root: mount }, &asked)
+        .map_err(|error| image_error(image_path_problem(&error)))?;
+    if !resolved.exists {
+        return Err(image_error(format!(
+            "{} does not exist in the image",
+            resolved.path.display()
+        )));
+    }
+    let source = resolved.below(mount);
     let flags = rustix::fs::OFlags::NOFOLLOW | rustix::fs::OFlags::NONBLOCK;
     let mut input = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(flags.bits() as i32)
-        .open(source)
-        .map_err(|source_error| SafeFsError::Io {
-            action: "opening (a link in the image is not followed)",
-            path: source.display().to_string(),
-            source: source_error,
-        })?;
+        .open(&source)
+        .map_err(|error| image_error(format!("opening {}: {error}", resolved.path.display())))?;
     let is_file = input
         .metadata()
-        .map_err(|source_error| SafeFsError::Io {
-            action: "inspecting",
-            path: source.display().to_string(),
-            source: source_error,
-        })?
+        .map_err(|error| image_error(format!("inspecting {}: {error}", resolved.path.display())))?
         .is_file();
     if !is_file {
-        return Err(SafeFsError::NotRegular {
-            path: source.display().to_string(),
-            kind: "special file",
-        }
-        .into());
+        return Err(image_error(format!(
+            "{} is not a regular file",
+            resolved.path.display()
+        )));
     }
     Ok(safe_fs::write_with(target, mode, |file| {
         io::copy(&mut input, file).map(|_| ())
     })?)
+}
+
+/// Why a path could not be resolved inside an image, in the image's terms (the resolver's own
+/// messages speak of the installer's host).
+fn image_path_problem(error: &ResolveError) -> String {
+    match error {
+        ResolveError::NotAbsolute { .. } => "not an absolute path without `..`".to_string(),
+        ResolveError::TooManyLinks { .. } => format!(
+            "more than {} symbolic links on the way (a link loop?)",
+            root_path::MAX_LINK_HOPS
+        ),
+        ResolveError::Dangling { link, target, .. } => {
+            format!("the link {link} points at {target}, which the image does not have")
+        }
+        ResolveError::NotADirectory { at, .. } => format!("{at} is not a folder"),
+        ResolveError::Io { at, source, .. } => format!("inspecting {at}: {source}"),
+    }
 }
 
 impl Host for SystemHost {
@@ -441,12 +485,105 @@ impl Host for SystemHost {
             let _ = self.remove_dir_if_empty(&mount);
             return Err(error);
         }
-        let source = mount.join(path_in_image.trim_start_matches('/'));
-        let copied = copy_image_file(&source, target, mode);
+        let copied = copy_image_file(&mount, path_in_image, target, mode);
         let unmounted = self.ctr(&["images", "unmount", "--rm", &mount_path]).await;
         let _ = self.remove_dir_if_empty(&mount);
         copied?;
         unmounted?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::{PermissionsExt, symlink};
+    use std::path::PathBuf;
+
+    use super::*;
+
+    /// An "image" folder and a folder of the "node" beside it, both free of links (like the
+    /// agent's own mount folder).
+    fn image_and_node() -> (tempfile::TempDir, PathBuf, PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path().canonicalize().unwrap();
+        let (image, node) = (base.join("image"), base.join("node"));
+        std::fs::create_dir_all(image.join("etc")).unwrap();
+        std::fs::create_dir_all(node.join("etc")).unwrap();
+        std::fs::write(image.join("etc/shadow"), "image's shadow").unwrap();
+        std::fs::write(node.join("etc/shadow"), "node's shadow").unwrap();
+        (dir, image, node)
+    }
+
+    fn copy(image: &Path, path_in_image: &str, target: &Path) -> Result<String, String> {
+        copy_image_file(image, path_in_image, target, 0o640)
+            .map(|()| std::fs::read_to_string(target).unwrap())
+            .map_err(|error| crate::agent::error_chain(&error))
+    }
+
+    /// Issue #26 item 9: `/opt -> <a folder of the node>` in the image, `filePathInImage:
+    /// /opt/etc/shadow`. `O_NOFOLLOW` on the last component alone let the folder link resolve
+    /// against the node's `/` and copied the node's file.
+    #[test]
+    fn an_absolute_folder_link_in_the_image_stays_in_the_image() {
+        let (_dir, image, node) = image_and_node();
+        symlink(&node, image.join("opt")).unwrap();
+        // The same absolute path inside the image: what the link means there.
+        let inside = image.join(node.strip_prefix("/").unwrap());
+        std::fs::create_dir_all(inside.join("etc")).unwrap();
+        std::fs::write(inside.join("etc/shadow"), "image's file at that path").unwrap();
+        let target = image.with_file_name("target");
+        assert_eq!(
+            copy(&image, "/opt/etc/shadow", &target).unwrap(),
+            "image's file at that path"
+        );
+        assert_eq!(
+            std::fs::metadata(&target).unwrap().permissions().mode() & 0o7777,
+            0o640
+        );
+    }
+
+    #[test]
+    fn relative_and_final_links_resolve_inside_the_image() {
+        let (_dir, image, _node) = image_and_node();
+        // `..` never climbs above the image's root.
+        symlink("../../../../../../etc", image.join("up")).unwrap();
+        let target = image.with_file_name("target");
+        assert_eq!(
+            copy(&image, "/up/shadow", &target).unwrap(),
+            "image's shadow"
+        );
+        // A link at the file itself (busybox-style images) is followed inside the image too.
+        symlink("/etc/shadow", image.join("tool")).unwrap();
+        assert_eq!(copy(&image, "/tool", &target).unwrap(), "image's shadow");
+    }
+
+    #[test]
+    fn what_the_image_does_not_have_fails_and_leaves_the_target_alone() {
+        let (_dir, image, node) = image_and_node();
+        let target = image.with_file_name("target");
+        std::fs::write(&target, "before").unwrap();
+        symlink(node.join("etc"), image.join("gone")).unwrap();
+        std::fs::create_dir(image.join("dir")).unwrap();
+        symlink("a", image.join("b")).unwrap();
+        symlink("b", image.join("a")).unwrap();
+        for (path, expected) in [
+            ("/gone/shadow", "which the image does not have"),
+            ("/missing", "/missing does not exist in the image"),
+            ("/dir", "/dir is not a regular file"),
+            ("/etc/shadow/x", "/etc/shadow is not a folder"),
+            ("/a", "a link loop?"),
+        ] {
+            let error = copy(&image, path, &target).unwrap_err();
+            assert!(
+                error.starts_with(&format!("imageRef filePathInImage {path}: "))
+                    && error.contains(expected),
+                "{path}: {error}"
+            );
+            assert_eq!(std::fs::read_to_string(&target).unwrap(), "before");
+        }
+        assert_eq!(
+            std::fs::read_to_string(node.join("etc/shadow")).unwrap(),
+            "node's shadow"
+        );
     }
 }

@@ -386,17 +386,85 @@ pub fn classify(output: &str) -> Failure {
 /// A failure reason fit for a Node annotation: control characters become spaces, runs of
 /// white space one space, at most [`MAX_REASON_CHARS`] characters (cut with `…`).
 pub fn failure_reason(text: &str) -> String {
-    let cleaned: String = text
-        .chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .collect();
-    let collapsed = cleaned.split_whitespace().collect::<Vec<_>>().join(" ");
+    let collapsed = one_line(text);
     if collapsed.chars().count() <= MAX_REASON_CHARS {
         return collapsed;
     }
     let mut cut: String = collapsed.chars().take(MAX_REASON_CHARS - 1).collect();
     cut.push('…');
     cut
+}
+
+/// `text` on one line: control characters become spaces, runs of white space one space.
+fn one_line(text: &str) -> String {
+    let cleaned: String = text
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    cleaned.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// What a failed run of the OS update command left behind.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CommandOutput {
+    /// The end of its standard output.
+    pub stdout: String,
+    /// The end of its error output.
+    pub stderr: String,
+    /// How it ended (`exit status: 1`, `signal: 9 (SIGKILL)`, `not started`, ...).
+    pub ending: String,
+}
+
+impl CommandOutput {
+    /// Both streams, standard output first: what GNA's patterns are matched against
+    /// ([`classify`]).
+    pub fn combined(&self) -> String {
+        format!("{}\n{}", self.stdout, self.stderr)
+    }
+}
+
+/// The failure reason of a failed OS update run, for the Node annotation: the command's own
+/// last message first (the last non-blank line of its error output, else of its standard
+/// output: where a script such as this extension's `os-update.sh` says `system failure: ...`),
+/// then the command and how it ended, then as much of the output before that message as fits
+/// in [`MAX_REASON_CHARS`], from its end (after a failed `apt-get full-upgrade` the
+/// progress lines come first and the errors last). One line, no control characters.
+pub fn command_failure_reason(command: &str, output: &CommandOutput) -> String {
+    let (last, earlier) = last_message(output);
+    let head = failure_reason(&format!("{last} ({command}: {})", output.ending));
+    let earlier = one_line(&earlier);
+    const SEPARATOR: &str = "; output before it: ";
+    let budget = MAX_REASON_CHARS.saturating_sub(head.chars().count() + SEPARATOR.len());
+    // Too little room left for a useful tail, or nothing to show.
+    if earlier.is_empty() || budget < 32 {
+        return head;
+    }
+    let length = earlier.chars().count();
+    let tail: String = if length <= budget {
+        earlier
+    } else {
+        let kept: String = earlier.chars().skip(length - (budget - 1)).collect();
+        format!("…{kept}")
+    };
+    format!("{head}{SEPARATOR}{tail}")
+}
+
+/// The last non-blank line of the error output (else of the standard output) and everything
+/// printed before it (standard output first).
+fn last_message(output: &CommandOutput) -> (String, String) {
+    if let Some((line, before)) = split_last_line(&output.stderr) {
+        return (line, format!("{}\n{before}", output.stdout));
+    }
+    split_last_line(&output.stdout)
+        .unwrap_or_else(|| ("the command printed nothing".to_string(), String::new()))
+}
+
+/// The last non-blank line of `text` and the lines before it.
+fn split_last_line(text: &str) -> Option<(String, String)> {
+    let lines: Vec<&str> = text.lines().collect();
+    let index = lines.iter().rposition(|line| !line.trim().is_empty())?;
+    let before = lines.get(..index).unwrap_or_default().join("\n");
+    Some((lines.get(index)?.to_string(), before))
 }
 
 #[cfg(test)]
@@ -689,5 +757,63 @@ mod tests {
         let reason = failure_reason(&long);
         assert_eq!(reason.chars().count(), MAX_REASON_CHARS);
         assert!(reason.ends_with('…'));
+    }
+
+    /// Issue #26 item 8: after a failed `apt-get full-upgrade` the reason held apt's progress
+    /// lines (standard output came first and filled the 1,024 characters), not the script's
+    /// `system failure: ...` line.
+    #[test]
+    fn the_commands_last_message_comes_first_then_the_end_of_the_output() {
+        let progress: String = (0..2000)
+            .map(|i| format!("Get:{i} http://deb.debian.org/debian bookworm/main pkg{i} [12 kB]\n"))
+            .collect();
+        let output = CommandOutput {
+            stdout: progress,
+            stderr: "E: Sub-process /usr/bin/dpkg returned an error code (1)\n\x1b[31msystem failure: apt-get full-upgrade failed (see above)\x1b[0m\n\n".into(),
+            ending: "exit status: 1".into(),
+        };
+        let reason = command_failure_reason("/opt/bin/os-update", &output);
+        assert!(
+            reason.starts_with(
+                "[31msystem failure: apt-get full-upgrade failed (see above) [0m (/opt/bin/os-update: exit status: 1); output before it: …"
+            ),
+            "{reason}"
+        );
+        assert!(
+            reason.ends_with(
+                "pkg1999 [12 kB] E: Sub-process /usr/bin/dpkg returned an error code (1)"
+            ),
+            "{reason}"
+        );
+        assert_eq!(reason.chars().count(), MAX_REASON_CHARS);
+        assert!(!reason.chars().any(char::is_control), "{reason:?}");
+        assert_eq!(classify(&output.combined()), Failure::Fatal);
+
+        // Only standard output: its last line leads; short output is kept whole.
+        let output = CommandOutput {
+            stdout: "updating\ninvalid arguments: 13.1\n".into(),
+            stderr: String::new(),
+            ending: "exit status: 2".into(),
+        };
+        assert_eq!(
+            command_failure_reason("update", &output),
+            "invalid arguments: 13.1 (update: exit status: 2); output before it: updating"
+        );
+        // Nothing printed.
+        let output = CommandOutput {
+            ending: "signal: 9 (SIGKILL)".into(),
+            ..CommandOutput::default()
+        };
+        assert_eq!(
+            command_failure_reason("update", &output),
+            "the command printed nothing (update: signal: 9 (SIGKILL))"
+        );
+        // A network problem anywhere in the output is retried (GNA matches the whole text).
+        let output = CommandOutput {
+            stdout: "network problems: mirror down\n".into(),
+            stderr: "exiting\n".into(),
+            ending: "exit status: 1".into(),
+        };
+        assert_eq!(classify(&output.combined()), Failure::Retriable);
     }
 }

@@ -36,7 +36,7 @@ use tracing::{info, warn};
 use super::changes::{self, Side};
 use super::cluster;
 use super::host::{self, Host, HostError, KUBELET_HEALTHZ};
-use super::in_place::{self, Failure, Gate};
+use super::in_place::{self, CommandOutput, Failure, Gate};
 use super::journal::{self, Journal, PersistError};
 use super::osc::NodeOsc;
 use super::paths::Paths;
@@ -226,8 +226,13 @@ async fn patch_node(
         .map_err(|e| InPlaceError::Api(format!("{what} on node {node}"), e))
 }
 
-/// Labels the Node `update-result=failed` with `reason` (sanitised, truncated).
-pub async fn mark_failed(client: &Client, node: &str, reason: &str) -> Result<(), InPlaceError> {
+/// Labels the Node `update-result=failed` with `reason` (on one line without control
+/// characters, truncated: [`in_place::failure_reason`]); returns the reason as annotated.
+pub async fn mark_failed(
+    client: &Client,
+    node: &str,
+    reason: &str,
+) -> Result<String, InPlaceError> {
     let reason = in_place::failure_reason(reason);
     warn!(node, %reason, "in-place update failed");
     patch_node(
@@ -235,11 +240,12 @@ pub async fn mark_failed(client: &Client, node: &str, reason: &str) -> Result<()
         node,
         json!({"metadata": {
             "labels": {in_place::LABEL_UPDATE_RESULT: in_place::RESULT_FAILED},
-            "annotations": {in_place::ANNOTATION_FAILED_REASON: reason},
+            "annotations": {in_place::ANNOTATION_FAILED_REASON: &reason},
         }}),
         "labelling the update failed",
     )
-    .await
+    .await?;
+    Ok(reason)
 }
 
 /// Labels the Node `update-result=successful` and removes the failure reason and the
@@ -315,8 +321,9 @@ pub async fn prepare<H: Host>(
         let reason = "certificate authority rotation in place is not supported by this node agent \
                       (it has no client-certificate request flow for itself nor kubelet's \
                       re-bootstrap); rotate with a rolling update of the pool";
-        mark_failed(ctx.client, node, reason).await?;
-        return Ok(Prepared::Stopped(reason.to_string()));
+        return Ok(Prepared::Stopped(
+            mark_failed(ctx.client, node, reason).await?,
+        ));
     }
     if flags.kubelet.cpu_manager_policy {
         // Before the apply restarts kubelet: a state of the old policy keeps it from starting.
@@ -347,8 +354,9 @@ pub async fn finish<H: Host>(
     if in_place::kubelet(&flags) {
         if let Err(error) = wait_for_kubelet(KUBELET_HEALTHZ, ctx.kubelet_timeout).await {
             let reason = format!("kubelet is not healthy after the in-place update: {error}");
-            mark_failed(ctx.client, node, &reason).await?;
-            return Ok(Finished::Stopped(reason));
+            return Ok(Finished::Stopped(
+                mark_failed(ctx.client, node, &reason).await?,
+            ));
         }
         journal.in_place_updates.kubelet = Default::default();
         persist(ctx, &journal)?;
@@ -357,13 +365,12 @@ pub async fn finish<H: Host>(
     if in_place::rolled_back(&flags, state.attempted_os.as_deref(), desired) {
         let current = current_os_version()?.unwrap_or_default();
         let reason = match &state.failed_reason {
-            Some(reason) => reason.clone(),
+            Some(reason) => in_place::failure_reason(reason),
             None => {
                 let reason = format!(
                     "the OS update to {desired} did not take (or rolled back): the node runs {current}"
                 );
-                mark_failed(ctx.client, node, &reason).await?;
-                reason
+                mark_failed(ctx.client, node, &reason).await?
             }
         };
         return Ok(Finished::Stopped(reason));
@@ -384,22 +391,24 @@ pub async fn finish<H: Host>(
             "annotating the OS update",
         )
         .await?;
-        info!(node, command = %command.command, args = ?command.args, "running the OS update");
-        if let Err(output) = run_os_update(command, ctx.retry).await {
-            let reason = format!("the OS update command failed: {output}");
-            mark_failed(ctx.client, node, &reason).await?;
-            return Ok(Finished::Stopped(reason));
+        info!(node, command = ?command.command, args = ?command.args, "running the OS update");
+        if let Err(reason) = run_os_update(command, ctx.retry).await {
+            return Ok(Finished::Stopped(
+                mark_failed(ctx.client, node, &reason).await?,
+            ));
         }
         let current = current_os_version()?;
         if !current
             .as_deref()
             .is_some_and(|v| in_place::same_version(v, desired))
         {
-            let reason = format!(
+            // The versions come from the OSC and the node's files: one line, no control
+            // characters, before they reach the log.
+            let reason = in_place::failure_reason(&format!(
                 "the OS update command succeeded; waiting for the node to reboot into {desired} (it runs {})",
                 current.unwrap_or_default()
-            );
-            info!(node, "{reason}");
+            ));
+            info!(node, %reason, "in-place update waits for the reboot");
             return Ok(Finished::Stopped(reason));
         }
         journal.in_place_updates.operating_system = false;
@@ -455,26 +464,29 @@ async fn delete_pods(client: &Client, node: &str) -> Result<(), InPlaceError> {
 }
 
 /// Runs the OS update command (no shell), retrying while its output says `network
-/// problems`; `Err` carries the output (its last [`MAX_OUTPUT_BYTES`]) of the failed run.
+/// problems`; `Err` carries the failure reason of the failed run
+/// ([`in_place::command_failure_reason`]: the command's last message first, then the end of
+/// its output; one line, bounded).
 pub async fn run_os_update(command: &OsUpdate, retry: RetryPolicy) -> Result<(), String> {
     let started = tokio::time::Instant::now();
     loop {
-        let (ok, output) = run_once(command).await;
-        if ok {
+        let Err(output) = run_once(command).await else {
             return Ok(());
-        }
-        match in_place::classify(&output) {
+        };
+        let reason = in_place::command_failure_reason(&command.command, &output);
+        match in_place::classify(&output.combined()) {
             Failure::Retriable if started.elapsed() + retry.interval <= retry.timeout => {
-                warn!(output = %in_place::failure_reason(&output), retry_in = ?retry.interval, "the OS update hit network problems; retrying");
+                warn!(%reason, retry_in = ?retry.interval, "the OS update hit network problems; retrying");
                 tokio::time::sleep(retry.interval).await;
             }
-            _ => return Err(output),
+            _ => return Err(reason),
         }
     }
 }
 
-/// One run: success and the combined output (stdout, then stderr), bounded.
-async fn run_once(command: &OsUpdate) -> (bool, String) {
+/// One run; on failure what it printed (the last [`MAX_OUTPUT_BYTES`] of each stream) and
+/// how it ended.
+async fn run_once(command: &OsUpdate) -> Result<(), CommandOutput> {
     let child = tokio::process::Command::new(&command.command)
         .args(&command.args)
         .stdin(Stdio::null())
@@ -482,40 +494,39 @@ async fn run_once(command: &OsUpdate) -> (bool, String) {
         .stderr(Stdio::piped())
         .kill_on_drop(true)
         .spawn();
-    let mut child = match child {
-        Ok(child) => child,
-        Err(error) => {
-            return (
-                false,
-                format!("system failure: cannot run {}: {error}", command.command),
-            );
-        }
-    };
+    let mut child = child.map_err(|error| CommandOutput {
+        stderr: format!("system failure: cannot run {}: {error}", command.command),
+        ending: "not started".into(),
+        ..CommandOutput::default()
+    })?;
     let stdout = child.stdout.take();
     let stderr = child.stderr.take();
     let run = async {
-        let (out, err) = tokio::join!(read_tail(stdout), read_tail(stderr));
+        let (stdout, stderr) = tokio::join!(read_tail(stdout), read_tail(stderr));
         let status = child.wait().await;
-        (status, out, err)
+        (status, stdout, stderr)
     };
-    match tokio::time::timeout(COMMAND_TIMEOUT, run).await {
-        Ok((status, out, err)) => {
-            let mut output = out;
-            output.push_str(&err);
-            match status {
-                Ok(status) if status.success() => (true, output),
-                Ok(status) => (false, format!("{output} ({status})")),
-                Err(error) => (false, format!("{output} (waiting failed: {error})")),
-            }
-        }
-        Err(_) => (
-            false,
-            format!(
-                "system failure: {} did not finish within {COMMAND_TIMEOUT:?}",
-                command.command
-            ),
-        ),
-    }
+    let (status, stdout, stderr) =
+        tokio::time::timeout(COMMAND_TIMEOUT, run)
+            .await
+            .map_err(|_| CommandOutput {
+                stderr: format!(
+                    "system failure: {} did not finish within {COMMAND_TIMEOUT:?}",
+                    command.command
+                ),
+                ending: "killed".into(),
+                ..CommandOutput::default()
+            })?;
+    let ending = match status {
+        Ok(status) if status.success() => return Ok(()),
+        Ok(status) => status.to_string(),
+        Err(error) => format!("waiting for it failed: {error}"),
+    };
+    Err(CommandOutput {
+        stdout,
+        stderr,
+        ending,
+    })
 }
 
 /// Reads a stream to its end, keeping its last [`MAX_OUTPUT_BYTES`].
@@ -634,8 +645,41 @@ mod tests {
             "head -c 300000 /dev/zero | tr '\\0' a\necho 'system failure: the end' >&2\nexit 1\n",
         );
         let error = run_os_update(&command, FAST).await.unwrap_err();
-        assert!(error.len() <= 2 * MAX_OUTPUT_BYTES + 64, "{}", error.len());
-        assert!(error.contains("system failure: the end"));
+        assert!(
+            error.chars().count() <= in_place::MAX_REASON_CHARS,
+            "{}",
+            error.len()
+        );
+        assert!(error.starts_with("system failure: the end ("), "{error}");
+    }
+
+    /// Issue #26 item 8: a failed `apt-get full-upgrade` prints pages of progress on standard
+    /// output; the reason starts with the script's own last message, not with apt's lines.
+    #[tokio::test]
+    async fn the_scripts_last_message_leads_the_reason() {
+        let dir = tempfile::tempdir().unwrap();
+        let command = script(
+            dir.path(),
+            "i=0; while [ $i -lt 500 ]; do echo \"Get:$i http://deb.debian.org/debian bookworm/main pkg$i [12 kB]\"; i=$((i+1)); done\n\
+             echo 'E: Sub-process /usr/bin/dpkg returned an error code (1)' >&2\n\
+             printf '\\033[31msystem failure: apt-get full-upgrade failed (see above)\\n' >&2\nexit 1\n",
+        );
+        let error = run_os_update(&command, FAST).await.unwrap_err();
+        assert!(
+            error.starts_with("[31msystem failure: apt-get full-upgrade failed (see above) ("),
+            "{error}"
+        );
+        assert!(
+            error.contains(": exit status: 1); output before it: …"),
+            "{error}"
+        );
+        assert!(
+            error.ends_with(
+                "pkg499 [12 kB] E: Sub-process /usr/bin/dpkg returned an error code (1)"
+            ),
+            "{error}"
+        );
+        assert!(!error.chars().any(char::is_control), "{error:?}");
     }
 
     #[tokio::test]

@@ -86,7 +86,9 @@ pub enum AgentError {
     Signal(#[source] std::io::Error),
 }
 
-/// An error and its causes on one line (for log fields and event notes).
+/// An error and its causes on one line (for log fields and event notes), control
+/// characters escaped ([`crate::printable`]): causes quote OSC strings, Secrets and command
+/// output.
 pub fn error_chain(error: &dyn std::error::Error) -> String {
     let mut text = error.to_string();
     let mut source = error.source();
@@ -95,7 +97,7 @@ pub fn error_chain(error: &dyn std::error::Error) -> String {
         text.push_str(&cause.to_string());
         source = cause.source();
     }
-    text
+    crate::printable::escape_controls(&text).into_owned()
 }
 
 /// Runs the agent until it is stopped or must restart itself.
@@ -159,4 +161,49 @@ pub async fn run(args: AgentArgs) -> Result<(), AgentError> {
     let result = agent.run(readiness).await;
     server.abort();
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::agent::testing::inline_file;
+
+    /// Issue #26 item 7: what the agent shows of an error (log fields, event notes) is one
+    /// line without terminal escapes, whatever the OSC or a command put into it.
+    #[test]
+    fn errors_are_shown_on_one_line_without_control_characters() {
+        let mut osc = osc::NodeOsc::default();
+        osc.spec
+            .files
+            .push(inline_file("/etc/\u{1b}[2J\nforged: line", "x"));
+        let rejected = osc::validate(&osc).unwrap_err();
+        let shown = rejected.to_string();
+        assert!(!shown.chars().any(char::is_control), "{shown:?}");
+        assert!(
+            shown.contains(
+                "file `/etc/\\u{1b}[2J\\nforged: line`: path must not contain control characters"
+            ),
+            "{shown}"
+        );
+        // serde quotes the refused value: `unknown variant `x<ESC>[2J<LF>y``.
+        let decode = osc::decode(b"spec: {units: [{name: a.service, command: \"x\\e[2J\\ny\"}]}\n")
+            .unwrap_err()
+            .to_string();
+        assert!(decode.contains("x\\u{1b}[2J\\ny"), "{decode}");
+        assert!(!decode.chars().any(char::is_control), "{decode:?}");
+
+        let failed = host::HostError::Command {
+            command: "ctr images pull".into(),
+            status: "exit status: 1".into(),
+            stderr: "pulling \u{1b}]0;title\u{7}\nerror".into(),
+        };
+        let wrapped = apply::ApplyError::Host {
+            step: "extracting /x from image\u{1b}[31m".into(),
+            source: failed,
+        };
+        assert_eq!(
+            error_chain(&wrapped),
+            "extracting /x from image\\u{1b}[31m: `ctr images pull` failed (exit status: 1): pulling \\u{1b}]0;title\\u{7}\\nerror"
+        );
+    }
 }

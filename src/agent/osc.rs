@@ -23,6 +23,7 @@ use crate::api::operatingsystemconfig::{
     CriConfig, DropIn, File, FileContentInline, InPlaceUpdates, InPlaceUpdatesStatus, Unit,
 };
 use crate::osc_rules;
+use crate::printable::escape_controls;
 
 /// `apiVersion` written into `last-applied-osc.yaml`.
 pub const OSC_API_VERSION: &str = "extensions.gardener.cloud/v1alpha1";
@@ -112,10 +113,10 @@ pub enum InvalidOsc {
     MissingData(&'static str),
     /// `osc.yaml` is not YAML of the expected shape (includes unknown unit commands,
     /// cgroup drivers and other enum values).
-    #[error("osc.yaml does not decode: {0}")]
+    #[error("osc.yaml does not decode: {}", escape_controls(.0))]
     Decode(String),
     /// One or more entries are invalid; every problem is listed.
-    #[error("osc.yaml is invalid: {}", .0.join("; "))]
+    #[error("osc.yaml is invalid: {}", escape_controls(&.0.join("; ")))]
     Invalid(Vec<String>),
 }
 

@@ -93,7 +93,8 @@ pub mod args;
 pub mod flags;
 mod install;
 pub mod plan;
-pub mod resolve;
+/// The host-root resolver, shared with the node agent's image copies ([`crate::root_path`]).
+pub use crate::root_path as resolve;
 pub mod targets;
 mod uninstall;
 

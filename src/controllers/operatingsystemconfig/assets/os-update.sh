@@ -15,10 +15,14 @@
 set -u
 
 fail() { code=$1; shift; printf '%s\n' "$*" >&2; exit "$code"; }
+# Text from outside (the argument, os-release, debian_version) as a message quotes it: printable
+# ASCII only (anything else becomes '?'), at most 64 characters. The node agent puts the last
+# line into a Node annotation and its log; an escape sequence or a line break must not ride along.
+shown() { printf '%s' "$1" | tr -c '[:print:]' '?' | cut -c1-64; }
 
 want=${1-}
 case $want in
-  '' | *[!0-9.]* | .* | *. | *..*) fail 2 "invalid arguments: version '$want' is not of the form 12.7 or 24.04.2" ;;
+  '' | *[!0-9.]* | .* | *. | *..*) fail 2 "invalid arguments: version '$(shown "$want")' is not of the form 12.7 or 24.04.2" ;;
 esac
 [ $# -eq 1 ] || fail 2 "invalid arguments: expected exactly one version, got $#"
 
@@ -34,15 +38,15 @@ case $ID in
   debian)
     # Debian's image version is <major>.<point> (12.7); os-release knows the major only.
     [ "${want%%.*}" = "$VERSION_ID" ] ||
-      fail 2 "invalid arguments: $want is not a point release of Debian $VERSION_ID; a new major version needs new nodes"
+      fail 2 "invalid arguments: $want is not a point release of Debian $(shown "$VERSION_ID"); a new major version needs new nodes"
     current() { cat /etc/debian_version; } ;;
   ubuntu)
     # Ubuntu's image version is <release>[.<point>] (24.04 or 24.04.2).
     release=$(echo "$want" | cut -d. -f1,2)
     [ "$release" = "$VERSION_ID" ] ||
-      fail 2 "invalid arguments: $want is not a point release of Ubuntu $VERSION_ID; a new release needs new nodes"
+      fail 2 "invalid arguments: $want is not a point release of Ubuntu $(shown "$VERSION_ID"); a new release needs new nodes"
     current() { . "$os_release"; echo "$VERSION" | sed -n 's/^\([0-9][0-9.]*\).*/\1/p'; } ;;
-  *) fail 2 "invalid arguments: this update is for Debian and Ubuntu, the node runs '$ID'" ;;
+  *) fail 2 "invalid arguments: this update is for Debian and Ubuntu, the node runs '$(shown "$ID")'" ;;
 esac
 
 export DEBIAN_FRONTEND=noninteractive
@@ -55,7 +59,7 @@ apt-get -q -y -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-conf
 have=$(current)
 lowest=$(printf '%s\n%s\n' "$have" "$want" | sort -t. -k1,1n -k2,2n -k3,3n | head -n1)
 if [ "$lowest" != "$want" ]; then
-  fail 1 "system failure: the archive offers $have, older than the wanted $want"
+  fail 1 "system failure: the archive offers $(shown "$have"), older than the wanted $want"
 fi
-echo "updated to $have (wanted $want); rebooting"
+echo "updated to $(shown "$have") (wanted $want); rebooting"
 systemctl reboot --no-block || fail 1 "system failure: cannot ask systemd to reboot"
