@@ -56,21 +56,12 @@ async fn agents_share_the_budget_wait_for_a_release_and_fall_back_when_a_slot_is
     // Allowed slot 0 only, as the node-agent authorizer allows today.
     let mut d = SerialLock::new(&agent(&env, &host("d"), &secret_name, 1).await, &host("d"));
 
-    assert_eq!(
-        a.acquire_slot(&secret, 2).await.unwrap(),
-        Acquired::Held
-    );
-    assert_eq!(
-        b.acquire_slot(&secret, 2).await.unwrap(),
-        Acquired::Held
-    );
+    assert_eq!(a.acquire_slot(&secret, 2).await.unwrap(), Acquired::Held);
+    assert_eq!(b.acquire_slot(&secret, 2).await.unwrap(), Acquired::Held);
     assert_eq!(holder(&env, &names[0]).await, Some(host("a")));
     assert_eq!(holder(&env, &names[1]).await, Some(host("b")));
     // Taking again renews the own slot, never a second one.
-    assert_eq!(
-        a.acquire_slot(&secret, 2).await.unwrap(),
-        Acquired::Held
-    );
+    assert_eq!(a.acquire_slot(&secret, 2).await.unwrap(), Acquired::Held);
     assert_eq!(a.held_name(), Some(names[0].clone()));
     assert!(a.renewed_within(std::time::Duration::from_secs(60)));
 
@@ -89,17 +80,11 @@ async fn agents_share_the_budget_wait_for_a_release_and_fall_back_when_a_slot_is
 
     b.release_slot(&secret_name, 2).await.unwrap();
     assert_eq!(holder(&env, &names[1]).await, None);
-    assert_eq!(
-        c.acquire_slot(&secret, 2).await.unwrap(),
-        Acquired::Held
-    );
+    assert_eq!(c.acquire_slot(&secret, 2).await.unwrap(), Acquired::Held);
     assert_eq!(c.held_name(), Some(names[1].clone()));
 
     a.release_slot(&secret_name, 2).await.unwrap();
-    assert_eq!(
-        d.acquire_slot(&secret, 2).await.unwrap(),
-        Acquired::Held
-    );
+    assert_eq!(d.acquire_slot(&secret, 2).await.unwrap(), Acquired::Held);
     assert_eq!(holder(&env, &names[0]).await, Some(host("d")));
 
     // A restarted agent (nothing known) finds and releases its own slot.

@@ -88,7 +88,11 @@ pub async fn find_node(
 
 /// How many Nodes carry `worker.gardener.cloud/pool=<pool>`, counted up to `limit` (one
 /// metadata-only page of at most `limit` items).
-pub async fn count_pool_nodes(client: &Client, pool: &str, limit: u32) -> Result<usize, kube::Error> {
+pub async fn count_pool_nodes(
+    client: &Client,
+    pool: &str,
+    limit: u32,
+) -> Result<usize, kube::Error> {
     let selector = format!("{}={pool}", crate::api::constants::LABEL_WORKER_POOL);
     let list = Api::<NodeMeta>::all(client.clone())
         .list(&ListParams::default().labels(&selector).limit(limit))

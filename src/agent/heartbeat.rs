@@ -68,7 +68,9 @@ async fn stop_deadline() {
         signal(SignalKind::terminate()),
         signal(SignalKind::interrupt()),
     ) else {
-        tracing::warn!("installing the heartbeat's signal handlers failed; a stop waits for the main loop");
+        tracing::warn!(
+            "installing the heartbeat's signal handlers failed; a stop waits for the main loop"
+        );
         return;
     };
     let name = tokio::select! {

@@ -636,7 +636,8 @@ units:
         // A link named like a leftover is not followed, and not removed.
         let target = dir.path().join("target");
         std::fs::write(&target, b"keep").unwrap();
-        std::os::unix::fs::symlink(&target, dir.path().join(".rollout-state.json.tmp.5.5")).unwrap();
+        std::os::unix::fs::symlink(&target, dir.path().join(".rollout-state.json.tmp.5.5"))
+            .unwrap();
         let mut removed = remove_leftover_temp_files(&paths);
         removed.sort();
         let mut expected: Vec<PathBuf> = names

@@ -549,7 +549,9 @@ status:
     #[test]
     fn an_osc_whose_aliases_expand_past_the_bound_is_refused_and_small_aliases_decode() {
         let big = "x".repeat(500 * 1024);
-        let mut bomb = format!("spec:\n  units: []\n  files:\n  - path: /etc/f0\n    content:\n      inline:\n        encoding: \"\"\n        data: &big {big}\n");
+        let mut bomb = format!(
+            "spec:\n  units: []\n  files:\n  - path: /etc/f0\n    content:\n      inline:\n        encoding: \"\"\n        data: &big {big}\n"
+        );
         for i in 1..400 {
             bomb.push_str(&format!(
                 "  - path: /etc/f{i}\n    content:\n      inline:\n        encoding: \"\"\n        data: *big\n"
@@ -569,12 +571,18 @@ status:
         let osc = decode(small.as_bytes()).unwrap();
         assert_eq!(osc.spec.files.len(), 2);
         assert_eq!(
-            osc.spec.files[1].content.inline.as_ref().map(|i| i.data.as_str()),
+            osc.spec.files[1]
+                .content
+                .inline
+                .as_ref()
+                .map(|i| i.data.as_str()),
             Some("hello")
         );
         // Without aliases, a document as large as a Secret can hold (1 MiB) decodes.
         let data = "y".repeat(1024 * 1024 - 200);
-        let large = format!("spec:\n  files:\n  - path: /etc/large\n    content:\n      inline:\n        encoding: \"\"\n        data: {data}\n");
+        let large = format!(
+            "spec:\n  files:\n  - path: /etc/large\n    content:\n      inline:\n        encoding: \"\"\n        data: {data}\n"
+        );
         assert_eq!(decode(large.as_bytes()).unwrap().spec.files.len(), 1);
     }
 

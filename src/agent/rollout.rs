@@ -467,7 +467,15 @@ mod tests {
         assert_eq!(p.settle_timeout, DEFAULT_SETTLE_TIMEOUT);
         assert_eq!(p.invalid_budget, None);
         // Issue #26 item 2: "4294967295" made every agent allocate a name per slot and abort.
-        for bad in ["0", "-1", "many", "", "33", "4294967295", "99999999999999999999"] {
+        for bad in [
+            "0",
+            "-1",
+            "many",
+            "",
+            "33",
+            "4294967295",
+            "99999999999999999999",
+        ] {
             let p = policy(Some(&annotations(&[(ANNOTATION_BUDGET, bad)]))).unwrap();
             assert_eq!(p.budget, 1, "{bad:?}");
             assert_eq!(p.invalid_budget.as_deref(), Some(bad));

@@ -113,7 +113,7 @@ pub enum Choice {
         /// The Lease's name.
         name: String,
         /// The Lease as read.
-        lease: Option<Lease>,
+        lease: Option<Box<Lease>>,
     },
     /// All are held by others; look again after this long.
     Wait {
@@ -154,9 +154,9 @@ impl<'a> Scan<'a> {
     /// Looks at the Lease `name` as read (`None`: it does not exist); `Some`: take this
     /// slot now, read no further.
     pub fn see(&mut self, name: &str, lease: Option<Lease>) -> Option<Choice> {
-        let take = |lease| Choice::Take {
+        let take = |lease: Option<Lease>| Choice::Take {
             name: name.to_string(),
-            lease,
+            lease: lease.map(Box::new),
         };
         if lease.as_ref().is_some_and(|l| held_by(l, self.identity)) {
             return Some(take(lease));
@@ -179,7 +179,10 @@ impl<'a> Scan<'a> {
     /// After the last slot: the first free one, else wait.
     pub fn finish(self) -> Choice {
         match self.first_free {
-            Some((name, lease)) => Choice::Take { name, lease },
+            Some((name, lease)) => Choice::Take {
+                name,
+                lease: lease.map(Box::new),
+            },
             None => Choice::Wait {
                 holders: self.holders,
                 retry_in: self.retry_in,
@@ -348,7 +351,7 @@ impl SerialLock {
             }
         }
         let (name, existing) = match chosen.unwrap_or_else(|| scan.finish()) {
-            Choice::Take { name, lease } => (name, lease),
+            Choice::Take { name, lease } => (name, lease.map(|lease| *lease)),
             Choice::Wait { holders, retry_in } => {
                 self.held = None;
                 return Ok(Acquired::Busy {
@@ -589,10 +592,15 @@ mod tests {
 
     /// Runs a scan over `leases` (slot `i` named `s<i>`): the chosen slot's name (or the
     /// wait) and how many were read.
-    fn scan(leases: &[Option<&Lease>], full: bool, now: Timestamp) -> (Result<String, Choice>, usize) {
+    fn scan(
+        leases: &[Option<&Lease>],
+        full: bool,
+        now: Timestamp,
+    ) -> (Result<String, Choice>, usize) {
         let mut scan = Scan::new("a", now, full);
         for (index, lease) in leases.iter().enumerate() {
-            if let Some(Choice::Take { name, .. }) = scan.see(&format!("s{index}"), lease.cloned()) {
+            if let Some(Choice::Take { name, .. }) = scan.see(&format!("s{index}"), lease.cloned())
+            {
                 return (Ok(name), index + 1);
             }
         }
@@ -632,7 +640,10 @@ mod tests {
         assert_eq!(scan(&[Some(&b), Some(&old)], true, now), take("s1", 2));
         // Otherwise the scan stops at the first slot it may take.
         assert_eq!(scan(&[None, None, None], false, now), take("s0", 1));
-        assert_eq!(scan(&[Some(&b), Some(&free), None], false, now), take("s1", 2));
+        assert_eq!(
+            scan(&[Some(&b), Some(&free), None], false, now),
+            take("s1", 2)
+        );
         assert_eq!(scan(&[Some(&own), None], false, now), take("s0", 1));
     }
 

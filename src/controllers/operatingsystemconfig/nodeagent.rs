@@ -611,7 +611,10 @@ spec:
         assert_eq!(rollout_budget(&pool(pct("lots"), 4)), 1);
         assert_eq!(rollout_budget(&pool(Some(IntOrString::Int(-2)), 4)), 1);
         // Never more than the node agent accepts.
-        assert_eq!(rollout_budget(&pool(Some(IntOrString::Int(1000)), 2000)), 32);
+        assert_eq!(
+            rollout_budget(&pool(Some(IntOrString::Int(1000)), 2000)),
+            32
+        );
         assert_eq!(rollout_budget(&pool(pct("50%"), 1000)), 32);
     }
 
