@@ -112,6 +112,18 @@ async fn agent(env: &support::TestEnv, tag: &str) -> (AgentMachine, String) {
     (agent, secret)
 }
 
+/// Writes `osc_yaml` (with `annotations` on the secret) and waits until the node reports it.
+async fn apply(
+    env: &support::TestEnv,
+    agent: &AgentMachine,
+    secret: &str,
+    osc_yaml: &str,
+    annotations: &[(&str, &str)],
+) {
+    let checksum = put_osc_annotated(&env.client, secret, osc_yaml, annotations).await;
+    wait_for_checksum(&env.client, agent, &checksum, APPLY_TIMEOUT).await;
+}
+
 /// Reads the node Lease every 500 ms and keeps the oldest `renewTime` seen (as an age).
 struct LeaseWatch {
     started: Instant,
@@ -198,19 +210,11 @@ fn restarts_and_pid(agent: &AgentMachine) -> (String, String) {
     )
 }
 
-/// Issue #26 item 2.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_out_of_range_rollout_budget_is_reported_and_the_pool_goes_on_with_one_slot() {
-    let env = support::env().await;
-    let (agent, secret) = agent(&env, "budget").await;
-    let watch = LeaseWatch::start(&env.client, &agent.node);
-    let before = restarts_and_pid(&agent);
-    let annotations = [
-        (
-            "node.extensions.gardener.cloud/rollout-budget",
-            "4294967295",
-        ),
-        // Restarting limits.service (its file changes) is disruptive: it needs a slot.
+/// The rollout annotations with `budget`; restarting limits.service (its file changes) is
+/// disruptive, so every change needs a slot.
+fn rollout_annotations(budget: &str) -> [(&'static str, &str); 3] {
+    [
+        ("node.extensions.gardener.cloud/rollout-budget", budget),
         (
             "node.extensions.gardener.cloud/disruptive-units",
             "limits.service",
@@ -219,9 +223,24 @@ async fn an_out_of_range_rollout_budget_is_reported_and_the_pool_goes_on_with_on
             "node.extensions.gardener.cloud/rollout-health-timeout",
             "30",
         ),
-    ];
-    let checksum = put_osc_annotated(&env.client, &secret, &osc(1, false), &annotations).await;
-    wait_for_checksum(&env.client, &agent, &checksum, APPLY_TIMEOUT).await;
+    ]
+}
+
+/// Issue #26 item 2.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_out_of_range_rollout_budget_is_reported_and_the_pool_goes_on_with_one_slot() {
+    let env = support::env().await;
+    let (agent, secret) = agent(&env, "budget").await;
+    let watch = LeaseWatch::start(&env.client, &agent.node);
+    let before = restarts_and_pid(&agent);
+    apply(
+        &env,
+        &agent,
+        &secret,
+        &osc(1, false),
+        &rollout_annotations("4294967295"),
+    )
+    .await;
     let note = wait_for_warning(
         &env.client,
         &agent.node,
@@ -251,20 +270,15 @@ async fn an_out_of_range_rollout_budget_is_reported_and_the_pool_goes_on_with_on
         "the agent never restarted"
     );
 
-    // A valid OSC afterwards (same annotations, a fixed budget): applied.
-    let annotations = [
-        ("node.extensions.gardener.cloud/rollout-budget", "2"),
-        (
-            "node.extensions.gardener.cloud/disruptive-units",
-            "limits.service",
-        ),
-        (
-            "node.extensions.gardener.cloud/rollout-health-timeout",
-            "30",
-        ),
-    ];
-    let checksum = put_osc_annotated(&env.client, &secret, &osc(2, false), &annotations).await;
-    wait_for_checksum(&env.client, &agent, &checksum, APPLY_TIMEOUT).await;
+    // A valid OSC afterwards (a budget in range): applied.
+    apply(
+        &env,
+        &agent,
+        &secret,
+        &osc(2, false),
+        &rollout_annotations("2"),
+    )
+    .await;
     assert_eq!(
         agent.machine.read_file(path(0)).unwrap(),
         b"version 2 file 0\n"
@@ -320,8 +334,7 @@ async fn an_osc_of_yaml_aliases_is_refused_at_once_and_the_lease_keeps_being_ren
         "nothing of it was written"
     );
 
-    let checksum = put_osc(&env.client, &secret, &osc(1, false)).await;
-    wait_for_checksum(&env.client, &agent, &checksum, APPLY_TIMEOUT).await;
+    apply(&env, &agent, &secret, &osc(1, false), &[]).await;
     assert_eq!(
         agent.machine.read_file(path(0)).unwrap(),
         b"version 1 file 0\n"
@@ -388,8 +401,7 @@ async fn sigterm_stops_an_apply_at_once_and_an_unreadable_journal_is_computed_ag
     let log = agent.log();
     assert!(log.contains("the journal cannot be read"), "{log}");
 
-    let checksum = put_osc(&env.client, &secret, &osc(2, false)).await;
-    wait_for_checksum(&env.client, &agent, &checksum, APPLY_TIMEOUT).await;
+    apply(&env, &agent, &secret, &osc(2, false), &[]).await;
     assert_eq!(m.read_file(path(0)).unwrap(), b"version 2 file 0\n");
     let oldest = watch.finish("SIGTERM and unreadable journal").await;
     println!(
