@@ -6,7 +6,7 @@
 //!
 //! - the node Lease ([`super::lease::run`]): renewed every 10 s whatever the apply is doing, so
 //!   a long apply never looks like a dead agent to gardenlet (`docs/agent.md#node-agent-lease`);
-//! - the stop deadline ([`stop_deadline`]): after SIGTERM or SIGINT the main loop stops at
+//! - the stop deadline (`stop_deadline`): after SIGTERM or SIGINT the main loop stops at
 //!   its next await point; should it still be inside a blocking step [`STOP_GRACE`] later, the
 //!   process exits from here. Stopping in the middle of an apply is what a crash does, and the
 //!   journal is made for that (the next start resumes it).
