@@ -28,7 +28,8 @@ KUBECONFIG_DEV := dev/kubeconfig
 
 # The fault-injection binaries; `make test` runs them at reduced counts.
 RESILIENCE_TESTS := --test resilience_apiserver --test resilience_etcd \
-  --test resilience_operator_kill --test resilience_conflicts --test resilience_agent
+  --test resilience_operator_kill --test resilience_conflicts --test resilience_agent \
+  --test resilience_agent_limits
 FUZZ_SECONDS ?= 60
 # A phase marker on stderr that hack/ci-cold.sh times: $(call phase,NAME).
 phase = echo "ci-phase $(1) $$(date +%s)" >&2

@@ -420,6 +420,24 @@ pub fn write(path: &Path, content: &[u8], mode: u32) -> Result<(), SafeFsError> 
     write_with(path, mode, |file| file.write_all(content))
 }
 
+/// Whether the folder entry `entry` is a temporary file [`write_with`] made for `name`
+/// (`.<name>.tmp.<pid>.<n>`) in another process than this one: one that a process killed
+/// while writing left behind.
+pub fn is_leftover_temp_of(entry: &str, name: &str) -> bool {
+    let Some(rest) = entry
+        .strip_prefix('.')
+        .and_then(|e| e.strip_prefix(name))
+        .and_then(|e| e.strip_prefix(".tmp."))
+    else {
+        return false;
+    };
+    let Some((pid, counter)) = rest.split_once('.') else {
+        return false;
+    };
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    digits(pid) && digits(counter) && pid != std::process::id().to_string()
+}
+
 /// Removes the entry `path` (a link itself, never its target); returns whether it existed.
 pub fn remove_file(path: &Path) -> Result<bool, SafeFsError> {
     let Some((dir, name)) = open_parent(path, false)? else {

@@ -10,8 +10,7 @@ mod agent_support;
 mod support;
 
 use agent_support::{client_for, limited_token_with_slots_in, put_osc};
-use gardener_extension_node::agent::rollout::slot_names;
-use gardener_extension_node::agent::serial::{Acquired, SerialLock};
+use gardener_extension_node::agent::serial::{Acquired, SerialLock, slot_name};
 use gardener_extension_node::kubeconfig::render_token_kubeconfig;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Secret;
@@ -48,7 +47,7 @@ async fn agents_share_the_budget_wait_for_a_release_and_fall_back_when_a_slot_is
         .get(&secret_name)
         .await
         .unwrap();
-    let names = slot_names(&secret_name, 2);
+    let names = [slot_name(&secret_name, 0), slot_name(&secret_name, 1)];
     let host = |n: &str| format!("{}-{n}", env.namespace);
 
     let mut a = SerialLock::new(&agent(&env, &host("a"), &secret_name, 2).await, &host("a"));
@@ -57,25 +56,16 @@ async fn agents_share_the_budget_wait_for_a_release_and_fall_back_when_a_slot_is
     // Allowed slot 0 only, as the node-agent authorizer allows today.
     let mut d = SerialLock::new(&agent(&env, &host("d"), &secret_name, 1).await, &host("d"));
 
-    assert_eq!(
-        a.acquire_any(&secret, &names).await.unwrap(),
-        Acquired::Held
-    );
-    assert_eq!(
-        b.acquire_any(&secret, &names).await.unwrap(),
-        Acquired::Held
-    );
+    assert_eq!(a.acquire_slot(&secret, 2).await.unwrap(), Acquired::Held);
+    assert_eq!(b.acquire_slot(&secret, 2).await.unwrap(), Acquired::Held);
     assert_eq!(holder(&env, &names[0]).await, Some(host("a")));
     assert_eq!(holder(&env, &names[1]).await, Some(host("b")));
     // Taking again renews the own slot, never a second one.
-    assert_eq!(
-        a.acquire_any(&secret, &names).await.unwrap(),
-        Acquired::Held
-    );
+    assert_eq!(a.acquire_slot(&secret, 2).await.unwrap(), Acquired::Held);
     assert_eq!(a.held_name(), Some(names[0].clone()));
     assert!(a.renewed_within(std::time::Duration::from_secs(60)));
 
-    match c.acquire_any(&secret, &names).await.unwrap() {
+    match c.acquire_slot(&secret, 2).await.unwrap() {
         Acquired::Busy { holder, retry_in } => {
             assert_eq!(holder, format!("{},{}", host("a"), host("b")));
             assert!(retry_in <= serial_poll());
@@ -84,28 +74,22 @@ async fn agents_share_the_budget_wait_for_a_release_and_fall_back_when_a_slot_is
     }
     // d may not read slot 1: it waits for slot 0 instead of failing.
     assert!(matches!(
-        d.acquire_any(&secret, &names).await.unwrap(),
+        d.acquire_slot(&secret, 2).await.unwrap(),
         Acquired::Busy { .. }
     ));
 
-    b.release_any(&names).await.unwrap();
+    b.release_slot(&secret_name, 2).await.unwrap();
     assert_eq!(holder(&env, &names[1]).await, None);
-    assert_eq!(
-        c.acquire_any(&secret, &names).await.unwrap(),
-        Acquired::Held
-    );
+    assert_eq!(c.acquire_slot(&secret, 2).await.unwrap(), Acquired::Held);
     assert_eq!(c.held_name(), Some(names[1].clone()));
 
-    a.release_any(&names).await.unwrap();
-    assert_eq!(
-        d.acquire_any(&secret, &names).await.unwrap(),
-        Acquired::Held
-    );
+    a.release_slot(&secret_name, 2).await.unwrap();
+    assert_eq!(d.acquire_slot(&secret, 2).await.unwrap(), Acquired::Held);
     assert_eq!(holder(&env, &names[0]).await, Some(host("d")));
 
     // A restarted agent (nothing known) finds and releases its own slot.
     let mut c_again = SerialLock::new(&agent(&env, &host("c2"), &secret_name, 2).await, &host("c"));
-    c_again.release_any(&names).await.unwrap();
+    c_again.release_slot(&secret_name, 2).await.unwrap();
     assert_eq!(holder(&env, &names[1]).await, None);
     assert_eq!(holder(&env, &names[0]).await, Some(host("d")));
 }

@@ -12,6 +12,7 @@
 //! | `SystemdUnitsReady` | `PATCH nodes/<node>/status` (strategic merge) when it changed; `GET nodes/<node>` once per process, before the first write |
 //! | lease | `PUT leases/gardener-node-agent-<node> -n kube-system` (GET/POST only at start, after a conflict or when it is gone) |
 //! | serial lock | `GET`, then `POST/PUT leases/<secret> -n kube-system` around an apply (only when the secret asks for it) |
+//! | rollout slots | as the serial lock, for `leases/<secret>-<i>`; `LIST nodes?labelSelector=worker.gardener.cloud/pool=<pool>&limit=<budget>` (metadata only) before taking one, when the budget is above 1 |
 //!
 //! Nothing lists or watches a resource without a selector naming the object. Watches carry
 //! metadata only (`PartialObjectMetadata`): a Node's status (images, conditions) and the
@@ -83,6 +84,20 @@ pub async fn find_node(
             count,
         }),
     }
+}
+
+/// How many Nodes carry `worker.gardener.cloud/pool=<pool>`, counted up to `limit` (one
+/// metadata-only page of at most `limit` items).
+pub async fn count_pool_nodes(
+    client: &Client,
+    pool: &str,
+    limit: u32,
+) -> Result<usize, kube::Error> {
+    let selector = format!("{}={pool}", crate::api::constants::LABEL_WORKER_POOL);
+    let list = Api::<NodeMeta>::all(client.clone())
+        .list(&ListParams::default().labels(&selector).limit(limit))
+        .await?;
+    Ok(list.items.len())
 }
 
 /// The OSC secret's metadata, and nothing else, as a stream of watch events (retrying with

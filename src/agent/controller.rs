@@ -1,6 +1,8 @@
 //! The agent's main loop: one task that owns the OSC apply and the drift check, fed by the
-//! secret and Node watches, plus side tasks for the lease, the token sync, node discovery and
-//! the metrics server.
+//! secret and Node watches, plus side tasks for the token sync, node discovery and the metrics
+//! server, and the heartbeat thread ([`super::heartbeat`]: the node Lease and the stop
+//! deadline, on a thread of their own). SIGTERM or SIGINT ends the loop at its next await
+//! point, also in the middle of a reconcile (the journal keeps what is left).
 //!
 //! When the OSC is applied (`docs/agent.md#reconciliation-delay`, `#apply-order`):
 //! - the first sight of the secret after start, and a secret that reappears, apply at once;
@@ -144,6 +146,8 @@ pub struct Agent<H: Host> {
     pub token_trigger: Arc<Notify>,
     /// The serial reconciliation lock (used only when the secret asks for it).
     pub serial: tokio::sync::Mutex<SerialLock>,
+    /// The out-of-range rollout budget last reported in an event (once per value).
+    pub reported_budget: std::sync::Mutex<Option<String>>,
 }
 
 /// State of the main loop.
@@ -178,12 +182,16 @@ pub enum LastApplied {
 impl<H: Host + 'static> Agent<H> {
     /// Runs until SIGTERM/SIGINT (returns `Ok`) or until the agent must restart itself
     /// (returns `Ok` too: systemd's `Restart=always` starts the new process).
+    /// `heartbeat` is the client configuration of the heartbeat thread's own API client.
     pub async fn run(
         self: Arc<Self>,
         ready: crate::http::Readiness,
+        heartbeat: kube::Config,
     ) -> Result<(), super::AgentError> {
         let (node_tx, node_rx) = watch::channel::<Option<NodeMeta>>(None);
         let (secret_tx, mut secret_rx) = mpsc::channel::<Option<Secret>>(16);
+        super::heartbeat::spawn(heartbeat, node_rx.clone(), self.metrics.clone())
+            .map_err(super::AgentError::Heartbeat)?;
 
         let mut tasks = tokio::task::JoinSet::new();
         {
@@ -196,11 +204,6 @@ impl<H: Host + 'static> Agent<H> {
             let metrics = self.metrics.clone();
             tasks.spawn(async move { follow_secret(client, name, metrics, secret_tx).await });
         }
-        tasks.spawn(super::lease::run(
-            self.client.clone(),
-            node_rx.clone(),
-            self.metrics.clone(),
-        ));
         {
             let agent = self.clone();
             tasks.spawn(async move {
@@ -275,42 +278,57 @@ impl<H: Host + 'static> Agent<H> {
                     }
                 }
                 () = tokio::time::sleep_until(wake) => {
-                    let now = Instant::now();
-                    if state.due.is_some_and(|due| due <= now) {
-                        state.due = None;
-                        let node = node_rx.borrow().clone();
-                        match self.reconcile_and_schedule(&mut state, node).await {
-                            Reconciled::RestartSelf => {
-                                info!(unit = %self.settings.own_unit, "own unit changed; exiting so systemd starts the new agent");
-                                return Ok(());
-                            }
-                            // Units were just started or restarted: report how they are.
-                            Reconciled::Applied => state.unit_check_due = Instant::now(),
-                            _ => {}
+                    // The work is raced with the signals: a stop does not wait for an apply.
+                    tokio::select! {
+                        restart = self.run_due(&mut state, &node_rx) => if restart {
+                            info!(unit = %self.settings.own_unit, "own unit changed; exiting so systemd starts the new agent");
+                            return Ok(());
+                        },
+                        signal = stop_signal(&mut terminate) => {
+                            let signal = signal.map_err(super::AgentError::Signal)?;
+                            info!(signal, "stopping in the middle of a reconcile; the journal keeps the remaining work");
+                            return Ok(());
                         }
                     }
-                    if state.unit_check_due <= Instant::now() {
-                        let node = node_rx.borrow().clone();
-                        self.check_units(node.as_ref(), &mut state).await;
-                        state.unit_check_due = Instant::now() + unit_check::CHECK_INTERVAL;
-                    }
-                    if state.drift_due <= Instant::now() {
-                        let node = node_rx.borrow().clone();
-                        self.drift_check(node.as_ref(), &mut state.last_applied).await;
-                        state.drift_due = Instant::now() + self.settings.drift_check_interval;
-                    }
                 }
-                _ = terminate.recv() => {
-                    info!("SIGTERM; stopping");
-                    return Ok(());
-                }
-                result = tokio::signal::ctrl_c() => {
-                    result.map_err(super::AgentError::Signal)?;
-                    info!("interrupted; stopping");
+                signal = stop_signal(&mut terminate) => {
+                    let signal = signal.map_err(super::AgentError::Signal)?;
+                    info!(signal, "stopping");
                     return Ok(());
                 }
             }
         }
+    }
+
+    /// The work due now: the reconcile, the unit check, the drift check, each when its time
+    /// has come. `true`: the agent must exit (its own unit changed).
+    async fn run_due(
+        &self,
+        state: &mut LoopState,
+        node_rx: &watch::Receiver<Option<NodeMeta>>,
+    ) -> bool {
+        if state.due.is_some_and(|due| due <= Instant::now()) {
+            state.due = None;
+            let node = node_rx.borrow().clone();
+            match self.reconcile_and_schedule(state, node).await {
+                Reconciled::RestartSelf => return true,
+                // Units were just started or restarted: report how they are.
+                Reconciled::Applied => state.unit_check_due = Instant::now(),
+                _ => {}
+            }
+        }
+        if state.unit_check_due <= Instant::now() {
+            let node = node_rx.borrow().clone();
+            self.check_units(node.as_ref(), state).await;
+            state.unit_check_due = Instant::now() + unit_check::CHECK_INTERVAL;
+        }
+        if state.drift_due <= Instant::now() {
+            let node = node_rx.borrow().clone();
+            self.drift_check(node.as_ref(), &mut state.last_applied)
+                .await;
+            state.drift_due = Instant::now() + self.settings.drift_check_interval;
+        }
+        false
     }
 
     /// Schedules work for a secret update (create → now, changed data → after the delay).
@@ -981,6 +999,16 @@ async fn follow_secret(
         if secret_tx.send(secret).await.is_err() {
             return;
         }
+    }
+}
+
+/// Waits for SIGTERM (`terminate`) or SIGINT; names the one that came.
+async fn stop_signal(
+    terminate: &mut tokio::signal::unix::Signal,
+) -> Result<&'static str, std::io::Error> {
+    tokio::select! {
+        _ = terminate.recv() => Ok("SIGTERM"),
+        result = tokio::signal::ctrl_c() => result.map(|()| "SIGINT"),
     }
 }
 

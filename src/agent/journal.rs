@@ -31,11 +31,21 @@
 //! one for another checksum is replaced by a freshly computed one before anything is done.
 //! After a successful apply the file stays, with empty lists, as the record that this
 //! checksum is done.
+//!
+//! Size: [`persist`] never writes a journal larger than the agent reads back
+//! ([`MAX_JOURNAL_BYTES`], the host's read bound); the apply fails before its first item
+//! instead. A journal that cannot be read (too large, or not a regular file: left by an older
+//! agent, or by hand) is treated like one that does not parse: [`load`] logs it and the
+//! changes are computed again, and the next [`persist`] replaces it. Temporary files of state
+//! writes a killed agent left behind are removed at start ([`remove_leftover_temp_files`]).
+
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
 use super::host::{Host, HostError};
 use super::paths::{Paths, STATE_FILE_MODE};
+use super::safe_fs::{self, SafeFsError};
 use crate::api::operatingsystemconfig::{DropIn, File, RegistryConfig, Unit, UnitCommand};
 
 /// Remaining work of one apply.
@@ -317,31 +327,106 @@ pub fn resumable(on_disk: Option<&str>, checksum: &str) -> Option<Journal> {
         .filter(|journal| journal.operating_system_config_checksum == checksum)
 }
 
-/// The journal on disk ([`Paths::journal`]) if it is for `checksum` (see [`resumable`]).
+/// The journal on disk ([`Paths::journal`]) if it is for `checksum` (see [`resumable`]). One
+/// that cannot be read ([`unreadable`]) is logged and counts as none: the changes are then
+/// computed again, and the next [`persist`] replaces it.
 pub fn load<H: Host>(
     host: &H,
     paths: &Paths,
     checksum: &str,
 ) -> Result<Option<Journal>, HostError> {
-    let on_disk = host.read(&paths.journal())?;
+    let on_disk = match host.read(&paths.journal()) {
+        Ok(on_disk) => on_disk,
+        Err(error) if unreadable(&error) => {
+            tracing::warn!(error = %super::error_chain(&error), "the journal cannot be read; computing the changes again (the next journal write replaces it)");
+            None
+        }
+        Err(error) => return Err(error),
+    };
     let text = on_disk.map(|bytes| String::from_utf8_lossy(&bytes).into_owned());
     Ok(resumable(text.as_deref(), checksum))
 }
 
+/// Whether a failed read of the journal means it can never be read as it is (too large, or
+/// not a regular file), rather than that reading failed this time.
+pub fn unreadable(error: &HostError) -> bool {
+    matches!(
+        error,
+        HostError::Fs(SafeFsError::TooLarge { .. } | SafeFsError::NotRegular { .. })
+    )
+}
+
+/// The largest journal [`persist`] writes: the most the host reads back
+/// ([`safe_fs::MAX_READ_BYTES`]).
+pub const MAX_JOURNAL_BYTES: u64 = safe_fs::MAX_READ_BYTES;
+
 /// Why [`persist`] failed.
 #[derive(Debug)]
 pub enum PersistError {
-    /// The journal could not be serialised.
-    Encode(serde_norway::Error),
+    /// The journal could not be serialised, or would be larger than [`MAX_JOURNAL_BYTES`].
+    Encode(String),
     /// Writing the file failed.
     Write(HostError),
 }
 
-/// Writes `journal` to [`Paths::journal`] (atomically, through the host).
+/// Writes `journal` to [`Paths::journal`] (atomically, through the host), unless its text is
+/// larger than [`MAX_JOURNAL_BYTES`]: a journal the agent could not read back would stop every
+/// later apply.
 pub fn persist<H: Host>(host: &H, paths: &Paths, journal: &Journal) -> Result<(), PersistError> {
-    let text = journal.render().map_err(PersistError::Encode)?;
+    let text = journal
+        .render()
+        .map_err(|error| PersistError::Encode(error.to_string()))?;
+    if text.len() as u64 > MAX_JOURNAL_BYTES {
+        return Err(PersistError::Encode(format!(
+            "{} bytes, more than the {MAX_JOURNAL_BYTES} bytes the agent reads back; not written",
+            text.len()
+        )));
+    }
     host.write(&paths.journal(), text.as_bytes(), STATE_FILE_MODE)
         .map_err(PersistError::Write)
+}
+
+/// Removes the temporary files that state writes of a killed agent left in the config dir
+/// (`.<state file>.tmp.<pid>.<n>`, see [`safe_fs::is_leftover_temp_of`]); returns them. Run
+/// at start, before anything writes there. The config dir is the agent's own (root only);
+/// failures are logged and skipped.
+pub fn remove_leftover_temp_files(paths: &Paths) -> Vec<PathBuf> {
+    let state_files = [paths.journal(), paths.last_applied(), paths.rollout_state()];
+    let names: Vec<String> = state_files
+        .iter()
+        .filter_map(|path| path.file_name())
+        .map(|name| name.to_string_lossy().into_owned())
+        .collect();
+    let Ok(entries) = std::fs::read_dir(paths.base()) else {
+        return Vec::new();
+    };
+    let mut removed = Vec::new();
+    for entry in entries.flatten() {
+        let entry_name = entry.file_name().to_string_lossy().into_owned();
+        if !names
+            .iter()
+            .any(|name| safe_fs::is_leftover_temp_of(&entry_name, name))
+        {
+            continue;
+        }
+        let path = entry.path();
+        match remove_regular(&path) {
+            Ok(true) => removed.push(path),
+            Ok(false) => {}
+            Err(error) => {
+                tracing::warn!(path = %path.display(), %error, "removing a leftover temporary file failed")
+            }
+        }
+    }
+    removed
+}
+
+/// Removes `path` when it is a regular file (a link is never followed).
+fn remove_regular(path: &Path) -> std::io::Result<bool> {
+    if !std::fs::symlink_metadata(path)?.file_type().is_file() {
+        return Ok(false);
+    }
+    std::fs::remove_file(path).map(|()| true)
 }
 
 #[cfg(test)]
@@ -485,6 +570,87 @@ units:
         if let Some(journal) = resumable(Some(truncated), "abc") {
             assert_eq!(journal.operating_system_config_checksum, "abc");
         }
+    }
+
+    /// Issue #26 item 3: a journal larger than the agent reads back is never written (the
+    /// apply stops before its first item), and one found on disk (left by an older agent) no
+    /// longer wedges the agent: it is recomputed and replaced.
+    #[test]
+    fn a_journal_too_large_to_read_back_is_not_written_and_one_on_disk_is_recomputed() {
+        let paths = Paths::new("/var/lib/gardener-node-agent");
+        let host = crate::agent::testing::FakeHost::default();
+        let mut large = Journal::done("abc");
+        let data = "x".repeat(MAX_JOURNAL_BYTES as usize);
+        large.files.changed.push(inline_file("/etc/large", &data));
+        let error = match persist(&host, &paths, &large) {
+            Err(PersistError::Encode(message)) => message,
+            other => panic!("{other:?}"),
+        };
+        assert!(
+            error.contains("more than the 16777216 bytes the agent reads back"),
+            "{error}"
+        );
+        assert!(host.take_writes().is_empty(), "nothing written");
+        persist(&host, &paths, &sample()).unwrap();
+        assert_eq!(host.take_writes(), [paths.journal()]);
+
+        let dir = tempfile::tempdir().unwrap();
+        let paths = Paths::new(dir.path());
+        let system = crate::agent::host::SystemHost::new(
+            "unix:path=/nonexistent".into(),
+            std::time::Duration::from_secs(1),
+            "/nonexistent".into(),
+            "k8s.io".into(),
+            dir.path().join("tmp"),
+        );
+        let file = std::fs::File::create(paths.journal()).unwrap();
+        file.set_len(MAX_JOURNAL_BYTES + 1).unwrap();
+        let read = system.read(&paths.journal()).unwrap_err();
+        assert!(unreadable(&read), "{read}");
+        assert_eq!(load(&system, &paths, "abc").unwrap(), None);
+        persist(&system, &paths, &sample()).unwrap();
+        assert_eq!(load(&system, &paths, "abc").unwrap(), Some(sample()));
+    }
+
+    #[test]
+    fn leftover_temporary_files_of_state_writes_are_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let paths = Paths::new(dir.path());
+        let own_temp = format!(
+            ".last-computed-osc-changes.yaml.tmp.{}.0",
+            std::process::id()
+        );
+        let names = [
+            (".last-computed-osc-changes.yaml.tmp.1.0", false),
+            (".last-applied-osc.yaml.tmp.4294967.12", false),
+            (".rollout-state.json.tmp.77.3", false),
+            // This process's own (a write in progress), other files, other shapes: kept.
+            (own_temp.as_str(), true),
+            (".kubeconfig.tmp.1.0", true),
+            (".last-applied-osc.yaml.tmp.1", true),
+            ("last-applied-osc.yaml", true),
+        ];
+        for (name, _) in &names {
+            std::fs::write(dir.path().join(name), b"x").unwrap();
+        }
+        // A link named like a leftover is not followed, and not removed.
+        let target = dir.path().join("target");
+        std::fs::write(&target, b"keep").unwrap();
+        std::os::unix::fs::symlink(&target, dir.path().join(".rollout-state.json.tmp.5.5"))
+            .unwrap();
+        let mut removed = remove_leftover_temp_files(&paths);
+        removed.sort();
+        let mut expected: Vec<PathBuf> = names
+            .iter()
+            .filter(|(_, kept)| !kept)
+            .map(|(name, _)| dir.path().join(name))
+            .collect();
+        expected.sort();
+        assert_eq!(removed, expected);
+        for (name, kept) in &names {
+            assert_eq!(dir.path().join(name).exists(), *kept, "{name}");
+        }
+        assert_eq!(std::fs::read(&target).unwrap(), b"keep");
     }
 
     #[test]

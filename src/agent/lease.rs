@@ -2,7 +2,8 @@
 //! `kube-system/gardener-node-agent-<node>`, holder = the lease name, 40 s duration, renewed
 //! every 10 s, owned by the Node (controller, `blockOwnerDeletion`, as GNA writes it).
 //! Gardener's shoot care marks the node's agent unhealthy when it is missing or expired.
-//! Started once the Node is known.
+//! Renewed from the heartbeat thread ([`super::heartbeat`]), with a client of its own, so that
+//! the main loop's blocking work never delays it; the first renewal once the Node is known.
 //!
 //! One request per renewal: the object returned by the last write is kept, and the next
 //! renewal replaces it directly (its resourceVersion makes the PUT a compare-and-swap). Only

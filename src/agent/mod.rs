@@ -20,8 +20,9 @@
 //!
 //! Around it: [`config`] (flags + NodeAgentConfiguration), [`credentials`] (which kubeconfig
 //! or token), [`cluster`] (the narrowly scoped API calls), [`delay`] (reconciliation delay),
-//! [`lease`] (heartbeat), [`serial`] (serial reconciliation lock), [`token`] (token sync),
-//! [`drift`] (drift repair), [`unit_check`] (the `SystemdUnitsReady` condition), [`metrics`].
+//! [`lease`] (the node Lease, renewed from its own thread: [`heartbeat`]), [`serial`] (serial
+//! reconciliation lock), [`token`] (token sync), [`drift`] (drift repair), [`unit_check`] (the
+//! `SystemdUnitsReady` condition), [`metrics`].
 //! See `docs/agent.md` for the node layout and the supported bootstrap path.
 
 pub mod apply;
@@ -32,6 +33,7 @@ pub mod controller;
 pub mod credentials;
 pub mod delay;
 pub mod drift;
+pub mod heartbeat;
 pub mod host;
 pub mod in_place;
 pub mod in_place_update;
@@ -84,6 +86,9 @@ pub enum AgentError {
     /// Signal handling could not be set up.
     #[error("installing signal handlers")]
     Signal(#[source] std::io::Error),
+    /// The heartbeat thread could not be started.
+    #[error("starting the heartbeat thread")]
+    Heartbeat(#[source] std::io::Error),
 }
 
 /// An error and its causes on one line (for log fields and event notes), control
@@ -119,7 +124,11 @@ pub async fn run(args: AgentArgs) -> Result<(), AgentError> {
     info!(credentials = ?source, "credentials");
     let client_config =
         credentials::client_config(&source, &settings.config, &settings.paths).await?;
-    let client = crate::kubeconfig::build(client_config, "agent").map_err(AgentError::Client)?;
+    let client =
+        crate::kubeconfig::build(client_config.clone(), "agent").map_err(AgentError::Client)?;
+    for leftover in journal::remove_leftover_temp_files(&settings.paths) {
+        info!(path = %leftover.display(), "removed a temporary file a killed agent left");
+    }
 
     let mut registry = crate::metrics::new_registry();
     let metrics = metrics::Metrics::register(&mut registry);
@@ -151,6 +160,7 @@ pub async fn run(args: AgentArgs) -> Result<(), AgentError> {
     let agent = Arc::new(controller::Agent {
         events: cluster::NodeEvents::new(&client, &settings.hostname),
         serial: tokio::sync::Mutex::new(serial::SerialLock::new(&client, &settings.hostname)),
+        reported_budget: std::sync::Mutex::default(),
         secrets: cluster::ApiSecrets::new(&client),
         client,
         host: Arc::new(host),
@@ -158,7 +168,7 @@ pub async fn run(args: AgentArgs) -> Result<(), AgentError> {
         token_trigger: Arc::new(tokio::sync::Notify::new()),
         settings,
     });
-    let result = agent.run(readiness).await;
+    let result = agent.run(readiness, client_config).await;
     server.abort();
     result
 }

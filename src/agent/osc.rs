@@ -9,6 +9,10 @@
 //! unit/file types from [`crate::api::operatingsystemconfig`], nothing else, unknown fields
 //! ignored.
 //!
+//! [`decode`] refuses a document that decodes to more than [`MAX_DECODED_BYTES`] before
+//! building anything from it ([`decoded_size`]: YAML aliases are counted every time they are
+//! replayed, so a small `osc.yaml` of aliases cannot expand into hundreds of megabytes).
+//!
 //! [`validate`] rejects what must never reach the disk: relative paths, paths with `.`/`..`
 //! components, unknown inline encodings, base64 that does not decode, files with zero or
 //! several content sources, unit and drop-in names that are not plain file names. Unknown unit
@@ -25,12 +29,20 @@ use crate::api::operatingsystemconfig::{
 use crate::osc_rules;
 use crate::printable::escape_controls;
 
+pub mod decoded_size;
+
 /// `apiVersion` written into `last-applied-osc.yaml`.
 pub const OSC_API_VERSION: &str = "extensions.gardener.cloud/v1alpha1";
 /// `kind` written into `last-applied-osc.yaml`.
 pub const OSC_KIND: &str = "OperatingSystemConfig";
 /// Encoding value for base64 inline content.
 pub const ENCODING_BASE64: &str = "b64";
+/// The most an `osc.yaml` may decode to: scalar bytes plus one per node, YAML aliases counted
+/// every time they are replayed ([`decoded_size`]). Twice the largest `osc.yaml` a Secret can
+/// carry (1 MiB), so every document without aliases passes, while one whose aliases expand it
+/// is refused before it costs memory. It also keeps what the agent writes from it (the
+/// journal: new and old files; `last-applied-osc.yaml`) under the size it reads back.
+pub const MAX_DECODED_BYTES: u64 = 2 * 1024 * 1024;
 
 /// The parts of an OperatingSystemConfig a node applies.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
@@ -115,14 +127,34 @@ pub enum InvalidOsc {
     /// cgroup drivers and other enum values).
     #[error("osc.yaml does not decode: {}", escape_controls(.0))]
     Decode(String),
+    /// `osc.yaml` decodes to more than [`MAX_DECODED_BYTES`] (YAML aliases included).
+    #[error(
+        "osc.yaml decodes to more than {limit} bytes (YAML aliases counted each time they are used); it is not decoded"
+    )]
+    TooLarge {
+        /// [`MAX_DECODED_BYTES`].
+        limit: u64,
+    },
     /// One or more entries are invalid; every problem is listed.
     #[error("osc.yaml is invalid: {}", escape_controls(&.0.join("; ")))]
     Invalid(Vec<String>),
 }
 
-/// Decodes `osc.yaml`. `apiVersion` and `kind` are set to [`OSC_API_VERSION`] and
-/// [`OSC_KIND`] whatever the document says (or omits), so that [`encode`] records them.
+/// Decodes `osc.yaml` when it decodes to at most [`MAX_DECODED_BYTES`]. `apiVersion` and
+/// `kind` are set to [`OSC_API_VERSION`] and [`OSC_KIND`] whatever the document says (or
+/// omits), so that [`encode`] records them.
 pub fn decode(bytes: &[u8]) -> Result<NodeOsc, InvalidOsc> {
+    match decoded_size::within(bytes, MAX_DECODED_BYTES) {
+        Ok(()) => {}
+        Err(decoded_size::SizeError::Exceeded(_)) => {
+            return Err(InvalidOsc::TooLarge {
+                limit: MAX_DECODED_BYTES,
+            });
+        }
+        Err(decoded_size::SizeError::Syntax(error)) => {
+            return Err(InvalidOsc::Decode(error.to_string()));
+        }
+    }
     let mut osc: NodeOsc =
         serde_norway::from_slice(bytes).map_err(|error| InvalidOsc::Decode(error.to_string()))?;
     OSC_API_VERSION.clone_into(&mut osc.api_version);
@@ -510,6 +542,49 @@ status:
         let error =
             decode(b"spec:\n  units:\n  - name: a.service\n    command: reboot\n").unwrap_err();
         assert!(error.to_string().contains("reboot"), "{error}");
+    }
+
+    /// Issue #26 item 3: 400 files aliasing one 500 KiB string (a 528 KiB `osc.yaml`) used to
+    /// decode into 200 MB; it is refused before anything is built from it. Aliases within the
+    /// bound still decode (GNA's decoder accepts them too; gardenlet never writes any).
+    #[test]
+    fn an_osc_whose_aliases_expand_past_the_bound_is_refused_and_small_aliases_decode() {
+        let big = "x".repeat(500 * 1024);
+        let mut bomb = format!(
+            "spec:\n  units: []\n  files:\n  - path: /etc/f0\n    content:\n      inline:\n        encoding: \"\"\n        data: &big {big}\n"
+        );
+        for i in 1..400 {
+            bomb.push_str(&format!(
+                "  - path: /etc/f{i}\n    content:\n      inline:\n        encoding: \"\"\n        data: *big\n"
+            ));
+        }
+        assert!(bomb.len() < 600 * 1024, "{}", bomb.len());
+        let error = decode(bomb.as_bytes()).unwrap_err();
+        assert_eq!(
+            error,
+            InvalidOsc::TooLarge {
+                limit: MAX_DECODED_BYTES
+            }
+        );
+        assert!(error.to_string().contains("2097152 bytes"), "{error}");
+
+        let small = "spec:\n  files:\n  - path: /etc/a\n    content:\n      inline: &same {encoding: \"\", data: hello}\n  - path: /etc/b\n    content:\n      inline: *same\n";
+        let osc = decode(small.as_bytes()).unwrap();
+        assert_eq!(osc.spec.files.len(), 2);
+        assert_eq!(
+            osc.spec.files[1]
+                .content
+                .inline
+                .as_ref()
+                .map(|i| i.data.as_str()),
+            Some("hello")
+        );
+        // Without aliases, a document as large as a Secret can hold (1 MiB) decodes.
+        let data = "y".repeat(1024 * 1024 - 200);
+        let large = format!(
+            "spec:\n  files:\n  - path: /etc/large\n    content:\n      inline:\n        encoding: \"\"\n        data: {data}\n"
+        );
+        assert_eq!(decode(large.as_bytes()).unwrap().spec.files.len(), 1);
     }
 
     #[test]

@@ -8,7 +8,9 @@
 //! - [`classify`]: a change set is **disruptive** when it restarts, stops or removes
 //!   `kubelet.service`, `containerd.service` or a marked unit, or rewrites containerd's
 //!   config; **quiet** otherwise (applied at once, as without the rollout);
-//! - [`slot_names`]: the Leases of the slots, slot 0 being GNA's serial lock;
+//! - [`slot_count`]: how many slots there are: the budget, at most [`MAX_BUDGET`], bounded by
+//!   the pool's size (the slot Leases themselves are [`super::serial::slot_name`]s, slot 0
+//!   being GNA's serial lock);
 //! - [`ready_pods`], [`not_ready_again`], [`judge`]: when a node that applied a disruptive
 //!   change is healthy again (release the slot), still settling (hold), or failed (stop);
 //! - [`RolloutState`]: what is persisted on the node so a restarted agent keeps holding or
@@ -23,9 +25,12 @@ use serde::{Deserialize, Serialize};
 use super::journal::Journal;
 use crate::api::operatingsystemconfig::UnitCommand;
 
-/// OSC secret annotation that turns the rollout on, with the number of slots (a positive
-/// integer; anything else counts as 1).
+/// OSC secret annotation that turns the rollout on, with the number of slots (an integer
+/// `1..=`[`MAX_BUDGET`]; anything else counts as 1 and is reported).
 pub const ANNOTATION_BUDGET: &str = crate::api::constants::ANNOTATION_ROLLOUT_BUDGET;
+/// The most slots a pool has, whatever the annotation says: every agent waiting for a slot
+/// reads each slot's Lease on each look (every [`super::serial::POLL_INTERVAL`]).
+pub const MAX_BUDGET: u32 = crate::api::constants::MAX_ROLLOUT_BUDGET;
 /// OSC secret annotation: more units whose restart is disruptive, comma-separated names.
 pub const ANNOTATION_DISRUPTIVE_UNITS: &str = "node.extensions.gardener.cloud/disruptive-units";
 /// OSC secret annotation: seconds a node has after a disruptive apply to be Ready with kubelet
@@ -53,6 +58,8 @@ pub const EVENT_STOPPED: &str = "DisruptiveRolloutStopped";
 pub const EVENT_RELEASED: &str = "DisruptiveRolloutSlotReleased";
 /// Event reason when a stopped rollout resumes (Normal).
 pub const EVENT_RESUMED: &str = "DisruptiveRolloutResumed";
+/// Event reason when the budget annotation is not an integer `1..=`[`MAX_BUDGET`] (Warning).
+pub const EVENT_INVALID_BUDGET: &str = "DisruptiveRolloutBudgetInvalid";
 
 /// Units whose restart is always disruptive.
 pub const ALWAYS_DISRUPTIVE: [&str; 2] = ["kubelet.service", "containerd.service"];
@@ -71,8 +78,11 @@ pub const RENEW_INTERVAL: Duration = Duration::from_secs(60);
 /// The rollout settings of an OSC secret.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Policy {
-    /// Number of slots (≥ 1).
+    /// Number of slots asked for, `1..=`[`MAX_BUDGET`] (the pool's size bounds it further:
+    /// [`slot_count`]).
     pub budget: u32,
+    /// The budget annotation's value when it is out of range (then `budget` is 1).
+    pub invalid_budget: Option<String>,
     /// Units besides [`ALWAYS_DISRUPTIVE`] whose restart is disruptive.
     pub marked_units: BTreeSet<String>,
     /// See [`ANNOTATION_HEALTH_TIMEOUT`].
@@ -82,17 +92,16 @@ pub struct Policy {
 }
 
 /// The rollout settings from the OSC secret's annotations; `None`: the rollout is off (no
-/// [`ANNOTATION_BUDGET`]). A budget that is not a positive integer is 1; a timeout that is not
-/// a positive number of seconds is its default.
+/// [`ANNOTATION_BUDGET`]). A budget that is not an integer `1..=`[`MAX_BUDGET`] is 1 (and
+/// kept in `invalid_budget` to be reported); a timeout that is not a positive number of
+/// seconds is its default.
 pub fn policy(annotations: Option<&BTreeMap<String, String>>) -> Option<Policy> {
     let annotations = annotations?;
-    let budget = annotations
-        .get(ANNOTATION_BUDGET)?
-        .trim()
-        .parse::<u32>()
-        .ok()
-        .filter(|b| *b > 0)
-        .unwrap_or(1);
+    let value = annotations.get(ANNOTATION_BUDGET)?;
+    let (budget, invalid_budget) = match value.trim().parse::<u32>() {
+        Ok(budget) if (1..=MAX_BUDGET).contains(&budget) => (budget, None),
+        _ => (1, Some(value.clone())),
+    };
     let seconds = |key: &str, default: Duration| {
         annotations
             .get(key)
@@ -102,6 +111,7 @@ pub fn policy(annotations: Option<&BTreeMap<String, String>>) -> Option<Policy> 
     };
     Some(Policy {
         budget,
+        invalid_budget,
         marked_units: annotations
             .get(ANNOTATION_DISRUPTIVE_UNITS)
             .map(|list| {
@@ -117,18 +127,22 @@ pub fn policy(annotations: Option<&BTreeMap<String, String>>) -> Option<Policy> 
     })
 }
 
-/// The Lease names of `budget` slots of the pool whose OSC secret is `secret`: slot 0 is
-/// `<secret>` (GNA's serial lock), slot `i` is `<secret>-<i>`.
-pub fn slot_names(secret: &str, budget: u32) -> Vec<String> {
-    (0..budget.max(1))
-        .map(|i| {
-            if i == 0 {
-                secret.to_string()
-            } else {
-                format!("{secret}-{i}")
-            }
-        })
-        .collect()
+/// The note of the [`EVENT_INVALID_BUDGET`] event for the annotation value `value`.
+pub fn invalid_budget_note(value: &str) -> String {
+    format!(
+        "annotation {ANNOTATION_BUDGET} is {value:?}, not an integer from 1 to {MAX_BUDGET}; the rollout uses 1 slot"
+    )
+}
+
+/// How many slots the pool has: the policy's `budget`, bounded by the pool's size when it is
+/// known (`pool_nodes`: how many Nodes the pool has, counted up to `budget`; a slot more than
+/// nodes would never be taken). At least 1. Pure.
+pub fn slot_count(budget: u32, pool_nodes: Option<usize>) -> u32 {
+    let budget = budget.clamp(1, MAX_BUDGET);
+    match pool_nodes {
+        Some(nodes) => budget.min(u32::try_from(nodes).unwrap_or(u32::MAX)).max(1),
+        None => budget,
+    }
 }
 
 /// What kind of change an apply makes.
@@ -451,10 +465,27 @@ mod tests {
         assert!(p.marked_units.is_empty());
         assert_eq!(p.health_timeout, DEFAULT_HEALTH_TIMEOUT);
         assert_eq!(p.settle_timeout, DEFAULT_SETTLE_TIMEOUT);
-        for bad in ["0", "-1", "many", ""] {
+        assert_eq!(p.invalid_budget, None);
+        // Issue #26 item 2: "4294967295" made every agent allocate a name per slot and abort.
+        for bad in [
+            "0",
+            "-1",
+            "many",
+            "",
+            "33",
+            "4294967295",
+            "99999999999999999999",
+        ] {
             let p = policy(Some(&annotations(&[(ANNOTATION_BUDGET, bad)]))).unwrap();
             assert_eq!(p.budget, 1, "{bad:?}");
+            assert_eq!(p.invalid_budget.as_deref(), Some(bad));
         }
+        let p = policy(Some(&annotations(&[(ANNOTATION_BUDGET, "32")]))).unwrap();
+        assert_eq!((p.budget, p.invalid_budget), (MAX_BUDGET, None));
+        assert_eq!(
+            invalid_budget_note("4294967295"),
+            "annotation node.extensions.gardener.cloud/rollout-budget is \"4294967295\", not an integer from 1 to 32; the rollout uses 1 slot"
+        );
         let p = policy(Some(&annotations(&[
             (ANNOTATION_BUDGET, " 2 "),
             (ANNOTATION_DISRUPTIVE_UNITS, "a.service, b.service,,"),
@@ -472,13 +503,14 @@ mod tests {
     }
 
     #[test]
-    fn slot_zero_is_the_serial_lock_and_the_others_are_numbered() {
-        assert_eq!(slot_names("gna-pool", 1), ["gna-pool"]);
-        assert_eq!(slot_names("gna-pool", 0), ["gna-pool"]);
-        assert_eq!(
-            slot_names("gna-pool", 3),
-            ["gna-pool", "gna-pool-1", "gna-pool-2"]
-        );
+    fn the_pools_size_and_the_cap_bound_the_slots() {
+        assert_eq!(slot_count(3, None), 3);
+        assert_eq!(slot_count(3, Some(10)), 3);
+        assert_eq!(slot_count(3, Some(2)), 2);
+        assert_eq!(slot_count(3, Some(0)), 1);
+        assert_eq!(slot_count(0, None), 1);
+        assert_eq!(slot_count(u32::MAX, None), MAX_BUDGET);
+        assert_eq!(slot_count(u32::MAX, Some(usize::MAX)), MAX_BUDGET);
     }
 
     #[test]
@@ -557,6 +589,7 @@ mod tests {
     fn a_held_node_is_released_when_healthy_held_while_settling_and_failed_after_the_bound() {
         let p = Policy {
             budget: 1,
+            invalid_budget: None,
             marked_units: BTreeSet::new(),
             health_timeout: Duration::from_secs(60),
             settle_timeout: Duration::from_secs(30),

@@ -16,12 +16,16 @@
 //!   [`POLL_INTERVAL`] (GNA watches the Lease instead; polling costs nothing while idle).
 //!
 //! The same lock serves the disruptive rollout ([`super::rollout`]) as its slot 0; slots
-//! `1..budget` are Leases `<secret name>-<i>` taken and released by the same rules. So the
-//! code here is written for a list of Lease names: [`choose`] picks one of them, and
-//! [`SerialLock`] holds at most one at a time.
+//! `1..slots` are Leases `<secret name>-<i>` ([`slot_name`]) taken and released by the same
+//! rules. So the code here is written for a number of slots: [`Scan`] looks at their Leases
+//! one at a time and says which to take, and [`SerialLock`] holds at most one at a time. Slot
+//! names are made one at a time as they are read, never as a list, and a scan stops at the
+//! first slot it may take: the slot it holds is read first, and every slot is read only by a
+//! process that has not looked yet (it may hold a later one from before a restart) or when all
+//! are held.
 //!
-//! [`decide`], [`choose`], [`acquired`] and [`released`] are pure; [`SerialLock`] does the
-//! API calls.
+//! [`decide`], [`Scan`], [`acquired`] and [`released`] are pure; [`SerialLock`] does the API
+//! calls.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -34,6 +38,7 @@ use kube::api::{ObjectMeta, PostParams};
 use kube::{Api, Client, Resource, ResourceExt};
 
 use super::cluster::NAMESPACE;
+use crate::api::constants::MAX_ROLLOUT_BUDGET;
 
 /// The OSC secret annotation that asks for serial reconciliation.
 pub const ANNOTATION_SERIAL: &str = "reconciliation.osc.node-agent.gardener.cloud/serial";
@@ -90,45 +95,100 @@ pub fn decide(lease: Option<&Lease>, identity: &str, now: Timestamp) -> Decision
     }
 }
 
-/// Which of several Leases (slots) `identity` may take at `now`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// The Lease name of slot `index` of the lock `lock` (the OSC secret's name): `lock` itself
+/// for slot 0 (GNA's serial lock), `<lock>-<index>` for the others.
+pub fn slot_name(lock: &str, index: u32) -> String {
+    if index == 0 {
+        lock.to_string()
+    } else {
+        format!("{lock}-{index}")
+    }
+}
+
+/// What a [`Scan`] ends with.
+#[derive(Debug, Clone, PartialEq)]
 pub enum Choice {
-    /// Take (or renew) the Lease at this index.
-    Take(usize),
+    /// Take (or renew) the Lease `name` (`lease`: as read; `None`: it does not exist yet).
+    Take {
+        /// The Lease's name.
+        name: String,
+        /// The Lease as read.
+        lease: Option<Box<Lease>>,
+    },
     /// All are held by others; look again after this long.
     Wait {
-        /// The holders, in slot order.
+        /// The holders, in the order read.
         holders: Vec<String>,
         /// Until the next look: the soonest of the slots' [`Decision::Wait`] times.
         retry_in: Duration,
     },
 }
 
-/// Picks a slot among `leases` (in slot order; `None`: does not exist yet). A slot this
-/// identity already holds wins, so an agent never holds two and a restarted one finds its own
-/// again; else the first free or expired slot. Pure.
-pub fn choose(leases: &[Option<&Lease>], identity: &str, now: Timestamp) -> Choice {
-    if let Some(own) = leases
-        .iter()
-        .position(|lease| lease.is_some_and(|l| held_by(l, identity)))
-    {
-        return Choice::Take(own);
-    }
-    let mut holders = Vec::new();
-    let mut retry_in = POLL_INTERVAL;
-    for (index, lease) in leases.iter().enumerate() {
-        match decide(*lease, identity, now) {
-            Decision::Take => return Choice::Take(index),
-            Decision::Wait {
-                holder,
-                retry_in: wait,
-            } => {
-                holders.push(holder);
-                retry_in = retry_in.min(wait);
-            }
+/// Picks a slot among Leases read one at a time ([`Scan::see`]). A slot `identity` already
+/// holds wins at once, so an agent never holds two and a restarted one finds its own again; a
+/// free or expired slot wins at once unless the scan is `full`, which reads on (a later slot
+/// may be ours) and takes the first free one at the end ([`Scan::finish`]). Pure.
+#[derive(Debug)]
+pub struct Scan<'a> {
+    identity: &'a str,
+    now: Timestamp,
+    full: bool,
+    first_free: Option<(String, Option<Lease>)>,
+    holders: Vec<String>,
+    retry_in: Duration,
+}
+
+impl<'a> Scan<'a> {
+    /// A scan for `identity` at `now`; `full`: read every slot before taking a free one.
+    pub fn new(identity: &'a str, now: Timestamp, full: bool) -> Self {
+        Scan {
+            identity,
+            now,
+            full,
+            first_free: None,
+            holders: Vec::new(),
+            retry_in: POLL_INTERVAL,
         }
     }
-    Choice::Wait { holders, retry_in }
+
+    /// Looks at the Lease `name` as read (`None`: it does not exist); `Some`: take this
+    /// slot now, read no further.
+    pub fn see(&mut self, name: &str, lease: Option<Lease>) -> Option<Choice> {
+        let take = |lease: Option<Lease>| Choice::Take {
+            name: name.to_string(),
+            lease: lease.map(Box::new),
+        };
+        if lease.as_ref().is_some_and(|l| held_by(l, self.identity)) {
+            return Some(take(lease));
+        }
+        match decide(lease.as_ref(), self.identity, self.now) {
+            Decision::Take if !self.full => return Some(take(lease)),
+            Decision::Take => {
+                if self.first_free.is_none() {
+                    self.first_free = Some((name.to_string(), lease));
+                }
+            }
+            Decision::Wait { holder, retry_in } => {
+                self.holders.push(holder);
+                self.retry_in = self.retry_in.min(retry_in);
+            }
+        }
+        None
+    }
+
+    /// After the last slot: the first free one, else wait.
+    pub fn finish(self) -> Choice {
+        match self.first_free {
+            Some((name, lease)) => Choice::Take {
+                name,
+                lease: lease.map(Box::new),
+            },
+            None => Choice::Wait {
+                holders: self.holders,
+                retry_in: self.retry_in,
+            },
+        }
+    }
 }
 
 /// The Lease `name` after `identity` took it at `now`: `existing`, or a new Lease owned by
@@ -249,24 +309,49 @@ impl SerialLock {
 
     /// Takes the serial lock for `secret` (the Lease named like it).
     pub async fn acquire(&mut self, secret: &Secret) -> Result<Acquired, kube::Error> {
-        self.acquire_any(secret, &[secret.name_any()]).await
+        self.acquire_slot(secret, 1).await
     }
 
-    /// Takes one of the Leases `names` (GET each, then POST or PUT the one [`choose`]
-    /// picks), renewing it when it is already ours, or says who holds them. A race lost to
-    /// another node (409) is reported as busy with a short retry.
-    pub async fn acquire_any(
+    /// Takes one of the `slots` slot Leases of `secret` ([`slot_name`]), renewing the one it
+    /// holds, or says who holds them: reads them one at a time ([`Scan`]; the held one first),
+    /// then POSTs or PUTs the chosen one. A race lost to another node (409) is reported as busy
+    /// with a short retry. A refused read (403) of any but slot 0 ends the scan there:
+    /// Gardener's node-agent authorizer admits only the Lease named like the OSC secret, so
+    /// where it is not extended the rollout's budget shrinks to the slots the agent may read
+    /// (logged), instead of the agent failing every reconcile.
+    pub async fn acquire_slot(
         &mut self,
         secret: &Secret,
-        names: &[String],
+        slots: u32,
     ) -> Result<Acquired, kube::Error> {
         let api = self.api();
+        let lock = secret.name_any();
+        let full = !self.looked;
         self.looked = true;
-        let found = get_slots(&api, names).await?;
-        let names = &names[..found.len()];
-        let refs: Vec<Option<&Lease>> = found.iter().map(Option::as_ref).collect();
-        let index = match choose(&refs, &self.identity, Timestamp::now()) {
-            Choice::Take(index) => index,
+        let held = self.held_name();
+        let mut scan = Scan::new(&self.identity, Timestamp::now(), full);
+        let names = held.clone().into_iter().chain(
+            (0..bounded(slots))
+                .map(|index| slot_name(&lock, index))
+                .filter(|name| Some(name) != held.as_ref()),
+        );
+        let mut chosen = None;
+        for name in names {
+            let lease = match api.get_opt(&name).await {
+                Ok(lease) => lease,
+                Err(kube::Error::Api(status)) if status.code == 403 && name != lock => {
+                    tracing::warn!(lease = %name, "reading a rollout slot Lease is forbidden; using only the slots before it");
+                    break;
+                }
+                Err(error) => return Err(error),
+            };
+            if let Some(choice) = scan.see(&name, lease) {
+                chosen = Some(choice);
+                break;
+            }
+        }
+        let (name, existing) = match chosen.unwrap_or_else(|| scan.finish()) {
+            Choice::Take { name, lease } => (name, lease.map(|lease| *lease)),
             Choice::Wait { holders, retry_in } => {
                 self.held = None;
                 return Ok(Acquired::Busy {
@@ -275,20 +360,13 @@ impl SerialLock {
                 });
             }
         };
-        let (Some(name), Some(existing)) = (names.get(index), found.into_iter().nth(index)) else {
-            // `choose` only returns indexes of `names`.
-            return Ok(Acquired::Busy {
-                holder: String::new(),
-                retry_in: POLL_INTERVAL,
-            });
-        };
         let create = existing.is_none();
-        let lease = acquired(existing, secret, name, &self.identity, Timestamp::now());
+        let lease = acquired(existing, secret, &name, &self.identity, Timestamp::now());
         let pp = PostParams::default();
         let written = if create {
             api.create(&pp, &lease).await
         } else {
-            api.replace(name, &pp, &lease).await
+            api.replace(&name, &pp, &lease).await
         };
         match written {
             Ok(lease) => {
@@ -307,50 +385,47 @@ impl SerialLock {
     }
 
     /// Releases the serial lock of `secret_name` if this agent holds it (see
-    /// [`SerialLock::release_any`]).
+    /// [`SerialLock::release_slot`]).
     pub async fn release(&mut self, secret_name: &str) -> Result<(), kube::Error> {
-        self.release_any(&[secret_name.to_string()]).await
+        self.release_slot(secret_name, 1).await
     }
 
-    /// Releases whichever of the Leases `names` this agent holds; a no-op when it holds
-    /// none. After a restart (nothing known yet) each is read once to find out. A conflict
-    /// re-reads once; a Lease that is gone or held by another is left alone.
-    pub async fn release_any(&mut self, names: &[String]) -> Result<(), kube::Error> {
+    /// Releases whichever of the `slots` slot Leases of `lock` this agent holds; a no-op when
+    /// it holds none. After a restart (nothing known yet) each is read once to find out (a
+    /// refused read of any but slot 0 ends that, as in [`SerialLock::acquire_slot`]). A
+    /// conflict re-reads once; a Lease that is gone or held by another is left alone.
+    pub async fn release_slot(&mut self, lock: &str, slots: u32) -> Result<(), kube::Error> {
         let api = self.api();
-        let mut held: Vec<Lease> = Vec::new();
-        match self.held.take() {
-            Some(lease) => held.push(lease),
-            None if !self.looked => {
-                self.looked = true;
-                held.extend(get_slots(&api, names).await?.into_iter().flatten());
-            }
-            None => {}
-        }
-        for lease in held.into_iter().filter(|l| held_by(l, &self.identity)) {
+        if let Some(lease) = self.held.take() {
             let name = lease.name_any();
-            release_one(&api, &name, lease, &self.identity).await?;
+            if held_by(&lease, &self.identity) {
+                release_one(&api, &name, lease, &self.identity).await?;
+            }
+            return Ok(());
+        }
+        if self.looked {
+            return Ok(());
+        }
+        self.looked = true;
+        for index in 0..bounded(slots) {
+            let name = slot_name(lock, index);
+            let lease = match api.get_opt(&name).await {
+                Ok(lease) => lease,
+                Err(kube::Error::Api(status)) if status.code == 403 && index > 0 => break,
+                Err(error) => return Err(error),
+            };
+            if let Some(lease) = lease.filter(|l| held_by(l, &self.identity)) {
+                release_one(&api, &name, lease, &self.identity).await?;
+            }
         }
         Ok(())
     }
 }
 
-/// The Leases `names` in order (`None`: not there). A refused read (403) of any but the first
-/// ends the list there: Gardener's node-agent authorizer admits only the Lease named like the
-/// OSC secret, so where it is not extended the rollout's budget shrinks to the slots the agent
-/// may read (logged), instead of the agent failing every reconcile.
-async fn get_slots(api: &Api<Lease>, names: &[String]) -> Result<Vec<Option<Lease>>, kube::Error> {
-    let mut found = Vec::with_capacity(names.len());
-    for (index, name) in names.iter().enumerate() {
-        match api.get_opt(name).await {
-            Ok(lease) => found.push(lease),
-            Err(kube::Error::Api(status)) if status.code == 403 && index > 0 => {
-                tracing::warn!(lease = %name, slots = index, "reading a rollout slot Lease is forbidden; using only the slots before it");
-                break;
-            }
-            Err(error) => return Err(error),
-        }
-    }
-    Ok(found)
+/// `slots` within `1..=`[`MAX_ROLLOUT_BUDGET`]: however many slots a caller asks for, no more
+/// Leases than that are ever read.
+fn bounded(slots: u32) -> u32 {
+    slots.clamp(1, MAX_ROLLOUT_BUDGET)
 }
 
 /// One release PUT of `lease`, re-reading once on a conflict.
@@ -515,6 +590,26 @@ mod tests {
         assert_eq!(spec.acquire_time.as_ref().map(|t| t.0), Some(later));
     }
 
+    /// Runs a scan over `leases` (slot `i` named `s<i>`): the chosen slot's name (or the
+    /// wait) and how many were read.
+    fn scan(
+        leases: &[Option<&Lease>],
+        full: bool,
+        now: Timestamp,
+    ) -> (Result<String, Choice>, usize) {
+        let mut scan = Scan::new("a", now, full);
+        for (index, lease) in leases.iter().enumerate() {
+            if let Some(Choice::Take { name, .. }) = scan.see(&format!("s{index}"), lease.cloned())
+            {
+                return (Ok(name), index + 1);
+            }
+        }
+        match scan.finish() {
+            Choice::Take { name, .. } => (Ok(name), leases.len()),
+            wait => (Err(wait), leases.len()),
+        }
+    }
+
     #[test]
     fn a_slot_of_our_own_wins_then_the_first_free_one_else_the_soonest_expiry() {
         let now: Timestamp = "2025-01-01T00:10:00Z".parse().unwrap();
@@ -523,21 +618,40 @@ mod tests {
         let c = busy("c", "2025-01-01T00:00:03Z");
         let own = busy("a", "2025-01-01T00:09:00Z");
         let free = lease(None, None, None);
-        assert_eq!(choose(&[None, None], "a", now), Choice::Take(0));
-        assert_eq!(choose(&[Some(&b), None], "a", now), Choice::Take(1));
-        assert_eq!(choose(&[Some(&b), Some(&free)], "a", now), Choice::Take(1));
+        let take = |name: &str, read: usize| (Ok(name.to_string()), read);
+        // A full scan (first look of a process) reads every slot.
+        assert_eq!(scan(&[None, None], true, now), take("s0", 2));
+        assert_eq!(scan(&[Some(&b), None], true, now), take("s1", 2));
+        assert_eq!(scan(&[Some(&b), Some(&free)], true, now), take("s1", 2));
         // Our own slot is renewed even when an earlier one is free.
-        assert_eq!(choose(&[None, Some(&own)], "a", now), Choice::Take(1));
+        assert_eq!(scan(&[None, Some(&own)], true, now), take("s1", 2));
         assert_eq!(
-            choose(&[Some(&b), Some(&c)], "a", now),
-            Choice::Wait {
-                holders: vec!["b".into(), "c".into()],
-                retry_in: Duration::from_secs(3)
-            }
+            scan(&[Some(&b), Some(&c)], true, now),
+            (
+                Err(Choice::Wait {
+                    holders: vec!["b".into(), "c".into()],
+                    retry_in: Duration::from_secs(3)
+                }),
+                2
+            )
         );
         // Expired slot of another holder: taken.
         let old = busy("c", "2025-01-01T00:00:00Z");
-        assert_eq!(choose(&[Some(&b), Some(&old)], "a", now), Choice::Take(1));
+        assert_eq!(scan(&[Some(&b), Some(&old)], true, now), take("s1", 2));
+        // Otherwise the scan stops at the first slot it may take.
+        assert_eq!(scan(&[None, None, None], false, now), take("s0", 1));
+        assert_eq!(
+            scan(&[Some(&b), Some(&free), None], false, now),
+            take("s1", 2)
+        );
+        assert_eq!(scan(&[Some(&own), None], false, now), take("s0", 1));
+    }
+
+    #[test]
+    fn slot_zero_is_the_serial_lock_and_the_others_are_numbered() {
+        assert_eq!(slot_name("gna-pool", 0), "gna-pool");
+        assert_eq!(slot_name("gna-pool", 2), "gna-pool-2");
+        assert_eq!(slot_name("gna-pool", u32::MAX), "gna-pool-4294967295");
     }
 
     #[test]

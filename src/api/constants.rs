@@ -70,6 +70,9 @@ pub const REASON_READY_FOR_UPDATE: &str = "ReadyForUpdate";
 /// (`docs/agent.md#disruptive-rollout`). Written by the OSC controller where it ships the
 /// Secret, from the pool's `maxUnavailable`.
 pub const ANNOTATION_ROLLOUT_BUDGET: &str = "node.extensions.gardener.cloud/rollout-budget";
+/// The largest value of [`ANNOTATION_ROLLOUT_BUDGET`]: the OSC controller writes at most this,
+/// and the node agent takes anything larger (or not a positive integer) as 1 and reports it.
+pub const MAX_ROLLOUT_BUDGET: u32 = 32;
 
 /// Directory on nodes where container runtime binaries are installed (`spec.binaryPath`).
 pub const CONTAINER_RUNTIME_BINARY_PATH: &str = "/var/bin/containerruntimes";

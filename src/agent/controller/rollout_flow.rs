@@ -74,6 +74,7 @@ impl<H: Host + 'static> Agent<H> {
         policy: &Policy,
         checksum: &str,
     ) -> Result<Gate, ReconcileError> {
+        self.report_invalid_budget(node, policy).await;
         let state = self.read_rollout_state();
         let node_name = node.name_any();
         let resume_asked = rollout::resume_asked(node.metadata.annotations.as_ref());
@@ -117,6 +118,44 @@ impl<H: Host + 'static> Agent<H> {
         }
     }
 
+    /// A Warning event when the budget annotation is out of range (once per value in this
+    /// process; the rollout goes on with 1 slot).
+    async fn report_invalid_budget(&self, node: &NodeMeta, policy: &Policy) {
+        let first_sight = {
+            let mut reported = self
+                .reported_budget
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            let first = policy.invalid_budget.is_some() && *reported != policy.invalid_budget;
+            reported.clone_from(&policy.invalid_budget);
+            first
+        };
+        let Some(value) = policy.invalid_budget.as_deref().filter(|_| first_sight) else {
+            return;
+        };
+        let note = rollout::invalid_budget_note(value);
+        warn!(%note, "invalid rollout budget");
+        self.event(node, true, rollout::EVENT_INVALID_BUDGET, note)
+            .await;
+    }
+
+    /// How many slots the pool has ([`rollout::slot_count`]): the budget, bounded by the
+    /// number of Nodes with this Node's pool label (a LIST of at most `budget` of them, only
+    /// when the budget is above 1; a Node without the label: the budget alone).
+    async fn slot_count(&self, node: &NodeMeta, policy: &Policy) -> Result<u32, ReconcileError> {
+        let pool = node
+            .labels()
+            .get(crate::api::constants::LABEL_WORKER_POOL)
+            .filter(|_| policy.budget > 1);
+        let Some(pool) = pool else {
+            return Ok(rollout::slot_count(policy.budget, None));
+        };
+        let nodes = cluster::count_pool_nodes(&self.client, pool, policy.budget)
+            .await
+            .map_err(|error| ReconcileError::Node(node.name_any(), error))?;
+        Ok(rollout::slot_count(policy.budget, Some(nodes)))
+    }
+
     /// Keeps the slot of a held or stopped node from expiring: renews it when the last write
     /// is older than [`rollout::RENEW_INTERVAL`] (or unknown, after a restart).
     async fn renew_slot(&self, secret: &Secret, policy: &Policy) -> Result<(), ReconcileError> {
@@ -124,9 +163,8 @@ impl<H: Host + 'static> Agent<H> {
         if lock.renewed_within(rollout::RENEW_INTERVAL) {
             return Ok(());
         }
-        let names = rollout::slot_names(&secret.name_any(), policy.budget);
         match lock
-            .acquire_any(secret, &names)
+            .acquire_slot(secret, policy.budget)
             .await
             .map_err(|error| ReconcileError::SerialLock(secret.name_any(), error))?
         {
@@ -150,11 +188,11 @@ impl<H: Host + 'static> Agent<H> {
         found: Option<RolloutState>,
         why: &[String],
     ) -> Result<Result<RolloutState, std::time::Duration>, ReconcileError> {
-        let names = rollout::slot_names(&secret.name_any(), policy.budget);
+        let slots = self.slot_count(node, policy).await?;
         let slot = {
             let mut lock = self.serial.lock().await;
             let acquired = lock
-                .acquire_any(secret, &names)
+                .acquire_slot(secret, slots)
                 .await
                 .map_err(|error| ReconcileError::SerialLock(secret.name_any(), error))?;
             if let Acquired::Busy { holder, retry_in } = acquired {
@@ -315,11 +353,10 @@ impl<H: Host + 'static> Agent<H> {
 
     /// Releases whichever slot of the pool this agent holds.
     async fn release_slots(&self, secret: &Secret, policy: &Policy) -> Result<(), ReconcileError> {
-        let names = rollout::slot_names(&secret.name_any(), policy.budget);
         self.serial
             .lock()
             .await
-            .release_any(&names)
+            .release_slot(&secret.name_any(), policy.budget)
             .await
             .map_err(|error| ReconcileError::SerialLock(secret.name_any(), error))
     }

@@ -33,6 +33,7 @@ use crate::api::ErrorCode;
 use crate::api::cluster::ShootWorker;
 use crate::api::constants::{
     ANNOTATION_ROLLOUT_BUDGET, DATA_KEY_OPERATING_SYSTEM_CONFIG, LABEL_ROLE, LABEL_WORKER_POOL,
+    MAX_ROLLOUT_BUDGET,
 };
 use crate::api::operatingsystemconfig::{File, FileContentInline, OperatingSystemConfig};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -220,7 +221,8 @@ pub fn without_keep_object(
 /// at least 1. The minimum, not the maximum: the pool always has that many nodes, so the
 /// budget never lets more than that share of a small pool go at once. Gardener's default
 /// `maxUnavailable` is 0 (machines are replaced with surge); an in-place rollout with 0 slots
-/// would never move, hence at least 1. A percentage that does not parse counts as absent.
+/// would never move, hence at least 1. At most [`MAX_ROLLOUT_BUDGET`], the most slots the
+/// node agent accepts. A percentage that does not parse counts as absent.
 pub fn rollout_budget(worker: &ShootWorker) -> u32 {
     let resolved = match &worker.max_unavailable {
         None => 0,
@@ -231,7 +233,7 @@ pub fn rollout_budget(worker: &ShootWorker) -> u32 {
             })
         }
     };
-    u32::try_from(resolved.max(1)).unwrap_or(u32::MAX)
+    u32::try_from(resolved.clamp(1, i64::from(MAX_ROLLOUT_BUDGET))).unwrap_or(1)
 }
 
 /// `<key>` of an OSC: its name without the `-original` suffix.
@@ -608,6 +610,12 @@ spec:
         assert_eq!(rollout_budget(&pool(pct("100%"), 0)), 1);
         assert_eq!(rollout_budget(&pool(pct("lots"), 4)), 1);
         assert_eq!(rollout_budget(&pool(Some(IntOrString::Int(-2)), 4)), 1);
+        // Never more than the node agent accepts.
+        assert_eq!(
+            rollout_budget(&pool(Some(IntOrString::Int(1000)), 2000)),
+            32
+        );
+        assert_eq!(rollout_budget(&pool(pct("50%"), 1000)), 32);
     }
 
     #[test]
