@@ -895,6 +895,11 @@ async fn a_missing_or_undecodable_cluster_is_reported_by_every_kind() {
         wait_ready::<Worker>(&env, WORKER, CREATED, &mcm).await;
         let before = shoot_state(&env).await;
         break_cluster(&env).await;
+        // The runs read the Cluster from the operator's watch cache. Give that watch time to
+        // deliver the change before asking for runs: a run that still reads the old Cluster
+        // succeeds, and nothing asks again until the next annotation (as under gardenlet).
+        // With every worker running at once, a run can start within milliseconds.
+        tokio::time::sleep(std::time::Duration::from_secs(2)).await;
         annotate(
             &api::<ContainerRuntime>(&env),
             "gvisor-worker-a",
