@@ -1440,13 +1440,16 @@ async fn preserved_failed_machines_do_not_block_the_rollout() {
     );
     let md_name = format!("{}-worker-a-z1", env.namespace);
 
-    // One machine failed and is preserved: the reconcile succeeds.
+    // One machine failed and is preserved: the reconcile succeeds. The stand-in writes the
+    // status before the annotation asks for a run, so the run reads what the test set.
     mcm.set_unavailable(&md_name, 1, 1);
+    mcm.sync().await.unwrap();
     annotate(&api::<Worker>(&env), WORKER, "reconcile").await;
     until_ready(&env, &mcm, LastOperationType::Reconcile).await;
 
     // A second unavailable machine is not preserved: the reconcile waits for it.
     mcm.set_unavailable(&md_name, 2, 1);
+    mcm.sync().await.unwrap();
     annotate(&api::<Worker>(&env), WORKER, "reconcile").await;
     until_processing(
         &env,
