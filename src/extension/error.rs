@@ -139,6 +139,16 @@ pub struct Failure {
 }
 
 impl Failure {
+    /// A run that took longer than `limit` and was cut off.
+    pub fn timed_out(limit: std::time::Duration) -> Self {
+        Failure {
+            message: format!("the run took longer than {limit:?} and was cut off; it is retried"),
+            codes: Vec::new(),
+            category: "run-timeout",
+            configuration_problem: false,
+        }
+    }
+
     /// Classifies `error`.
     pub fn of<E: Classify>(error: &E) -> Self {
         Failure {

@@ -71,6 +71,14 @@ pub struct Reconciler<A: Actuator> {
 /// How long a run's actuator may take before the status says Processing.
 pub const PROCESSING_AFTER: Duration = Duration::from_secs(1);
 
+/// The longest a run may take before it is cut off and retried with backoff. kube's client
+/// has no response timeout (kube-client 5 `Config::read_timeout` defaults to `None`), so a
+/// request that the API server accepted but never answered — seen once when kube-apiserver
+/// was restarted under load (docs/reliability.md) — would otherwise hold its worker and its
+/// object forever. Runs wait inline for 10 s at most; everything longer is a requeue, and a
+/// run cut off mid-way is safe (every step is idempotent).
+pub const RUN_TIMEOUT: Duration = Duration::from_secs(120);
+
 /// What the controller loop does after a successful run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Next {
@@ -114,7 +122,11 @@ impl<A: Actuator> Reconciler<A> {
         );
         async move {
             let timer = self.metrics.start(kind);
-            let (label, result) = self.run(namespace, name).await;
+            let (label, result) =
+                match tokio::time::timeout(RUN_TIMEOUT, self.run(namespace, name)).await {
+                    Ok(finished) => finished,
+                    Err(_) => ("none", Err(Failure::timed_out(RUN_TIMEOUT))),
+                };
             {
                 let mut fresh = self.read_fresh.lock().unwrap_or_else(|p| p.into_inner());
                 let key = (namespace.to_string(), name.to_string());
