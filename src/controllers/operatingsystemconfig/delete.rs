@@ -35,9 +35,7 @@ pub async fn delete(
     match osc.spec.purpose {
         OperatingSystemConfigPurpose::Reconcile => {
             let mr = node_agent_managed_resource(osc);
-            let ours = actuator
-                .ships_node_agent_secrets(request.namespace())
-                .await?;
+            let ours = actuator.ships_node_agent_secret(osc).await?;
             if wait && ours && !release_keep_object(actuator, request.namespace(), &mr).await? {
                 return Ok(Outcome::Pending {
                     reason: format!(

@@ -78,9 +78,9 @@ pub enum Error {
         #[source]
         source: Box<kube::Error>,
     },
-    /// The view of gardenlet's node-agent ManagedResources is not there yet.
+    /// The view of the other ManagedResources is not there yet.
     #[error(
-        "gardenlet's ManagedResources shoot-gardener-node-agent are not listed yet; cannot tell who ships the node-agent secret"
+        "the seed's other ManagedResources are not listed yet; cannot tell whether one of them ships the node-agent secret"
     )]
     DeliveryUnknown,
     /// Listing (or reading) objects failed.
@@ -165,13 +165,13 @@ pub struct OscActuator {
     client: Client,
     events: EventPublisher,
     node_agent_secrets: handover::NodeAgentSecrets,
-    delivery: Arc<handover::GardenletDelivery>,
+    claims: Arc<handover::claims::SecretClaims>,
 }
 
 impl OscActuator {
     /// Builds the actuator. `node_agent_secrets` is `--node-agent-secrets`: who ships the
     /// node-agent secret of reconcile OSCs ([`handover`]); run [`handover::run`] beside the
-    /// controller, it feeds the actuator's view of gardenlet's ManagedResources.
+    /// controller, it feeds the actuator's view of the other ManagedResources.
     pub fn new(
         client: Client,
         events: EventPublisher,
@@ -181,14 +181,20 @@ impl OscActuator {
             client,
             events,
             node_agent_secrets,
-            delivery: Arc::default(),
+            claims: Arc::default(),
         }
     }
 
-    /// Whether we ship the node-agent secrets in `namespace` now.
-    pub async fn ships_node_agent_secrets(&self, namespace: &str) -> Result<bool, Error> {
+    /// Whether we ship the node-agent secret of the `reconcile` OSC `osc` now: the mode
+    /// says so, and (in `auto`) no other ManagedResource manages `kube-system/<key>`.
+    pub async fn ships_node_agent_secret(
+        &self,
+        osc: &OperatingSystemConfig,
+    ) -> Result<bool, Error> {
+        let namespace = osc.metadata.namespace.as_deref().unwrap_or_default();
+        let key = nodeagent::key_of(osc.metadata.name.as_deref().unwrap_or_default());
         Ok(match self.node_agent_secrets {
-            handover::NodeAgentSecrets::Auto => !self.delivery.ships(namespace).await?,
+            handover::NodeAgentSecrets::Auto => self.claims.owner(namespace, key).await?.is_none(),
             mode => mode.we_ship(false),
         })
     }

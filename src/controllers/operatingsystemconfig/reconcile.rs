@@ -247,11 +247,11 @@ async fn original(
 ) -> Result<Outcome, Error> {
     let osc = request.object;
     let namespace = request.namespace();
-    let extensions = if actuator.ships_node_agent_secrets(namespace).await? {
+    let extensions = if actuator.ships_node_agent_secret(osc).await? {
         ship_node_agent_secret(actuator, osc, request.cluster.map(|c| &c.shoot)).await?
     } else {
-        // gardenlet delivers the node-agent secrets: leave the shoot's copy in place for its
-        // ManagedResource to adopt, and drop ours (if an earlier run created one).
+        // Another ManagedResource (gardenlet's) delivers this node-agent secret: leave the
+        // shoot's copy in place for it to adopt, and drop ours (if an earlier run created one).
         let mr = node_agent_managed_resource(osc);
         handover::release(actuator, namespace, &mr).await?;
         extensions_of(osc)?
