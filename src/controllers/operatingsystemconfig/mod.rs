@@ -193,10 +193,21 @@ impl OscActuator {
     ) -> Result<bool, Error> {
         let namespace = osc.metadata.namespace.as_deref().unwrap_or_default();
         let key = nodeagent::key_of(osc.metadata.name.as_deref().unwrap_or_default());
-        Ok(match self.node_agent_secrets {
-            handover::NodeAgentSecrets::Auto => self.claims.owner(namespace, key).await?.is_none(),
-            mode => mode.we_ship(false),
-        })
+        Ok(self.ships_secret(namespace, key).await?.0)
+    }
+
+    /// Whether we ship the shoot Secret `kube-system/<key>` of `namespace` now, with the
+    /// other ManagedResource that manages it (asked in `auto` mode only).
+    pub async fn ships_secret(
+        &self,
+        namespace: &str,
+        key: &str,
+    ) -> Result<(bool, Option<String>), Error> {
+        let owner = match self.node_agent_secrets {
+            handover::NodeAgentSecrets::Auto => self.claims.owner(namespace, key).await?,
+            _ => None,
+        };
+        Ok((self.node_agent_secrets.we_ship(owner.is_some()), owner))
     }
 }
 

@@ -152,8 +152,8 @@ pub async fn hand_over(
         let key = name
             .strip_prefix(nodeagent::MANAGED_RESOURCE_PREFIX)
             .unwrap_or(&name);
-        let owner = actuator.claims.owner(namespace, key).await?;
-        if !actuator.node_agent_secrets.we_ship(owner.is_some()) {
+        let (ours, owner) = actuator.ships_secret(namespace, key).await?;
+        if !ours {
             tracing::info!(%namespace, managed_resource = %name, owner = owner.as_deref().unwrap_or("none (--node-agent-secrets=never)"), "releasing the node-agent secret (keepObjects)");
             release(actuator, namespace, &name).await?;
         }
