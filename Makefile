@@ -7,8 +7,8 @@
 #   make fmt | lint      format / check format, clippy and citations (hack/check-citations.sh)
 #   make generate        regenerate crds/ from the Rust types and example/controller-registration*.yaml
 #   make check-generate  fail if generated files are out of date
-#   make envtest         build (once) kube-apiserver, etcd, kube-controller-manager and
-#                        gardener-resource-manager and print their folder
+#   make envtest         build (once) kube-apiserver, etcd, kube-controller-manager, kube-scheduler,
+#                        kubelet, gardener-resource-manager and helm and print their folder
 #   make test-resilience the fault-injection tests at full counts (docs/reliability.md)
 #   make e2e             the whole path on a real shoot node: kubelet, containerd, runsc (test/node_e2e.rs)
 #   make e2e-rollout     the disruptive rollout on four real nodes: budget, stop on failure, resume

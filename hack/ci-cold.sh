@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs `.ci/run` the way a new machine would: in a fresh clone of a commit, with an empty
-# cargo registry, empty Go module and build caches, an empty envtest and tools cache, and
+# cargo registry, empty Go module and build caches, an empty envtest cache, and
 # prints how long each phase took (the phases are the `ci-phase NAME SECONDS` lines that
 # .ci/run, the Makefile and hack/install-deps.sh print on stderr). The Rust toolchain is
 # kept (RUSTUP_HOME and the rustup proxies on PATH), as are Debian packages already
@@ -80,7 +80,7 @@ set +e
     CI=true PATH="$workdir/cargo-home/bin:$workdir/toolchain:$path" \
     RUSTUP_HOME="$rustup_home" CARGO_HOME="$workdir/cargo-home" \
     GOPATH="$workdir/go/path" GOMODCACHE="$workdir/go/path/pkg/mod" GOCACHE="$workdir/go/cache" \
-    XDG_CACHE_HOME="$workdir/cache" ENVTEST_CACHE="$workdir/cache/envtest" TOOLS_CACHE="$workdir/cache/tools" \
+    XDG_CACHE_HOME="$workdir/cache" ENVTEST_CACHE="$workdir/cache/envtest" \
     bash .ci/run </dev/null
 ) 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
