@@ -4,8 +4,6 @@
 //! `main` only parses, initialises logging, builds the runtime [`Command::runtime`] asks for
 //! and calls [`Command::run`].
 
-use std::io::Write;
-
 use clap::{Parser, Subcommand};
 
 use crate::printable::escape_controls;
@@ -94,19 +92,6 @@ impl Command {
     }
 }
 
-/// Writes `text` to stdout. A reader that went away (`... | head -1`) is not an error: the
-/// command stops writing and exits 0, as `cat` and other filters do.
-pub fn print_stdout(text: &str) -> std::io::Result<()> {
-    let mut stdout = std::io::stdout().lock();
-    match stdout
-        .write_all(text.as_bytes())
-        .and_then(|()| stdout.flush())
-    {
-        Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-        other => other,
-    }
-}
-
 /// Whether a failure prints the error's backtrace: with `--debug`, or when
 /// `RUST_LIB_BACKTRACE=1` asks for library backtraces. `RUST_BACKTRACE=1` alone does not:
 /// it is meant for panics, and a user error (a missing file, a bad flag value) is not one.
@@ -116,7 +101,7 @@ pub fn wants_backtrace(debug: bool, rust_lib_backtrace: Option<&std::ffi::OsStr>
 
 /// The text a failed command prints on stderr: `Error: ` and the error with its causes,
 /// `a: b: c` (a cause whose text the error already ends with is not repeated, see
-/// [`crate::extension::error::chain`]), or anyhow's report with the backtrace when
+/// [`crate::error_chain::chain`]), or anyhow's report with the backtrace when
 /// `backtrace` is set. Control characters that paths or values in the messages carry are
 /// escaped ([`crate::printable::escape_controls`]); only the multi-line backtrace report
 /// keeps its own line breaks.
@@ -129,7 +114,7 @@ pub fn error_report(error: &anyhow::Error, backtrace: bool) -> String {
             .join("\n")
     } else {
         let error: &(dyn std::error::Error + 'static) = error.as_ref();
-        let report = format!("Error: {}", crate::extension::error::chain(error));
+        let report = format!("Error: {}", crate::error_chain::chain(error));
         escape_controls(&report).into_owned()
     }
 }

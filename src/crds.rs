@@ -89,7 +89,7 @@ pub fn run(args: CrdsArgs) -> anyhow::Result<()> {
     match args.output_dir {
         None => {
             let stream: Vec<&str> = files.iter().map(|f| f.yaml.as_str()).collect();
-            crate::cli::print_stdout(&stream.join("---\n")).context("writing to stdout")?;
+            crate::stdout::print(&stream.join("---\n")).context("writing to stdout")?;
         }
         Some(dir) => write_dir(&dir, &files)?,
     }

@@ -239,7 +239,7 @@ pub async fn config_from_yaml(yaml: &str) -> Result<kube::Config, KubeconfigErro
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::extension::error::chain;
+    use crate::error_chain::chain;
 
     #[test]
     fn the_user_agent_names_version_and_subcommand() {

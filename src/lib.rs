@@ -15,6 +15,8 @@
 //! - [`containerd`], [`systemd`], [`safe_fs`]: node-side building blocks shared by the
 //!   installer and the agent (TOML-preserving containerd config edits; a systemd D-Bus
 //!   client; file access that follows no link and waits on no FIFO).
+//! - [`stdout`]: a subcommand's output, a closed pipe taken as the end.
+//! - [`error_chain`]: an error and its causes as one line, the crate's one formatter.
 //! - [`printable`]: control characters in text from outside made visible before it is shown.
 //! - [`root_path`]: resolving a path inside a root folder, links included (the installer's
 //!   host root, an image the agent copies a file from).
@@ -26,6 +28,7 @@ pub mod containerd;
 pub mod controllers;
 pub mod crds;
 pub mod devenv;
+pub mod error_chain;
 pub mod extension;
 pub mod gvisor_install;
 pub mod http;
@@ -39,5 +42,6 @@ pub mod printable;
 pub mod render;
 pub mod root_path;
 pub mod safe_fs;
+pub mod stdout;
 pub mod systemd;
 pub mod telemetry;

@@ -7,10 +7,11 @@
 //! clear a screen or rewrite a title bar), line breaks (a forged second log line or event
 //! line) or bidirectional overrides (text that reads differently than it is). [`escape_controls`]
 //! writes each of those characters as a visible escape instead, so the message stays on one
-//! line and shows what was really there. Pure; used where messages leave a process: the agent's
-//! `error_chain`, its event recorder (`agent::cluster::NodeEvents`) and OSC rejection message
-//! (`agent::osc`), every subcommand's error report ([`crate::cli::error_report`]) and the
-//! installer's termination log. Log lines need nothing extra: tracing's text and JSON formats
+//! line and shows what was really there. Pure; used where messages leave a process: the
+//! printable error chain (`error_chain::printable`), the agent's event recorder
+//! (`agent::cluster::NodeEvents`) and OSC rejection message (`agent::osc`), every
+//! subcommand's error report (`cli::error_report`) and the installer's termination log. Log
+//! lines need nothing extra: tracing's text and JSON formats
 //! escape control characters themselves.
 
 use std::borrow::Cow;

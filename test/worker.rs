@@ -1550,7 +1550,7 @@ async fn delete_redeploys_classes_and_waits_for_mcm_to_acquire_and_release_the_c
 async fn in_place_pools_report_their_hash_and_a_version_bump_changes_it() {
     use gardener_extension_node::api::cluster::ShootCredentialsView;
     use gardener_extension_node::api::worker::WorkerPool;
-    use gardener_extension_node::controllers::worker::inplace;
+    use gardener_extension_node::controllers::worker::in_place;
 
     let rotation = json!({"rotation": {"certificateAuthorities": {
         "lastInitiationTime": "2026-11-01T10:00:00Z"
@@ -1571,7 +1571,7 @@ async fn in_place_pools_report_their_hash_and_a_version_bump_changes_it() {
     };
     let expected = |pools: &Value| {
         let pool: WorkerPool = serde_json::from_value(pools[0].clone()).unwrap();
-        inplace::pool_hash(&pool, Some(&credentials)).unwrap()
+        in_place::pool_hash(&pool, Some(&credentials)).unwrap()
     };
     let first = pools("1.35.2");
     create_worker(&env, |w| w["spec"]["pools"] = first.clone()).await;

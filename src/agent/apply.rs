@@ -435,7 +435,7 @@ pub async fn apply_planned<H: Host, S: Secrets>(
             Err(error) => failures.push(FailedJob {
                 unit: command.name,
                 command: command.command,
-                error: super::error_chain(&error),
+                error: crate::error_chain::printable(&error),
             }),
         }
     }
@@ -450,7 +450,7 @@ pub async fn apply_planned<H: Host, S: Secrets>(
                     ApplyError::Commands(vec![FailedJob {
                         unit: CONTAINERD_UNIT.to_string(),
                         command: UnitCommand::Restart,
-                        error: super::error_chain(&error),
+                        error: crate::error_chain::printable(&error),
                     }])
                 })?;
             summary.commands.push(CommandEntry {

@@ -43,7 +43,6 @@ use super::cluster::{
 use super::config::Settings;
 use super::delay;
 use super::drift;
-use super::error_chain;
 use super::host::Host;
 use super::journal::Journal;
 use super::metrics::Metrics;
@@ -53,6 +52,7 @@ use super::serial::{self, Acquired, SerialLock};
 use super::unit_check::{self, UnitsCondition};
 use super::unit_events;
 use crate::api::constants::DATA_KEY_OPERATING_SYSTEM_CONFIG;
+use crate::error_chain::printable as error_chain;
 
 mod rollout_flow;
 

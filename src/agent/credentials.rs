@@ -270,7 +270,7 @@ mod tests {
         )
         .await
         .unwrap_err();
-        let text = crate::agent::error_chain(&error);
+        let text = crate::error_chain::printable(&error);
         assert!(
             text.contains(&format!(
                 "kubeconfig {} is refused: user \"node-agent\" sets exec",

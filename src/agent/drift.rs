@@ -155,7 +155,7 @@ pub async fn check_and_repair<H: Host, S: Secrets>(
             Err(error) => failures.push(apply::FailedJob {
                 unit,
                 command: UnitCommand::Restart,
-                error: super::error_chain(&error),
+                error: crate::error_chain::printable(&error),
             }),
         }
     }
@@ -453,7 +453,7 @@ mod tests {
             symlink(&elsewhere, base.join("opt/bin")).unwrap();
             let path = base.join("opt/bin/tool");
             let error = check(&base, vec![inline(&path, "tool")]).await.unwrap_err();
-            let chain = crate::agent::error_chain(&error);
+            let chain = crate::error_chain::printable(&error);
             assert!(
                 chain.contains("is a symbolic link or not a folder"),
                 "{chain}"

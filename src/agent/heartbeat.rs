@@ -53,7 +53,7 @@ fn run(config: kube::Config, node: watch::Receiver<Option<NodeMeta>>, metrics: M
             match crate::kubeconfig::build(config, "agent") {
                 Ok(client) => super::lease::run(client, node, metrics).await,
                 Err(error) => {
-                    tracing::error!(error = %super::error_chain(&error), "building the heartbeat's API client failed; the node Lease is not renewed")
+                    tracing::error!(error = %crate::error_chain::printable(&error), "building the heartbeat's API client failed; the node Lease is not renewed")
                 }
             }
         };

@@ -517,7 +517,7 @@ mod tests {
     fn copy(image: &Path, path_in_image: &str, target: &Path) -> Result<String, String> {
         copy_image_file(image, path_in_image, target, 0o640)
             .map(|()| std::fs::read_to_string(target).unwrap())
-            .map_err(|error| crate::agent::error_chain(&error))
+            .map_err(|error| crate::error_chain::printable(&error))
     }
 
     /// Issue #26 item 9: `/opt -> <a folder of the node>` in the image, `filePathInImage:

@@ -27,7 +27,7 @@ use serde::Deserialize;
 use super::journal::InPlaceUpdateFlags;
 use super::osc::{self, NodeOsc};
 use crate::api::operatingsystemconfig::InPlaceUpdates;
-use crate::controllers::worker::quantity::Quantity;
+use crate::api::quantity::Quantity;
 
 pub use crate::api::constants::{CONDITION_IN_PLACE_UPDATE, REASON_READY_FOR_UPDATE};
 /// Node label with the agent's result.

@@ -338,7 +338,7 @@ pub fn load<H: Host>(
     let on_disk = match host.read(&paths.journal()) {
         Ok(on_disk) => on_disk,
         Err(error) if unreadable(&error) => {
-            tracing::warn!(error = %super::error_chain(&error), "the journal cannot be read; computing the changes again (the next journal write replaces it)");
+            tracing::warn!(error = %crate::error_chain::printable(&error), "the journal cannot be read; computing the changes again (the next journal write replaces it)");
             None
         }
         Err(error) => return Err(error),

@@ -91,20 +91,6 @@ pub enum AgentError {
     Heartbeat(#[source] std::io::Error),
 }
 
-/// An error and its causes on one line (for log fields and event notes), control
-/// characters escaped ([`crate::printable`]): causes quote OSC strings, Secrets and command
-/// output.
-pub fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    crate::printable::escape_controls(&text).into_owned()
-}
-
 /// Runs the agent until it is stopped or must restart itself.
 pub async fn run(args: AgentArgs) -> Result<(), AgentError> {
     let settings = config::load(args)?;
@@ -212,7 +198,7 @@ mod tests {
             source: failed,
         };
         assert_eq!(
-            error_chain(&wrapped),
+            crate::error_chain::printable(&wrapped),
             "extracting /x from image\\u{1b}[31m: `ctr images pull` failed (exit status: 1): pulling \\u{1b}]0;title\\u{7}\\nerror"
         );
     }

@@ -12,9 +12,9 @@ use tokio::sync::Notify;
 use crate::api::nodeagent::TokenSecretSyncConfig;
 
 use super::cluster::{ApiSecrets, NAMESPACE};
-use super::error_chain;
 use super::host::Host;
 use super::metrics::Metrics;
+use crate::error_chain::printable as error_chain;
 
 /// Mode of token files (readable by the group, for static pods with fsGroup 0).
 pub const TOKEN_FILE_MODE: u32 = 0o640;

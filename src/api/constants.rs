@@ -81,3 +81,10 @@ pub const CONTAINER_RUNTIME_BINARY_PATH: &str = "/var/bin/containerruntimes";
 pub const DATA_KEY_OPERATING_SYSTEM_CONFIG: &str = "osc.yaml";
 /// Data key of the OSC result Secret in the seed that holds the user data.
 pub const DATA_KEY_CLOUD_CONFIG: &str = "cloud_config";
+
+/// Value of the `origin` label on our ManagedResources (gardener-resource-manager stamps it
+/// on the objects it applies for them as `resources.gardener.cloud/origin`).
+pub const ORIGIN: &str = "gardener-extension-node";
+/// Label that lets gardener-resource-manager's garbage collector delete unreferenced secrets.
+pub const LABEL_GARBAGE_COLLECTABLE: &str =
+    "resources.gardener.cloud/garbage-collectable-reference";

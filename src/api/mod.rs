@@ -12,6 +12,8 @@
 //! - [`managedresource`]: `resources.gardener.cloud/v1alpha1` ManagedResource.
 //! - [`machine`]: `machine.sapcloud.io/v1alpha1` kinds.
 //! - [`gvisor`], [`nodeagent`]: config file formats (not CRDs).
+//! - [`quantity`], [`percent`]: Kubernetes value types (resource quantities, `IntOrString`
+//!   percentages) as apimachinery parses and prints them.
 
 pub mod cluster;
 pub mod common;
@@ -22,7 +24,9 @@ pub mod machine;
 pub mod managedresource;
 pub mod nodeagent;
 pub mod operatingsystemconfig;
+pub mod percent;
 pub mod provider_config;
+pub mod quantity;
 pub mod worker;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{

@@ -188,7 +188,7 @@ pub async fn run_local_env(args: LocalEnvArgs) -> anyhow::Result<()> {
         shoot_kubeconfig = shoot_kubeconfig.display(),
         state = state_dir.display(),
     );
-    crate::cli::print_stdout(&banner).context("writing to stdout")?;
+    crate::stdout::print(&banner).context("writing to stdout")?;
 
     let shutdown = tokio_util::sync::CancellationToken::new();
     tokio::spawn(crate::operator::forward_signals(shutdown.clone()));

@@ -35,8 +35,8 @@ use kube::runtime::watcher::{self, Config};
 use kube::{Client, Resource};
 use tokio_util::sync::CancellationToken;
 
-use super::managed_resource::{LABEL_GARBAGE_COLLECTABLE, ORIGIN};
 use super::watch_error::WatchErrorLog;
+use crate::api::constants::{LABEL_GARBAGE_COLLECTABLE, ORIGIN};
 use crate::api::{Cluster, ManagedResource};
 
 /// One async lock per MR (namespace, name).

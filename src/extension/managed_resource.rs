@@ -32,6 +32,7 @@ use sha2::{Digest, Sha256};
 use super::cache::SeedCache;
 use super::finalizer::{ignore_not_found, is_not_found};
 use crate::api::common::LocalObjectReference;
+use crate::api::constants::{LABEL_GARBAGE_COLLECTABLE, ORIGIN};
 use crate::api::managedresource::{
     CONDITION_RESOURCES_APPLIED, CONDITION_RESOURCES_HEALTHY, CONDITION_RESOURCES_PROGRESSING,
 };
@@ -39,11 +40,6 @@ use crate::api::{ConditionStatus, ErrorCode, ManagedResource, ManagedResourceSpe
 
 /// Field manager of every server-side apply of the operator.
 pub const FIELD_MANAGER: &str = "gardener-extension-node";
-/// Value of the `origin` label on our ManagedResources.
-pub const ORIGIN: &str = "gardener-extension-node";
-/// Label that lets GRM's garbage collector delete unreferenced secrets.
-pub const LABEL_GARBAGE_COLLECTABLE: &str =
-    "resources.gardener.cloud/garbage-collectable-reference";
 /// Prefix of the reference annotations on MRs.
 pub const ANNOTATION_REFERENCE_PREFIX: &str = "reference.resources.gardener.cloud/";
 /// Annotation that makes GRM skip an MR (except for its deletion).

@@ -21,11 +21,7 @@ use clap::Args;
 use super::Error;
 use super::flags::FlagsSource;
 use super::resolve::{self, Entry, Lookup, ResolveError, Resolved, RootLookup};
-use super::targets::{self, Kind, Stage, Target};
-
-/// Host path of the marker that says "containerd still needs a restart" (see
-/// [`super`]'s docs on crash safety).
-pub const RESTART_MARKER: &str = "/var/lib/gardener-extension-node/gvisor-install.restart-pending";
+use super::targets::{self, Kind, RESTART_MARKER, Stage, Target};
 
 /// Flags of `gvisor-install`. Every flag has a `GVISOR_*` environment fallback.
 #[derive(Debug, Clone, Args)]

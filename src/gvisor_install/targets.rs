@@ -1,7 +1,7 @@
 //! Where a run may write on the host, decided before anything is touched. Pure.
 //!
 //! A run writes into four places: `--bin-dir` (the two binaries), `--containerd-config`,
-//! `--runsc-config` and the restart marker ([`super::args::RESTART_MARKER`]). Two rules keep
+//! `--runsc-config` and the restart marker ([`RESTART_MARKER`]). Two rules keep
 //! a mistyped flag, or a link on the host, from making one of them another or a system file:
 //!
 //! - **No overlap**: no two of the four may be the same path, and none may lie inside
@@ -21,6 +21,10 @@
 
 use std::fmt;
 use std::path::{Path, PathBuf};
+
+/// Host path of the marker that says "containerd still needs a restart" (see
+/// [`super`]'s docs on crash safety).
+pub const RESTART_MARKER: &str = "/var/lib/gardener-extension-node/gvisor-install.restart-pending";
 
 /// Folders a run never writes into directly. Their own subfolders (`/etc/containerd`) are
 /// allowed, except below [`SYSTEM_TREES`].
@@ -223,7 +227,7 @@ fn default_for(name: &str) -> &'static str {
         "--bin-dir" => "/var/bin/containerruntimes",
         "--containerd-config" => "/etc/containerd/config.toml",
         "--runsc-config" => "/etc/containerd/runsc.toml",
-        _ => super::args::RESTART_MARKER,
+        _ => RESTART_MARKER,
     }
 }
 
@@ -247,7 +251,7 @@ mod tests {
         ]
     }
 
-    const MARKER: &str = super::super::args::RESTART_MARKER;
+    const MARKER: &str = super::RESTART_MARKER;
 
     #[test]
     fn the_defaults_and_their_usual_variants_pass() {

@@ -5,6 +5,7 @@
 //! a `List`, as `kubectl get -o yaml` prints them) and renders each in turn.
 
 pub mod input;
+pub mod worker;
 
 use std::path::{Path, PathBuf};
 
@@ -24,7 +25,7 @@ pub enum RenderCommand {
     /// reconcile one.
     Osc(OscArgs),
     /// The machine classes, class secrets and machine deployments of a Worker.
-    Worker(crate::controllers::worker::print::RenderWorkerArgs),
+    Worker(worker::RenderWorkerArgs),
 }
 
 /// Flags of `render osc`.
@@ -64,7 +65,7 @@ impl RenderCommand {
             RenderCommand::Osc(args) => render_oscs(&args)?,
             RenderCommand::Worker(args) => args.run()?,
         };
-        crate::cli::print_stdout(&text).context("writing to stdout")
+        crate::stdout::print(&text).context("writing to stdout")
     }
 }
 
@@ -111,7 +112,7 @@ fn render_container_runtime(
 ) -> anyhow::Result<String> {
     let rendered =
         containerruntime::reconcile::render_parts(templates, images, test_repository, object)
-            .map_err(|e| anyhow::anyhow!(crate::extension::error::chain(&e)))?;
+            .map_err(|e| anyhow::anyhow!(crate::error_chain::chain(&e)))?;
     Ok(format!(
         "# ManagedResource {shared_mr}\n{shared}---\n# ManagedResource {pool_mr}\n{installation}",
         shared_mr = containerruntime::SHARED_MANAGED_RESOURCE,
@@ -137,7 +138,7 @@ fn render_osc(
             secrets.insert(name, osc::fetch::secret_data(&secret));
         }
     }
-    let chain = |e: osc::Error| anyhow::anyhow!(crate::extension::error::chain(&e));
+    let chain = |e: osc::Error| anyhow::anyhow!(crate::error_chain::chain(&e));
     match object.spec.purpose {
         OperatingSystemConfigPurpose::Provision => {
             osc::reconcile::render_user_data(object, &secrets).map_err(chain)

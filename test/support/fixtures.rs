@@ -269,7 +269,7 @@ pub fn operating_system_config_with_image_ref_json(namespace: &str, name: &str) 
 /// The MachineDeployment the Worker controller renders for [`worker`] in the [`cluster`] of
 /// `namespace` (same code path as `render worker`), with 1 replica.
 pub fn rendered_machine_deployment_json(namespace: &str) -> Value {
-    let text = gardener_extension_node::controllers::worker::print::manifests(
+    let text = gardener_extension_node::render::worker::manifests(
         &worker(namespace),
         Some(&cluster(namespace)),
         Some(b"#!/bin/bash\n"),

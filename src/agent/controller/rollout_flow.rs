@@ -18,10 +18,10 @@ use tracing::{info, warn};
 
 use super::{Agent, ReconcileError, Reconciled};
 use crate::agent::cluster::{self, NodeMeta};
-use crate::agent::error_chain;
 use crate::agent::host::Host;
 use crate::agent::rollout::{self, Phase, Policy, Resume, RolloutState, Verdict};
 use crate::agent::serial::Acquired;
+use crate::error_chain::printable as error_chain;
 
 /// What [`Agent::rollout_gate`] leaves to the rest of the reconcile.
 pub(super) enum Gate {

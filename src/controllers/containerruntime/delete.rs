@@ -43,7 +43,7 @@ use super::reconcile::{data, render_uninstall_parts};
 use super::render::daemonset_name;
 use super::{Error, GVisorActuator, SHARED_MANAGED_RESOURCE, installation_managed_resource};
 use crate::api::{ContainerRuntime, ManagedResource};
-use crate::extension::error::chain;
+use crate::error_chain::chain;
 use crate::extension::managed_resource;
 use crate::extension::{ClusterContext, Outcome, Request};
 

@@ -17,7 +17,8 @@ use kube::{Api, ResourceExt};
 
 use super::{Error, GVisorActuator, INSTALLATION_MANAGED_RESOURCE_PREFIX};
 use crate::api::ManagedResource;
-use crate::extension::managed_resource::{self, ORIGIN};
+use crate::api::constants::ORIGIN;
+use crate::extension::managed_resource;
 
 /// Of `ours` (names of our ManagedResources in a namespace), the installation
 /// ManagedResources whose pool is not in `pools` (pure).

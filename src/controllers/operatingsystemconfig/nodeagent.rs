@@ -227,11 +227,10 @@ pub fn rollout_budget(worker: &ShootWorker) -> u32 {
     let resolved = match &worker.max_unavailable {
         None => 0,
         Some(IntOrString::Int(count)) => i64::from(*count),
-        Some(IntOrString::String(text)) => {
-            crate::controllers::worker::zones::parse_percent(text.trim()).map_or(0, |percent| {
+        Some(IntOrString::String(text)) => crate::api::percent::parse_percent(text.trim())
+            .map_or(0, |percent| {
                 i64::from(percent) * i64::from(worker.minimum.max(0)) / 100
-            })
-        }
+            }),
     };
     u32::try_from(resolved.clamp(1, i64::from(MAX_ROLLOUT_BUDGET))).unwrap_or(1)
 }

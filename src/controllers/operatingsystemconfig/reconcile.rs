@@ -5,7 +5,7 @@
 //!   result Secret (controller reference to the OSC when in its namespace) → status
 //!   `cloudConfig.secretRef`. Extension status fields are cleared: provision OSCs get none.
 //! - `reconcile`: extension units/files for the OS type → (while we ship the node-agent
-//!   secrets, see [`handover`]) read referenced Secrets, render the node-agent secret and
+//!   secrets, see [`super::handover`]) read referenced Secrets, render the node-agent secret and
 //!   apply its ManagedResource; (otherwise) hand the shoot's secret over to gardenlet by
 //!   removing our ManagedResource with `keepObjects=true` → status `extensionUnits`/`extensionFiles` (null when empty) and
 //!   `inPlaceUpdates` (the OS update of [`super::os_update`] for in-place pools, else null).
@@ -27,7 +27,7 @@ use super::content::ReferencedSecrets;
 use super::extensions::{self, Extensions};
 use super::rollout_status;
 use super::{
-    Error, OscActuator, USER_DATA_KEY, fetch, handover, node_agent_managed_resource, nodeagent,
+    Error, OscActuator, USER_DATA_KEY, fetch, node_agent_managed_resource, nodeagent,
     result_secret_ref, userdata, validate,
 };
 use crate::api::OperatingSystemConfig;
@@ -252,8 +252,10 @@ async fn original(
     } else {
         // Another ManagedResource (gardenlet's) delivers this node-agent secret: leave the
         // shoot's copy in place for it to adopt, and drop ours (if an earlier run created one).
+        // The same release as the hand-over's (`super::handover::release`), called directly:
+        // the hand-over ships through this module, so this one does not import it back.
         let mr = node_agent_managed_resource(osc);
-        handover::release(actuator, namespace, &mr).await?;
+        managed_resource::release_objects(&actuator.client, namespace, &mr).await?;
         extensions_of(osc)?
     };
     let mut status = Map::new();
@@ -269,7 +271,7 @@ async fn original(
 
 /// Renders the node-agent secret of a `reconcile` OSC and applies its ManagedResource;
 /// returns the extension units/files that went into it. Also the take-over step of
-/// [`handover`]. With the `shoot` known, the secret carries the pool's rollout budget
+/// [`super::handover`]. With the `shoot` known, the secret carries the pool's rollout budget
 /// ([`nodeagent::rollout_budget`]).
 pub async fn ship_node_agent_secret(
     actuator: &OscActuator,

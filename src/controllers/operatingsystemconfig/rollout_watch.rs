@@ -123,7 +123,7 @@ async fn round(
         };
         let key = (namespace.clone(), secret.name_any());
         if let Err(error) = observe(client, cache, clients, key, &token, &target).await {
-            let message = crate::extension::error::chain(&error);
+            let message = crate::error_chain::chain(&error);
             tracing::warn!(%namespace, osc = %target.osc_name, error = %message, "rollout status not updated");
             if error.is_unusable_kubeconfig() {
                 report_unusable(client, &namespace, &target, &message).await;
@@ -263,7 +263,7 @@ async fn report_unusable(client: &Client, namespace: &str, target: &Target, mess
         return;
     }
     if let Err(error) = write_condition(client, namespace, target, condition).await {
-        tracing::warn!(%namespace, osc = %target.osc_name, error = %crate::extension::error::chain(&error), "rollout condition not updated");
+        tracing::warn!(%namespace, osc = %target.osc_name, error = %crate::error_chain::chain(&error), "rollout condition not updated");
     }
 }
 

@@ -26,7 +26,7 @@ use kube::api::ListParams;
 
 use super::wait::{Step, WaitKind};
 use super::{Error, LABEL_PURPOSE, PURPOSE_MACHINE_CLASS, WorkerActuator};
-use super::{credentials, objects, reconcile, rollout};
+use super::{availability, credentials, objects, reconcile};
 use crate::api::Worker;
 use crate::api::machine::{Machine, MachineClass, MachineDeployment, MachineSet};
 use crate::extension::{Outcome, Request};
@@ -99,7 +99,7 @@ pub async fn delete(
         objects::list(&deployments, &ListParams::default(), "MachineDeployment").await?;
     if let Some(failed) = left_deployments
         .iter()
-        .find_map(|d| rollout::failed_machines(&d.name_any(), d.status.as_ref()?))
+        .find_map(|d| availability::failed_machines(&d.name_any(), d.status.as_ref()?))
     {
         return Err(Error::MachinesFailed(failed));
     }
@@ -193,7 +193,7 @@ async fn redeploy_classes_and_wait_for_credentials(
                         "MachineClassesNotRedeployed",
                         format!(
                             "Deleting with the existing machine classes: the Worker cannot be rendered ({})",
-                            crate::extension::error::chain(&error)
+                            crate::error_chain::chain(&error)
                         ),
                     )
                     .await;

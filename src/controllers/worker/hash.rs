@@ -38,7 +38,7 @@ pub fn pool_hash(node_agent_secret_name: &str, extra: &[String]) -> String {
 }
 
 /// Upstream's pool hash recipe: the SHA-256 hex of each input, concatenated, hashed again,
-/// cut to `length` hex characters. Also the in-place pool hash ([`super::inplace`]).
+/// cut to `length` hex characters. Also the in-place pool hash ([`super::in_place`]).
 pub fn hash_of_hashes<'a>(inputs: impl IntoIterator<Item = &'a str>, length: usize) -> String {
     let mut joined = String::new();
     for input in inputs {

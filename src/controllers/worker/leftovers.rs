@@ -17,7 +17,8 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use super::rollout::{belongs_to, failed_machines, set_class};
+use super::availability::failed_machines;
+use super::machine_sets::{belongs_to, set_class};
 use crate::api::machine::{MachineDeployment, MachineSet};
 
 /// MCM's finalizer on the objects it manages.

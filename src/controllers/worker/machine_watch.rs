@@ -2,7 +2,7 @@
 //! in-place pool past `CandidateForUpdate` (GEP-31): for a `ManualInPlaceUpdate` pool that
 //! happens when the user selects nodes, possibly long after the Worker succeeded, and the
 //! Worker must then follow the update and write the pool's new hash
-//! ([`super::inplace::status_map`]). Upstream's Worker controller watches Machines for the
+//! ([`super::in_place::status_map`]). Upstream's Worker controller watches Machines for the
 //! same transition (`extensions/pkg/controller/worker/controller.go`,
 //! `MachineConditionChangedPredicate`).
 //!

@@ -11,8 +11,8 @@
 //!    pool `providerConfig` ([`config`]); every user error stops here;
 //! 2. [`render`]: → class secrets, MachineClasses, MachineDeployments;
 //! 3. [`replicas`]: replicas of each deployment from what exists;
-//! 4. [`rollout`]: is the rollout done, failed or still running; [`leftovers`]: unwanted
-//!    deployments and a stuck MCM; [`poll`]: what a poll may skip; [`inplace`] (with
+//! 4. [`availability`]: is the rollout done, failed or still running; [`leftovers`]: unwanted
+//!    deployments and a stuck MCM; [`poll`]: what a poll may skip; [`in_place`] (with
 //!    [`quantity`]): in-place pool hashes and status; [`credentials`]: MCM's hold on the
 //!    credentials secret;
 //! 5. the operations, one file each: [`reconcile`], [`delete`], [`migrate`], [`restore`];
@@ -29,12 +29,12 @@
 //! | [`hash::pool_hash`] | `WorkerPoolHashV2` (`worker/machines.go`) |
 //! | [`replicas::decide`] | `deployMachineDeployments` (replica rules) |
 //! | [`reconcile`]: classes, deployments, status | `Reconcile`, `DeployMachineClasses`, `deployMachineDeployments`, `updateWorkerStatusMachineDeployments` |
-//! | [`rollout::evaluate`] (incl. preserved failed machines, `ManualInPlaceUpdate`) | `waitUntilWantedMachineDeploymentsAvailable` |
+//! | [`availability::evaluate`] (incl. preserved failed machines, `ManualInPlaceUpdate`) | `waitUntilWantedMachineDeploymentsAvailable` |
 //! | [`poll`]: polls list only, status/replicas written on change | the 5-second `retry.UntilTimeout` loop of that wait, which only lists |
 //! | [`leftovers::unwanted_deployments`] | `waitUntilUnwantedMachineDeploymentsDeleted` |
 //! | [`leftovers::stuck_controller`] | `isMachineControllerStuck` (`actuator.go`) |
-//! | [`inplace::pool_hash`] | `CalculateWorkerPoolHashForInPlaceUpdate` (`pkg/utils/gardener`) |
-//! | [`inplace::status_map`] | `updateWorkerStatusInPlaceUpdateWorkerPoolHash` |
+//! | [`in_place::pool_hash`] | `CalculateWorkerPoolHashForInPlaceUpdate` (`pkg/utils/gardener`) |
+//! | [`in_place::status_map`] | `updateWorkerStatusInPlaceUpdateWorkerPoolHash` |
 //! | [`machine_watch`] | the Machine watch with `MachineConditionChangedPredicate` (`worker/controller.go`) |
 //! | [`delete`] | `Delete` (`actuator_delete.go`), `waitUntilCredentialsSecretAcquiredOrReleased`, `WaitUntilMachineResourcesDeleted` (`pkg/utils/gardener`) |
 //! | [`migrate`] | `Migrate` (a no-op upstream; gardenlet's `computeMachineState` records the machines) |
@@ -56,13 +56,13 @@
 //! list is not written back. As many unavailable machines as MCM preserves as failed
 //! (`autoPreserveFailedMachineMax`, `status.preservedFailedReplicas`) are tolerated. For
 //! `ManualInPlaceUpdate` deployments, machines of old machine sets count as done until the
-//! user selects them; selected ones are waited for ([`inplace`]).
+//! user selects them; selected ones are waited for ([`in_place`]).
 //!
 //! After the rollout, `status.inPlaceUpdates.workerPoolToHashMap` is written when it changes:
 //! each in-place pool (`AutoInPlaceUpdate`, `ManualInPlaceUpdate`) with the hash gardenlet
 //! compares against (Kubernetes minor version, machine image version, kubelet settings,
 //! credentials rotations); a manual pool whose machines are not all updated yet keeps its
-//! old entry ([`inplace`]). Only then are the deployments, classes and class secrets that are
+//! old entry ([`in_place`]). Only then are the deployments, classes and class secrets that are
 //! no longer wanted deleted, in that order, so an old class outlives the machines that use
 //! it. While machine-controller-manager runs (its Deployment has replicas), the operation
 //! then waits until the deleted deployments are gone, failing at once with the errors of
@@ -133,23 +133,22 @@
 //! - `providerStatus` with resolved machine images (our MachineClass carries the image name
 //!   and version itself, there is nothing to resolve).
 
+pub mod availability;
 pub mod config;
 pub mod credentials;
 pub mod delete;
 pub mod hash;
-pub mod inplace;
+pub mod in_place;
 pub mod leftovers;
+pub mod machine_sets;
 pub mod machine_watch;
 pub mod migrate;
 mod objects;
 pub mod poll;
-pub mod print;
-pub mod quantity;
 pub mod reconcile;
 pub mod render;
 pub mod replicas;
 pub mod restore;
-pub mod rollout;
 pub mod state;
 pub mod state_objects;
 pub mod steps;
@@ -294,7 +293,7 @@ pub enum Error {
     State(#[source] state::StateError),
     /// The in-place update hash of a pool cannot be computed (the pool is invalid).
     #[error("in-place update hash")]
-    InPlaceHash(#[source] inplace::InPlaceHashError),
+    InPlaceHash(#[source] in_place::InPlaceHashError),
 }
 
 impl Classify for Error {

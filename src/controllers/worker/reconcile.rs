@@ -17,13 +17,13 @@ use kube::ResourceExt;
 use kube::api::ListParams;
 use serde_json::json;
 
-use super::inplace;
+use super::availability::{self, Rollout, Wanted};
+use super::in_place;
 use super::leftovers::{self, Unwanted};
 use super::objects::{self, PARALLEL};
 use super::poll::{self, RequestKey};
 use super::render::{self, RenderedDeployment};
 use super::replicas::{self, ReplicaInputs};
-use super::rollout::{self, Rollout, Wanted};
 use super::validate::{self, WorkerInputs};
 use super::wait::WaitKind;
 use super::{Error, LABEL_PURPOSE, PURPOSE_MACHINE_CLASS, WorkerActuator};
@@ -414,7 +414,7 @@ async fn patch_status_and_report(
     Ok(())
 }
 
-/// Writes `status.inPlaceUpdates.workerPoolToHashMap` when it changes ([`inplace`];
+/// Writes `status.inPlaceUpdates.workerPoolToHashMap` when it changes ([`in_place`];
 /// `updateWorkerStatusInPlaceUpdateWorkerPoolHash`, after the rollout as upstream).
 async fn write_in_place_status(
     actuator: &WorkerActuator,
@@ -427,12 +427,12 @@ async fn write_in_place_status(
         .and_then(|c| c.shoot.status.credentials.as_ref());
     let mut hashes = Vec::with_capacity(pools.len());
     for pool in pools {
-        let hash = if inplace::is_in_place(pool.update_strategy) {
-            Some(inplace::pool_hash(pool, credentials).map_err(Error::InPlaceHash)?)
+        let hash = if in_place::is_in_place(pool.update_strategy) {
+            Some(in_place::pool_hash(pool, credentials).map_err(Error::InPlaceHash)?)
         } else {
             None
         };
-        hashes.push(inplace::PoolHash {
+        hashes.push(in_place::PoolHash {
             name: &pool.name,
             strategy: pool.update_strategy,
             hash,
@@ -445,7 +445,7 @@ async fn write_in_place_status(
         .as_ref()
         .and_then(|s| s.in_place_updates.as_ref())
         .map_or(&empty, |u| &u.worker_pool_to_hash_map);
-    let Some(map) = inplace::status_map(&hashes, deployments, current) else {
+    let Some(map) = in_place::status_map(&hashes, deployments, current) else {
         return Ok(());
     };
     // A merge patch merges maps: dropped pools are sent as null.
@@ -517,7 +517,7 @@ async fn wait_for_rollout(
         })
         .collect();
     // Machines matter only to ManualInPlaceUpdate deployments; list them only then.
-    let machines = if deployments.iter().any(inplace::is_manual_in_place) {
+    let machines = if deployments.iter().any(in_place::is_manual_in_place) {
         objects::list(
             &objects::api::<Machine>(client, namespace),
             &ListParams::default(),
@@ -527,7 +527,7 @@ async fn wait_for_rollout(
     } else {
         Vec::new()
     };
-    let message = match rollout::evaluate(
+    let message = match availability::evaluate(
         &wanted,
         &deployments,
         &sets,

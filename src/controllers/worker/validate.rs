@@ -20,9 +20,10 @@ use serde_json::Value;
 
 use super::config::{self, ConfigError, PoolConfig};
 use super::hash;
-use super::zones::{self, PercentError};
+use super::zones;
 use crate::api::ShootView;
 use crate::api::common::SecretReference;
+use crate::api::percent::PercentError;
 use crate::api::worker::{MachineImage, Worker, WorkerPool};
 
 /// A Worker that passed validation.
@@ -532,7 +533,7 @@ mod tests {
         ];
         for (pools, expected) in cases {
             let error = validate(&worker(pools), "ns", None, Some(&profile())).unwrap_err();
-            let text = crate::extension::error::chain(&error);
+            let text = crate::error_chain::chain(&error);
             assert!(
                 text.contains(expected),
                 "{text:?} should contain {expected:?}"

@@ -15,10 +15,7 @@
 
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-/// A percentage that does not parse (`"12%"` is fine, `"twelve"` or `"12"` as a string is not).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0:?} is neither a number nor a percentage like \"25%\"")]
-pub struct PercentError(pub String);
+use crate::api::percent::{PercentError, parse_percent};
 
 /// The share of `total` that zone `zone_index` (0-based) of `zone_count` zones gets.
 /// `zone_count == 0` is treated as one zone.
@@ -53,14 +50,6 @@ pub fn distribute_int_or_percent(
             Ok(IntOrString::String(format!("{weighted:.0}%")))
         }
     }
-}
-
-/// Parses `"25%"` into 25.
-pub fn parse_percent(text: &str) -> Result<i32, PercentError> {
-    text.strip_suffix('%')
-        .and_then(|number| number.parse::<i32>().ok())
-        .filter(|number| *number >= 0)
-        .ok_or_else(|| PercentError(text.to_string()))
 }
 
 #[cfg(test)]

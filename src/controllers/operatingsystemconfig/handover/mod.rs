@@ -45,9 +45,10 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::{Error, OscActuator, nodeagent, reconcile};
+use crate::api::constants::ORIGIN;
 use crate::api::operatingsystemconfig::OperatingSystemConfigPurpose;
 use crate::api::{ExtensionObject, LastOperationType, ManagedResource, OperatingSystemConfig};
-use crate::extension::managed_resource::{self, ORIGIN};
+use crate::extension::managed_resource;
 use crate::extension::operation;
 use crate::extension::predicate::Filter;
 
@@ -101,7 +102,7 @@ pub async fn run(actuator: OscActuator, filter: Filter, shutdown: CancellationTo
             None => initial_pass(&actuator, &filter).await,
         };
         if let Err(error) = result {
-            tracing::error!(error = %crate::extension::error::chain(&error), retry_in = ?RETRY, "node-agent secret hand-over failed");
+            tracing::error!(error = %crate::error_chain::chain(&error), retry_in = ?RETRY, "node-agent secret hand-over failed");
             let retries = retries.clone();
             tokio::spawn(async move {
                 tokio::time::sleep(RETRY).await;

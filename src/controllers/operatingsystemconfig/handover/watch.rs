@@ -15,7 +15,7 @@ use tokio::sync::mpsc;
 
 use super::claims::{ClaimsByNamespace, SecretClaims, claim_of};
 use crate::api::ManagedResource;
-use crate::extension::managed_resource::ORIGIN;
+use crate::api::constants::ORIGIN;
 
 /// What the hand-over loop is told: `None` once the first list is in, then each namespace
 /// whose claims changed.

@@ -1,6 +1,7 @@
 //! Kubernetes resource quantities as text, the way apimachinery prints them (pure): parse a
 //! quantity, add two, and print the canonical form (`resource.Quantity.String()`), which the
-//! in-place pool hash ([`super::inplace`]) feeds into SHA-256 and so must match byte for
+//! Worker's in-place pool hash (`controllers::worker::in_place`) and the node agent's in-place
+//! checks feed into SHA-256 and so must match byte for
 //! byte.
 //!
 //! The rules followed (apimachinery `pkg/api/resource/quantity.go`, `CanonicalizeBytes`):

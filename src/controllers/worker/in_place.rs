@@ -27,8 +27,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use chrono::{DateTime, Timelike, Utc};
 use serde_json::Value;
 
-use super::quantity::Quantity;
-use super::rollout::{belongs_to, set_class};
+use super::machine_sets::{belongs_to, set_class};
 use crate::api::cluster::{ShootCredentialsView, ShootRotationView};
 use crate::api::constants::{
     CONDITION_IN_PLACE_UPDATE, LABEL_WORKER_POOL, REASON_CANDIDATE_FOR_UPDATE,
@@ -36,6 +35,7 @@ use crate::api::constants::{
 use crate::api::machine::{
     Machine, MachineDeployment, MachineSet, ORCHESTRATION_MANUAL, STRATEGY_IN_PLACE_UPDATE,
 };
+use crate::api::quantity::Quantity;
 use crate::api::worker::{MachineUpdateStrategy, WorkerPool};
 
 /// Length of the in-place pool hash.

@@ -1,6 +1,6 @@
 //! `gardener-extension-node render worker -f worker.yaml [--cluster cluster.yaml]
 //! [--user-data FILE]`: the machine objects the controller would apply, as YAML, without a
-//! cluster. Uses [`super::validate`], [`super::render`] and [`super::replicas`] exactly as
+//! cluster. Uses the Worker controller's [`validate`], [`render`] and [`replicas`] exactly as
 //! reconcile does, for deployments that do not exist yet (so replicas are the minimum, or 0
 //! when the Cluster says the shoot is hibernated).
 //!
@@ -15,11 +15,10 @@ use anyhow::Context;
 use clap::Args;
 use serde::Serialize;
 
-use super::render;
-use super::replicas::{self, ReplicaInputs};
-use super::validate;
+use super::input;
 use crate::api::{Cluster, Worker};
-use crate::render::input;
+use crate::controllers::worker::replicas::{self, ReplicaInputs};
+use crate::controllers::worker::{render, validate};
 
 /// Flags of `render worker`.
 #[derive(Debug, Args)]
@@ -92,7 +91,7 @@ pub fn manifests(
         shoot.as_ref(),
         cluster.map(|c| &c.spec.cloud_profile),
     )
-    .map_err(|e| anyhow::anyhow!(crate::extension::error::chain(&e)))?;
+    .map_err(|e| anyhow::anyhow!(crate::error_chain::chain(&e)))?;
     let data: BTreeMap<String, Vec<u8>> = user_data
         .map(|d| {
             inputs

@@ -16,12 +16,12 @@
 //!   Failed machines that machine-controller-manager preserves (`autoPreserveFailedMachineMax`,
 //!   `status.preservedFailedReplicas`) stay unavailable on purpose, so up to that many
 //!   unavailable replicas are tolerated, as the generic actuator does.
-//! - a `ManualInPlaceUpdate` deployment ([`inplace::manual_rollout`]) counts the machines of
+//! - a `ManualInPlaceUpdate` deployment ([`in_place::manual_rollout`]) counts the machines of
 //!   its old machine sets as done until the user selects them; machines selected for or in
 //!   an update (MCM's `InPlaceUpdate` condition beyond `CandidateForUpdate`) are waited for.
 
-use super::LABEL_NAME;
-use super::inplace;
+use super::in_place;
+use super::machine_sets::{belongs_to, set_class};
 use crate::api::machine::{Machine, MachineDeployment, MachineDeploymentStatus, MachineSet};
 
 /// A wanted deployment and the class it must run.
@@ -42,32 +42,6 @@ pub enum Rollout {
     Waiting(String),
     /// Machines failed; the text lists them with their errors.
     Failed(String),
-}
-
-/// Whether `set` belongs to the deployment `deployment`.
-pub fn belongs_to(set: &MachineSet, deployment: &str) -> bool {
-    let owners = set.metadata.owner_references.as_deref().unwrap_or_default();
-    if !owners.is_empty() {
-        return owners
-            .iter()
-            .any(|o| o.kind == "MachineDeployment" && o.name == deployment);
-    }
-    set.metadata
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(LABEL_NAME))
-        .is_some_and(|name| name == deployment)
-}
-
-/// The class a MachineSet's machines run.
-pub(super) fn set_class(set: &MachineSet) -> Option<&str> {
-    set.spec
-        .template
-        .as_ref()
-        .and_then(|t| t.spec.as_ref())
-        .and_then(|s| s.class.as_ref())
-        .map(|c| c.name.as_str())
-        .or_else(|| set.spec.machine_class.as_ref().map(|c| c.name.as_str()))
 }
 
 /// The failed machines of a deployment, grouped by their error, or `None`.
@@ -147,7 +121,7 @@ pub fn evaluate(
     let (mut healthy, mut desired, mut updated, mut available, mut unavailable, mut awake) =
         (0usize, 0, 0, 0, 0, 0);
     let mut preserved = 0;
-    let mut manual = inplace::ManualCounts::default();
+    let mut manual = in_place::ManualCounts::default();
     let mut first_problem: Option<String> = None;
     for want in wanted {
         let Some(deployment) = deployments
@@ -179,8 +153,8 @@ pub fn evaluate(
                 first_problem.get_or_insert_with(|| format!("{}: {problem}", want.name));
             }
         }
-        if inplace::is_manual_in_place(deployment) {
-            let counts = inplace::manual_rollout(want.name, want.class_name, sets, machines);
+        if in_place::is_manual_in_place(deployment) {
+            let counts = in_place::manual_rollout(want.name, want.class_name, sets, machines);
             manual.need_update += counts.need_update;
             manual.in_progress += counts.in_progress;
         }
