@@ -3,7 +3,7 @@
 //! One set of rules for both sides of the hand-over: the operator refuses an OSC that breaks
 //! them before it ships anything (`controllers::operatingsystemconfig::validate`, the
 //! provision renderer), and the node agent refuses it before it changes anything on disk
-//! (`agent::osc::validate`). Keeping them in one place is what guarantees that nothing the
+//! (`agent::pipeline::osc::validate`). Keeping them in one place is what guarantees that nothing the
 //! operator accepts is refused on the nodes (the `osc_yaml` fuzz target checks it).
 
 /// Unit name suffixes systemd knows.

@@ -9,7 +9,7 @@
 //! writes each of those characters as a visible escape instead, so the message stays on one
 //! line and shows what was really there. Pure; used where messages leave a process: the
 //! printable error chain (`error_chain::printable`), the agent's event recorder
-//! (`agent::cluster::NodeEvents`) and OSC rejection message (`agent::osc`), every
+//! (`agent::ports::cluster::NodeEvents`) and OSC rejection message (`agent::pipeline::osc`), every
 //! subcommand's error report (`cli::error_report`) and the installer's termination log. Log
 //! lines need nothing extra: tracing's text and JSON formats
 //! escape control characters themselves.

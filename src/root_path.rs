@@ -1,7 +1,7 @@
 //! Resolving a path inside a root folder, the way a system rooted there would see it. Two
 //! users: `gvisor-install` (the host's `/` at `--host-root`, "host" below) and the node
 //! agent, which copies `imageRef` files out of an image mounted read-only in a folder of its
-//! own (`agent::host`): there the image is the root, and a link in it such as `/opt -> /`
+//! own (`agent::ports::host`): there the image is the root, and a link in it such as `/opt -> /`
 //! means the image's `/`, never the node's.
 //!
 //! The installer reaches the host's `/` at `--host-root`. A symbolic link on the host, such

@@ -1,5 +1,5 @@
 //! File access on a node that a hostile folder cannot turn against the node. Shared by the
-//! agent ([`crate::agent`], through [`crate::agent::host`]) and the gVisor installer
+//! agent ([`crate::agent`], through [`crate::agent::ports::host`]) and the gVisor installer
 //! ([`crate::gvisor_install`], through [`crate::containerd::files`]).
 //!
 //! Both run as root and manage files in folders that others may write to (a workload with a

@@ -5,7 +5,7 @@
 //! their arguments and play the package archive (a real apt run needs a mirror and would
 //! change this machine). What is checked is the script's own logic: the version checks, the
 //! order of the apt calls, the messages the node agent classifies (printable, one line), the
-//! reboot, and the failure reason the agent's runner (`agent::in_place_update::run_os_update`)
+//! reboot, and the failure reason the agent's runner (`agent::in_place::steps::run_os_update`)
 //! makes of a failed run.
 
 #![allow(clippy::unwrap_used, clippy::panic)] // test crate: failing loudly is the point
@@ -301,8 +301,8 @@ fn control_characters_from_outside_never_reach_the_message() {
 /// puts on the Node starts with the script's own `system failure: ...` line.
 #[tokio::test]
 async fn after_a_failed_full_upgrade_the_reason_starts_with_the_scripts_message() {
-    use gardener_extension_node::agent::in_place::MAX_REASON_CHARS;
-    use gardener_extension_node::agent::in_place_update::{RetryPolicy, run_os_update};
+    use gardener_extension_node::agent::in_place::rules::MAX_REASON_CHARS;
+    use gardener_extension_node::agent::in_place::steps::{RetryPolicy, run_os_update};
     use gardener_extension_node::api::operatingsystemconfig::OsUpdate;
     if !can_run() {
         return;

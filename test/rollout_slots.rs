@@ -10,7 +10,7 @@ mod agent_support;
 mod support;
 
 use agent_support::{client_for, limited_token_with_slots_in, put_osc};
-use gardener_extension_node::agent::serial::{Acquired, SerialLock, slot_name};
+use gardener_extension_node::agent::rollout::slots::{Acquired, SerialLock, slot_name};
 use gardener_extension_node::kubeconfig::render_token_kubeconfig;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Secret;
@@ -95,5 +95,5 @@ async fn agents_share_the_budget_wait_for_a_release_and_fall_back_when_a_slot_is
 }
 
 fn serial_poll() -> std::time::Duration {
-    gardener_extension_node::agent::serial::POLL_INTERVAL
+    gardener_extension_node::agent::rollout::slots::POLL_INTERVAL
 }

@@ -1,4 +1,4 @@
-//! The agent's file helpers (`agent::safe_fs`) against a real folder tree that a hostile
+//! The agent's file helpers (`safe_fs`) against a real folder tree that a hostile
 //! writer built: folders, files, FIFOs and links (relative, or absolute into the tree).
 //!
 //! Input: text lines, `d a/b`, `f a/c` (file), `p a/p` (FIFO), `l a/x -> ../c` or
@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use std::os::unix::fs::{PermissionsExt, symlink};
 use std::path::{Component, Path, PathBuf};
 
-use gardener_extension_node::agent::safe_fs;
+use gardener_extension_node::safe_fs;
 use libfuzzer_sys::fuzz_target;
 
 /// Content and mode of every regular file below `base`, by relative path (links not followed).

@@ -1,4 +1,4 @@
-//! The bound on what `osc.yaml` decodes to (`agent::osc::decode`, `agent::osc::decoded_size`),
+//! The bound on what `osc.yaml` decodes to (`agent::pipeline::osc::decode`, `agent::pipeline::osc::decoded_size`),
 //! YAML aliases included.
 //!
 //! Input: YAML text. Properties:
@@ -10,7 +10,7 @@
 
 #![no_main]
 
-use gardener_extension_node::agent::osc::{self, InvalidOsc, MAX_DECODED_BYTES, decoded_size};
+use gardener_extension_node::agent::pipeline::osc::{self, InvalidOsc, MAX_DECODED_BYTES, decoded_size};
 use libfuzzer_sys::fuzz_target;
 use serde_norway::Value;
 

@@ -1,4 +1,4 @@
-//! The agent's OSC diff (`agent::changes::compute`): what an apply writes, deletes, restarts.
+//! The agent's OSC diff (`agent::pipeline::changes::compute`): what an apply writes, deletes, restarts.
 //!
 //! Input: bytes that drive a generator of two OSCs (the last applied one and the new one)
 //! from small pools of paths, unit names, contents and flags, so that the two often share
@@ -18,9 +18,9 @@
 use std::collections::BTreeSet;
 
 use arbitrary::{Result, Unstructured};
-use gardener_extension_node::agent::changes::{Side, compute};
-use gardener_extension_node::agent::journal::Journal;
-use gardener_extension_node::agent::osc::{self, NodeOsc};
+use gardener_extension_node::agent::pipeline::changes::{Side, compute};
+use gardener_extension_node::agent::pipeline::journal::Journal;
+use gardener_extension_node::agent::pipeline::osc::{self, NodeOsc};
 use libfuzzer_sys::fuzz_target;
 use serde_json::{Value, json};
 

@@ -1,4 +1,4 @@
-//! The `osc.yaml` decoders: the agent's (`agent::osc::decode` + `validate`) and the operator's
+//! The `osc.yaml` decoders: the agent's (`agent::pipeline::osc::decode` + `validate`) and the operator's
 //! (serde of `api::OperatingSystemConfig`), and the hand-over between the two.
 //!
 //! Input: YAML text. Properties:
@@ -11,7 +11,7 @@
 
 #![no_main]
 
-use gardener_extension_node::agent::osc;
+use gardener_extension_node::agent::pipeline::osc;
 use gardener_extension_node::api::OperatingSystemConfig;
 use gardener_extension_node::controllers::operatingsystemconfig::content::{
     ReferencedSecrets, referenced_secret_names,

@@ -16,8 +16,8 @@ use clap::Args;
 
 use crate::api::nodeagent::{NodeAgentConfiguration, TokenSecretSyncConfig};
 
-use super::delay::parse_go_duration;
-use super::paths::{DEFAULT_BASE_DIR, Paths};
+use crate::agent::ports::paths::{DEFAULT_BASE_DIR, Paths};
+use crate::agent::rollout::delay::parse_go_duration;
 
 /// The unit gardenlet's OSC installs the node agent as.
 pub const DEFAULT_UNIT_NAME: &str = "gardener-node-agent.service";
@@ -250,7 +250,7 @@ pub fn load(args: AgentArgs) -> Result<Settings, ConfigError> {
                 "controllers.token.syncConfigs need secretName and path".into(),
             ));
         }
-        super::osc::check_path(&sync.path).map_err(|problem| {
+        crate::agent::pipeline::osc::check_path(&sync.path).map_err(|problem| {
             invalid(format!(
                 "controllers.token.syncConfigs path {}: {problem}",
                 sync.path

@@ -9,8 +9,8 @@ use crate::api::operatingsystemconfig::{
     UnitCommand,
 };
 
-use super::apply::Secrets;
-use super::host::{Host, HostError};
+use crate::agent::ports::cluster::Secrets;
+use crate::agent::ports::host::{Host, HostError};
 
 /// A plain inline file.
 pub fn inline_file(path: &str, data: &str) -> File {

@@ -229,7 +229,7 @@ async fn wait_established(client: &Client, name: &str) -> Result<(), ApplyError>
 /// shoot's address and CA, and a token file its users mount (extensions replace the user's
 /// token with their own, e.g. the OSC controller's rollout status).
 pub fn generic_token_kubeconfig(namespace: &str, server: &str, ca_pem: &str) -> serde_json::Value {
-    let kubeconfig = crate::agent::credentials::token_kubeconfig(
+    let kubeconfig = crate::agent::access::credentials::token_kubeconfig(
         server,
         Some(ca_pem.as_bytes()),
         Path::new("/var/run/secrets/gardener.cloud/shoot/token/token"),

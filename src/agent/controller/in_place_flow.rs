@@ -1,7 +1,7 @@
 //! The controller's part of in-place updates (GEP-31): [`Agent::reconcile`] calls
 //! [`Agent::in_place_before`] right before and [`Agent::in_place_after`] right after the apply
 //! of an OSC; both do nothing for an OSC without `spec.inPlaceUpdates`. The steps are in
-//! [`in_place_update`], the decisions in [`crate::agent::in_place`]
+//! [`in_place_update`], the decisions in [`crate::agent::in_place::rules`]
 //! (`docs/agent.md#in-place-updates`).
 
 use std::time::Duration;
@@ -10,28 +10,28 @@ use kube::ResourceExt;
 use tracing::warn;
 
 use super::{Agent, ReconcileError, Reconciled};
-use crate::agent::changes::Side;
-use crate::agent::cluster::NodeMeta;
-use crate::agent::host::Host;
-use crate::agent::in_place_update::{self, Finished, Prepared};
-use crate::agent::osc::NodeOsc;
+use crate::agent::in_place::steps::{self, Finished, Prepared};
+use crate::agent::pipeline::changes::Side;
+use crate::agent::pipeline::osc::NodeOsc;
+use crate::agent::ports::cluster::NodeMeta;
+use crate::agent::ports::host::Host;
 
 /// How long kubelet may take to be healthy after kubelet changes (GNA's 5 minutes).
 const KUBELET_TIMEOUT: Duration = Duration::from_secs(300);
 
 impl<H: Host + 'static> Agent<H> {
     /// What the in-place steps need.
-    fn in_place_context(&self) -> in_place_update::Context<'_, H> {
-        in_place_update::Context {
+    fn in_place_context(&self) -> steps::Context<'_, H> {
+        steps::Context {
             client: &self.client,
             host: self.host.as_ref(),
             paths: &self.settings.paths,
-            retry: in_place_update::RetryPolicy::default(),
+            retry: steps::RetryPolicy::default(),
             kubelet_timeout: KUBELET_TIMEOUT,
         }
     }
 
-    /// Before the apply ([`in_place_update::prepare`]) of `new` over `old` (the last applied
+    /// Before the apply ([`steps::prepare`]) of `new` over `old` (the last applied
     /// OSC): `Some` ends the reconcile (the node waits for machine-controller-manager, or the
     /// update failed).
     pub(super) async fn in_place_before(
@@ -45,7 +45,7 @@ impl<H: Host + 'static> Agent<H> {
             return Ok(None);
         }
         let node = node.map(ResourceExt::name_any);
-        let prepared = in_place_update::prepare(
+        let prepared = steps::prepare(
             &self.in_place_context(),
             new,
             old,
@@ -63,7 +63,7 @@ impl<H: Host + 'static> Agent<H> {
         })
     }
 
-    /// After the apply ([`in_place_update::finish`]): `Some` ends the reconcile before the
+    /// After the apply ([`steps::finish`]): `Some` ends the reconcile before the
     /// checksum is reported (the update failed, or the node must reboot first).
     pub(super) async fn in_place_after(
         &self,
@@ -72,7 +72,7 @@ impl<H: Host + 'static> Agent<H> {
         node: Option<&NodeMeta>,
     ) -> Result<Option<Reconciled>, ReconcileError> {
         let node = node.map(ResourceExt::name_any);
-        let finished = in_place_update::finish(
+        let finished = steps::finish(
             &self.in_place_context(),
             osc,
             checksum,

@@ -1,5 +1,5 @@
 //! The disruptive rollout's I/O inside the agent's reconcile (`docs/agent.md#disruptive-rollout`):
-//! the decisions are [`crate::agent::rollout`]'s, the slot Leases [`SerialLock`]'s; this
+//! the decisions are [`crate::agent::rollout::rules`]'s, the slot Leases [`SerialLock`]'s; this
 //! part reads and writes the state file, the Node's condition and events, and asks the API
 //! server and kubelet how the node is.
 //!
@@ -8,7 +8,7 @@
 //! runs between computing the change set and applying it, [`Agent::rollout_applied`] and
 //! [`Agent::rollout_stop`] after the apply.
 //!
-//! [`SerialLock`]: crate::agent::serial::SerialLock
+//! [`SerialLock`]: crate::agent::rollout::slots::SerialLock
 
 use k8s_openapi::api::core::v1::{NodeCondition, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -17,10 +17,13 @@ use kube::ResourceExt;
 use tracing::{info, warn};
 
 use super::{Agent, ReconcileError, Reconciled};
-use crate::agent::cluster::{self, NodeMeta};
-use crate::agent::host::Host;
-use crate::agent::rollout::{self, Phase, Policy, Resume, RolloutState, Verdict};
-use crate::agent::serial::Acquired;
+use crate::agent::ports::cluster::{self, NodeMeta};
+use crate::agent::ports::host::Host;
+use crate::agent::rollout::slots::Acquired;
+use crate::agent::rollout::{
+    self,
+    rules::{Phase, Policy, Resume, RolloutState, Verdict},
+};
 use crate::error_chain::printable as error_chain;
 
 /// What [`Agent::rollout_gate`] leaves to the rest of the reconcile.
@@ -52,7 +55,7 @@ impl<H: Host + 'static> Agent<H> {
             .write(
                 &self.settings.paths.rollout_state(),
                 &state.to_bytes(),
-                crate::agent::paths::STATE_FILE_MODE,
+                crate::agent::ports::paths::STATE_FILE_MODE,
             )
             .map_err(ReconcileError::RolloutState)
     }
@@ -77,27 +80,31 @@ impl<H: Host + 'static> Agent<H> {
         self.report_invalid_budget(node, policy).await;
         let state = self.read_rollout_state();
         let node_name = node.name_any();
-        let resume_asked = rollout::resume_asked(node.metadata.annotations.as_ref());
+        let resume_asked = rollout::rules::resume_asked(node.metadata.annotations.as_ref());
         if resume_asked {
-            cluster::remove_node_annotation(&self.client, &node_name, rollout::ANNOTATION_RESUME)
-                .await
-                .map_err(|error| ReconcileError::Node(node_name.clone(), error))?;
+            cluster::remove_node_annotation(
+                &self.client,
+                &node_name,
+                rollout::rules::ANNOTATION_RESUME,
+            )
+            .await
+            .map_err(|error| ReconcileError::Node(node_name.clone(), error))?;
         }
         // No state: nothing to resume, stay in or hold (`Resume::Fresh`).
         let Some(mut state) = state else {
             return Ok(Gate::Go(None));
         };
-        match rollout::resume(Some(&state), checksum, resume_asked) {
+        match rollout::rules::resume(Some(&state), checksum, resume_asked) {
             Resume::Fresh | Resume::Continue => Ok(Gate::Go(Some(state))),
             Resume::Resumed => {
                 info!(%checksum, "disruptive rollout resumed on request");
                 self.event(
                     node,
                     false,
-                    rollout::EVENT_RESUMED,
+                    rollout::rules::EVENT_RESUMED,
                     format!(
                         "resuming the rollout of OSC {checksum} (annotation {} was set)",
-                        rollout::ANNOTATION_RESUME
+                        rollout::rules::ANNOTATION_RESUME
                     ),
                 )
                 .await;
@@ -133,13 +140,13 @@ impl<H: Host + 'static> Agent<H> {
         let Some(value) = policy.invalid_budget.as_deref().filter(|_| first_sight) else {
             return;
         };
-        let note = rollout::invalid_budget_note(value);
+        let note = rollout::rules::invalid_budget_note(value);
         warn!(%note, "invalid rollout budget");
-        self.event(node, true, rollout::EVENT_INVALID_BUDGET, note)
+        self.event(node, true, rollout::rules::EVENT_INVALID_BUDGET, note)
             .await;
     }
 
-    /// How many slots the pool has ([`rollout::slot_count`]): the budget, bounded by the
+    /// How many slots the pool has ([`rollout::rules::slot_count`]): the budget, bounded by the
     /// number of Nodes with this Node's pool label (a LIST of at most `budget` of them, only
     /// when the budget is above 1; a Node without the label: the budget alone).
     async fn slot_count(&self, node: &NodeMeta, policy: &Policy) -> Result<u32, ReconcileError> {
@@ -148,19 +155,19 @@ impl<H: Host + 'static> Agent<H> {
             .get(crate::api::constants::LABEL_WORKER_POOL)
             .filter(|_| policy.budget > 1);
         let Some(pool) = pool else {
-            return Ok(rollout::slot_count(policy.budget, None));
+            return Ok(rollout::rules::slot_count(policy.budget, None));
         };
         let nodes = cluster::count_pool_nodes(&self.client, pool, policy.budget)
             .await
             .map_err(|error| ReconcileError::Node(node.name_any(), error))?;
-        Ok(rollout::slot_count(policy.budget, Some(nodes)))
+        Ok(rollout::rules::slot_count(policy.budget, Some(nodes)))
     }
 
     /// Keeps the slot of a held or stopped node from expiring: renews it when the last write
-    /// is older than [`rollout::RENEW_INTERVAL`] (or unknown, after a restart).
+    /// is older than [`rollout::rules::RENEW_INTERVAL`] (or unknown, after a restart).
     async fn renew_slot(&self, secret: &Secret, policy: &Policy) -> Result<(), ReconcileError> {
         let mut lock = self.serial.lock().await;
-        if lock.renewed_within(rollout::RENEW_INTERVAL) {
+        if lock.renewed_within(rollout::rules::RENEW_INTERVAL) {
             return Ok(());
         }
         match lock
@@ -214,7 +221,7 @@ impl<H: Host + 'static> Agent<H> {
             checksum: checksum.to_string(),
             phase: Phase::Applying,
             since: unix_now(),
-            pods_ready_before: rollout::ready_pods(&pods),
+            pods_ready_before: rollout::rules::ready_pods(&pods),
             reason: None,
             message: None,
         };
@@ -231,7 +238,7 @@ impl<H: Host + 'static> Agent<H> {
         state.phase = Phase::Holding;
         state.since = unix_now();
         self.write_rollout_state(&state)?;
-        Ok(Reconciled::Holding(rollout::HEALTH_POLL))
+        Ok(Reconciled::Holding(rollout::rules::HEALTH_POLL))
     }
 
     /// Stops the rollout on this node: the state says why, the slot stays, the Node gets the
@@ -248,16 +255,17 @@ impl<H: Host + 'static> Agent<H> {
         let note = format!(
             "rollout of OSC {} stopped: {message}; the slot is kept until a new OSC or the annotation {}",
             state.checksum,
-            rollout::ANNOTATION_RESUME
+            rollout::rules::ANNOTATION_RESUME
         );
         self.write_rollout_state(&state.stopped(reason, message, unix_now()))?;
         self.rollout_condition(node, "False", reason, note.clone())
             .await;
-        self.event(node, true, rollout::EVENT_STOPPED, note).await;
+        self.event(node, true, rollout::rules::EVENT_STOPPED, note)
+            .await;
         Ok(())
     }
 
-    /// One health check of a held node (see [`rollout::judge`]). API errors while checking
+    /// One health check of a held node (see [`rollout::rules::judge`]). API errors while checking
     /// are logged and the check repeated: they say nothing about the node.
     async fn hold(
         &self,
@@ -270,22 +278,22 @@ impl<H: Host + 'static> Agent<H> {
         let elapsed = std::time::Duration::from_secs(
             u64::try_from(unix_now().saturating_sub(state.since)).unwrap_or_default(),
         );
-        if elapsed < rollout::MIN_HOLD {
+        if elapsed < rollout::rules::MIN_HOLD {
             // `judge` holds whatever the node's health: nothing to ask yet.
             tracing::debug!(?elapsed, "disruptive change: holding the slot");
-            return Ok(Reconciled::Holding(rollout::HEALTH_POLL));
+            return Ok(Reconciled::Holding(rollout::rules::HEALTH_POLL));
         }
         let node_name = node.name_any();
         let checking_failed = |error: kube::Error| {
             self.metrics.error("rollout", "api");
             warn!(error = %error_chain(&error), "checking the node's health failed; checking again");
-            Ok(Reconciled::Holding(rollout::HEALTH_POLL))
+            Ok(Reconciled::Holding(rollout::rules::HEALTH_POLL))
         };
         let ready = match cluster::node_condition(&self.client, &node_name, "Ready").await {
             Ok(ready) => ready,
             Err(error) => return checking_failed(error),
         };
-        let mut health = rollout::Health {
+        let mut health = rollout::rules::Health {
             node_ready: ready.is_some_and(|c| c.status == "True"),
             kubelet_healthy: self.host.kubelet_healthy().await,
             pods_not_ready: Vec::new(),
@@ -295,18 +303,18 @@ impl<H: Host + 'static> Agent<H> {
             match cluster::pods_on_node(&self.client, &node_name).await {
                 Ok(pods) => {
                     health.pods_not_ready =
-                        rollout::not_ready_again(&state.pods_ready_before, &pods)
+                        rollout::rules::not_ready_again(&state.pods_ready_before, &pods)
                 }
                 Err(error) => return checking_failed(error),
             }
         }
-        match rollout::judge(elapsed, policy, &health) {
+        match rollout::rules::judge(elapsed, policy, &health) {
             Verdict::Hold => {
                 tracing::debug!(?health, ?elapsed, "disruptive change: holding the slot");
-                Ok(Reconciled::Holding(rollout::HEALTH_POLL))
+                Ok(Reconciled::Holding(rollout::rules::HEALTH_POLL))
             }
             Verdict::Fail(message) => {
-                self.rollout_stop(node, state, rollout::REASON_NOT_HEALTHY, message)
+                self.rollout_stop(node, state, rollout::rules::REASON_NOT_HEALTHY, message)
                     .await?;
                 Ok(Reconciled::Stopped)
             }
@@ -327,9 +335,10 @@ impl<H: Host + 'static> Agent<H> {
                     )
                 };
                 info!(%note, "disruptive change done");
-                self.rollout_condition(node, "True", rollout::REASON_HEALTHY, note.clone())
+                self.rollout_condition(node, "True", rollout::rules::REASON_HEALTHY, note.clone())
                     .await;
-                self.event(node, false, rollout::EVENT_RELEASED, note).await;
+                self.event(node, false, rollout::rules::EVENT_RELEASED, note)
+                    .await;
                 Ok(Reconciled::UpToDate)
             }
         }
@@ -361,7 +370,7 @@ impl<H: Host + 'static> Agent<H> {
             .map_err(|error| ReconcileError::SerialLock(secret.name_any(), error))
     }
 
-    /// Writes the [`rollout::CONDITION_TYPE`] condition (logged on failure).
+    /// Writes the [`rollout::rules::CONDITION_TYPE`] condition (logged on failure).
     async fn rollout_condition(
         &self,
         node: &NodeMeta,
@@ -371,7 +380,7 @@ impl<H: Host + 'static> Agent<H> {
     ) {
         let now = Time(Timestamp::now());
         let condition = NodeCondition {
-            type_: rollout::CONDITION_TYPE.to_string(),
+            type_: rollout::rules::CONDITION_TYPE.to_string(),
             status: status.to_string(),
             reason: Some(reason.to_string()),
             message: Some(message),

@@ -3,7 +3,7 @@
 //! configuration error at the seed — a `lastError` gardenlet shows — instead of a Secret
 //! shipped to every node of the pool and refused there.
 //!
-//! Rules (the agent's, `agent::osc::validate`; paths and names from `osc_rules`):
+//! Rules (the agent's, `agent::pipeline::osc::validate`; paths and names from `osc_rules`):
 //! - a file path is absolute and normalised: starts with `/`, does not end with `/`, has no
 //!   empty, `.` or `..` component, no control character;
 //! - file permissions are mode bits (at most `0o7777`);

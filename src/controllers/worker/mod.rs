@@ -13,12 +13,13 @@
 //! 3. [`replicas`]: replicas of each deployment from what exists;
 //! 4. [`availability`]: is the rollout done, failed or still running; [`leftovers`]: unwanted
 //!    deployments and a stuck MCM; [`poll`]: what a poll may skip; [`in_place`] (with
-//!    [`quantity`]): in-place pool hashes and status; [`credentials`]: MCM's hold on the
+//!    [`crate::api::quantity`]): in-place pool hashes and status; [`credentials`]: MCM's hold on the
 //!    credentials secret;
 //! 5. the operations, one file each: [`reconcile`], [`delete`], [`migrate`], [`restore`];
 //!    bounded waits by requeue ([`wait`]), an event per step ([`steps`]), machine state for
 //!    migration ([`state`], [`state_objects`]);
-//! 6. [`print`](mod@print): the same objects as YAML for `gardener-extension-node render worker`.
+//! 6. `gardener-extension-node render worker` prints the same objects as YAML
+//!    (`render::worker`).
 //!
 //! # What follows which upstream function
 //!

@@ -7,8 +7,8 @@
 
 use crate::api::operatingsystemconfig::UnitCommand;
 
-use super::apply::FailedJob;
-use super::journal::CommandEntry;
+use crate::agent::pipeline::apply::FailedJob;
+use crate::agent::pipeline::journal::CommandEntry;
 
 /// Reason of start jobs.
 pub const REASON_START: &str = "SystemDUnitStart";

@@ -22,11 +22,11 @@
 
 use crate::api::operatingsystemconfig::{ContainerdConfig, CriName, File, Unit, UnitCommand};
 
-use super::journal::{
+use crate::agent::pipeline::journal::{
     ChangedUnit, CommandEntry, ContainerdChanges, DropInChanges, FileChanges, Journal,
     RegistryChanges, UnitChanges,
 };
-use super::osc::{Effective, NodeOsc};
+use crate::agent::pipeline::osc::{Effective, NodeOsc};
 
 /// An OSC with its merged view.
 #[derive(Debug, Clone, Copy)]
@@ -234,7 +234,7 @@ fn unique_files<'a>(files: impl Iterator<Item = &'a File>) -> Vec<File> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::agent::osc::effective;
+    use crate::agent::pipeline::osc::effective;
     use crate::agent::testing::{drop_in, inline_file, unit};
     use crate::api::operatingsystemconfig::{
         CgroupDriver, CriConfig, PluginConfig, RegistryConfig,

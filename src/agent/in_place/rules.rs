@@ -1,8 +1,8 @@
 //! In-place node updates (GEP-31), the pure half: which in-place work an OSC change needs
 //! (the journal's `inPlaceUpdates` flags), whether machine-controller-manager lets the node
 //! start it, and how command output and failure reasons are judged. No I/O; the calls to the
-//! API server and the host are in [`super::in_place_update`], which the controller runs
-//! around [`super::apply`] (`docs/agent.md#in-place-updates`).
+//! API server and the host are in [`crate::agent::in_place::steps`], which the controller runs
+//! around [`crate::agent::pipeline::apply`] (`docs/agent.md#in-place-updates`).
 //!
 //! Follows gardener-node-agent (gardener v1.149,
 //! `pkg/nodeagent/controller/operatingsystemconfig/changes.go`: flags computed only when the
@@ -24,8 +24,8 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
-use super::journal::InPlaceUpdateFlags;
-use super::osc::{self, NodeOsc};
+use crate::agent::pipeline::journal::InPlaceUpdateFlags;
+use crate::agent::pipeline::osc::{self, NodeOsc};
 use crate::api::operatingsystemconfig::InPlaceUpdates;
 use crate::api::quantity::Quantity;
 

@@ -9,14 +9,14 @@
 //! but writes the Node only when status, reason or message changed, so an idle node costs no
 //! request. `lastHeartbeatTime` is therefore the time of the last change.
 //!
-//! Everything here is pure; the controller reads systemd through [`super::host::Host`] and
+//! Everything here is pure; the controller reads systemd through [`crate::agent::ports::host::Host`] and
 //! patches `nodes/status`.
 
 use std::time::Duration;
 
 use crate::systemd::UnitHealth;
 
-use super::osc::NodeOsc;
+use crate::agent::pipeline::osc::NodeOsc;
 
 /// The condition type.
 pub const CONDITION_TYPE: &str = "SystemdUnitsReady";

@@ -75,7 +75,7 @@ pub struct NodeOscSpec {
     /// Container runtime configuration.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cri_config: Option<CriConfig>,
-    /// In-place update information ([`super::in_place`]).
+    /// In-place update information ([`crate::agent::in_place::rules`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub in_place_updates: Option<InPlaceUpdates>,
 }
@@ -90,7 +90,7 @@ pub struct NodeOscStatus {
     /// Files added by the OS extension.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub extension_files: Vec<File>,
-    /// In-place update instructions (the OS update command, [`super::in_place_update`]).
+    /// In-place update instructions (the OS update command, [`crate::agent::in_place::steps`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub in_place_updates: Option<InPlaceUpdatesStatus>,
 }

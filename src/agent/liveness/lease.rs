@@ -2,7 +2,7 @@
 //! `kube-system/gardener-node-agent-<node>`, holder = the lease name, 40 s duration, renewed
 //! every 10 s, owned by the Node (controller, `blockOwnerDeletion`, as GNA writes it).
 //! Gardener's shoot care marks the node's agent unhealthy when it is missing or expired.
-//! Renewed from the heartbeat thread ([`super::heartbeat`]), with a client of its own, so that
+//! Renewed from the heartbeat thread ([`crate::agent::liveness::heartbeat`]), with a client of its own, so that
 //! the main loop's blocking work never delays it; the first renewal once the Node is known.
 //!
 //! One request per renewal: the object returned by the last write is kept, and the next
@@ -20,8 +20,8 @@ use kube::api::{ObjectMeta, PostParams};
 use kube::{Api, Client, Resource, ResourceExt};
 use tokio::sync::watch;
 
-use super::cluster::{NAMESPACE, NodeMeta};
-use super::metrics::Metrics;
+use crate::agent::metrics::Metrics;
+use crate::agent::ports::cluster::{NAMESPACE, NodeMeta};
 
 /// Lease duration.
 pub const LEASE_DURATION_SECONDS: i32 = 40;

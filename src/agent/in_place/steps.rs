@@ -1,6 +1,6 @@
 //! In-place node updates (GEP-31), the I/O half: the steps the controller runs before and
-//! after [`super::apply`] for an OSC with `spec.inPlaceUpdates`. The decisions are in
-//! [`super::in_place`]; the flow is gardener-node-agent's (gardener v1.149,
+//! after [`crate::agent::pipeline::apply`] for an OSC with `spec.inPlaceUpdates`. The decisions are in
+//! [`crate::agent::in_place::rules`]; the flow is gardener-node-agent's (gardener v1.149,
 //! `pkg/nodeagent/controller/operatingsystemconfig/reconciler.go`: `Reconcile`,
 //! `performInPlaceUpdate`, `updateOSInPlace`, `performCredentialsRotationInPlace`,
 //! `deleteRemainingPods`, `patchNodeUpdateSuccessful`/`Failed`), described in
@@ -33,13 +33,13 @@ use serde_json::json;
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tracing::{info, warn};
 
-use super::changes::{self, Side};
-use super::cluster;
-use super::host::{self, Host, HostError, KUBELET_HEALTHZ};
-use super::in_place::{self, CommandOutput, Failure, Gate};
-use super::journal::{self, Journal, PersistError};
-use super::osc::NodeOsc;
-use super::paths::Paths;
+use crate::agent::in_place::rules::{self, CommandOutput, Failure, Gate};
+use crate::agent::pipeline::changes::{self, Side};
+use crate::agent::pipeline::journal::{self, Journal, PersistError};
+use crate::agent::pipeline::osc::NodeOsc;
+use crate::agent::ports::cluster;
+use crate::agent::ports::host::{self, Host, HostError, KUBELET_HEALTHZ};
+use crate::agent::ports::paths::Paths;
 use crate::api::operatingsystemconfig::OsUpdate;
 
 /// Longest output kept of an OS update command (its end: where the failure is).
@@ -54,7 +54,7 @@ const KUBELET_PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 pub enum InPlaceError {
     /// The flags could not be computed.
     #[error("computing the in-place update flags")]
-    Flags(#[from] in_place::FlagsError),
+    Flags(#[from] rules::FlagsError),
     /// Reading or writing on the node failed.
     #[error("{0}")]
     Host(String, #[source] HostError),
@@ -156,16 +156,16 @@ fn persist<H: Host>(ctx: &Context<'_, H>, journal: &Journal) -> Result<(), InPla
     })
 }
 
-/// The node's OS version (see [`in_place::os_version`]). os-release is usually a symbolic
+/// The node's OS version (see [`rules::os_version`]). os-release is usually a symbolic
 /// link (`/etc/os-release` → `../usr/lib/os-release`), so these root-owned, read-only files
 /// are read following links, not through [`Host`] (whose reads refuse links).
 pub fn current_os_version() -> Result<Option<String>, InPlaceError> {
-    let os_release = match read_system_file(in_place::OS_RELEASE_PATH)? {
+    let os_release = match read_system_file(rules::OS_RELEASE_PATH)? {
         Some(text) => text,
-        None => read_system_file(in_place::OS_RELEASE_FALLBACK_PATH)?.unwrap_or_default(),
+        None => read_system_file(rules::OS_RELEASE_FALLBACK_PATH)?.unwrap_or_default(),
     };
-    let debian_version = read_system_file(in_place::DEBIAN_VERSION_PATH)?;
-    Ok(in_place::os_version(&os_release, debian_version.as_deref()))
+    let debian_version = read_system_file(rules::DEBIAN_VERSION_PATH)?;
+    Ok(rules::os_version(&os_release, debian_version.as_deref()))
 }
 
 /// A small system file (at most 64 KiB of it); `None` when it is missing.
@@ -203,15 +203,15 @@ async fn node_state(client: &Client, node: &str) -> Result<NodeState, InPlaceErr
         .and_then(|s| s.conditions.as_ref())
         .and_then(|c| {
             c.iter()
-                .find(|c| c.type_ == in_place::CONDITION_IN_PLACE_UPDATE)
+                .find(|c| c.type_ == rules::CONDITION_IN_PLACE_UPDATE)
         })
         .and_then(|c| c.reason.clone());
     let annotation = |key: &str| node.annotations().get(key).cloned();
     Ok(NodeState {
         reason,
-        result: node.labels().get(in_place::LABEL_UPDATE_RESULT).cloned(),
-        attempted_os: annotation(in_place::ANNOTATION_UPDATING_OS_VERSION),
-        failed_reason: annotation(in_place::ANNOTATION_FAILED_REASON),
+        result: node.labels().get(rules::LABEL_UPDATE_RESULT).cloned(),
+        attempted_os: annotation(rules::ANNOTATION_UPDATING_OS_VERSION),
+        failed_reason: annotation(rules::ANNOTATION_FAILED_REASON),
     })
 }
 
@@ -227,20 +227,20 @@ async fn patch_node(
 }
 
 /// Labels the Node `update-result=failed` with `reason` (on one line without control
-/// characters, truncated: [`in_place::failure_reason`]); returns the reason as annotated.
+/// characters, truncated: [`rules::failure_reason`]); returns the reason as annotated.
 pub async fn mark_failed(
     client: &Client,
     node: &str,
     reason: &str,
 ) -> Result<String, InPlaceError> {
-    let reason = in_place::failure_reason(reason);
+    let reason = rules::failure_reason(reason);
     warn!(node, %reason, "in-place update failed");
     patch_node(
         client,
         node,
         json!({"metadata": {
-            "labels": {in_place::LABEL_UPDATE_RESULT: in_place::RESULT_FAILED},
-            "annotations": {in_place::ANNOTATION_FAILED_REASON: &reason},
+            "labels": {rules::LABEL_UPDATE_RESULT: rules::RESULT_FAILED},
+            "annotations": {rules::ANNOTATION_FAILED_REASON: &reason},
         }}),
         "labelling the update failed",
     )
@@ -256,10 +256,10 @@ async fn mark_successful(client: &Client, node: &str) -> Result<(), InPlaceError
         client,
         node,
         json!({"metadata": {
-            "labels": {in_place::LABEL_UPDATE_RESULT: in_place::RESULT_SUCCESSFUL},
+            "labels": {rules::LABEL_UPDATE_RESULT: rules::RESULT_SUCCESSFUL},
             "annotations": {
-                in_place::ANNOTATION_FAILED_REASON: null,
-                in_place::ANNOTATION_UPDATING_OS_VERSION: null,
+                rules::ANNOTATION_FAILED_REASON: null,
+                rules::ANNOTATION_UPDATING_OS_VERSION: null,
             },
         }}),
         "labelling the update successful",
@@ -284,7 +284,7 @@ pub async fn prepare<H: Host>(
         None => {
             let mut journal = changes::compute(old, new, checksum);
             journal.in_place_updates =
-                in_place::flags(old.map(|s| s.osc), new.osc, current.as_deref())?;
+                rules::flags(old.map(|s| s.osc), new.osc, current.as_deref())?;
             persist(ctx, &journal)?;
             journal
         }
@@ -293,13 +293,13 @@ pub async fn prepare<H: Host>(
     if journal.in_place_updates.operating_system
         && current
             .as_deref()
-            .is_some_and(|v| in_place::same_version(v, &spec.operating_system_version))
+            .is_some_and(|v| rules::same_version(v, &spec.operating_system_version))
     {
         journal.in_place_updates.operating_system = false;
         persist(ctx, &journal)?;
     }
     let flags = journal.in_place_updates.clone();
-    if !in_place::any(&flags) {
+    if !rules::any(&flags) {
         return Ok(Prepared::Apply);
     }
     let Some(node) = node else {
@@ -307,7 +307,7 @@ pub async fn prepare<H: Host>(
         return Ok(Prepared::Wait);
     };
     let state = node_state(ctx.client, node).await?;
-    match in_place::gate(state.reason.as_deref(), state.result.as_deref()) {
+    match rules::gate(state.reason.as_deref(), state.result.as_deref()) {
         Gate::Wait => {
             info!(node, flags = ?flags, condition_reason = ?state.reason, "in-place update pending; waiting for machine-controller-manager to make the node ready (InPlaceUpdate/ReadyForUpdate)");
             return Ok(Prepared::Wait);
@@ -328,7 +328,7 @@ pub async fn prepare<H: Host>(
     if flags.kubelet.cpu_manager_policy {
         // Before the apply restarts kubelet: a state of the old policy keeps it from starting.
         ctx.host
-            .remove_file(Path::new(in_place::CPU_MANAGER_STATE_PATH))
+            .remove_file(Path::new(rules::CPU_MANAGER_STATE_PATH))
             .map_err(|e| InPlaceError::Host("removing kubelet's CPU manager state".into(), e))?;
     }
     Ok(Prepared::Apply)
@@ -351,7 +351,7 @@ pub async fn finish<H: Host>(
     let state = node_state(ctx.client, node).await?;
     let desired = &spec.operating_system_version;
 
-    if in_place::kubelet(&flags) {
+    if rules::kubelet(&flags) {
         if let Err(error) = wait_for_kubelet(KUBELET_HEALTHZ, ctx.kubelet_timeout).await {
             let reason = format!("kubelet is not healthy after the in-place update: {error}");
             return Ok(Finished::Stopped(
@@ -362,10 +362,10 @@ pub async fn finish<H: Host>(
         persist(ctx, &journal)?;
     }
 
-    if in_place::rolled_back(&flags, state.attempted_os.as_deref(), desired) {
+    if rules::rolled_back(&flags, state.attempted_os.as_deref(), desired) {
         let current = current_os_version()?.unwrap_or_default();
         let reason = match &state.failed_reason {
-            Some(reason) => in_place::failure_reason(reason),
+            Some(reason) => rules::failure_reason(reason),
             None => {
                 let reason = format!(
                     "the OS update to {desired} did not take (or rolled back): the node runs {current}"
@@ -387,7 +387,7 @@ pub async fn finish<H: Host>(
         patch_node(
             ctx.client,
             node,
-            json!({"metadata": {"annotations": {in_place::ANNOTATION_UPDATING_OS_VERSION: desired}}}),
+            json!({"metadata": {"annotations": {rules::ANNOTATION_UPDATING_OS_VERSION: desired}}}),
             "annotating the OS update",
         )
         .await?;
@@ -400,11 +400,11 @@ pub async fn finish<H: Host>(
         let current = current_os_version()?;
         if !current
             .as_deref()
-            .is_some_and(|v| in_place::same_version(v, desired))
+            .is_some_and(|v| rules::same_version(v, desired))
         {
             // The versions come from the OSC and the node's files: one line, no control
             // characters, before they reach the log.
-            let reason = in_place::failure_reason(&format!(
+            let reason = rules::failure_reason(&format!(
                 "the OS update command succeeded; waiting for the node to reboot into {desired} (it runs {})",
                 current.unwrap_or_default()
             ));
@@ -422,7 +422,7 @@ pub async fn finish<H: Host>(
         persist(ctx, &journal)?;
     }
 
-    if in_place::should_report_success(state.reason.as_deref(), state.result.as_deref()) {
+    if rules::should_report_success(state.reason.as_deref(), state.result.as_deref()) {
         delete_pods(ctx.client, node).await?;
         mark_successful(ctx.client, node).await?;
     }
@@ -465,7 +465,7 @@ async fn delete_pods(client: &Client, node: &str) -> Result<(), InPlaceError> {
 
 /// Runs the OS update command (no shell), retrying while its output says `network
 /// problems`; `Err` carries the failure reason of the failed run
-/// ([`in_place::command_failure_reason`]: the command's last message first, then the end of
+/// ([`rules::command_failure_reason`]: the command's last message first, then the end of
 /// its output; one line, bounded).
 pub async fn run_os_update(command: &OsUpdate, retry: RetryPolicy) -> Result<(), String> {
     let started = tokio::time::Instant::now();
@@ -473,8 +473,8 @@ pub async fn run_os_update(command: &OsUpdate, retry: RetryPolicy) -> Result<(),
         let Err(output) = run_once(command).await else {
             return Ok(());
         };
-        let reason = in_place::command_failure_reason(&command.command, &output);
-        match in_place::classify(&output.combined()) {
+        let reason = rules::command_failure_reason(&command.command, &output);
+        match rules::classify(&output.combined()) {
             Failure::Retriable if started.elapsed() + retry.interval <= retry.timeout => {
                 warn!(%reason, retry_in = ?retry.interval, "the OS update hit network problems; retrying");
                 tokio::time::sleep(retry.interval).await;
@@ -646,7 +646,7 @@ mod tests {
         );
         let error = run_os_update(&command, FAST).await.unwrap_err();
         assert!(
-            error.chars().count() <= in_place::MAX_REASON_CHARS,
+            error.chars().count() <= rules::MAX_REASON_CHARS,
             "{}",
             error.len()
         );

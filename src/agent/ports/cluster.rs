@@ -27,8 +27,6 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::json;
 
-use super::apply::Secrets;
-
 /// Namespace of the OSC secret, the token secrets and the lease.
 pub const NAMESPACE: &str = "kube-system";
 /// Node label the Node is found by.
@@ -253,6 +251,16 @@ pub async fn remove_node_annotation(
 ) -> Result<(), kube::Error> {
     let patch = json!({ "metadata": { "annotations": { key: null } } });
     merge_patch_node_metadata(client, node, &patch).await
+}
+
+/// Reads `secretRef` file content (a GET of `kube-system/<name>` on a node).
+pub trait Secrets: Send + Sync {
+    /// The bytes under `key` of secret `name`.
+    fn secret_data(
+        &self,
+        name: &str,
+        key: &str,
+    ) -> impl std::future::Future<Output = Result<Vec<u8>, String>> + Send;
 }
 
 /// `secretRef` content from `kube-system`, read with a direct GET (no cache, no list).

@@ -24,7 +24,7 @@
 //!   configFileChanged: true                   # restart containerd at the end
 //!   registries: {desired: [{upstream: docker.io, …}], deleted: [{upstream: quay.io, …}]}
 //! mustRestartNodeAgent: false                 # exit after daemon-reload, resume here
-//! inPlaceUpdates: {operatingSystem: false, …} # in-place work left (agent::in_place_update)
+//! inPlaceUpdates: {operatingSystem: false, …} # in-place work left (agent::in_place::steps)
 //! ```
 //!
 //! A journal whose checksum matches the secret is resumed as it is, whatever is left in it;
@@ -43,10 +43,10 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::host::{Host, HostError};
-use super::paths::{Paths, STATE_FILE_MODE};
-use super::safe_fs::{self, SafeFsError};
+use crate::agent::ports::host::{Host, HostError};
+use crate::agent::ports::paths::{Paths, STATE_FILE_MODE};
 use crate::api::operatingsystemconfig::{DropIn, File, RegistryConfig, Unit, UnitCommand};
+use crate::safe_fs::{self, SafeFsError};
 
 /// Remaining work of one apply.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
@@ -68,7 +68,7 @@ pub struct Journal {
     #[serde(default)]
     pub must_restart_node_agent: bool,
     /// In-place update flags (gardener-node-agent's): computed for OSCs with
-    /// `spec.inPlaceUpdates` and cleared step by step by [`super::in_place_update`].
+    /// `spec.inPlaceUpdates` and cleared step by step by [`crate::agent::in_place::steps`].
     #[serde(default)]
     pub in_place_updates: InPlaceUpdateFlags,
 }
@@ -596,7 +596,7 @@ units:
 
         let dir = tempfile::tempdir().unwrap();
         let paths = Paths::new(dir.path());
-        let system = crate::agent::host::SystemHost::new(
+        let system = crate::agent::ports::host::SystemHost::new(
             "unix:path=/nonexistent".into(),
             std::time::Duration::from_secs(1),
             "/nonexistent".into(),

@@ -1,6 +1,6 @@
 //! Disruptive OSC rollout (`docs/agent.md#disruptive-rollout`): the decisions between the
-//! computed change set ([`super::changes`]) and the apply ([`super::apply`]) in the agent's
-//! reconcile ([`super::controller`]). Everything here is pure; the controller does the I/O.
+//! computed change set ([`crate::agent::pipeline::changes`]) and the apply ([`crate::agent::pipeline::apply`]) in the agent's
+//! reconcile ([`crate::agent::controller`]). Everything here is pure; the controller does the I/O.
 //!
 //! - [`policy`]: the rollout is on when the OSC secret carries [`ANNOTATION_BUDGET`] (our
 //!   operator writes it where it ships the secret; by hand elsewhere), with the budget, the
@@ -9,7 +9,7 @@
 //!   `kubelet.service`, `containerd.service` or a marked unit, or rewrites containerd's
 //!   config; **quiet** otherwise (applied at once, as without the rollout);
 //! - [`slot_count`]: how many slots there are: the budget, at most [`MAX_BUDGET`], bounded by
-//!   the pool's size (the slot Leases themselves are [`super::serial::slot_name`]s, slot 0
+//!   the pool's size (the slot Leases themselves are [`crate::agent::rollout::slots::slot_name`]s, slot 0
 //!   being GNA's serial lock);
 //! - [`ready_pods`], [`not_ready_again`], [`judge`]: when a node that applied a disruptive
 //!   change is healthy again (release the slot), still settling (hold), or failed (stop);
@@ -22,14 +22,14 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Pod;
 use serde::{Deserialize, Serialize};
 
-use super::journal::Journal;
+use crate::agent::pipeline::journal::Journal;
 use crate::api::operatingsystemconfig::UnitCommand;
 
 /// OSC secret annotation that turns the rollout on, with the number of slots (an integer
 /// `1..=`[`MAX_BUDGET`]; anything else counts as 1 and is reported).
 pub const ANNOTATION_BUDGET: &str = crate::api::constants::ANNOTATION_ROLLOUT_BUDGET;
 /// The most slots a pool has, whatever the annotation says: every agent waiting for a slot
-/// reads each slot's Lease on each look (every [`super::serial::POLL_INTERVAL`]).
+/// reads each slot's Lease on each look (every [`crate::agent::rollout::slots::POLL_INTERVAL`]).
 pub const MAX_BUDGET: u32 = crate::api::constants::MAX_ROLLOUT_BUDGET;
 /// OSC secret annotation: more units whose restart is disruptive, comma-separated names.
 pub const ANNOTATION_DISRUPTIVE_UNITS: &str = "node.extensions.gardener.cloud/disruptive-units";
@@ -404,7 +404,7 @@ pub fn resume(state: Option<&RolloutState>, checksum: &str, resume_asked: bool) 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::agent::journal::{CommandEntry, ContainerdChanges, UnitChanges};
+    use crate::agent::pipeline::journal::{CommandEntry, ContainerdChanges, UnitChanges};
     use crate::agent::testing::unit;
     use k8s_openapi::api::core::v1::{PodCondition, PodStatus};
     use kube::api::ObjectMeta;

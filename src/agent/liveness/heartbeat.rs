@@ -1,10 +1,10 @@
 //! The agent's heartbeat thread: an OS thread of its own, with a single-thread Tokio runtime and
-//! an API client of its own, started by the main loop ([`super::controller`]). The agent's
+//! an API client of its own, started by the main loop ([`crate::agent::controller`]). The agent's
 //! main runtime has one thread, and an apply does blocking work on it (decoding the OSC,
 //! writing files and rewriting the journal after each, fsync included); nothing that runs
 //! here waits for it:
 //!
-//! - the node Lease ([`super::lease::run`]): renewed every 10 s whatever the apply is doing, so
+//! - the node Lease ([`crate::agent::liveness::lease::run`]): renewed every 10 s whatever the apply is doing, so
 //!   a long apply never looks like a dead agent to gardenlet (`docs/agent.md#node-agent-lease`);
 //! - the stop deadline (`stop_deadline`): after SIGTERM or SIGINT the main loop stops at
 //!   its next await point; should it still be inside a blocking step [`STOP_GRACE`] later, the
@@ -16,8 +16,8 @@ use std::time::Duration;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::watch;
 
-use super::cluster::NodeMeta;
-use super::metrics::Metrics;
+use crate::agent::metrics::Metrics;
+use crate::agent::ports::cluster::NodeMeta;
 
 /// How long the main loop has to return after SIGTERM or SIGINT before the process exits
 /// anyway.
@@ -51,7 +51,7 @@ fn run(config: kube::Config, node: watch::Receiver<Option<NodeMeta>>, metrics: M
         let lease = async {
             // The client's connections live on this thread's runtime.
             match crate::kubeconfig::build(config, "agent") {
-                Ok(client) => super::lease::run(client, node, metrics).await,
+                Ok(client) => crate::agent::liveness::lease::run(client, node, metrics).await,
                 Err(error) => {
                     tracing::error!(error = %crate::error_chain::printable(&error), "building the heartbeat's API client failed; the node Lease is not renewed")
                 }

@@ -15,7 +15,7 @@
 //! - a lock held by another node is asked again when it expires, and meanwhile every
 //!   [`POLL_INTERVAL`] (GNA watches the Lease instead; polling costs nothing while idle).
 //!
-//! The same lock serves the disruptive rollout ([`super::rollout`]) as its slot 0; slots
+//! The same lock serves the disruptive rollout ([`crate::agent::rollout::rules`]) as its slot 0; slots
 //! `1..slots` are Leases `<secret name>-<i>` ([`slot_name`]) taken and released by the same
 //! rules. So the code here is written for a number of slots: [`Scan`] looks at their Leases
 //! one at a time and says which to take, and [`SerialLock`] holds at most one at a time. Slot
@@ -37,7 +37,7 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::{ObjectMeta, PostParams};
 use kube::{Api, Client, Resource, ResourceExt};
 
-use super::cluster::NAMESPACE;
+use crate::agent::ports::cluster::NAMESPACE;
 use crate::api::constants::MAX_ROLLOUT_BUDGET;
 
 /// The OSC secret annotation that asks for serial reconciliation.

@@ -1,6 +1,6 @@
 //! The agent's main loop: one task that owns the OSC apply and the drift check, fed by the
 //! secret and Node watches, plus side tasks for the token sync, node discovery and the metrics
-//! server, and the heartbeat thread ([`super::heartbeat`]: the node Lease and the stop
+//! server, and the heartbeat thread ([`crate::agent::liveness::heartbeat`]: the node Lease and the stop
 //! deadline, on a thread of their own). SIGTERM or SIGINT ends the loop at its next await
 //! point, also in the middle of a reconcile (the journal keeps what is left).
 //!
@@ -8,7 +8,7 @@
 //! - the first sight of the secret after start, and a secret that reappears, apply at once;
 //! - a changed `osc.yaml` applies after the Node's reconciliation delay (a later change does
 //!   not push an earlier due time back) — at once when the secret asks for serial
-//!   reconciliation ([`serial`]), where the lock spaces the nodes out instead;
+//!   reconciliation ([`crate::agent::rollout::slots`]), where the lock spaces the nodes out instead;
 //! - the Node becoming known applies at once (to report the checksum);
 //! - otherwise every `syncPeriod` (a no-op while the Node reports the checksum);
 //! - after a failure: 2 s, doubling up to 5 min.
@@ -35,22 +35,22 @@ use tokio::sync::{Notify, mpsc, watch};
 use tokio::time::Instant;
 use tracing::{info, warn};
 
-use super::apply::{self, ApplyError, Input, Outcome};
-use super::changes::Side;
-use super::cluster::{
+use crate::agent::config::Settings;
+use crate::agent::health::unit_check::{self, UnitsCondition};
+use crate::agent::health::unit_events;
+use crate::agent::metrics::Metrics;
+use crate::agent::pipeline::apply::{self, ApplyError, Input, Outcome};
+use crate::agent::pipeline::changes::Side;
+use crate::agent::pipeline::drift;
+use crate::agent::pipeline::journal::Journal;
+use crate::agent::pipeline::osc::{self, InvalidOsc, NodeOsc};
+use crate::agent::ports::cluster::{
     self, ANNOTATION_NODE_CHECKSUM, ANNOTATION_SECRET_CHECKSUM, ApiSecrets, NodeEvents, NodeMeta,
 };
-use super::config::Settings;
-use super::delay;
-use super::drift;
-use super::host::Host;
-use super::journal::Journal;
-use super::metrics::Metrics;
-use super::osc::{self, InvalidOsc, NodeOsc};
-use super::rollout::{self, Change};
-use super::serial::{self, Acquired, SerialLock};
-use super::unit_check::{self, UnitsCondition};
-use super::unit_events;
+use crate::agent::ports::host::Host;
+use crate::agent::rollout::delay;
+use crate::agent::rollout::slots::{self, Acquired, SerialLock};
+use crate::agent::rollout::{self, rules::Change};
 use crate::api::constants::DATA_KEY_OPERATING_SYSTEM_CONFIG;
 use crate::error_chain::printable as error_chain;
 
@@ -74,9 +74,9 @@ pub enum ReconcileError {
     /// Applying failed part-way; the journal has the rest.
     #[error(transparent)]
     Apply(#[from] ApplyError),
-    /// An in-place update step failed ([`super::in_place_update`]).
+    /// An in-place update step failed ([`crate::agent::in_place::steps`]).
     #[error("in-place update")]
-    InPlace(#[from] super::in_place_update::InPlaceError),
+    InPlace(#[from] crate::agent::in_place::steps::InPlaceError),
     /// Reporting on the Node failed.
     #[error("patching node {0}")]
     Node(String, #[source] kube::Error),
@@ -85,7 +85,7 @@ pub enum ReconcileError {
     SerialLock(String, #[source] kube::Error),
     /// The disruptive rollout's state file could not be written or removed.
     #[error("rollout state file")]
-    RolloutState(#[source] super::host::HostError),
+    RolloutState(#[source] crate::agent::ports::host::HostError),
 }
 
 impl ReconcileError {
@@ -187,11 +187,11 @@ impl<H: Host + 'static> Agent<H> {
         self: Arc<Self>,
         ready: crate::http::Readiness,
         heartbeat: kube::Config,
-    ) -> Result<(), super::AgentError> {
+    ) -> Result<(), crate::agent::error::AgentError> {
         let (node_tx, node_rx) = watch::channel::<Option<NodeMeta>>(None);
         let (secret_tx, mut secret_rx) = mpsc::channel::<Option<Secret>>(16);
-        super::heartbeat::spawn(heartbeat, node_rx.clone(), self.metrics.clone())
-            .map_err(super::AgentError::Heartbeat)?;
+        crate::agent::liveness::heartbeat::spawn(heartbeat, node_rx.clone(), self.metrics.clone())
+            .map_err(crate::agent::error::AgentError::Heartbeat)?;
 
         let mut tasks = tokio::task::JoinSet::new();
         {
@@ -207,7 +207,7 @@ impl<H: Host + 'static> Agent<H> {
         {
             let agent = self.clone();
             tasks.spawn(async move {
-                super::token::run(
+                crate::agent::access::token::run(
                     agent.secrets.clone(),
                     agent.host.as_ref(),
                     agent.settings.token_sync_configs.clone(),
@@ -229,10 +229,10 @@ impl<H: Host + 'static> Agent<H> {
         secret_rx: &mut mpsc::Receiver<Option<Secret>>,
         mut node_rx: watch::Receiver<Option<NodeMeta>>,
         ready: crate::http::Readiness,
-    ) -> Result<(), super::AgentError> {
+    ) -> Result<(), crate::agent::error::AgentError> {
         let mut terminate =
             tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-                .map_err(super::AgentError::Signal)?;
+                .map_err(crate::agent::error::AgentError::Signal)?;
         let mut state = LoopState {
             secret: None,
             seen_data: None,
@@ -262,9 +262,9 @@ impl<H: Host + 'static> Agent<H> {
                 changed = node_rx.changed() => {
                     if changed.is_err() { return Ok(()); }
                     let known = node_rx.borrow_and_update().is_some();
-                    let resume = rollout::resume_asked(node_rx.borrow().as_ref().and_then(|n| n.metadata.annotations.as_ref()));
+                    let resume = rollout::rules::resume_asked(node_rx.borrow().as_ref().and_then(|n| n.metadata.annotations.as_ref()));
                     if resume {
-                        info!(annotation = rollout::ANNOTATION_RESUME, "resume asked on the node");
+                        info!(annotation = rollout::rules::ANNOTATION_RESUME, "resume asked on the node");
                         state.due = Some(Instant::now());
                     }
                     if known && !node_known {
@@ -285,14 +285,14 @@ impl<H: Host + 'static> Agent<H> {
                             return Ok(());
                         },
                         signal = stop_signal(&mut terminate) => {
-                            let signal = signal.map_err(super::AgentError::Signal)?;
+                            let signal = signal.map_err(crate::agent::error::AgentError::Signal)?;
                             info!(signal, "stopping in the middle of a reconcile; the journal keeps the remaining work");
                             return Ok(());
                         }
                     }
                 }
                 signal = stop_signal(&mut terminate) => {
-                    let signal = signal.map_err(super::AgentError::Signal)?;
+                    let signal = signal.map_err(crate::agent::error::AgentError::Signal)?;
                     info!(signal, "stopping");
                     return Ok(());
                 }
@@ -348,14 +348,14 @@ impl<H: Host + 'static> Agent<H> {
             delay::Trigger::Nothing => None,
             // GNA skips the delay in serial mode: the lock spaces the nodes out.
             delay::Trigger::AfterDelay
-                if serial::is_serial(secret.metadata.annotations.as_ref()) =>
+                if slots::is_serial(secret.metadata.annotations.as_ref()) =>
             {
                 info!("OSC changed; serial reconciliation, applying once the lock is free");
                 Some(now)
             }
             // The rollout's slots space disruptive changes out; quiet ones apply at once.
             delay::Trigger::AfterDelay
-                if rollout::policy(secret.metadata.annotations.as_ref()).is_some() =>
+                if rollout::rules::policy(secret.metadata.annotations.as_ref()).is_some() =>
             {
                 info!(
                     "OSC changed; disruptive rollout on, applying at once (disruptive changes wait for a slot)"
@@ -420,7 +420,7 @@ impl<H: Host + 'static> Agent<H> {
                     Reconciled::Waiting(retry_in) | Reconciled::Holding(retry_in) => {
                         Some(Instant::now() + retry_in)
                     }
-                    Reconciled::Stopped => Some(Instant::now() + rollout::RENEW_INTERVAL),
+                    Reconciled::Stopped => Some(Instant::now() + rollout::rules::RENEW_INTERVAL),
                     _ => state.due.or(sync),
                 };
                 if outcome == Reconciled::Applied {
@@ -499,9 +499,9 @@ impl<H: Host + 'static> Agent<H> {
             .and_then(|n| n.metadata.annotations.as_ref())
             .and_then(|a| a.get(ANNOTATION_NODE_CHECKSUM))
             .is_some_and(|value| *value == checksum);
-        let serial_mode = serial::is_serial(secret.metadata.annotations.as_ref());
+        let serial_mode = slots::is_serial(secret.metadata.annotations.as_ref());
         // GNA's serial mode takes precedence: it serialises every change already.
-        let rollout_policy = rollout::policy(secret.metadata.annotations.as_ref())
+        let rollout_policy = rollout::rules::policy(secret.metadata.annotations.as_ref())
             .filter(|_| !serial_mode)
             .zip(node);
         let mut rollout_found = None;
@@ -578,7 +578,7 @@ impl<H: Host + 'static> Agent<H> {
             let mut planned = None;
             if let Some((policy, node)) = &rollout_policy {
                 let plan = planned.insert(apply::plan(host, input)?);
-                let change = rollout::change_for(
+                let change = rollout::rules::change_for(
                     &plan.0,
                     &policy.marked_units,
                     last.is_none(),
@@ -611,7 +611,7 @@ impl<H: Host + 'static> Agent<H> {
                     self.rollout_stop(
                         node,
                         state,
-                        rollout::REASON_APPLY_FAILED,
+                        rollout::rules::REASON_APPLY_FAILED,
                         error_chain(&error),
                     )
                     .await?;

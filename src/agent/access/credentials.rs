@@ -30,7 +30,7 @@ use kube::config::Kubeconfig;
 use crate::api::nodeagent::NodeAgentConfiguration;
 use crate::kubeconfig::KubeconfigError;
 
-use super::paths::Paths;
+use crate::agent::ports::paths::Paths;
 
 /// Where the credentials come from.
 #[derive(Debug, Clone, PartialEq, Eq)]

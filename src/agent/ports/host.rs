@@ -4,7 +4,7 @@
 //! a node against [`SystemHost`] (the real file system, systemd over D-Bus with
 //! [`crate::systemd`], containerd through its `ctr` client).
 //!
-//! File access goes through [`super::safe_fs`]: no link is followed (a link among the folders
+//! File access goes through [`crate::safe_fs`]: no link is followed (a link among the folders
 //! is refused, a link, FIFO or device in a file's place is never opened, modes are set on the
 //! open descriptor) and reads are bounded. Writes are crash-safe: a temporary file in the
 //! target's folder is written, fsynced, given its exact mode and renamed over the target, then
@@ -26,8 +26,8 @@ use crate::api::operatingsystemconfig::UnitCommand;
 use crate::containerd;
 use crate::systemd::{self, Systemd};
 
-use super::safe_fs::{self, SafeFsError};
 use crate::root_path::{self, ResolveError};
+use crate::safe_fs::{self, SafeFsError};
 
 /// Why a host operation failed.
 #[derive(Debug, thiserror::Error)]

@@ -33,11 +33,12 @@ use crate::api::operatingsystemconfig::{DropIn, File, UnitCommand};
 use crate::containerd::cri::{self, CriSettings};
 use crate::containerd::{ContainerdConfig, DEFAULT_CONFIG};
 
-use super::changes::{self, Side};
-use super::host::{Host, HostError};
-use super::journal::{self, CommandEntry, Journal, PersistError};
-use super::osc::{self, Effective, NodeOsc};
-use super::paths::{Paths, STATE_FILE_MODE};
+use crate::agent::pipeline::changes::{self, Side};
+use crate::agent::pipeline::journal::{self, CommandEntry, Journal, PersistError};
+use crate::agent::pipeline::osc::{self, Effective, NodeOsc};
+use crate::agent::ports::cluster::Secrets;
+use crate::agent::ports::host::{Host, HostError};
+use crate::agent::ports::paths::{Paths, STATE_FILE_MODE};
 
 /// Mode of files without `permissions`.
 pub const DEFAULT_FILE_MODE: u32 = 0o600;
@@ -49,16 +50,6 @@ pub const CONTAINERD_FILE_MODE: u32 = 0o644;
 pub const CONTAINERD_UNIT: &str = "containerd.service";
 /// The drop-in that puts container runtime binaries on containerd's `PATH`.
 pub const CONTAINERD_PATH_DROP_IN: &str = "30-env_config.conf";
-
-/// Reads `secretRef` file content (a GET of `kube-system/<name>` on a node).
-pub trait Secrets: Send + Sync {
-    /// The bytes under `key` of secret `name`.
-    fn secret_data(
-        &self,
-        name: &str,
-        key: &str,
-    ) -> impl std::future::Future<Output = Result<Vec<u8>, String>> + Send;
-}
 
 /// Why an apply stopped. The journal keeps what is left; the next attempt resumes there.
 #[derive(Debug, thiserror::Error)]
@@ -663,8 +654,8 @@ fn host_error(step: impl Into<String>) -> impl FnOnce(HostError) -> ApplyError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::agent::journal::ChangedUnit;
-    use crate::agent::osc::effective;
+    use crate::agent::pipeline::journal::ChangedUnit;
+    use crate::agent::pipeline::osc::effective;
     use crate::agent::testing::{
         FakeHost, MapSecrets, Op, drop_in, inline_file, secret_file, unit,
     };
@@ -941,7 +932,7 @@ mod tests {
         // other.service is left.
         let left = Journal {
             operating_system_config_checksum: "c1".into(),
-            units: crate::agent::journal::UnitChanges {
+            units: crate::agent::pipeline::journal::UnitChanges {
                 commands: vec![CommandEntry {
                     name: "other.service".into(),
                     command: UnitCommand::Restart,
@@ -997,7 +988,7 @@ mod tests {
         let host = FakeHost::default();
         let stale = Journal {
             operating_system_config_checksum: "old".into(),
-            units: crate::agent::journal::UnitChanges {
+            units: crate::agent::pipeline::journal::UnitChanges {
                 changed: vec![ChangedUnit {
                     unit: unit("ghost.service"),
                     drop_ins_changes: Default::default(),

@@ -23,11 +23,12 @@ use std::path::Path;
 
 use crate::api::operatingsystemconfig::UnitCommand;
 
-use super::apply::{self, ApplyError, Secrets, UNIT_FILE_MODE};
-use super::changes::command_for;
-use super::host::Host;
-use super::osc::Effective;
-use super::paths::Paths;
+use crate::agent::pipeline::apply::{self, ApplyError, UNIT_FILE_MODE};
+use crate::agent::pipeline::changes::command_for;
+use crate::agent::pipeline::osc::Effective;
+use crate::agent::ports::cluster::Secrets;
+use crate::agent::ports::host::Host;
+use crate::agent::ports::paths::Paths;
 
 /// What one check found and did.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -170,7 +171,7 @@ mod tests {
     use std::path::PathBuf;
 
     use super::*;
-    use crate::agent::osc::{NodeOsc, effective};
+    use crate::agent::pipeline::osc::{NodeOsc, effective};
     use crate::agent::testing::{
         FakeHost, MapSecrets, Op, drop_in, image_file, inline_file, secret_file, unit,
     };
@@ -339,8 +340,8 @@ mod tests {
         use std::time::{Duration, Instant};
 
         use super::super::*;
-        use crate::agent::host::SystemHost;
-        use crate::agent::osc::{NodeOsc, effective};
+        use crate::agent::pipeline::osc::{NodeOsc, effective};
+        use crate::agent::ports::host::SystemHost;
         use crate::agent::testing::{MapSecrets, image_file, inline_file};
 
         fn system_host(base: &Path) -> SystemHost {

@@ -11,9 +11,9 @@ use tokio::sync::Notify;
 
 use crate::api::nodeagent::TokenSecretSyncConfig;
 
-use super::cluster::{ApiSecrets, NAMESPACE};
-use super::host::Host;
-use super::metrics::Metrics;
+use crate::agent::metrics::Metrics;
+use crate::agent::ports::cluster::{ApiSecrets, NAMESPACE};
+use crate::agent::ports::host::Host;
 use crate::error_chain::printable as error_chain;
 
 /// Mode of token files (readable by the group, for static pods with fsGroup 0).
@@ -34,7 +34,7 @@ pub enum TokenError {
     Empty(String),
     /// Writing the file failed.
     #[error("writing {0}")]
-    Write(String, #[source] super::host::HostError),
+    Write(String, #[source] crate::agent::ports::host::HostError),
 }
 
 /// Syncs one config; returns whether the file was (re)written.
@@ -63,7 +63,7 @@ pub fn write_token<H: Host>(
     host: &H,
     path: &Path,
     token: &[u8],
-) -> Result<bool, super::host::HostError> {
+) -> Result<bool, crate::agent::ports::host::HostError> {
     if host.holds(path, token)? {
         if host.mode(path)? != Some(TOKEN_FILE_MODE) {
             host.set_mode(path, TOKEN_FILE_MODE)?;
@@ -152,7 +152,7 @@ mod tests {
         std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o600)).unwrap();
         let path = base.join("auth-token");
         symlink(&victim, &path).unwrap();
-        let host = crate::agent::host::SystemHost::new(
+        let host = crate::agent::ports::host::SystemHost::new(
             "unix:path=/nonexistent".into(),
             std::time::Duration::from_secs(1),
             "/nonexistent".into(),
