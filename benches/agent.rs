@@ -19,19 +19,17 @@
 
 #![allow(clippy::unwrap_used, clippy::panic, dead_code)] // a measuring tool, not a controller
 
-#[path = "../test/agent_support.rs"]
-mod agent_support;
 #[path = "../test/support/mod.rs"]
 mod support;
 
 use std::time::{Duration, Instant};
 
-use agent_support::*;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
 use kube::Api;
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::{Value, json};
+use support::agent::*;
 
 const BIN: &str = env!("CARGO_BIN_EXE_gardener-extension-node");
 const FILES: usize = 200;

@@ -9,8 +9,6 @@
 
 #![allow(clippy::unwrap_used, clippy::panic)]
 
-#[path = "../test/agent_support.rs"]
-mod agent_support;
 #[path = "../test/support/mod.rs"]
 mod support;
 
@@ -18,9 +16,9 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use agent_support::{AgentSetup, install_agent, limited_kubeconfig_in, osc_yaml, put_osc};
 use k8s_openapi::api::core::v1::Node as KubeNode;
 use kube::Api;
+use support::agent::{AgentSetup, install_agent, limited_kubeconfig_in, osc_yaml, put_osc};
 use support::node::{AGENT_BINARY, Node, NodeMemory, NodeOptions, NodeOsc};
 
 const NODES: usize = 2;

@@ -1,26 +1,24 @@
 //! e2e: the node agent as a systemd service in a real systemd (systemd-nspawn, see
 //! `support/nspawn.rs`) against the real kube-apiserver on host loopback, with credentials a
 //! Role/ClusterRole limits to its OSC secret (and the secrets it references), its Node, its
-//! Lease and events (`agent_support::limited_kubeconfig`). The tests play kubelet (they
+//! Lease and events (`support::agent::limited_kubeconfig`). The tests play kubelet (they
 //! create the Node) and gardenlet (they write the OSC secret).
 //!
 //! One test per behaviour of the agent (`item1_…` to `item7_…`); each boots its own machine.
 
 #![allow(clippy::unwrap_used, clippy::panic)]
 
-#[path = "agent_support.rs"]
-mod agent_support;
 mod support;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use agent_support::*;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Secret};
 use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams};
 use serde_json::{Value, json};
+use support::agent::*;
 
 const BIN: &str = env!("CARGO_BIN_EXE_gardener-extension-node");
 const APPLY_TIMEOUT: Duration = Duration::from_secs(60);

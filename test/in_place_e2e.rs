@@ -1,6 +1,6 @@
 //! e2e: in-place node updates (GEP-31) on the node agent. The agent runs as a systemd service
 //! in a real systemd (systemd-nspawn) against the real kube-apiserver with its limited
-//! credentials (`agent_support`); the test plays gardenlet (writes the OSC secret) and, through
+//! credentials (`support::agent`); the test plays gardenlet (writes the OSC secret) and, through
 //! `support/mcm_in_place.rs`, machine-controller-manager's node-side protocol.
 //!
 //! The OS update command is a small test script shipped in the OSC itself (as the real update
@@ -12,8 +12,6 @@
 
 #![allow(clippy::unwrap_used, clippy::panic)]
 
-#[path = "agent_support.rs"]
-mod agent_support;
 #[path = "support/mcm_in_place.rs"]
 mod mcm_in_place;
 mod support;
@@ -21,12 +19,12 @@ mod support;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use agent_support::*;
 use k8s_openapi::api::core::v1::{Node, Pod, ServiceAccount};
 use kube::Api;
 use kube::api::PostParams;
 use mcm_in_place::Outcome;
 use serde_json::json;
+use support::agent::*;
 
 const BIN: &str = env!("CARGO_BIN_EXE_gardener-extension-node");
 const APPLY_TIMEOUT: Duration = Duration::from_secs(60);

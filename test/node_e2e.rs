@@ -26,21 +26,19 @@
 
 #![allow(clippy::unwrap_used, clippy::panic)]
 
-#[path = "agent_support.rs"]
-mod agent_support;
 mod support;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use agent_support::{AGENT_UNIT, CONFIG_DIR, PoolOscs, limited_token_in};
 use gardener_extension_node::api::{Cluster, ContainerRuntime, ManagedResource};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node as KubeNode, Pod, Secret};
 use kube::Api;
 use kube::api::{DeleteParams, ListParams, PostParams};
 use serde_json::json;
+use support::agent::{AGENT_UNIT, CONFIG_DIR, PoolOscs, limited_token_in};
 use support::node::{AGENT_BINARY, KUBELET_UNIT, Node, NodeOptions, NodeOsc};
 use support::oci::{Content, Image, ImageFile, write_archive};
 

@@ -15,17 +15,15 @@
 
 #![allow(clippy::unwrap_used, clippy::panic)] // test crate: failing loudly is the point
 
-#[path = "agent_support.rs"]
-mod agent_support;
 mod support;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use agent_support::*;
 use gardener_extension_node::kubeconfig::render_token_kubeconfig;
 use serde_json::{Value, json};
+use support::agent::*;
 use support::load::{Rng, pick, seed};
 use tokio::net::{TcpListener, TcpStream};
 

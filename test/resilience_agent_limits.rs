@@ -17,21 +17,19 @@
 
 #![allow(clippy::unwrap_used, clippy::panic)] // test crate: failing loudly is the point
 
-#[path = "agent_support.rs"]
-mod agent_support;
 mod support;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use agent_support::*;
 use gardener_extension_node::agent::metrics::Metrics;
 use gardener_extension_node::kubeconfig::render_token_kubeconfig;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::jiff::Timestamp;
 use kube::{Api, Client};
 use serde_json::{Value, json};
+use support::agent::*;
 
 const BIN: &str = env!("CARGO_BIN_EXE_gardener-extension-node");
 const APPLY_TIMEOUT: Duration = Duration::from_secs(90);

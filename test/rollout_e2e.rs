@@ -22,8 +22,6 @@
 
 #![allow(clippy::unwrap_used, clippy::panic)]
 
-#[path = "agent_support.rs"]
-mod agent_support;
 mod support;
 
 use std::collections::BTreeMap;
@@ -32,16 +30,16 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use agent_support::{
-    AgentSetup, NODE_CHECKSUM, install_agent, limited_token_with_slots_in, osc_yaml,
-    put_osc_annotated,
-};
 use gardener_extension_node::kubeconfig::render_token_kubeconfig;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Event, Node as KubeNode, Pod};
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
+use support::agent::{
+    AgentSetup, NODE_CHECKSUM, install_agent, limited_token_with_slots_in, osc_yaml,
+    put_osc_annotated,
+};
 use support::node::{AGENT_BINARY, KUBELET_UNIT, Node, NodeOptions, NodeOsc};
 
 const NODES: usize = 4;

@@ -5,16 +5,14 @@
 
 #![allow(clippy::unwrap_used, clippy::panic)]
 
-#[path = "agent_support.rs"]
-mod agent_support;
 mod support;
 
-use agent_support::{client_for, limited_token_with_slots_in, put_osc};
 use gardener_extension_node::agent::rollout::slots::{Acquired, SerialLock, slot_name};
 use gardener_extension_node::kubeconfig::render_token_kubeconfig;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Secret;
 use kube::{Api, Client};
+use support::agent::{client_for, limited_token_with_slots_in, put_osc};
 
 /// A client for agent `host` allowed `slots` slots of `secret`.
 async fn agent(env: &support::TestEnv, host: &str, secret: &str, slots: u32) -> Client {

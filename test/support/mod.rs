@@ -10,6 +10,7 @@
 
 #![allow(dead_code)]
 
+pub mod agent;
 pub mod audit;
 pub mod benchmarks;
 pub mod fixtures;

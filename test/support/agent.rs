@@ -6,8 +6,6 @@
 //! host loopback and its metrics port is reachable from the test (each machine gets a free
 //! port). Its host name is the machine name, which is also the Node's name.
 
-#![allow(dead_code)]
-
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
@@ -25,8 +23,8 @@ use kube::{Api, Client};
 use serde_json::{Value, json};
 use sha2::Digest;
 
-use crate::support::TestEnv;
-use crate::support::nspawn::{Machine, MachineOptions};
+use super::TestEnv;
+use super::nspawn::{Machine, MachineOptions};
 
 /// Where the binary is bind-mounted in the machine.
 pub const BIN_IN_MACHINE: &str = "/opt/gardener-extension-node/gardener-extension-node";
