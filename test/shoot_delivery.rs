@@ -61,14 +61,14 @@ const OSC_KEY: &str = "gardener-node-agent-worker-a-77ac3";
 const ORIGIN_ANNOTATION: &str = "resources.gardener.cloud/origin";
 const WAIT: Duration = Duration::from_secs(90);
 
-/// How long the hand-over tests watch for origin flips.
+/// How long the hand-over tests watch for origin flips: four sync periods of the resource
+/// manager (each re-applies both ManagedResources, so a flip loop shows in every one; the
+/// loop this guards against flipped every 8 s). `SHOOT_DELIVERY_QUIET_SECONDS` overrides it.
 fn quiet_period() -> Duration {
-    Duration::from_secs(
-        std::env::var("SHOOT_DELIVERY_QUIET_SECONDS")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(180),
-    )
+    std::env::var("SHOOT_DELIVERY_QUIET_SECONDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .map_or(4 * support::shoot::SYNC_PERIOD, Duration::from_secs)
 }
 
 /// One operator for the whole binary (like the other integration tests): two operators would

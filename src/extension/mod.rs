@@ -29,6 +29,7 @@ pub mod operation;
 pub mod predicate;
 pub mod queue;
 pub mod reconciler;
+pub mod start;
 pub mod status;
 pub mod watch_error;
 

@@ -7,31 +7,25 @@
 
 mod options;
 
-use futures::StreamExt;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use kube::Client;
-use kube::api::DynamicObject;
-use kube::runtime::reflector::store::Writer;
 use prometheus_client::registry::Registry;
-use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
 pub use options::{ControllerName, OperatorArgs};
 
-use crate::controllers::containerruntime::{self, GVisorActuator};
-use crate::controllers::operatingsystemconfig::{OscActuator, handover};
-use crate::extension::cache::{ObjectStore, SeedCache, object_store};
-use crate::extension::controller::{self, ControllerOptions};
+use crate::controllers::{containerruntime, operatingsystemconfig, worker};
+use crate::extension::cache::SeedCache;
+use crate::extension::controller::ControllerOptions;
 use crate::extension::error::RetryPolicy;
 use crate::extension::events::EventPublisher;
+use crate::extension::heartbeat;
 use crate::extension::leader::{LeaderElector, Timings};
 use crate::extension::metrics::ControllerMetrics;
 use crate::extension::predicate::Filter;
-use crate::extension::reconciler::Reconciler;
-use crate::extension::{Actuator, heartbeat};
+use crate::extension::start::Setup;
 use crate::http::{Readiness, ServerState};
 use crate::imagevector::ImageVector;
 
@@ -126,119 +120,46 @@ pub async fn run_serving(
         _ = shutdown.cancelled() => return finish(server, leadership).await,
         _ = cache.synced() => tracing::info!("seed cache synced"),
     }
-    let events = EventPublisher::new(client.clone());
-    let options = ControllerOptions {
-        max_concurrent: args.max_concurrent_reconciles.max(1),
-        retry: RetryPolicy::default(),
+    let setup = Setup {
+        client: client.clone(),
+        cache,
+        events: EventPublisher::new(client.clone()),
+        metrics,
+        options: ControllerOptions {
+            max_concurrent: args.max_concurrent_reconciles.max(1),
+            retry: RetryPolicy::default(),
+        },
+        shutdown: shutdown.clone(),
     };
     let filter = |types: Vec<String>| Filter {
         classes: args.extension_classes.clone(),
         types,
         ignore_operation_annotation: args.ignore_operation_annotation,
     };
+    // Each kind starts itself and its side tasks (its `add`); this loop only picks the kinds.
     let mut synced = Vec::new();
     let mut controllers = Vec::new();
     for name in dedup(&args.controllers) {
-        match name {
-            ControllerName::Containerruntime => {
-                let (objects, writer) = object_store::<crate::api::ContainerRuntime>();
-                let actuator = GVisorActuator::new(
-                    client.clone(),
-                    templates.clone(),
-                    images.clone(),
-                    events.clone(),
-                    containerruntime::Options {
-                        test_repository: args.gvisor_installation_test_repository.clone(),
-                        uninstall_timeout: Duration::from_secs(
-                            args.gvisor_uninstall_timeout_seconds,
-                        ),
-                    },
-                    Some(containerruntime::Caches {
-                        seed: cache.clone(),
-                        runtimes: objects.clone(),
-                    }),
-                );
-                let (task, ready) = start_controller(
-                    &client,
-                    actuator,
-                    filter(vec![containerruntime::TYPE.to_string()]),
-                    Stores {
-                        cache: &cache,
-                        objects,
-                        writer,
-                        wake: None,
-                    },
-                    &events,
-                    &metrics,
-                    options,
-                    &shutdown,
-                );
-                controllers.push(task);
-                synced.push(ready);
-            }
-            ControllerName::Operatingsystemconfig => {
-                let actuator =
-                    OscActuator::new(client.clone(), events.clone(), args.node_agent_secrets);
-                controllers.push(tokio::spawn(handover::run(
-                    actuator.clone(),
-                    filter(args.os_types.clone()),
-                    shutdown.clone(),
-                )));
-                let (objects, writer) = object_store::<crate::api::OperatingSystemConfig>();
-                controllers.push(tokio::spawn(
-                    crate::controllers::operatingsystemconfig::rollout_watch::run(
-                        client.clone(),
-                        cache.clone(),
-                        objects.clone(),
-                        shutdown.clone(),
-                    ),
-                ));
-                let (task, ready) = start_controller(
-                    &client,
-                    actuator,
-                    filter(args.os_types.clone()),
-                    Stores {
-                        cache: &cache,
-                        objects,
-                        writer,
-                        wake: None,
-                    },
-                    &events,
-                    &metrics,
-                    options,
-                    &shutdown,
-                );
-                controllers.push(task);
-                synced.push(ready);
-            }
-            ControllerName::Worker => {
-                let actuator =
-                    crate::controllers::worker::WorkerActuator::new(client.clone(), events.clone());
-                let (objects, writer) = object_store::<crate::api::Worker>();
-                let (task, ready) = start_controller(
-                    &client,
-                    actuator,
-                    filter(args.worker_types.clone()),
-                    Stores {
-                        cache: &cache,
-                        objects,
-                        writer,
-                        wake: Some(
-                            crate::controllers::worker::machine_watch::namespaces_to_wake(
-                                client.clone(),
-                            )
-                            .boxed(),
-                        ),
-                    },
-                    &events,
-                    &metrics,
-                    options,
-                    &shutdown,
-                );
-                controllers.push(task);
-                synced.push(ready);
-            }
-        }
+        let started = match name {
+            ControllerName::Containerruntime => containerruntime::add::add(
+                &setup,
+                filter(vec![containerruntime::TYPE.to_string()]),
+                templates.clone(),
+                images.clone(),
+                containerruntime::Options {
+                    test_repository: args.gvisor_installation_test_repository.clone(),
+                    uninstall_timeout: Duration::from_secs(args.gvisor_uninstall_timeout_seconds),
+                },
+            ),
+            ControllerName::Operatingsystemconfig => operatingsystemconfig::add::add(
+                &setup,
+                filter(args.os_types.clone()),
+                args.node_agent_secrets,
+            ),
+            ControllerName::Worker => worker::add::add(&setup, filter(args.worker_types.clone())),
+        };
+        controllers.extend(started.tasks);
+        synced.push(started.synced);
     }
     tokio::select! {
         _ = shutdown.cancelled() => {}
@@ -260,51 +181,8 @@ pub async fn run_serving(
 }
 
 /// How long the operator waits for its controllers after a shutdown signal (a little more
-/// than a controller's [`controller::SHUTDOWN_GRACE`]).
+/// than a controller's [`crate::extension::controller::SHUTDOWN_GRACE`]).
 const STOP_TIMEOUT: Duration = Duration::from_secs(4);
-
-/// The caches one controller reads and the writer of its object store.
-struct Stores<'a> {
-    cache: &'a SeedCache,
-    objects: ObjectStore,
-    writer: Writer<DynamicObject>,
-    /// Namespaces to run again from the kind's own source (`controller::WakeNamespaces`).
-    wake: Option<controller::WakeNamespaces>,
-}
-
-#[allow(clippy::too_many_arguments)] // the pieces of one controller, each built above
-fn start_controller<A: Actuator>(
-    client: &Client,
-    actuator: A,
-    filter: Filter,
-    stores: Stores<'_>,
-    events: &EventPublisher,
-    metrics: &ControllerMetrics,
-    options: ControllerOptions,
-    shutdown: &CancellationToken,
-) -> (tokio::task::JoinHandle<()>, oneshot::Receiver<()>) {
-    let reconciler = Arc::new(Reconciler {
-        client: client.clone(),
-        actuator,
-        filter,
-        events: events.clone(),
-        metrics: metrics.clone(),
-        cache: Some(stores.cache.clone()),
-        objects: Some(stores.objects),
-        read_fresh: Default::default(),
-        woken: Default::default(),
-    });
-    let (sender, receiver) = oneshot::channel();
-    let task = tokio::spawn(controller::run(
-        reconciler,
-        options,
-        stores.writer,
-        sender,
-        stores.wake,
-        shutdown.clone(),
-    ));
-    (task, receiver)
-}
 
 type ServerTask = tokio::task::JoinHandle<std::io::Result<()>>;
 type LeadershipTask = tokio::task::JoinHandle<Result<(), crate::extension::leader::LeaderError>>;

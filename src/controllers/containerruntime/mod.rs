@@ -10,6 +10,7 @@
 //! `extension-runtime-gvisor-installation-<pool>`. While a ContainerRuntime is deleted, the
 //! pool's ManagedResource first carries the uninstall DaemonSet ([`delete`]).
 
+pub mod add;
 pub mod config;
 pub mod delete;
 pub mod migrate;

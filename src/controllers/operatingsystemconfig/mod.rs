@@ -26,6 +26,7 @@
 //! (gardenlet writes such Secrets itself; a restore re-creates them), so it is retried with
 //! backoff instead of failing the shoot at once. API failures carry no code.
 
+pub mod add;
 pub mod content;
 pub mod delete;
 pub mod extensions;

@@ -134,6 +134,7 @@
 //! - `providerStatus` with resolved machine images (our MachineClass carries the image name
 //!   and version itself, there is nothing to resolve).
 
+pub mod add;
 pub mod availability;
 pub mod config;
 pub mod credentials;

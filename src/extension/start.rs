@@ -1,0 +1,102 @@
+//! Starting one controller of a kind: what every kind's `add` (Gardener's per-kind `add.go`)
+//! calls with its actuator. [`Setup`] holds the pieces all controllers of one operator share
+//! (client, seed cache, event publisher, metrics, options, the shutdown token); [`Setup::start`]
+//! builds the kind's [`Reconciler`] over them and spawns [`controller::run`]. The operator
+//! builds one `Setup` and loops over the enabled kinds (`crate::operator`).
+
+use std::sync::Arc;
+
+use kube::Client;
+use kube::api::DynamicObject;
+use kube::runtime::reflector::store::Writer;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use super::Actuator;
+use super::cache::{ObjectStore, SeedCache};
+use super::controller::{self, ControllerOptions, WakeNamespaces};
+use super::events::EventPublisher;
+use super::metrics::ControllerMetrics;
+use super::predicate::Filter;
+use super::reconciler::Reconciler;
+
+/// What every controller of one operator shares.
+#[derive(Clone)]
+pub struct Setup {
+    /// The seed client.
+    pub client: Client,
+    /// The seed cache every controller reads (synced before any controller starts).
+    pub cache: SeedCache,
+    /// Events on the extension objects.
+    pub events: EventPublisher,
+    /// The controllers' metric families.
+    pub metrics: ControllerMetrics,
+    /// Concurrency and retries.
+    pub options: ControllerOptions,
+    /// Cancelled on SIGTERM or lost leadership: every task started here stops.
+    pub shutdown: CancellationToken,
+}
+
+/// The tasks a kind started and the signal that its controller processed its first list.
+pub struct Started {
+    /// The controller and its side tasks; the operator waits for them on shutdown.
+    pub tasks: Vec<JoinHandle<()>>,
+    /// Fires once the controller's store holds its first list (readiness).
+    pub synced: oneshot::Receiver<()>,
+}
+
+/// The store a controller fills from its watch and reads objects from.
+pub struct Store {
+    /// Read side (also handed to side tasks that look at the same objects).
+    pub objects: ObjectStore,
+    /// Write side, fed by the controller's watch.
+    pub writer: Writer<DynamicObject>,
+}
+
+impl Store {
+    /// An empty store for objects of kind `K`.
+    pub fn of<K: kube::Resource<DynamicType = ()>>() -> Self {
+        let (objects, writer) = super::cache::object_store::<K>();
+        Store { objects, writer }
+    }
+}
+
+impl Setup {
+    /// Starts the controller of `actuator`'s kind for the objects `filter` accepts, filling
+    /// `store`; `wake` names namespaces to run again from a source of the kind's own
+    /// ([`WakeNamespaces`]). Side tasks the kind starts itself go into the returned
+    /// [`Started::tasks`] next to it.
+    pub fn start<A: Actuator>(
+        &self,
+        actuator: A,
+        filter: Filter,
+        store: Store,
+        wake: Option<WakeNamespaces>,
+    ) -> Started {
+        let reconciler = Arc::new(Reconciler {
+            client: self.client.clone(),
+            actuator,
+            filter,
+            events: self.events.clone(),
+            metrics: self.metrics.clone(),
+            cache: Some(self.cache.clone()),
+            objects: Some(store.objects),
+            read_fresh: Default::default(),
+            woken: Default::default(),
+        });
+        let (sender, synced) = oneshot::channel();
+        let task = tokio::spawn(controller::run(
+            reconciler,
+            self.options,
+            store.writer,
+            sender,
+            wake,
+            self.shutdown.clone(),
+        ));
+        Started {
+            tasks: vec![task],
+            synced,
+        }
+    }
+}
