@@ -1467,4 +1467,16 @@ async fn item10_serial_reconciliation_applies_one_node_at_a_time() {
             agent.log()
         );
     }
+    // The one that waited was woken by its watch of the lock, not by its poll.
+    assert!(
+        agents
+            .iter()
+            .any(|a| a.log().contains("serial reconciliation: the lock is free")),
+        "no agent saw the lock freed: {}",
+        agents
+            .iter()
+            .map(AgentMachine::log)
+            .collect::<Vec<_>>()
+            .join("\n---\n")
+    );
 }

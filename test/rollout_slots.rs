@@ -1,7 +1,8 @@
-//! The disruptive rollout's slot Leases (`src/agent/serial.rs`, `docs/agent.md#slots`) against
+//! The disruptive rollout's slot Leases (`src/agent/rollout/slots.rs`, `docs/agent.md#slots`) against
 //! a real kube-apiserver, each agent with RBAC-limited credentials as on a node: three agents
 //! share two slots, a release lets the waiting one in, and an agent that may not read slot 1
-//! (Gardener's node-agent authorizer as it is) falls back to slot 0 instead of failing.
+//! (Gardener's node-agent authorizer as it is) falls back to slot 0 instead of failing; a
+//! waiting agent's watch of the serial lock wakes it on the release.
 
 #![allow(clippy::unwrap_used, clippy::panic)]
 
@@ -94,4 +95,43 @@ async fn agents_share_the_budget_wait_for_a_release_and_fall_back_when_a_slot_is
 
 fn serial_poll() -> std::time::Duration {
     gardener_extension_node::agent::rollout::slots::POLL_INTERVAL
+}
+
+/// The serial lock's watch (`src/agent/rollout/lock_watch.rs`) with a node's RBAC-limited
+/// credentials: quiet while another node holds the lock, woken once that node releases it.
+#[tokio::test]
+async fn a_waiting_agent_is_woken_when_the_serial_lock_is_released() {
+    use gardener_extension_node::agent::metrics::Metrics;
+    use gardener_extension_node::agent::rollout::lock_watch::LockWatch;
+    use std::time::Duration;
+
+    let env = support::env().await;
+    let secret_name = format!("gardener-node-agent-{}-w", env.namespace);
+    put_osc(&env.client, &secret_name, "spec: {}\n").await;
+    let secret: Secret = Api::namespaced(env.client.clone(), "kube-system")
+        .get(&secret_name)
+        .await
+        .unwrap();
+    let host = |n: &str| format!("{}-w{n}", env.namespace);
+    let mut a = SerialLock::new(&agent(&env, &host("a"), &secret_name, 1).await, &host("a"));
+    assert_eq!(a.acquire(&secret).await.unwrap(), Acquired::Held);
+
+    let b = agent(&env, &host("b"), &secret_name, 1).await;
+    let mut registry = gardener_extension_node::metrics::new_registry();
+    let metrics = Metrics::register(&mut registry);
+    let watch = LockWatch::start(&b, &secret_name, &host("b"), &metrics);
+    let freed = watch.signal();
+    assert!(
+        tokio::time::timeout(Duration::from_secs(2), freed.notified())
+            .await
+            .is_err(),
+        "woken while the lock is held"
+    );
+    a.release(&secret_name).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(30), freed.notified())
+        .await
+        .expect("not woken after the release");
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+    assert!(!text.contains("serial-lock-watch"), "{text}");
 }

@@ -911,7 +911,7 @@ async fn a_secret_gardenlet_created_is_back_at_once_when_gardenlet_deletes_its_m
 #[tokio::test]
 async fn the_osc_condition_counts_the_pools_nodes_on_the_shipped_checksum() {
     use gardener_extension_node::api::ConditionStatus;
-    use gardener_extension_node::controllers::operatingsystemconfig::rollout_status;
+    use gardener_extension_node::controllers::operatingsystemconfig::rollout::rules as rollout_rules;
     use k8s_openapi::api::core::v1::Node;
 
     let (env, shoot) = setup().await;
@@ -1008,7 +1008,7 @@ async fn the_osc_condition_counts_the_pools_nodes_on_the_shipped_checksum() {
             "node-b",
             &PatchParams::default(),
             &Patch::Merge(json!({"status": {"conditions": [{
-                "type": rollout_status::NODE_CONDITION_ROLLOUT, "status": "False",
+                "type": rollout_rules::NODE_CONDITION_ROLLOUT, "status": "False",
                 "reason": "NotHealthy", "message": "kubelet did not answer within 300s",
                 "lastTransitionTime": "2026-12-01T10:00:00Z", "lastHeartbeatTime": "2026-12-01T10:00:00Z",
             }]}})),
@@ -1027,7 +1027,7 @@ async fn the_osc_condition_counts_the_pools_nodes_on_the_shipped_checksum() {
     );
     assert!(stopped.message.contains("1/2 nodes"), "{}", stopped.message);
     // The token came from GRM's token requestor, for a ServiceAccount that may only read Nodes.
-    let account = rollout_status::service_account_name(OSC_KEY);
+    let account = rollout_rules::service_account_name(OSC_KEY);
     let access = api::<Secret>(&env.client, &env.namespace)
         .get(&format!("shoot-access-{account}"))
         .await
@@ -1051,7 +1051,7 @@ async fn wait_rollout_condition(
     needle: &str,
     also: impl Fn(),
 ) -> gardener_extension_node::api::common::Condition {
-    use gardener_extension_node::controllers::operatingsystemconfig::rollout_status::CONDITION_TYPE;
+    use gardener_extension_node::controllers::operatingsystemconfig::rollout::rules::CONDITION_TYPE;
     wait_for(
         &format!("{CONDITION_TYPE} {status:?} with {needle:?}"),
         WAIT,
@@ -1085,7 +1085,7 @@ async fn wait_rollout_condition(
 #[tokio::test]
 async fn a_generic_token_kubeconfig_that_names_a_program_is_refused_and_runs_nothing() {
     use gardener_extension_node::api::ConditionStatus;
-    use gardener_extension_node::controllers::operatingsystemconfig::rollout_status::REASON_KUBECONFIG_UNUSABLE;
+    use gardener_extension_node::controllers::operatingsystemconfig::rollout::rules::REASON_KUBECONFIG_UNUSABLE;
 
     let (env, shoot) = setup().await;
     let dir = tempfile::tempdir().unwrap();

@@ -10,7 +10,8 @@
 //! - [`pipeline`]: one OSC apply, `osc → changes → journal → apply`, plus drift repair.
 //! - [`in_place`], [`rollout`]: the features around an apply (GEP-31 in-place updates; the
 //!   reconciliation delay, serial slots and the disruptive rollout), each as `rules` (pure
-//!   decisions), its I/O half, and the controller's `flow` that calls them.
+//!   decisions), its I/O (`steps`, `slots`, `delay`) and the `flow` the controller's
+//!   reconcile calls with a context value; [`outcome`] is what a reconcile ends with.
 //! - [`health`]: the `SystemdUnitsReady` condition and unit events.
 //! - [`access`], [`liveness`]: the agent's own credentials and token; the node Lease on its
 //!   own thread.
@@ -27,6 +28,7 @@ pub mod health;
 pub mod in_place;
 pub mod liveness;
 pub mod metrics;
+pub mod outcome;
 pub mod pipeline;
 pub mod ports;
 pub mod rollout;

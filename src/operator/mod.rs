@@ -131,36 +131,7 @@ pub async fn run_serving(
         },
         shutdown: shutdown.clone(),
     };
-    let filter = |types: Vec<String>| Filter {
-        classes: args.extension_classes.clone(),
-        types,
-        ignore_operation_annotation: args.ignore_operation_annotation,
-    };
-    // Each kind starts itself and its side tasks (its `add`); this loop only picks the kinds.
-    let mut synced = Vec::new();
-    let mut controllers = Vec::new();
-    for name in dedup(&args.controllers) {
-        let started = match name {
-            ControllerName::Containerruntime => containerruntime::add::add(
-                &setup,
-                filter(vec![containerruntime::TYPE.to_string()]),
-                templates.clone(),
-                images.clone(),
-                containerruntime::Options {
-                    test_repository: args.gvisor_installation_test_repository.clone(),
-                    uninstall_timeout: Duration::from_secs(args.gvisor_uninstall_timeout_seconds),
-                },
-            ),
-            ControllerName::Operatingsystemconfig => operatingsystemconfig::add::add(
-                &setup,
-                filter(args.os_types.clone()),
-                args.node_agent_secrets,
-            ),
-            ControllerName::Worker => worker::add::add(&setup, filter(args.worker_types.clone())),
-        };
-        controllers.extend(started.tasks);
-        synced.push(started.synced);
-    }
+    let (controllers, synced) = start_kinds(&args, &setup, &templates, &images);
     tokio::select! {
         _ = shutdown.cancelled() => {}
         _ = futures::future::join_all(synced) => {
@@ -183,6 +154,50 @@ pub async fn run_serving(
 /// How long the operator waits for its controllers after a shutdown signal (a little more
 /// than a controller's [`crate::extension::controller::SHUTDOWN_GRACE`]).
 const STOP_TIMEOUT: Duration = Duration::from_secs(4);
+
+/// Starts every enabled kind once, in the order given: each starts itself and its side tasks
+/// (its `add`); this only picks the kinds and their flags. Returns the tasks to wait for on
+/// shutdown and one "first list processed" signal per kind.
+fn start_kinds(
+    args: &OperatorArgs,
+    setup: &Setup,
+    templates: &containerruntime::render::Templates,
+    images: &ImageVector,
+) -> (
+    Vec<tokio::task::JoinHandle<()>>,
+    Vec<tokio::sync::oneshot::Receiver<()>>,
+) {
+    let filter = |types: Vec<String>| Filter {
+        classes: args.extension_classes.clone(),
+        types,
+        ignore_operation_annotation: args.ignore_operation_annotation,
+    };
+    let mut tasks = Vec::new();
+    let mut synced = Vec::new();
+    for name in dedup(&args.controllers) {
+        let started = match name {
+            ControllerName::Containerruntime => containerruntime::add::add(
+                setup,
+                filter(vec![containerruntime::TYPE.to_string()]),
+                templates.clone(),
+                images.clone(),
+                containerruntime::Options {
+                    test_repository: args.gvisor_installation_test_repository.clone(),
+                    uninstall_timeout: Duration::from_secs(args.gvisor_uninstall_timeout_seconds),
+                },
+            ),
+            ControllerName::Operatingsystemconfig => operatingsystemconfig::add::add(
+                setup,
+                filter(args.os_types.clone()),
+                args.node_agent_secrets,
+            ),
+            ControllerName::Worker => worker::add::add(setup, filter(args.worker_types.clone())),
+        };
+        tasks.extend(started.tasks);
+        synced.push(started.synced);
+    }
+    (tasks, synced)
+}
 
 type ServerTask = tokio::task::JoinHandle<std::io::Result<()>>;
 type LeadershipTask = tokio::task::JoinHandle<Result<(), crate::extension::leader::LeaderError>>;

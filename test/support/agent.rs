@@ -144,7 +144,9 @@ pub async fn limited_token_with_slots_in(
             "kube-system",
             json!([
                 {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list", "watch"], "resourceNames": secrets},
-                {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "update"], "resourceNames": leases},
+                // get/update to take and release; list/watch (with `metadata.name=`) to watch
+                // the serial lock while waiting for it, as the node-agent authorizer admits.
+                {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "update", "list", "watch"], "resourceNames": leases},
                 {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
             ]),
         ),

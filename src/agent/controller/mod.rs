@@ -17,12 +17,8 @@
 //! checked ([`unit_check`]) and the Node's `SystemdUnitsReady` condition is patched when it
 //! changed.
 //!
-//! A reconcile: decode and validate `osc.yaml` (invalid → Warning event, nothing touched,
-//! retried only when the secret changes or on the sync period); if the Node already reports
-//! the checksum and the journal is done, stop (releasing a serial lock still held); else, in
-//! serial mode, take the lock (held by another node: look again later), [`apply`] the OSC,
-//! patch the Node (checksum annotation, kubernetes-version and role labels), publish
-//! `OSCApplied` and release the lock.
+//! A reconcile is a sequence of gates, in `controller/reconcile.rs` (an invalid OSC → Warning
+//! event, nothing touched, retried only when the secret changes or on the sync period).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -39,22 +35,23 @@ use crate::agent::config::Settings;
 use crate::agent::health::unit_check::{self, UnitsCondition};
 use crate::agent::health::unit_events;
 use crate::agent::metrics::Metrics;
-use crate::agent::pipeline::apply::{self, ApplyError, Input, Outcome};
-use crate::agent::pipeline::changes::Side;
+use crate::agent::outcome::{ReconcileError, Reconciled};
+use crate::agent::pipeline::apply::{self, ApplyError};
 use crate::agent::pipeline::drift;
 use crate::agent::pipeline::journal::Journal;
-use crate::agent::pipeline::osc::{self, InvalidOsc, NodeOsc};
+use crate::agent::pipeline::osc::{self, NodeOsc};
 use crate::agent::ports::cluster::{
-    self, ANNOTATION_NODE_CHECKSUM, ANNOTATION_SECRET_CHECKSUM, ApiSecrets, NodeEvents, NodeMeta,
+    self, ANNOTATION_SECRET_CHECKSUM, ApiSecrets, NodeEvents, NodeMeta,
 };
 use crate::agent::ports::host::Host;
+use crate::agent::rollout;
 use crate::agent::rollout::delay;
-use crate::agent::rollout::slots::{self, Acquired, SerialLock};
-use crate::agent::rollout::{self, rules::Change};
+use crate::agent::rollout::lock_watch::LockWatch;
+use crate::agent::rollout::slots::{self, SerialLock};
 use crate::api::constants::DATA_KEY_OPERATING_SYSTEM_CONFIG;
 use crate::error_chain::printable as error_chain;
 
-mod rollout_flow;
+mod reconcile;
 
 /// First retry after a failed apply.
 const FIRST_RETRY: Duration = Duration::from_secs(2);
@@ -64,69 +61,6 @@ const MAX_RETRY: Duration = Duration::from_secs(300);
 const MAX_SECRET_RETRY: Duration = Duration::from_secs(30);
 /// How often an unknown Node is looked up again.
 const NODE_LOOKUP_INTERVAL: Duration = Duration::from_secs(5);
-
-/// Why a reconcile did not finish.
-#[derive(Debug, thiserror::Error)]
-pub enum ReconcileError {
-    /// The OSC is invalid; nothing was touched.
-    #[error(transparent)]
-    Invalid(#[from] InvalidOsc),
-    /// Applying failed part-way; the journal has the rest.
-    #[error(transparent)]
-    Apply(#[from] ApplyError),
-    /// An in-place update step failed ([`crate::agent::in_place::steps`]).
-    #[error("in-place update")]
-    InPlace(#[from] crate::agent::in_place::steps::InPlaceError),
-    /// Reporting on the Node failed.
-    #[error("patching node {0}")]
-    Node(String, #[source] kube::Error),
-    /// Taking or releasing the serial lock (or a rollout slot) failed.
-    #[error("serial reconciliation lock kube-system/{0}")]
-    SerialLock(String, #[source] kube::Error),
-    /// The disruptive rollout's state file could not be written or removed.
-    #[error("rollout state file")]
-    RolloutState(#[source] crate::agent::ports::host::HostError),
-}
-
-impl ReconcileError {
-    fn category(&self) -> &'static str {
-        match self {
-            ReconcileError::Invalid(_) => "invalid-osc",
-            ReconcileError::Apply(error) => error.category(),
-            ReconcileError::InPlace(error) => error.category(),
-            ReconcileError::Node(..) => "node-patch",
-            ReconcileError::SerialLock(..) => "serial-lock",
-            ReconcileError::RolloutState(..) => "rollout-state",
-        }
-    }
-}
-
-/// What a reconcile ended with.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Reconciled {
-    /// No secret.
-    NoSecret,
-    /// The Node already reports this checksum.
-    UpToDate,
-    /// In-place update pending: wait until the Node changes (machine-controller-manager makes
-    /// it ready for the update; `in_place_flow`).
-    AwaitingNode,
-    /// In-place update failed (reported on the Node) or waits for the reboot: nothing more
-    /// until the secret changes or the sync period passes.
-    InPlaceStopped,
-    /// Applied (and reported when the Node is known).
-    Applied,
-    /// The agent's own unit changed: exit so systemd starts the new one.
-    RestartSelf,
-    /// Serial reconciliation: another node holds the lock, or a disruptive change waits for
-    /// a rollout slot; try again after this long.
-    Waiting(Duration),
-    /// A disruptive change was applied; its slot is held until the node is healthy: check
-    /// again after this long.
-    Holding(Duration),
-    /// The disruptive rollout stopped on this node (kept until resumed).
-    Stopped,
-}
 
 /// Shared pieces of the running agent.
 pub struct Agent<H: Host> {
@@ -167,6 +101,8 @@ struct LoopState {
     units_condition: Option<(UnitsCondition, k8s_openapi::jiff::Timestamp)>,
     /// Reconcile again when the Node changes (an in-place update waits for it).
     wake_on_node: bool,
+    /// While another node holds the serial lock: the watch that says when it is free.
+    lock_watch: Option<LockWatch>,
 }
 
 /// The last applied OSC, decoded once: read from `last-applied-osc.yaml` on first use, then
@@ -245,6 +181,7 @@ impl<H: Host + 'static> Agent<H> {
             unit_check_due: Instant::now() + unit_check::CHECK_INTERVAL,
             units_condition: None,
             wake_on_node: false,
+            lock_watch: None,
         };
         let mut node_known = false;
         loop {
@@ -253,7 +190,12 @@ impl<H: Host + 'static> Agent<H> {
                 None => state.drift_due,
             }
             .min(state.unit_check_due);
+            let lock_free = state.lock_watch.as_ref().map(LockWatch::signal);
             tokio::select! {
+                () = notified(lock_free.as_deref()) => {
+                    info!("serial reconciliation: the lock is free; taking it");
+                    state.due = Some(Instant::now());
+                }
                 update = secret_rx.recv() => {
                     let Some(update) = update else { return Ok(()) };
                     ready.set_ready();
@@ -310,7 +252,9 @@ impl<H: Host + 'static> Agent<H> {
         if state.due.is_some_and(|due| due <= Instant::now()) {
             state.due = None;
             let node = node_rx.borrow().clone();
-            match self.reconcile_and_schedule(state, node).await {
+            let outcome = self.reconcile_and_schedule(state, node).await;
+            self.follow_lock(state, outcome);
+            match outcome {
                 Reconciled::RestartSelf => return true,
                 // Units were just started or restarted: report how they are.
                 Reconciled::Applied => state.unit_check_due = Instant::now(),
@@ -329,6 +273,22 @@ impl<H: Host + 'static> Agent<H> {
             state.drift_due = Instant::now() + self.settings.drift_check_interval;
         }
         false
+    }
+
+    /// Watches the serial lock while the reconcile waits for it ([`LockWatch`]), and only then.
+    fn follow_lock(&self, state: &mut LoopState, outcome: Reconciled) {
+        if !matches!(outcome, Reconciled::AwaitingLock(_)) {
+            state.lock_watch = None;
+            return;
+        }
+        if state.lock_watch.is_none() {
+            state.lock_watch = Some(LockWatch::start(
+                &self.client,
+                &self.settings.secret_name,
+                &self.settings.hostname,
+                &self.metrics,
+            ));
+        }
     }
 
     /// Schedules work for a secret update (create → now, changed data → after the delay).
@@ -408,7 +368,7 @@ impl<H: Host + 'static> Agent<H> {
                     Reconciled::InPlaceStopped => "in-place-stopped",
                     Reconciled::Applied => "applied",
                     Reconciled::RestartSelf => "restart-self",
-                    Reconciled::Waiting(_) => "waiting",
+                    Reconciled::AwaitingLock(_) | Reconciled::Waiting(_) => "waiting",
                     Reconciled::Holding(_) => "holding",
                     Reconciled::Stopped => "stopped",
                 };
@@ -417,9 +377,9 @@ impl<H: Host + 'static> Agent<H> {
                 state.retry = FIRST_RETRY;
                 state.reported_invalid = None;
                 state.due = match outcome {
-                    Reconciled::Waiting(retry_in) | Reconciled::Holding(retry_in) => {
-                        Some(Instant::now() + retry_in)
-                    }
+                    Reconciled::AwaitingLock(retry_in)
+                    | Reconciled::Waiting(retry_in)
+                    | Reconciled::Holding(retry_in) => Some(Instant::now() + retry_in),
                     Reconciled::Stopped => Some(Instant::now() + rollout::rules::RENEW_INTERVAL),
                     _ => state.due.or(sync),
                 };
@@ -466,235 +426,6 @@ impl<H: Host + 'static> Agent<H> {
                 Reconciled::NoSecret
             }
         }
-    }
-
-    /// One reconcile (see the module docs).
-    pub async fn reconcile(
-        &self,
-        secret: Option<&Secret>,
-        node: Option<&NodeMeta>,
-        last_applied: &mut LastApplied,
-    ) -> Result<Reconciled, ReconcileError> {
-        let Some(secret) = secret else {
-            return Ok(Reconciled::NoSecret);
-        };
-        let data =
-            osc_data(secret).ok_or(InvalidOsc::MissingData(DATA_KEY_OPERATING_SYSTEM_CONFIG))?;
-        let checksum = checksum_of(secret);
-        let mut osc = osc::decode(data)?;
-        osc::validate(&osc)?;
-        apply::inject_containerd_drop_in(&mut osc);
-
-        let paths = &self.settings.paths;
-        let host = self.host.as_ref();
-        let journal_done = host
-            .read(&paths.journal())
-            .ok()
-            .flatten()
-            .and_then(|bytes| Journal::parse(&String::from_utf8_lossy(&bytes)))
-            .is_some_and(|journal| {
-                journal.operating_system_config_checksum == checksum && journal.is_empty()
-            });
-        let reported = node
-            .and_then(|n| n.metadata.annotations.as_ref())
-            .and_then(|a| a.get(ANNOTATION_NODE_CHECKSUM))
-            .is_some_and(|value| *value == checksum);
-        let serial_mode = slots::is_serial(secret.metadata.annotations.as_ref());
-        // GNA's serial mode takes precedence: it serialises every change already.
-        let rollout_policy = rollout::rules::policy(secret.metadata.annotations.as_ref())
-            .filter(|_| !serial_mode)
-            .zip(node);
-        let mut rollout_found = None;
-        if let Some((policy, node)) = &rollout_policy {
-            match self.rollout_gate(secret, node, policy, &checksum).await? {
-                rollout_flow::Gate::Done(outcome) => return Ok(outcome),
-                rollout_flow::Gate::Go(found) => rollout_found = found,
-            }
-        }
-        // A disruptive change of this checksum not finished (a restart between the Node report
-        // and the hold, or a resumed stop) is held and checked, not taken as up to date.
-        let rollout_pending = rollout_found
-            .as_ref()
-            .is_some_and(|state| state.checksum == checksum);
-        if reported
-            && journal_done
-            && !rollout_pending
-            && host.mode(&paths.last_applied()).ok().flatten().is_some()
-        {
-            if serial_mode {
-                self.release_serial_lock(secret).await?;
-            }
-            if let Some((policy, _)) = &rollout_policy {
-                self.rollout_up_to_date(secret, policy, rollout_found.is_some())
-                    .await?;
-            }
-            return Ok(Reconciled::UpToDate);
-        }
-        if serial_mode {
-            let acquired = self
-                .serial
-                .lock()
-                .await
-                .acquire(secret)
-                .await
-                .map_err(|error| ReconcileError::SerialLock(secret.name_any(), error))?;
-            match acquired {
-                Acquired::Held => {
-                    info!(lease = %secret.name_any(), "serial reconciliation: holding the lock")
-                }
-                Acquired::Busy { holder, retry_in } => {
-                    info!(lease = %secret.name_any(), %holder, retry_in = ?retry_in, "serial reconciliation: another node holds the lock; waiting");
-                    return Ok(Reconciled::Waiting(retry_in));
-                }
-            }
-        }
-
-        let effective = osc::effective(&osc, &self.settings.hostname);
-        let control_plane = effective.file(cluster::KUBE_APISERVER_MANIFEST).is_some();
-        let mut disruptive = None;
-        let outcome = {
-            let last = self.last_applied(last_applied);
-            let last_effective = last.map(|last| osc::effective(last, &self.settings.hostname));
-            let new = Side {
-                osc: &osc,
-                effective: &effective,
-            };
-            let old = last
-                .zip(last_effective.as_ref())
-                .map(|(osc, effective)| Side { osc, effective });
-            if let Some(outcome) = self.in_place_before(new, old, &checksum, node).await? {
-                return Ok(outcome);
-            }
-            let input = Input {
-                checksum: &checksum,
-                osc: &osc,
-                effective: &effective,
-                last_applied: last.zip(last_effective.as_ref()),
-                own_unit: &self.settings.own_unit,
-                paths,
-            };
-            // The rollout classifies the plan first (a failed plan returns here); the apply
-            // then goes on from that plan instead of reading the journal again.
-            let mut planned = None;
-            if let Some((policy, node)) = &rollout_policy {
-                let plan = planned.insert(apply::plan(host, input)?);
-                let change = rollout::rules::change_for(
-                    &plan.0,
-                    &policy.marked_units,
-                    last.is_none(),
-                    rollout_found.is_some(),
-                );
-                if let Change::Disruptive(why) = change {
-                    match self
-                        .take_slot(secret, node, policy, &checksum, rollout_found.take(), &why)
-                        .await?
-                    {
-                        Ok(state) => disruptive = Some(state),
-                        Err(retry_in) => return Ok(Reconciled::Waiting(retry_in)),
-                    }
-                }
-            }
-            match planned {
-                Some(planned) => apply::apply_planned(host, &self.secrets, input, planned).await,
-                None => apply::apply(host, &self.secrets, input).await,
-            }
-        };
-        drop(effective);
-        if outcome.is_err() {
-            // The file may or may not have been rewritten: read it again when next needed.
-            *last_applied = LastApplied::Unread;
-        }
-        let outcome = match outcome {
-            Ok(outcome) => outcome,
-            Err(error) => {
-                if let (Some(state), Some((_, node))) = (disruptive, &rollout_policy) {
-                    self.rollout_stop(
-                        node,
-                        state,
-                        rollout::rules::REASON_APPLY_FAILED,
-                        error_chain(&error),
-                    )
-                    .await?;
-                }
-                return Err(error.into());
-            }
-        };
-        let summary = match outcome {
-            Outcome::RestartSelf(summary) => {
-                self.record(&summary);
-                return Ok(Reconciled::RestartSelf);
-            }
-            Outcome::Applied(summary) => summary,
-        };
-        let in_place = self.in_place_after(&osc, &checksum, node).await;
-        *last_applied = LastApplied::Known(Some(Box::new(osc)));
-        if let Some(outcome) = in_place? {
-            return Ok(outcome);
-        }
-        self.record(&summary);
-        info!(
-            %checksum,
-            resumed = summary.resumed,
-            files_written = summary.files_written.len(),
-            files_deleted = summary.files_deleted.len(),
-            units_written = summary.units_written.len(),
-            units_deleted = summary.units_deleted.len(),
-            jobs = ?summary.commands.iter().map(|c| format!("{}:{:?}", c.name, c.command)).collect::<Vec<_>>(),
-            containerd_config_written = summary.containerd_config_written,
-            "OSC applied to the node"
-        );
-        self.metrics
-            .last_applied_seconds
-            .set(chrono::Utc::now().timestamp());
-        if summary.files_deleted.iter().any(|path| {
-            self.settings
-                .token_sync_configs
-                .iter()
-                .any(|c| &c.path == path)
-        }) {
-            self.token_trigger.notify_one();
-        }
-        if let Some(node) = node {
-            let name = node.name_any();
-            cluster::mark_applied(
-                &self.client,
-                &name,
-                &checksum,
-                self.settings.kubernetes_version.as_deref(),
-                control_plane,
-            )
-            .await
-            .map_err(|error| ReconcileError::Node(name.clone(), error))?;
-            let restarted: Vec<_> = summary.commands.iter().map(|c| c.name.as_str()).collect();
-            self.event(
-                node,
-                false,
-                "OSCApplied",
-                format!(
-                    "applied OSC {checksum}; unit jobs: {}",
-                    if restarted.is_empty() {
-                        "none".to_string()
-                    } else {
-                        restarted.join(", ")
-                    }
-                ),
-            )
-            .await;
-            for event in unit_events::aggregate(&summary.commands, &[]) {
-                self.event(node, event.warning, event.reason, event.note)
-                    .await;
-            }
-            if let Some(state) = disruptive {
-                return self.rollout_applied(state);
-            }
-            // As GNA: the lock is released once the node reports the new checksum.
-            if serial_mode || self.serial.lock().await.holds() {
-                self.release_serial_lock(secret).await?;
-            }
-        } else {
-            info!("node not registered yet; the checksum is reported once it is");
-        }
-        Ok(Reconciled::Applied)
     }
 
     /// Releases the serial lock when this agent holds it (see [`SerialLock::release`]).
@@ -899,16 +630,34 @@ impl<H: Host + 'static> Agent<H> {
         }
     }
 
-    async fn event(&self, node: &NodeMeta, warning: bool, reason: &str, note: String) {
-        let result = if warning {
-            self.events.warning(node, reason, note).await
-        } else {
-            self.events.normal(node, reason, note).await
-        };
-        if let Err(error) = result {
-            self.metrics.error("event", "api");
-            warn!(%error, reason, "publishing an event failed");
+    /// The disruptive rollout's I/O for one reconcile ([`rollout::flow`]).
+    fn rollout_flow(&self) -> rollout::flow::Flow<'_, H> {
+        rollout::flow::Flow {
+            client: &self.client,
+            host: self.host.as_ref(),
+            paths: &self.settings.paths,
+            metrics: &self.metrics,
+            events: &self.events,
+            serial: &self.serial,
+            reported_budget: &self.reported_budget,
         }
+    }
+
+    /// What the in-place steps need ([`crate::agent::in_place::flow`]).
+    fn in_place_context(&self) -> crate::agent::in_place::steps::Context<'_, H> {
+        crate::agent::in_place::steps::Context {
+            client: &self.client,
+            host: self.host.as_ref(),
+            paths: &self.settings.paths,
+            retry: crate::agent::in_place::steps::RetryPolicy::default(),
+            kubelet_timeout: crate::agent::in_place::flow::KUBELET_TIMEOUT,
+        }
+    }
+
+    async fn event(&self, node: &NodeMeta, warning: bool, reason: &str, note: String) {
+        self.events
+            .report(&self.metrics, node, warning, reason, note)
+            .await;
     }
 
     /// Finds the Node by host name (retrying until it exists), then follows it with a watch
@@ -946,7 +695,13 @@ impl<H: Host + 'static> Agent<H> {
     }
 }
 
-mod in_place_flow;
+/// Waits for `signal`; forever without one.
+async fn notified(signal: Option<&Notify>) {
+    match signal {
+        Some(signal) => signal.notified().await,
+        None => std::future::pending().await,
+    }
+}
 
 /// Follows the OSC secret: a metadata-only watch, and a GET of the secret whenever its
 /// resourceVersion differs from the one last read (a failed GET is retried with backoff). Sends

@@ -1,33 +1,13 @@
-//! Applying one OperatingSystemConfig to the node (`docs/agent.md#apply-order`, from the
-//! containerd settings to `last-applied-osc.yaml`), through [`Host`], resumable after a crash
-//! at any point.
+//! Applying one OperatingSystemConfig to the node through [`Host`], resumable after a crash
+//! at any point: the order is gardener-node-agent's (`docs/agent.md#apply-order`, from the
+//! containerd settings to `last-applied-osc.yaml`), one step each in `apply/steps.rs`.
 //!
-//! Order, each step completing items of the [`Journal`] and rewriting it after every item:
-//!
-//! 1. Load the journal if it is for this checksum, else compute it ([`changes::compute`])
-//!    and write it before anything else.
-//! 2. containerd (when `criConfig.containerd` is set): folders, `config.toml` from
-//!    `containerd config default` when missing, the `criConfig` settings; a config whose
-//!    text changed marks containerd for restart.
-//! 3. The agent's own unit in the command list becomes `mustRestartNodeAgent`.
-//! 4. Changed files: inline and `secretRef` content, then `imageRef` extraction.
-//! 5. Registry `hosts.toml` files.
-//! 6. Changed units: unit file, drop-ins, enable/disable.
-//! 7. Deleted units: with content → disable, stop, delete; drop-in only → delete its
-//!    drop-ins and restart it (if systemd knows it).
-//! 8. `daemon-reload` (always; cheap, and a resumed run may have written unit files).
-//! 9. `mustRestartNodeAgent` → clear it and return [`Outcome::RestartSelf`]; the caller exits
-//!    and the next process resumes from the journal.
-//! 10. Unit commands in parallel, each waiting for its job; containerd restarted after them
-//!     when its config changed and no command restarted it.
-//! 11. Removed registries, then removed files.
-//! 12. `last-applied-osc.yaml`.
-//!
-//! The journal carries the items themselves (gardener-node-agent's format), so a resumed
-//! run — ours or gardener-node-agent's — needs nothing but the journal and the secret.
+//! Invariants: the [`Journal`] is written before the first change and rewritten after every
+//! completed item; `daemon-reload` always runs before the unit jobs; a changed own unit
+//! returns [`Outcome::RestartSelf`] before any job runs (the next process resumes from the
+//! journal); `last-applied-osc.yaml` is written last.
 
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 
 use crate::api::operatingsystemconfig::{DropIn, File, UnitCommand};
 use crate::containerd::cri::{self, CriSettings};
@@ -39,6 +19,8 @@ use crate::agent::pipeline::osc::{self, Effective, NodeOsc};
 use crate::agent::ports::cluster::Secrets;
 use crate::agent::ports::host::{Host, HostError};
 use crate::agent::ports::paths::{Paths, STATE_FILE_MODE};
+
+mod steps;
 
 /// Mode of files without `permissions`.
 pub const DEFAULT_FILE_MODE: u32 = 0o600;
@@ -224,255 +206,43 @@ pub async fn apply<H: Host, S: Secrets>(
 }
 
 /// [`apply`] with the work [`plan`] already returned for this `input` (the disruptive
-/// rollout classifies it first and so does not read the journal twice).
+/// rollout classifies it first and so does not read the journal twice). One step of the
+/// module docs' order after the other (`apply/steps.rs`), each completing its journal items.
 pub async fn apply_planned<H: Host, S: Secrets>(
     host: &H,
     secrets: &S,
     input: Input<'_>,
     (journal, resumed): (Journal, bool),
 ) -> Result<Outcome, ApplyError> {
-    let paths = input.paths;
-    let mut summary = Summary::default();
-
-    // 1. Journal.
-    if resumed {
-        summary.resumed = true;
-    } else {
-        persist(host, paths, &journal)?;
-    }
-    let journal = Mutex::new(journal);
-    let update = |change: &dyn Fn(&mut Journal)| -> Result<(), ApplyError> {
-        let mut guard = journal.lock().unwrap_or_else(|e| e.into_inner());
-        change(&mut guard);
-        persist(host, paths, &guard)
+    let mut summary = Summary {
+        resumed,
+        ..Summary::default()
     };
-    let snapshot = || journal.lock().unwrap_or_else(|e| e.into_inner()).clone();
-
-    // Referenced Secrets before anything on the node changes: a missing Secret or key fails
-    // the apply here instead of after some files were already written.
-    for file in snapshot().files.changed {
-        if file.content.secret_ref.is_some() {
-            file_content(secrets, &file).await?;
-        }
+    // 1. Journal.
+    if !resumed {
+        persist(host, input.paths, &journal)?;
     }
-
-    // 2. containerd.
-    if changes::containerd_config(input.osc).is_some()
-        && ensure_containerd_config(host, input.osc).await?
-    {
-        summary.containerd_config_written = true;
-        update(&|j| j.containerd.config_file_changed = true)?;
-    }
-
-    // 3. The agent's own unit.
-    if snapshot()
-        .units
-        .commands
-        .iter()
-        .any(|c| c.name == input.own_unit)
-    {
-        update(&|j| {
-            j.take_command(input.own_unit);
-            j.must_restart_node_agent = true;
-        })?;
-    }
-
-    // 4. Files: inline and secretRef first, then imageRef (the slow ones).
-    for images in [false, true] {
-        for file in snapshot().files.changed {
-            if file.content.image_ref.is_some() != images {
-                continue;
-            }
-            write_file(host, secrets, &file).await?;
-            summary.files_written.push(file.path.clone());
-            update(&|j| j.complete_file_changed(&file.path))?;
-        }
-    }
-
-    // 5. Registries.
-    for registry in snapshot().containerd.registries.desired {
-        let path = Path::new(cri::CERTS_DIR)
-            .join(&registry.upstream)
-            .join("hosts.toml");
-        host.write(
-            &path,
-            cri::render_hosts_toml(&registry).as_bytes(),
-            CONTAINERD_FILE_MODE,
-        )
-        .map_err(host_error(format!("writing {}", path.display())))?;
-        update(&|j| j.complete_registry_desired(&registry.upstream))?;
-    }
-
-    // 6. Changed units.
-    for changed in snapshot().units.changed {
-        let name = changed.unit.name.as_str();
-        // gardener-node-agent removes completed drop-ins from the journal's unit, so whether
-        // the unit has drop-ins is taken from the OSC itself when it is there.
-        let unit = input.effective.unit(name).unwrap_or(&changed.unit);
-        if let Some(content) = &unit.content {
-            write_if_different(
-                host,
-                &paths.unit_file(name),
-                content.as_bytes(),
-                UNIT_FILE_MODE,
-            )?;
-        }
-        for drop_in in &changed.drop_ins_changes.changed {
-            write_if_different(
-                host,
-                &paths.drop_in(name, &drop_in.name),
-                drop_in.content.as_bytes(),
-                UNIT_FILE_MODE,
-            )?;
-            update(&|j| j.complete_drop_in_changed(name, &drop_in.name))?;
-        }
-        for drop_in in &changed.drop_ins_changes.deleted {
-            let path = paths.drop_in(name, &drop_in.name);
-            host.remove_file(&path)
-                .map_err(host_error(format!("removing {}", path.display())))?;
-            update(&|j| j.complete_drop_in_deleted(name, &drop_in.name))?;
-        }
-        if unit.drop_ins.is_empty() {
-            let dir = paths.drop_in_dir(name);
-            host.remove_dir_if_empty(&dir)
-                .map_err(host_error(format!("removing {}", dir.display())))?;
-        }
-        if name == input.own_unit || unit.enable != Some(false) {
-            host.enable_unit(name)
-                .await
-                .map_err(host_error(format!("enabling {name}")))?;
-        } else {
-            host.disable_unit(name)
-                .await
-                .map_err(host_error(format!("disabling {name}")))?;
-        }
-        summary.units_written.push(name.to_string());
-        update(&|j| j.complete_unit_changed(name))?;
-    }
-
-    // 7. Deleted units.
-    for old in snapshot().units.deleted {
-        let name = old.name.as_str();
-        let unit_file = paths.unit_file(name);
-        let has_file = old.content.is_some()
-            && host
-                .read(&unit_file)
-                .map_err(host_error(format!("reading {}", unit_file.display())))?
-                .is_some();
-        if has_file {
-            host.disable_unit(name)
-                .await
-                .map_err(host_error(format!("disabling {name}")))?;
-            host.unit_job(name, UnitCommand::Stop)
-                .await
-                .map_err(host_error(format!("stopping {name}")))?;
-            host.remove_file(&unit_file)
-                .map_err(host_error(format!("removing {}", unit_file.display())))?;
-        }
-        for drop_in in &old.drop_ins {
-            let path = paths.drop_in(name, &drop_in.name);
-            host.remove_file(&path)
-                .map_err(host_error(format!("removing {}", path.display())))?;
-        }
-        let dir = paths.drop_in_dir(name);
-        host.remove_dir_if_empty(&dir)
-            .map_err(host_error(format!("removing {}", dir.display())))?;
-        // A unit we only added drop-ins to stays, but must run without them. (Upstream
-        // restarts it only when its file is in /etc/systemd/system; any unit systemd knows
-        // is restarted here.)
-        let then = if old.content.is_none()
-            && !old.drop_ins.is_empty()
-            && host
-                .unit_known(name)
-                .await
-                .map_err(host_error(format!("looking up {name}")))?
-        {
-            Some(CommandEntry {
-                name: name.to_string(),
-                command: UnitCommand::Restart,
-            })
-        } else {
-            None
-        };
-        summary.units_deleted.push(name.to_string());
-        update(&|j| j.complete_unit_deleted(name, then.clone()))?;
-    }
-
+    let progress = steps::Progress::new(host, input.paths, journal);
+    steps::check_secrets(&progress, secrets).await?;
+    steps::containerd_config(&progress, input, &mut summary).await?; // 2.
+    steps::defer_own_unit(&progress, input)?; // 3.
+    steps::write_files(&progress, secrets, &mut summary).await?; // 4.
+    steps::write_registries(&progress)?; // 5.
+    steps::write_units(&progress, input, &mut summary).await?; // 6.
+    steps::delete_units(&progress, &mut summary).await?; // 7.
     // 8. Reload.
     host.daemon_reload()
         .await
         .map_err(host_error("daemon-reload"))?;
-
     // 9. Our own unit changed: exit, the next process continues.
-    if snapshot().must_restart_node_agent {
-        update(&|j| j.must_restart_node_agent = false)?;
+    if progress.snapshot().must_restart_node_agent {
+        progress.update(|j| j.must_restart_node_agent = false)?;
         return Ok(Outcome::RestartSelf(summary));
     }
-
-    // 10. Unit jobs, in parallel.
-    let commands = snapshot().units.commands;
-    let jobs = commands.iter().map(|command| async {
-        let result = host.unit_job(&command.name, command.command).await;
-        if result.is_ok() {
-            update(&|j| j.complete_command(&command.name))?;
-        }
-        Ok::<_, ApplyError>((command.clone(), result))
-    });
-    let mut failures = Vec::new();
-    for outcome in futures::future::join_all(jobs).await {
-        let (command, result) = outcome?;
-        match result {
-            Ok(()) => summary.commands.push(command),
-            Err(error) => failures.push(FailedJob {
-                unit: command.name,
-                command: command.command,
-                error: crate::error_chain::printable(&error),
-            }),
-        }
-    }
-    if !failures.is_empty() {
-        return Err(ApplyError::Commands(failures));
-    }
-    if snapshot().containerd.config_file_changed {
-        if !commands.iter().any(|c| c.name == CONTAINERD_UNIT) {
-            host.unit_job(CONTAINERD_UNIT, UnitCommand::Restart)
-                .await
-                .map_err(|error| {
-                    ApplyError::Commands(vec![FailedJob {
-                        unit: CONTAINERD_UNIT.to_string(),
-                        command: UnitCommand::Restart,
-                        error: crate::error_chain::printable(&error),
-                    }])
-                })?;
-            summary.commands.push(CommandEntry {
-                name: CONTAINERD_UNIT.to_string(),
-                command: UnitCommand::Restart,
-            });
-        }
-        update(&|j| j.containerd.config_file_changed = false)?;
-    }
-
-    // 11. Removed registries, then removed files.
-    for registry in snapshot().containerd.registries.deleted {
-        let dir = Path::new(cri::CERTS_DIR).join(&registry.upstream);
-        host.remove_dir_all(&dir)
-            .map_err(host_error(format!("removing {}", dir.display())))?;
-        update(&|j| j.complete_registry_deleted(&registry.upstream))?;
-    }
-    for file in snapshot().files.deleted {
-        host.remove_file(Path::new(&file.path))
-            .map_err(host_error(format!("removing {}", file.path)))?;
-        summary.files_deleted.push(file.path.clone());
-        update(&|j| j.complete_file_deleted(&file.path))?;
-    }
-
-    // 12. Record.
-    let text = osc::encode(input.osc).map_err(|error| ApplyError::Encode {
-        what: "last-applied-osc.yaml",
-        message: error.to_string(),
-    })?;
-    host.write(&paths.last_applied(), text.as_bytes(), STATE_FILE_MODE)
-        .map_err(host_error("writing last-applied-osc.yaml"))?;
+    steps::run_unit_jobs(&progress, &mut summary).await?; // 10.
+    steps::restart_containerd(&progress, &mut summary).await?;
+    steps::remove_deleted(&progress, &mut summary)?; // 11.
+    steps::record_last_applied(host, input)?; // 12.
     Ok(Outcome::Applied(summary))
 }
 

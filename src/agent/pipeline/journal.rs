@@ -1,43 +1,13 @@
-//! The crash-safe journal `last-computed-osc-changes.yaml` (`docs/agent.md#journal-format`):
-//! the work one OSC apply still has to do. Pure apart from (de)serialisation and [`load`] /
-//! [`persist`]; the apply step persists it through the host (atomically) after every
-//! completed item.
+//! The crash-safe journal `last-computed-osc-changes.yaml`: the work one OSC apply still has
+//! to do, in gardener-node-agent's format field for field, so either agent finishes what the
+//! other started (format and rules: `docs/agent.md#journal-format`,
+//! `#the-journal-and-crash-safety`). Pure apart from (de)serialisation and [`load`] /
+//! [`persist`].
 //!
-//! The format is gardener-node-agent's, field for field, so either agent can finish what
-//! the other started — which happens by design when an OSC replaces the agent's own unit or
-//! binary (the old process exits after daemon-reload, the new one resumes here):
-//!
-//! ```yaml
-//! operatingSystemConfigChecksum: 3f1c…        # the secret's checksum/data-script
-//! files:
-//!   changed: [{path: /etc/a, permissions: 420, content: {inline: …}}]   # to write
-//!   deleted: [{path: /etc/old, content: …}]                           # to remove (last)
-//! units:
-//!   changed:                                  # unit file, drop-ins, enablement to write
-//!   - name: kubelet.service                   # the whole unit …
-//!     content: …
-//!     dropInsChanges: {changed: [{name: 10-a.conf, content: …}], deleted: [{name: 20-old.conf, …}]}
-//!   commands:                                 # after daemon-reload, in parallel
-//!   - {name: kubelet.service, command: restart}
-//!   deleted: [{name: old.service, content: …}]   # stop/disable/remove (or drop-ins only)
-//! containerd:
-//!   configFileChanged: true                   # restart containerd at the end
-//!   registries: {desired: [{upstream: docker.io, …}], deleted: [{upstream: quay.io, …}]}
-//! mustRestartNodeAgent: false                 # exit after daemon-reload, resume here
-//! inPlaceUpdates: {operatingSystem: false, …} # in-place work left (agent::in_place::steps)
-//! ```
-//!
-//! A journal whose checksum matches the secret is resumed as it is, whatever is left in it;
-//! one for another checksum is replaced by a freshly computed one before anything is done.
-//! After a successful apply the file stays, with empty lists, as the record that this
-//! checksum is done.
-//!
-//! Size: [`persist`] never writes a journal larger than the agent reads back
-//! ([`MAX_JOURNAL_BYTES`], the host's read bound); the apply fails before its first item
-//! instead. A journal that cannot be read (too large, or not a regular file: left by an older
-//! agent, or by hand) is treated like one that does not parse: [`load`] logs it and the
-//! changes are computed again, and the next [`persist`] replaces it. Temporary files of state
-//! writes a killed agent left behind are removed at start ([`remove_leftover_temp_files`]).
+//! Invariants kept here: a journal for the secret's checksum is resumed as it is, any other is
+//! replaced before anything is done; after success it stays with empty lists; [`persist`]
+//! never writes more than [`MAX_JOURNAL_BYTES`] (what the agent reads back), and a journal that
+//! cannot be read counts as absent.
 
 use std::path::{Path, PathBuf};
 

@@ -20,6 +20,7 @@
 //! as the largest event it carried. The secret's data is read with a GET when it changed.
 
 use futures::{Stream, StreamExt};
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, NodeCondition, ObjectReference, Pod, Secret};
 use kube::api::{ListParams, PartialObjectMeta, Patch, PatchParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
@@ -104,12 +105,7 @@ pub fn watch_secret(
     client: &Client,
     name: &str,
 ) -> impl Stream<Item = watcher::Result<watcher::Event<SecretMeta>>> + Send + use<> {
-    let api = Api::<SecretMeta>::namespaced(client.clone(), NAMESPACE);
-    watcher(
-        api,
-        watcher::Config::default().fields(&format!("metadata.name={name}")),
-    )
-    .default_backoff()
+    watch_one(Api::namespaced(client.clone(), NAMESPACE), name)
 }
 
 /// The OSC secret itself; `None` when it does not exist.
@@ -125,7 +121,28 @@ pub fn watch_node(
     client: &Client,
     name: &str,
 ) -> impl Stream<Item = watcher::Result<watcher::Event<NodeMeta>>> + Send + use<> {
-    let api = Api::<NodeMeta>::all(client.clone());
+    watch_one(Api::all(client.clone()), name)
+}
+
+/// The Lease `kube-system/<name>` (the serial lock), and nothing else, as a stream of watch
+/// events (retrying with backoff). GNA watches it the same way, so the node-agent authorizer
+/// admits it.
+pub fn watch_lease(
+    client: &Client,
+    name: &str,
+) -> impl Stream<Item = watcher::Result<watcher::Event<Lease>>> + Send + use<> {
+    watch_one(Api::namespaced(client.clone(), NAMESPACE), name)
+}
+
+/// The object `name` of `api`, and nothing else (field selector `metadata.name`), as a
+/// stream of watch events retrying with backoff.
+fn watch_one<K>(
+    api: Api<K>,
+    name: &str,
+) -> impl Stream<Item = watcher::Result<watcher::Event<K>>> + Send + use<K>
+where
+    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
+{
     watcher(
         api,
         watcher::Config::default().fields(&format!("metadata.name={name}")),
@@ -327,24 +344,25 @@ impl NodeEvents {
         }
     }
 
-    /// Publishes a Normal event.
-    pub async fn normal(
+    /// Publishes a Warning (`warning`) or Normal event; a failure is logged and counted in
+    /// `metrics`, never returned: an event is worth one attempt, not a failed reconcile.
+    pub async fn report(
         &self,
+        metrics: &crate::agent::metrics::Metrics,
         node: &NodeMeta,
+        warning: bool,
         reason: &str,
         note: String,
-    ) -> Result<(), kube::Error> {
-        self.publish(node, EventType::Normal, reason, note).await
-    }
-
-    /// Publishes a Warning event.
-    pub async fn warning(
-        &self,
-        node: &NodeMeta,
-        reason: &str,
-        note: String,
-    ) -> Result<(), kube::Error> {
-        self.publish(node, EventType::Warning, reason, note).await
+    ) {
+        let type_ = if warning {
+            EventType::Warning
+        } else {
+            EventType::Normal
+        };
+        if let Err(error) = self.publish(node, type_, reason, note).await {
+            metrics.error("event", "api");
+            tracing::warn!(%error, reason, "publishing an event failed");
+        }
     }
 
     async fn publish(

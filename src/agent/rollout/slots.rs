@@ -1,31 +1,12 @@
-//! Serial OSC reconciliation (`docs/agent.md#serial-osc-reconciliation`): when the OSC secret
-//! carries `reconciliation.osc.node-agent.gardener.cloud/serial: "true"`, an agent applies only
-//! while it holds the Lease `kube-system/<secret name>`, so the nodes of the pool apply one at a
-//! time. Compatible with gardener-node-agent's lock (gardener
-//! `pkg/nodeagent/controller/operatingsystemconfig/serial.go`), so GNA and this agent serialise
-//! each other in a mixed pool:
-//!
-//! - holder identity: the host name; `leaseDurationSeconds: 600`; the Secret is the Lease's
-//!   controlling owner (`blockOwnerDeletion`, as `metav1.NewControllerRef` writes it);
-//! - acquire: create the Lease, or update it when it has no holder, the holder is us, or the
-//!   holder's `renewTime + leaseDurationSeconds` has passed; `acquireTime` is set when the
-//!   holder changes, `renewTime` on every acquire;
-//! - release (after a successful apply, or when the node is already up to date): an update that
-//!   clears holder, duration, acquire and renew time;
-//! - a lock held by another node is asked again when it expires, and meanwhile every
-//!   [`POLL_INTERVAL`] (GNA watches the Lease instead; polling costs nothing while idle).
-//!
-//! The same lock serves the disruptive rollout ([`crate::agent::rollout::rules`]) as its slot 0; slots
-//! `1..slots` are Leases `<secret name>-<i>` ([`slot_name`]) taken and released by the same
-//! rules. So the code here is written for a number of slots: [`Scan`] looks at their Leases
-//! one at a time and says which to take, and [`SerialLock`] holds at most one at a time. Slot
-//! names are made one at a time as they are read, never as a list, and a scan stops at the
-//! first slot it may take: the slot it holds is read first, and every slot is read only by a
-//! process that has not looked yet (it may hold a later one from before a restart) or when all
-//! are held.
+//! The serial lock and the rollout's slot Leases (`docs/agent.md#serial-osc-reconciliation`,
+//! `#slots`): Lease `kube-system/<secret name>` is gardener-node-agent's serial lock (gardener
+//! `pkg/nodeagent/controller/operatingsystemconfig/serial.go`, so GNA and this agent serialise
+//! each other) and the rollout's slot 0; slots `1..slots` are `<secret name>-<i>`
+//! ([`slot_name`]).
 //!
 //! [`decide`], [`Scan`], [`acquired`] and [`released`] are pure; [`SerialLock`] does the API
-//! calls.
+//! calls and holds at most one slot at a time. A scan reads one Lease at a time and stops at
+//! the first it may take (the one it holds first), so names are never made as a list.
 
 use std::collections::BTreeMap;
 use std::time::Duration;

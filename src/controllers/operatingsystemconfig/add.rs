@@ -1,9 +1,9 @@
 //! Starting the OperatingSystemConfig controller (what Gardener's per-kind `add.go` does) with
 //! its two side tasks: the node-agent secret hand-over ([`super::handover::run`]) and the
-//! rollout watch that writes the pools' rollout condition ([`super::rollout_watch::run`]).
+//! rollout watch that writes the pools' rollout condition ([`super::rollout::watch::run`]).
 
 use super::handover::{self, NodeAgentSecrets};
-use super::{OscActuator, rollout_watch};
+use super::{OscActuator, rollout};
 use crate::api::OperatingSystemConfig;
 use crate::extension::predicate::Filter;
 use crate::extension::start::{Setup, Started, Store};
@@ -21,7 +21,7 @@ pub fn add(setup: &Setup, filter: Filter, node_agent_secrets: NodeAgentSecrets) 
         setup.shutdown.clone(),
     ));
     let store = Store::of::<OperatingSystemConfig>();
-    let rollout_watch = tokio::spawn(rollout_watch::run(
+    let rollout_watch = tokio::spawn(rollout::watch::run(
         setup.client.clone(),
         setup.cache.clone(),
         store.objects.clone(),

@@ -37,8 +37,7 @@ pub mod nodeagent;
 pub mod os_update;
 pub mod reconcile;
 pub mod restore;
-pub mod rollout_status;
-pub mod rollout_watch;
+pub mod rollout;
 pub mod userdata;
 pub mod validate;
 

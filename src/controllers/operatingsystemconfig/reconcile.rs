@@ -25,7 +25,7 @@ use serde_json::{Map, Value, json};
 
 use super::content::ReferencedSecrets;
 use super::extensions::{self, Extensions};
-use super::rollout_status;
+use super::rollout::rules as rollout_rules;
 use super::{
     Error, OscActuator, USER_DATA_KEY, fetch, node_agent_managed_resource, nodeagent,
     result_secret_ref, userdata, validate,
@@ -287,7 +287,7 @@ pub async fn ship_node_agent_secret(
         .and_then(|shoot| shoot.worker(&secret.pool))
         .map(nodeagent::rollout_budget);
     let mut data = secret.managed_resource_data().map_err(Error::NodeAgent)?;
-    data.extend(rollout_status::rbac_manifests(&secret.name));
+    data.extend(rollout_rules::rbac_manifests(&secret.name));
     managed_resource::apply_for_shoot(&actuator.client, None, namespace, &mr, &data, false).await?;
     apply_access_secret(actuator, osc, namespace, &secret).await?;
     tracing::info!(
@@ -300,7 +300,7 @@ pub async fn ship_node_agent_secret(
 }
 
 /// The shoot access Secret through which the rollout watch sees the pool's Nodes
-/// ([`rollout_status::access_secret`]); written only when it is missing or differs (the
+/// ([`rollout_rules::access_secret`]); written only when it is missing or differs (the
 /// token gardener-resource-manager writes into it is left alone).
 async fn apply_access_secret(
     actuator: &OscActuator,
@@ -311,7 +311,7 @@ async fn apply_access_secret(
     let Some(owner) = osc.controller_owner_ref(&()) else {
         return Ok(());
     };
-    let wanted = rollout_status::access_secret(
+    let wanted = rollout_rules::access_secret(
         namespace,
         &shipped.name,
         &shipped.pool,

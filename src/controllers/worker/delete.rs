@@ -41,13 +41,26 @@ pub async fn delete(
     request: &Request<'_, Worker>,
     wait: bool,
 ) -> Result<Outcome, Error> {
-    let namespace = request.namespace();
-    let client = &actuator.client;
     if wait {
         if let Some(pending) = redeploy_classes_and_wait_for_credentials(actuator, request).await? {
             return Ok(pending);
         }
     }
+    delete_machine_objects(actuator, request).await?;
+    if !wait {
+        return Ok(Outcome::done());
+    }
+    wait_machine_objects_gone(actuator, request).await
+}
+
+/// Labels the machines for force deletion and deletes the deployments, classes and class
+/// secrets not yet deleting; one event says how many of each.
+async fn delete_machine_objects(
+    actuator: &WorkerActuator,
+    request: &Request<'_, Worker>,
+) -> Result<(), Error> {
+    let namespace = request.namespace();
+    let client = &actuator.client;
     let marked = objects::mark_machines_for_force_deletion(client, namespace).await?;
 
     let deployments = objects::api::<MachineDeployment>(client, namespace);
@@ -89,10 +102,20 @@ pub async fn delete(
             )
             .await;
     }
-    if !wait {
-        return Ok(Outcome::done());
-    }
+    Ok(())
+}
 
+/// Done (after the credentials release) once no machine object is left; else waits on, or
+/// fails at once when a machine failed during the deletion.
+async fn wait_machine_objects_gone(
+    actuator: &WorkerActuator,
+    request: &Request<'_, Worker>,
+) -> Result<Outcome, Error> {
+    let namespace = request.namespace();
+    let client = &actuator.client;
+    let deployments = objects::api::<MachineDeployment>(client, namespace);
+    let classes = objects::api::<MachineClass>(client, namespace);
+    let secrets = objects::api::<Secret>(client, namespace);
     // An operation that failed during the deletion fails the wait at once, with the
     // machines' own errors (`WaitUntilMachineResourcesDeleted`).
     let left_deployments =

@@ -16,7 +16,7 @@
 //!    [`crate::api::quantity`]): in-place pool hashes and status; [`credentials`]: MCM's hold on the
 //!    credentials secret;
 //! 5. the operations, one file each: [`reconcile`], [`delete`], [`migrate`], [`restore`];
-//!    bounded waits by requeue ([`wait`]), an event per step ([`steps`]), machine state for
+//!    bounded waits by requeue ([`wait`]), an event per step ([`step_events`]), machine state for
 //!    migration ([`state`], [`state_objects`]);
 //! 6. `gardener-extension-node render worker` prints the same objects as YAML
 //!    (`render::worker`).
@@ -153,7 +153,7 @@ pub mod replicas;
 pub mod restore;
 pub mod state;
 pub mod state_objects;
-pub mod steps;
+pub mod step_events;
 pub mod validate;
 pub mod wait;
 pub mod zones;
@@ -321,7 +321,7 @@ impl Classify for Error {
 /// The Worker actuator: the seed client, step events and the running waits.
 pub struct WorkerActuator {
     client: Client,
-    steps: steps::StepEvents,
+    steps: step_events::StepEvents,
     waits: wait::WaitTracker,
     timings: Timings,
 }
@@ -344,7 +344,7 @@ impl WorkerActuator {
     pub fn with_timings(client: Client, events: EventPublisher, timings: Timings) -> Self {
         WorkerActuator {
             client,
-            steps: steps::StepEvents::new(events),
+            steps: step_events::StepEvents::new(events),
             waits: wait::WaitTracker::default(),
             timings,
         }

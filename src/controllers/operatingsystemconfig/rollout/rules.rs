@@ -1,5 +1,5 @@
 //! How far a pool's nodes are with the node-agent configuration, for the seed (pure): the
-//! OSC condition [`CONDITION_TYPE`] that the rollout watch ([`super::rollout_watch`]) keeps
+//! OSC condition [`CONDITION_TYPE`] that the rollout watch ([`super::watch`]) keeps
 //! on `reconcile` OSCs whose node-agent secret we ship, and the shoot access it reads the
 //! Nodes with (`docs/agent.md#disruptive-rollout`, "Seen from the seed").
 //!

@@ -1,16 +1,16 @@
-//! Keeps the [`rollout_status::CONDITION_TYPE`] condition of the `reconcile` OSCs whose
+//! Keeps the [`rules::CONDITION_TYPE`] condition of the `reconcile` OSCs whose
 //! node-agent secret we ship, by listing the pool's Nodes in the shoot (the I/O around
-//! [`rollout_status`]; runs beside the OSC controller, under its leadership).
+//! [`rules`]; runs beside the OSC controller, under its leadership).
 //!
 //! What it reads: a reflector on our access Secrets only (label
-//! [`rollout_status::LABEL_ACCESS`]; each names its OSC as controller owner and carries the
+//! [`rules::LABEL_ACCESS`]; each names its OSC as controller owner and carries the
 //! pool, the shipped checksum and, once gardener-resource-manager has written it, the shoot
 //! token), the OSC store of the controller, the Clusters of the [`SeedCache`], and — once per
 //! token — the shoot's generic token kubeconfig Secret for the API server's address and CA.
 //! The shoot client is built from exactly that address, that CA and our token
 //! ([`crate::kubeconfig::shoot_endpoint`]): a generic token kubeconfig with any other field
 //! (a program to run, a file to read, other credentials) is refused, and the OSC condition
-//! says so (`Unknown`, [`rollout_status::REASON_KUBECONFIG_UNUSABLE`], naming the Secret).
+//! says so (`Unknown`, [`rules::REASON_KUBECONFIG_UNUSABLE`], naming the Secret).
 //!
 //! What it costs: every [`INTERVAL`], one list of the pool's Nodes (label selector) per OSC
 //! whose condition does not say yet that every node runs the shipped checksum; nothing for
@@ -32,10 +32,10 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use super::nodeagent;
-use super::rollout_status::{self, ANNOTATION_POOL, ANNOTATION_SHIPPED_CHECKSUM, CONDITION_TYPE};
+use super::rules::{self, ANNOTATION_POOL, ANNOTATION_SHIPPED_CHECKSUM, CONDITION_TYPE};
 use crate::api::OperatingSystemConfig;
 use crate::api::common::Condition;
+use crate::controllers::operatingsystemconfig::nodeagent;
 use crate::extension::cache::{ObjectStore, SeedCache};
 
 /// How often unfinished rollouts are looked at.
@@ -75,8 +75,7 @@ impl WatchError {
 /// Runs until `shutdown` (see the module docs).
 pub async fn run(client: Client, cache: SeedCache, oscs: ObjectStore, shutdown: CancellationToken) {
     let api: Api<Secret> = Api::all(client.clone());
-    let config =
-        watcher::Config::default().labels(&format!("{}=true", rollout_status::LABEL_ACCESS));
+    let config = watcher::Config::default().labels(&format!("{}=true", rules::LABEL_ACCESS));
     let (store, writer) = reflector::store();
     let reflect = watcher::watcher(api, config)
         .default_backoff()
@@ -191,7 +190,7 @@ impl Target {
 
     /// Whether the condition already says that every node runs this checksum.
     fn complete(&self) -> bool {
-        rollout_status::is_complete(self.previous.as_ref(), &self.checksum)
+        rules::is_complete(self.previous.as_ref(), &self.checksum)
     }
 }
 
@@ -240,9 +239,8 @@ async fn observe(
             what: "listing the pool's Nodes in the shoot",
             source,
         })?;
-    let summary =
-        rollout_status::summarize(&nodes.items, &target.pool, &target.key, &target.checksum);
-    let condition = rollout_status::condition(
+    let summary = rules::summarize(&nodes.items, &target.pool, &target.key, &target.checksum);
+    let condition = rules::condition(
         &summary,
         &target.checksum,
         target.previous.as_ref(),
@@ -257,8 +255,7 @@ async fn observe(
 /// Sets the condition to `Unknown` with `message` (the Secret and why it is unusable), unless
 /// it says so already; a failed write is logged and retried the next round.
 async fn report_unusable(client: &Client, namespace: &str, target: &Target, message: &str) {
-    let condition =
-        rollout_status::unusable_kubeconfig(message, target.previous.as_ref(), Utc::now());
+    let condition = rules::unusable_kubeconfig(message, target.previous.as_ref(), Utc::now());
     if target.previous.as_ref() == Some(&condition) {
         return;
     }

@@ -1,33 +1,55 @@
-//! The disruptive rollout's I/O inside the agent's reconcile (`docs/agent.md#disruptive-rollout`):
-//! the decisions are [`crate::agent::rollout::rules`]'s, the slot Leases [`SerialLock`]'s; this
-//! part reads and writes the state file, the Node's condition and events, and asks the API
-//! server and kubelet how the node is.
+//! The disruptive rollout's I/O around one apply (`docs/agent.md#disruptive-rollout`): the
+//! decisions are [`rules`]', the slot Leases [`SerialLock`]'s; a [`Flow`] reads and writes
+//! the state file, the Node's condition and events, and asks the API server and kubelet how
+//! the node is.
 //!
-//! Where it sits in [`Agent::reconcile`]: [`Agent::rollout_gate`] runs first (a hold or a stop
-//! of the secret's checksum is handled there and ends the reconcile), [`Agent::take_slot`]
-//! runs between computing the change set and applying it, [`Agent::rollout_applied`] and
-//! [`Agent::rollout_stop`] after the apply.
+//! Where it sits in the agent's reconcile: [`Flow::gate`] runs first (a hold or a stop of the
+//! secret's checksum is handled there and ends the reconcile), [`Flow::take_slot`] between
+//! computing the change set and applying it, [`Flow::applied`] and [`Flow::stop`] after
+//! the apply.
 //!
-//! [`SerialLock`]: crate::agent::rollout::slots::SerialLock
+//! [`rules`]: crate::agent::rollout::rules
+
+use std::sync::Mutex;
 
 use k8s_openapi::api::core::v1::{NodeCondition, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use kube::ResourceExt;
+use kube::{Client, ResourceExt};
 use tracing::{info, warn};
 
-use super::{Agent, ReconcileError, Reconciled};
-use crate::agent::ports::cluster::{self, NodeMeta};
+use crate::agent::metrics::Metrics;
+use crate::agent::outcome::{ReconcileError, Reconciled};
+use crate::agent::ports::cluster::{self, NodeEvents, NodeMeta};
 use crate::agent::ports::host::Host;
-use crate::agent::rollout::slots::Acquired;
+use crate::agent::ports::paths::Paths;
+use crate::agent::rollout::slots::{Acquired, SerialLock};
 use crate::agent::rollout::{
     self,
     rules::{Phase, Policy, Resume, RolloutState, Verdict},
 };
 use crate::error_chain::printable as error_chain;
 
-/// What [`Agent::rollout_gate`] leaves to the rest of the reconcile.
-pub(super) enum Gate {
+/// What the rollout's I/O needs from the running agent, borrowed for one reconcile.
+pub struct Flow<'a, H> {
+    /// API client (the Node, its pods, the pool's Nodes).
+    pub client: &'a Client,
+    /// The node.
+    pub host: &'a H,
+    /// Where the state file is.
+    pub paths: &'a Paths,
+    /// Error counters.
+    pub metrics: &'a Metrics,
+    /// Events on the Node.
+    pub events: &'a NodeEvents,
+    /// The slot Leases.
+    pub serial: &'a tokio::sync::Mutex<SerialLock>,
+    /// The out-of-range budget last reported in an event (once per value in this process).
+    pub reported_budget: &'a Mutex<Option<String>>,
+}
+
+/// What [`Flow::gate`] leaves to the rest of the reconcile.
+pub enum Gate {
     /// The reconcile ends with this.
     Done(Reconciled),
     /// Go on; the state found for this checksum or an earlier one (`Some`: this node holds a
@@ -39,30 +61,26 @@ fn unix_now() -> i64 {
     Timestamp::now().as_second()
 }
 
-impl<H: Host + 'static> Agent<H> {
+impl<H: Host> Flow<'_, H> {
     /// The persisted rollout state, if any (an unreadable file is none).
-    pub(super) fn read_rollout_state(&self) -> Option<RolloutState> {
-        let bytes = self
-            .host
-            .read(&self.settings.paths.rollout_state())
-            .ok()
-            .flatten()?;
+    pub fn read_state(&self) -> Option<RolloutState> {
+        let bytes = self.host.read(&self.paths.rollout_state()).ok().flatten()?;
         RolloutState::parse(&bytes)
     }
 
-    fn write_rollout_state(&self, state: &RolloutState) -> Result<(), ReconcileError> {
+    fn write_state(&self, state: &RolloutState) -> Result<(), ReconcileError> {
         self.host
             .write(
-                &self.settings.paths.rollout_state(),
+                &self.paths.rollout_state(),
                 &state.to_bytes(),
                 crate::agent::ports::paths::STATE_FILE_MODE,
             )
             .map_err(ReconcileError::RolloutState)
     }
 
-    fn clear_rollout_state(&self) -> Result<(), ReconcileError> {
+    fn clear_state(&self) -> Result<(), ReconcileError> {
         self.host
-            .remove_file(&self.settings.paths.rollout_state())
+            .remove_file(&self.paths.rollout_state())
             .map(drop)
             .map_err(ReconcileError::RolloutState)
     }
@@ -70,7 +88,7 @@ impl<H: Host + 'static> Agent<H> {
     /// First step of a reconcile with the rollout on: a resume asked on the Node is taken
     /// (and the annotation removed), a stop of this checksum stays (renewing the slot), a
     /// hold is checked. Anything else goes on.
-    pub(super) async fn rollout_gate(
+    pub async fn gate(
         &self,
         secret: &Secret,
         node: &NodeMeta,
@@ -78,12 +96,12 @@ impl<H: Host + 'static> Agent<H> {
         checksum: &str,
     ) -> Result<Gate, ReconcileError> {
         self.report_invalid_budget(node, policy).await;
-        let state = self.read_rollout_state();
+        let state = self.read_state();
         let node_name = node.name_any();
         let resume_asked = rollout::rules::resume_asked(node.metadata.annotations.as_ref());
         if resume_asked {
             cluster::remove_node_annotation(
-                &self.client,
+                self.client,
                 &node_name,
                 rollout::rules::ANNOTATION_RESUME,
             )
@@ -98,23 +116,25 @@ impl<H: Host + 'static> Agent<H> {
             Resume::Fresh | Resume::Continue => Ok(Gate::Go(Some(state))),
             Resume::Resumed => {
                 info!(%checksum, "disruptive rollout resumed on request");
-                self.event(
-                    node,
-                    false,
-                    rollout::rules::EVENT_RESUMED,
-                    format!(
-                        "resuming the rollout of OSC {checksum} (annotation {} was set)",
-                        rollout::rules::ANNOTATION_RESUME
-                    ),
-                )
-                .await;
+                self.events
+                    .report(
+                        self.metrics,
+                        node,
+                        false,
+                        rollout::rules::EVENT_RESUMED,
+                        format!(
+                            "resuming the rollout of OSC {checksum} (annotation {} was set)",
+                            rollout::rules::ANNOTATION_RESUME
+                        ),
+                    )
+                    .await;
                 // Back to `Applying`: the apply runs again (a finished one changes nothing)
                 // and the node is held and checked again before the slot goes.
                 state.phase = Phase::Applying;
                 state.since = unix_now();
                 state.reason = None;
                 state.message = None;
-                self.write_rollout_state(&state)?;
+                self.write_state(&state)?;
                 Ok(Gate::Go(Some(state)))
             }
             Resume::Stay => {
@@ -142,7 +162,14 @@ impl<H: Host + 'static> Agent<H> {
         };
         let note = rollout::rules::invalid_budget_note(value);
         warn!(%note, "invalid rollout budget");
-        self.event(node, true, rollout::rules::EVENT_INVALID_BUDGET, note)
+        self.events
+            .report(
+                self.metrics,
+                node,
+                true,
+                rollout::rules::EVENT_INVALID_BUDGET,
+                note,
+            )
             .await;
     }
 
@@ -157,7 +184,7 @@ impl<H: Host + 'static> Agent<H> {
         let Some(pool) = pool else {
             return Ok(rollout::rules::slot_count(policy.budget, None));
         };
-        let nodes = cluster::count_pool_nodes(&self.client, pool, policy.budget)
+        let nodes = cluster::count_pool_nodes(self.client, pool, policy.budget)
             .await
             .map_err(|error| ReconcileError::Node(node.name_any(), error))?;
         Ok(rollout::rules::slot_count(policy.budget, Some(nodes)))
@@ -186,7 +213,7 @@ impl<H: Host + 'static> Agent<H> {
     /// Takes a slot for a disruptive apply of `checksum` and records `Applying` with the pods
     /// ready now. `Ok(None)`: every slot is held by another node; `Some(wait)` says how long
     /// to wait.
-    pub(super) async fn take_slot(
+    pub async fn take_slot(
         &self,
         secret: &Secret,
         node: &NodeMeta,
@@ -214,7 +241,7 @@ impl<H: Host + 'static> Agent<H> {
             return Ok(Ok(state));
         }
         let node_name = node.name_any();
-        let pods = cluster::pods_on_node(&self.client, &node_name)
+        let pods = cluster::pods_on_node(self.client, &node_name)
             .await
             .map_err(|error| ReconcileError::Node(node_name.clone(), error))?;
         let state = RolloutState {
@@ -225,26 +252,23 @@ impl<H: Host + 'static> Agent<H> {
             reason: None,
             message: None,
         };
-        self.write_rollout_state(&state)?;
+        self.write_state(&state)?;
         info!(%slot, why = ?why, pods_ready = state.pods_ready_before.len(), "disruptive change: holding a slot");
         Ok(Ok(state))
     }
 
     /// After a successful disruptive apply: hold the slot until the node is healthy.
-    pub(super) fn rollout_applied(
-        &self,
-        mut state: RolloutState,
-    ) -> Result<Reconciled, ReconcileError> {
+    pub fn applied(&self, mut state: RolloutState) -> Result<Reconciled, ReconcileError> {
         state.phase = Phase::Holding;
         state.since = unix_now();
-        self.write_rollout_state(&state)?;
+        self.write_state(&state)?;
         Ok(Reconciled::Holding(rollout::rules::HEALTH_POLL))
     }
 
     /// Stops the rollout on this node: the state says why, the slot stays, the Node gets the
     /// condition `False` and a Warning event. Failures to report are logged; the state file
     /// is what keeps the stop.
-    pub(super) async fn rollout_stop(
+    pub async fn stop(
         &self,
         node: &NodeMeta,
         state: RolloutState,
@@ -257,10 +281,16 @@ impl<H: Host + 'static> Agent<H> {
             state.checksum,
             rollout::rules::ANNOTATION_RESUME
         );
-        self.write_rollout_state(&state.stopped(reason, message, unix_now()))?;
-        self.rollout_condition(node, "False", reason, note.clone())
-            .await;
-        self.event(node, true, rollout::rules::EVENT_STOPPED, note)
+        self.write_state(&state.stopped(reason, message, unix_now()))?;
+        self.condition(node, "False", reason, note.clone()).await;
+        self.events
+            .report(
+                self.metrics,
+                node,
+                true,
+                rollout::rules::EVENT_STOPPED,
+                note,
+            )
             .await;
         Ok(())
     }
@@ -289,7 +319,7 @@ impl<H: Host + 'static> Agent<H> {
             warn!(error = %error_chain(&error), "checking the node's health failed; checking again");
             Ok(Reconciled::Holding(rollout::rules::HEALTH_POLL))
         };
-        let ready = match cluster::node_condition(&self.client, &node_name, "Ready").await {
+        let ready = match cluster::node_condition(self.client, &node_name, "Ready").await {
             Ok(ready) => ready,
             Err(error) => return checking_failed(error),
         };
@@ -300,7 +330,7 @@ impl<H: Host + 'static> Agent<H> {
         };
         // `judge` looks at the pods only on a Ready node with a healthy kubelet.
         if health.node_ready && health.kubelet_healthy {
-            match cluster::pods_on_node(&self.client, &node_name).await {
+            match cluster::pods_on_node(self.client, &node_name).await {
                 Ok(pods) => {
                     health.pods_not_ready =
                         rollout::rules::not_ready_again(&state.pods_ready_before, &pods)
@@ -314,13 +344,13 @@ impl<H: Host + 'static> Agent<H> {
                 Ok(Reconciled::Holding(rollout::rules::HEALTH_POLL))
             }
             Verdict::Fail(message) => {
-                self.rollout_stop(node, state, rollout::rules::REASON_NOT_HEALTHY, message)
+                self.stop(node, state, rollout::rules::REASON_NOT_HEALTHY, message)
                     .await?;
                 Ok(Reconciled::Stopped)
             }
             Verdict::Release { unsettled } => {
                 self.release_slots(secret, policy).await?;
-                self.clear_rollout_state()?;
+                self.clear_state()?;
                 let note = if unsettled.is_empty() {
                     format!(
                         "OSC {} applied, node healthy after {}s; slot released",
@@ -335,9 +365,16 @@ impl<H: Host + 'static> Agent<H> {
                     )
                 };
                 info!(%note, "disruptive change done");
-                self.rollout_condition(node, "True", rollout::rules::REASON_HEALTHY, note.clone())
+                self.condition(node, "True", rollout::rules::REASON_HEALTHY, note.clone())
                     .await;
-                self.event(node, false, rollout::rules::EVENT_RELEASED, note)
+                self.events
+                    .report(
+                        self.metrics,
+                        node,
+                        false,
+                        rollout::rules::EVENT_RELEASED,
+                        note,
+                    )
                     .await;
                 Ok(Reconciled::UpToDate)
             }
@@ -347,7 +384,7 @@ impl<H: Host + 'static> Agent<H> {
     /// Releases a slot left from earlier (a restart between the Node report and the
     /// release) and forgets a state of another checksum (`state_found`: the gate read one).
     /// For an up-to-date node.
-    pub(super) async fn rollout_up_to_date(
+    pub async fn up_to_date(
         &self,
         secret: &Secret,
         policy: &Policy,
@@ -355,7 +392,7 @@ impl<H: Host + 'static> Agent<H> {
     ) -> Result<(), ReconcileError> {
         self.release_slots(secret, policy).await?;
         if state_found {
-            self.clear_rollout_state()?;
+            self.clear_state()?;
         }
         Ok(())
     }
@@ -371,13 +408,7 @@ impl<H: Host + 'static> Agent<H> {
     }
 
     /// Writes the [`rollout::rules::CONDITION_TYPE`] condition (logged on failure).
-    async fn rollout_condition(
-        &self,
-        node: &NodeMeta,
-        status: &str,
-        reason: &str,
-        message: String,
-    ) {
+    async fn condition(&self, node: &NodeMeta, status: &str, reason: &str, message: String) {
         let now = Time(Timestamp::now());
         let condition = NodeCondition {
             type_: rollout::rules::CONDITION_TYPE.to_string(),
@@ -388,7 +419,7 @@ impl<H: Host + 'static> Agent<H> {
             last_transition_time: Some(now),
         };
         if let Err(error) =
-            cluster::patch_node_condition(&self.client, &node.name_any(), &condition).await
+            cluster::patch_node_condition(self.client, &node.name_any(), &condition).await
         {
             self.metrics.error("rollout", "api");
             warn!(error = %error_chain(&error), "patching the node's rollout condition failed");
