@@ -2,8 +2,9 @@
 #
 #   docker build --target operator -t gardener-extension-node/operator:v0.1.0 .
 #   docker build --target gvisor-installation -t gardener-extension-node/gvisor-installation:v0.1.0 .
+#   docker build --target node-agent -t gardener-extension-node/node-agent:v0.1.0 .
 #
-# Both carry the same static (musl) binary. The installation image adds runsc and
+# All carry the same static (musl) binary. The installation image adds runsc and
 # containerd-shim-runsc-v1, built from the gVisor Go module pinned in hack/envtest/gvisor/go.mod.
 # That go.mod is the one pin for tests and images: the tests build the same files with
 # hack/envtest.sh --node.
@@ -50,3 +51,10 @@ FROM scratch AS gvisor-installation
 COPY --from=builder /gardener-extension-node /usr/local/bin/gardener-extension-node
 COPY --from=gvisor /var/content /var/content
 ENTRYPOINT ["/usr/local/bin/gardener-extension-node", "gvisor-install"]
+
+# --- node agent: what gardenlet's node-init pulls for `gardener-node-agent` ---------------------
+# node-init copies /gardener-node-agent out of the image to /opt/bin and runs `bootstrap`; called
+# by that name the binary takes gardener-node-agent's command line (docs/agent.md#bootstrap).
+FROM scratch AS node-agent
+COPY --from=builder /gardener-extension-node /gardener-node-agent
+ENTRYPOINT ["/gardener-node-agent"]

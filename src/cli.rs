@@ -35,6 +35,9 @@ pub enum Command {
     Operator(crate::operator::OperatorArgs),
     /// Run the on-node agent that applies the OperatingSystemConfig of its node.
     Agent(crate::agent::AgentArgs),
+    /// Install and start the node agent's unit on a new node (what `gardener-node-agent
+    /// bootstrap` does; gardenlet's `gardener-node-init` runs it).
+    AgentBootstrap(crate::agent::bootstrap::BootstrapArgs),
     /// Install gVisor (runsc) into the node's containerd; run by the installation DaemonSet.
     GvisorInstall(crate::gvisor_install::GvisorInstallArgs),
     /// Print the manifests the operator would create for an object, without a cluster.
@@ -64,6 +67,7 @@ impl Command {
         match self {
             Command::Operator(_) | Command::LocalEnv(_) => RuntimeFlavor::MultiThread,
             Command::Agent(_)
+            | Command::AgentBootstrap(_)
             | Command::GvisorInstall(_)
             | Command::Render(_)
             | Command::Crds(_) => RuntimeFlavor::CurrentThread,
@@ -86,10 +90,41 @@ impl Command {
             Command::Crds(args) => crate::crds::run(args),
             Command::LocalEnv(args) => crate::devenv::run_local_env(args).await,
             Command::Agent(args) => Ok(crate::agent::run(args).await?),
+            Command::AgentBootstrap(args) => Ok(crate::agent::bootstrap::run(args).await?),
             Command::GvisorInstall(args) => Ok(crate::gvisor_install::run(args).await?),
             Command::Render(command) => command.run(),
         }
     }
+}
+
+/// The name gardenlet's node-init and the node agent's unit call the binary by.
+pub const GARDENER_NODE_AGENT: &str = "gardener-node-agent";
+
+/// The command line as this binary reads it. Called as [`GARDENER_NODE_AGENT`] (`argv[0]`), it
+/// takes gardener-node-agent's command line: `bootstrap [flags]` becomes `agent-bootstrap
+/// [flags]` and anything else `agent [flags]` (the unit runs `gardener-node-agent
+/// --config-dir=...`). Under any other name the arguments stay as they are.
+pub fn as_invoked(args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+    let called = args
+        .first()
+        .and_then(|program| std::path::Path::new(program).file_name())
+        .is_some_and(|name| name == GARDENER_NODE_AGENT);
+    if !called {
+        return args;
+    }
+    let mut rest = args.into_iter();
+    let program = rest.next().unwrap_or_default();
+    let mut rest = rest.peekable();
+    let subcommand = if rest.peek().is_some_and(|first| first == "bootstrap") {
+        rest.next();
+        "agent-bootstrap"
+    } else {
+        "agent"
+    };
+    std::iter::once(program)
+        .chain(std::iter::once(subcommand.into()))
+        .chain(rest)
+        .collect()
 }
 
 /// Whether a failure prints the error's backtrace: with `--debug`, or when
@@ -124,6 +159,56 @@ mod tests {
     use std::ffi::OsStr;
 
     use super::*;
+
+    #[test]
+    fn called_as_gardener_node_agent_it_takes_its_command_line() {
+        let line = |args: &[&str]| -> Vec<String> {
+            as_invoked(args.iter().map(std::ffi::OsString::from).collect())
+                .into_iter()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect()
+        };
+        assert_eq!(
+            line(&[
+                "/opt/bin/gardener-node-agent",
+                "bootstrap",
+                "--config-dir=/x"
+            ]),
+            [
+                "/opt/bin/gardener-node-agent",
+                "agent-bootstrap",
+                "--config-dir=/x"
+            ]
+        );
+        assert_eq!(
+            line(&["/opt/bin/gardener-node-agent", "--config-dir=/x"]),
+            ["/opt/bin/gardener-node-agent", "agent", "--config-dir=/x"]
+        );
+        assert_eq!(
+            line(&["gardener-node-agent"]),
+            ["gardener-node-agent", "agent"]
+        );
+        // Under its own name nothing changes, nor for a name that only contains it.
+        for args in [
+            &["gardener-extension-node", "bootstrap"][..],
+            &["/x/gardener-node-agent-old", "bootstrap"][..],
+        ] {
+            assert_eq!(line(args), args);
+        }
+        let parsed = Cli::try_parse_from(as_invoked(
+            [
+                "/opt/bin/gardener-node-agent",
+                "bootstrap",
+                "--config-dir=/x",
+            ]
+            .map(std::ffi::OsString::from)
+            .to_vec(),
+        ))
+        .unwrap();
+        assert!(
+            matches!(parsed.command, Command::AgentBootstrap(a) if a.config_dir.as_os_str() == "/x")
+        );
+    }
 
     #[test]
     fn backtraces_only_on_request() {

@@ -9,7 +9,7 @@ use gardener_extension_node::cli::{self, Cli, RuntimeFlavor};
 use gardener_extension_node::malloc_tuning;
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = Cli::parse_from(cli::as_invoked(std::env::args_os().collect()));
     let backtrace =
         cli::wants_backtrace(cli.debug, std::env::var_os("RUST_LIB_BACKTRACE").as_deref());
     match run(cli) {

@@ -1480,3 +1480,141 @@ async fn item10_serial_reconciliation_applies_one_node_at_a_time() {
             .join("\n---\n")
     );
 }
+
+/// gardener-node-agent's unit as gardener v1.149.3 renders it (`nodeagent.UnitContent()`),
+/// written out here to check ours against.
+const GARDENER_NODE_AGENT_UNIT: &str = "[Unit]\nDescription=Gardener Node Agent\nAfter=network-online.target\n\n[Service]\nLimitMEMLOCK=infinity\nExecStart=/opt/bin/gardener-node-agent --config-dir=/var/lib/gardener-node-agent\nRestart=always\nRestartSec=5\nStandardOutput=journal+console\nStandardError=journal\n\n[Install]\nWantedBy=multi-user.target";
+
+/// The node-init path (`docs/agent.md#bootstrap`): the binary, copied to
+/// `/opt/bin/gardener-node-agent` as gardenlet's node-init does, runs `bootstrap
+/// --config-dir=...` under that name; it installs gardener's unit, enables and starts it and
+/// disables `gardener-node-init`. A rejected bootstrap token is a warning (the agent retries on
+/// its own), and a second bootstrap changes nothing. The started agent applies the OSC.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bootstrap_installs_the_agent_as_gardener_node_init_runs_it() {
+    let env = support::env().await;
+    let names = names();
+    let checksum = put_osc(
+        &env.client,
+        &names.secret,
+        &osc_yaml(&[service("app.service", "after bootstrap")], &[], None),
+    )
+    .await;
+    let machine = boot(BIN);
+    let node = machine.name().to_string();
+    create_node(&env.client, &node).await;
+    let token = limited_token(&env, &node, &[&names.secret]).await;
+    let setup = AgentSetup {
+        secret_name: names.secret.clone(),
+        kubeconfig: gardener_extension_node::kubeconfig::render_token_kubeconfig(
+            &env.server_url,
+            &env.ca_pem,
+            &token,
+        ),
+        server_url: env.server_url.clone(),
+        ca_pem: env.ca_pem.clone(),
+        drift_interval: "10m".into(),
+        token_sync: Vec::new(),
+        binary_in_machine: BIN_IN_MACHINE.to_string(),
+    };
+    // What gardenlet's user data leaves on the node before gardener-node-init runs (the
+    // kubeconfig until the agent can get a certificate itself), and its init unit.
+    let mut config: Value = serde_norway::from_str(&config_yaml(&setup)).unwrap();
+    config["server"] = json!({"metrics": {"port": free_port()}});
+    let init_unit = "[Unit]\nDescription=first boot\n[Service]\nType=oneshot\nExecStart=/bin/true\n[Install]\nWantedBy=multi-user.target\n";
+    for (path, content, mode) in [
+        (
+            format!("{CONFIG_DIR}/config-v1.149.3.yaml"),
+            serde_norway::to_string(&config).unwrap(),
+            0o600,
+        ),
+        (
+            format!("{CONFIG_DIR}/cluster-ca.crt"),
+            setup.ca_pem.clone(),
+            0o644,
+        ),
+        (
+            format!("{CONFIG_DIR}/credentials/kubeconfig"),
+            setup.kubeconfig.clone(),
+            0o600,
+        ),
+        (
+            format!("{CONFIG_DIR}/credentials/bootstrap-token"),
+            "not-a-token".to_string(),
+            0o600,
+        ),
+        (
+            "/etc/systemd/system/gardener-node-init.service".to_string(),
+            init_unit.to_string(),
+            0o644,
+        ),
+    ] {
+        machine.write_file(path, content.as_bytes(), mode).unwrap();
+    }
+    machine
+        .sh("systemctl daemon-reload && systemctl enable gardener-node-init.service && install -D -m 0755 /opt/gardener-extension-node/gardener-extension-node /opt/bin/gardener-node-agent")
+        .expect_success("node-init's part");
+    let bootstrap = || {
+        machine
+            .run(&[
+                "/opt/bin/gardener-node-agent",
+                "bootstrap",
+                "--config-dir=/var/lib/gardener-node-agent",
+            ])
+            .expect_success("bootstrap")
+    };
+
+    let rejected = bootstrap();
+    let log = format!("{}{}", rejected.stdout, rejected.stderr);
+    assert!(log.contains("API server connectivity test failed"), "{log}");
+    assert_eq!(
+        String::from_utf8(
+            machine
+                .read_file("/etc/systemd/system/gardener-node-agent.service")
+                .unwrap()
+        )
+        .unwrap(),
+        GARDENER_NODE_AGENT_UNIT
+    );
+    for (unit, state) in [
+        ("gardener-node-agent.service", "enabled"),
+        ("gardener-node-init.service", "disabled"),
+    ] {
+        assert_eq!(
+            machine.unit_property(unit, "UnitFileState"),
+            state,
+            "{unit}"
+        );
+    }
+    machine
+        .wait_for_unit_state(AGENT_UNIT, "active", Duration::from_secs(30))
+        .unwrap();
+
+    machine
+        .write_file(
+            format!("{CONFIG_DIR}/credentials/bootstrap-token"),
+            token.as_bytes(),
+            0o600,
+        )
+        .unwrap();
+    let accepted = bootstrap();
+    let log = format!("{}{}", accepted.stdout, accepted.stderr);
+    assert!(log.contains("the API server is reachable"), "{log}");
+
+    let agent = AgentMachine {
+        machine,
+        node,
+        metrics_port: 0,
+    };
+    wait_for_checksum(&env.client, &agent, &checksum, APPLY_TIMEOUT).await;
+    // Started by bootstrap under gardener's unit, the agent runs as gardener-node-agent.
+    assert!(
+        agent.log().contains("starting the node agent"),
+        "{}",
+        agent.log()
+    );
+    assert_eq!(
+        agent.machine.unit_property("app.service", "ActiveState"),
+        "active"
+    );
+}

@@ -202,19 +202,8 @@ pub fn load(args: AgentArgs) -> Result<Settings, ConfigError> {
         containerd_address,
         containerd_namespace,
     } = args;
-    let config_file = match config_file {
-        Some(file) => file,
-        None => find_config_file(&config_dir)?,
-    };
+    let (config_file, config) = read_configuration(&config_dir, config_file)?;
     let display = config_file.display().to_string();
-    let text = std::fs::read_to_string(&config_file).map_err(|source| ConfigError::Read {
-        path: display.clone(),
-        source,
-    })?;
-    let config = NodeAgentConfiguration::from_yaml(&text).map_err(|source| ConfigError::Parse {
-        path: display.clone(),
-        source,
-    })?;
     let invalid = |problem: String| ConfigError::Invalid {
         path: display.clone(),
         problem,
@@ -298,6 +287,28 @@ pub fn load(args: AgentArgs) -> Result<Settings, ConfigError> {
         kubeconfig_flag: kubeconfig,
         config,
     })
+}
+
+/// The NodeAgentConfiguration: `config_file` when given, else the one [`choose_config_file`]
+/// picks in `config_dir`; with the path it was read from.
+pub fn read_configuration(
+    config_dir: &Path,
+    config_file: Option<PathBuf>,
+) -> Result<(PathBuf, NodeAgentConfiguration), ConfigError> {
+    let config_file = match config_file {
+        Some(file) => file,
+        None => find_config_file(config_dir)?,
+    };
+    let display = config_file.display().to_string();
+    let text = std::fs::read_to_string(&config_file).map_err(|source| ConfigError::Read {
+        path: display.clone(),
+        source,
+    })?;
+    let config = NodeAgentConfiguration::from_yaml(&text).map_err(|source| ConfigError::Parse {
+        path: display,
+        source,
+    })?;
+    Ok((config_file, config))
 }
 
 fn find_config_file(dir: &Path) -> Result<PathBuf, ConfigError> {

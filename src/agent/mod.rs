@@ -21,6 +21,7 @@
 //!   [`metrics`].
 
 pub mod access;
+pub mod bootstrap;
 pub mod config;
 pub mod controller;
 pub mod error;

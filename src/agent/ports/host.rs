@@ -231,12 +231,13 @@ impl SystemHost {
             self.containerd_namespace.as_str(),
         ];
         full.extend_from_slice(args);
-        run("ctr", &full).await
+        run_command("ctr", &full).await
     }
 }
 
-/// Runs a program and returns its standard output; non-zero exit is an error.
-async fn run(program: &str, args: &[&str]) -> Result<String, HostError> {
+/// Runs `program` with `args` (no stdin) and returns its standard output; a failure names the
+/// command, its exit status and the end of its standard error.
+pub async fn run_command(program: &str, args: &[&str]) -> Result<String, HostError> {
     let command_line = format!("{program} {}", args.join(" "));
     let output = Command::new(program)
         .args(args)
@@ -442,11 +443,11 @@ impl Host for SystemHost {
     }
 
     async fn containerd_default_config(&self) -> Result<String, HostError> {
-        run("containerd", &["config", "default"]).await
+        run_command("containerd", &["config", "default"]).await
     }
 
     async fn containerd_version(&self) -> Option<(u64, u64)> {
-        let output = run("containerd", &["--version"]).await.ok()?;
+        let output = run_command("containerd", &["--version"]).await.ok()?;
         containerd::cri::parse_containerd_version(&output)
     }
 
