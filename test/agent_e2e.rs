@@ -1481,6 +1481,19 @@ async fn item10_serial_reconciliation_applies_one_node_at_a_time() {
     );
 }
 
+/// The setup of an agent without token syncs, drift checks every 10 minutes.
+fn plain_setup(env: &support::TestEnv, secret: &str, kubeconfig: String) -> AgentSetup {
+    AgentSetup {
+        secret_name: secret.to_string(),
+        kubeconfig,
+        server_url: env.server_url.clone(),
+        ca_pem: env.ca_pem.clone(),
+        drift_interval: "10m".into(),
+        token_sync: Vec::new(),
+        binary_in_machine: BIN_IN_MACHINE.to_string(),
+    }
+}
+
 /// gardener-node-agent's unit as gardener v1.149.3 renders it (`nodeagent.UnitContent()`),
 /// written out here to check ours against.
 const GARDENER_NODE_AGENT_UNIT: &str = "[Unit]\nDescription=Gardener Node Agent\nAfter=network-online.target\n\n[Service]\nLimitMEMLOCK=infinity\nExecStart=/opt/bin/gardener-node-agent --config-dir=/var/lib/gardener-node-agent\nRestart=always\nRestartSec=5\nStandardOutput=journal+console\nStandardError=journal\n\n[Install]\nWantedBy=multi-user.target";
@@ -1504,19 +1517,15 @@ async fn bootstrap_installs_the_agent_as_gardener_node_init_runs_it() {
     let node = machine.name().to_string();
     create_node(&env.client, &node).await;
     let token = limited_token(&env, &node, &[&names.secret]).await;
-    let setup = AgentSetup {
-        secret_name: names.secret.clone(),
-        kubeconfig: gardener_extension_node::kubeconfig::render_token_kubeconfig(
+    let setup = plain_setup(
+        &env,
+        &names.secret,
+        gardener_extension_node::kubeconfig::render_token_kubeconfig(
             &env.server_url,
             &env.ca_pem,
             &token,
         ),
-        server_url: env.server_url.clone(),
-        ca_pem: env.ca_pem.clone(),
-        drift_interval: "10m".into(),
-        token_sync: Vec::new(),
-        binary_in_machine: BIN_IN_MACHINE.to_string(),
-    };
+    );
     // What gardenlet's user data leaves on the node before gardener-node-init runs (the
     // kubeconfig until the agent can get a certificate itself), and its init unit.
     let mut config: Value = serde_norway::from_str(&config_yaml(&setup)).unwrap();
@@ -1617,4 +1626,75 @@ async fn bootstrap_installs_the_agent_as_gardener_node_init_runs_it() {
         agent.machine.unit_property("app.service", "ActiveState"),
         "active"
     );
+}
+
+/// `worker.gardener.cloud/restart-systemd-services` (`docs/agent.md#restart-annotation`): the
+/// named units restart with GNA's event, a name that is no unit is refused with a Warning, the
+/// annotation is removed, and the agent's own unit restarts last.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_restart_annotation_restarts_the_units_it_names_and_the_agent_last() {
+    let env = support::env().await;
+    let names = names();
+    let checksum = put_osc(
+        &env.client,
+        &names.secret,
+        &osc_yaml(&[service("app.service", "restarted on request")], &[], None),
+    )
+    .await;
+    let machine = boot(BIN);
+    let node = machine.name().to_string();
+    create_node(&env.client, &node).await;
+    let kubeconfig = limited_kubeconfig(&env, &node, &[&names.secret]).await;
+    let agent = AgentMachine::start(machine, &plain_setup(&env, &names.secret, kubeconfig));
+    wait_for_checksum(&env.client, &agent, &checksum, APPLY_TIMEOUT).await;
+    let invocation = |unit: &str| agent.machine.unit_property(unit, "InvocationID");
+    let (app_before, agent_before) = (invocation("app.service"), invocation(AGENT_UNIT));
+
+    let nodes = Api::<Node>::all(env.client.clone());
+    let annotation = "worker.gardener.cloud/restart-systemd-services";
+    nodes
+        .patch(
+            &node,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {annotation: "app, ../x, gardener-node-agent"}}})),
+        )
+        .await
+        .unwrap();
+    let refused = wait_for_event(
+        &env.client,
+        &agent,
+        "RestartRequestRefused",
+        "not restarted, not a unit name: ../x",
+    )
+    .await;
+    assert_eq!(refused[0].type_.as_deref(), Some("Warning"));
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let annotations = nodes.get(&node).await.unwrap().metadata.annotations;
+        let gone = !annotations.is_some_and(|a| a.contains_key(annotation));
+        if gone && invocation(AGENT_UNIT) != agent_before {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "annotation removed: {gone}; agent log:\n{}",
+            agent.log()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let app_after = invocation("app.service");
+    assert_ne!(app_after, app_before);
+    // Restarted once: the new agent finds no annotation and leaves app.service alone.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(invocation("app.service"), app_after);
+    // GNA's event for it, Normal: the first apply's and this one (a repeated event is one
+    // object with a series count).
+    let occurrences: i32 = node_events(&env.client, &node, "SystemDUnitRestart")
+        .await
+        .iter()
+        .filter(|e| e.note.as_deref() == Some("processed restart of unit app.service"))
+        .inspect(|e| assert_eq!(e.type_.as_deref(), Some("Normal")))
+        .map(|e| e.series.as_ref().map_or(1, |s| s.count))
+        .sum();
+    assert_eq!(occurrences, 2);
 }

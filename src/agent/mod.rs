@@ -32,6 +32,7 @@ pub mod metrics;
 pub mod outcome;
 pub mod pipeline;
 pub mod ports;
+pub mod restart_request;
 pub mod rollout;
 
 #[cfg(test)]

@@ -44,6 +44,7 @@ use crate::agent::ports::cluster::{
     self, ANNOTATION_SECRET_CHECKSUM, ApiSecrets, NodeEvents, NodeMeta,
 };
 use crate::agent::ports::host::Host;
+use crate::agent::restart_request;
 use crate::agent::rollout;
 use crate::agent::rollout::delay;
 use crate::agent::rollout::lock_watch::LockWatch;
@@ -103,6 +104,9 @@ struct LoopState {
     wake_on_node: bool,
     /// While another node holds the serial lock: the watch that says when it is free.
     lock_watch: Option<LockWatch>,
+    /// When to look at a restart request on the Node (the annotation was seen; again after a
+    /// failure).
+    restart_request_due: Option<Instant>,
 }
 
 /// The last applied OSC, decoded once: read from `last-applied-osc.yaml` on first use, then
@@ -182,6 +186,7 @@ impl<H: Host + 'static> Agent<H> {
             units_condition: None,
             wake_on_node: false,
             lock_watch: None,
+            restart_request_due: None,
         };
         let mut node_known = false;
         loop {
@@ -190,6 +195,7 @@ impl<H: Host + 'static> Agent<H> {
                 None => state.drift_due,
             }
             .min(state.unit_check_due);
+            let wake = state.restart_request_due.map_or(wake, |due| due.min(wake));
             let lock_free = state.lock_watch.as_ref().map(LockWatch::signal);
             tokio::select! {
                 () = notified(lock_free.as_deref()) => {
@@ -214,6 +220,9 @@ impl<H: Host + 'static> Agent<H> {
                         state.due = Some(Instant::now());
                     }
                     node_known = known;
+                    if restart_requested(node_rx.borrow().as_ref()) {
+                        state.restart_request_due = Some(Instant::now());
+                    }
                     if known && state.wake_on_node {
                         state.wake_on_node = false;
                         state.due = Some(Instant::now());
@@ -249,6 +258,13 @@ impl<H: Host + 'static> Agent<H> {
         state: &mut LoopState,
         node_rx: &watch::Receiver<Option<NodeMeta>>,
     ) -> bool {
+        if state
+            .restart_request_due
+            .is_some_and(|due| due <= Instant::now())
+        {
+            let node = node_rx.borrow().as_ref().map(ResourceExt::name_any);
+            state.restart_request_due = self.honour_restart_request(node.as_deref()).await;
+        }
         if state.due.is_some_and(|due| due <= Instant::now()) {
             state.due = None;
             let node = node_rx.borrow().clone();
@@ -273,6 +289,26 @@ impl<H: Host + 'static> Agent<H> {
             state.drift_due = Instant::now() + self.settings.drift_check_interval;
         }
         false
+    }
+
+    /// The restart request on the Node ([`restart_request`]); when to look again (`None`: done).
+    async fn honour_restart_request(&self, node: Option<&str>) -> Option<Instant> {
+        let node = node?;
+        let context = restart_request::steps::Context {
+            host: self.host.as_ref(),
+            client: &self.client,
+            events: &self.events,
+            metrics: &self.metrics,
+            own_unit: &self.settings.own_unit,
+        };
+        match restart_request::steps::honour(&context, node).await {
+            Ok(_) => None,
+            Err(error) => {
+                self.metrics.error("restart-request", "api");
+                warn!(error = %error_chain(&error), "honouring the restart request failed; trying again");
+                Some(Instant::now() + NODE_LOOKUP_INTERVAL)
+            }
+        }
     }
 
     /// Watches the serial lock while the reconcile waits for it ([`LockWatch`]), and only then.
@@ -693,6 +729,12 @@ impl<H: Host + 'static> Agent<H> {
             }
         }
     }
+}
+
+/// Whether the Node carries a restart request ([`restart_request::rules`]).
+fn restart_requested(node: Option<&NodeMeta>) -> bool {
+    node.and_then(|n| n.metadata.annotations.as_ref())
+        .is_some_and(|a| a.contains_key(restart_request::rules::ANNOTATION_RESTART_SERVICES))
 }
 
 /// Waits for `signal`; forever without one.

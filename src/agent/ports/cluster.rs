@@ -220,6 +220,13 @@ pub async fn merge_patch_node_metadata(
         .map(drop)
 }
 
+/// The Node's metadata as it is now (a GET; `None`: it is gone).
+pub async fn get_node_meta(client: &Client, node: &str) -> Result<Option<NodeMeta>, kube::Error> {
+    Api::<Node>::all(client.clone())
+        .get_metadata_opt(node)
+        .await
+}
+
 /// The Node's condition of `type_` (one full GET of the Node: at the first unit check of a
 /// process, and at every health check of a node held by the disruptive rollout).
 pub async fn node_condition(
