@@ -1698,3 +1698,47 @@ async fn the_restart_annotation_restarts_the_units_it_names_and_the_agent_last()
         .sum();
     assert_eq!(occurrences, 2);
 }
+
+/// GNA's host name check (`docs/agent.md#host-name-check`): when the kernel's host name changes,
+/// the agent exits and systemd starts it again, and the new process looks its Node up by the
+/// new name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_host_name_restarts_the_agent_with_the_new_name() {
+    let env = support::env().await;
+    let names = names();
+    put_osc(
+        &env.client,
+        &names.secret,
+        &osc_yaml(&[service("app.service", "before the rename")], &[], None),
+    )
+    .await;
+    let machine = boot(BIN);
+    let node = machine.name().to_string();
+    create_node(&env.client, &node).await;
+    let kubeconfig = limited_kubeconfig(&env, &node, &[&names.secret]).await;
+    let agent = AgentMachine::start(machine, &plain_setup(&env, &names.secret, kubeconfig));
+    agent
+        .machine
+        .wait_for_unit_state(AGENT_UNIT, "active", Duration::from_secs(30))
+        .unwrap();
+    let before = agent.machine.unit_property(AGENT_UNIT, "InvocationID");
+    let renamed = format!("{node}-Renamed");
+    agent
+        .machine
+        .run(&["hostname", &renamed])
+        .expect_success("rename the host");
+    // GNA's interval is 30 s: the check runs within that, plus the restart.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while agent.machine.unit_property(AGENT_UNIT, "InvocationID") == before {
+        assert!(std::time::Instant::now() < deadline, "{}", agent.log());
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let log = agent.log();
+    assert!(log.contains("host name changed"), "{log}");
+    let lowered = renamed.to_lowercase();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !agent.log().contains(&format!("\"hostname\":\"{lowered}\"")) {
+        assert!(std::time::Instant::now() < deadline, "{}", agent.log());
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}

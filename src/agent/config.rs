@@ -158,6 +158,9 @@ pub struct Settings {
     pub metrics_address: SocketAddr,
     /// This host's name (lower case).
     pub hostname: String,
+    /// The host name was given by `--hostname` (so a changed kernel host name changes
+    /// nothing).
+    pub hostname_fixed: bool,
     /// The agent's own unit.
     pub own_unit: String,
     /// The system bus.
@@ -260,6 +263,7 @@ pub fn load(args: AgentArgs) -> Result<Settings, ConfigError> {
             .unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST));
         SocketAddr::new(ip, server.port)
     });
+    let hostname_fixed = hostname.is_some();
     let hostname = match hostname {
         Some(name) => name,
         None => {
@@ -279,6 +283,7 @@ pub fn load(args: AgentArgs) -> Result<Settings, ConfigError> {
         drift_check_interval,
         metrics_address,
         hostname,
+        hostname_fixed,
         own_unit: unit_name,
         system_bus_address,
         unit_job_timeout,

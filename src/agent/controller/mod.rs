@@ -32,6 +32,7 @@ use tokio::time::Instant;
 use tracing::{info, warn};
 
 use crate::agent::config::Settings;
+use crate::agent::health::hostname_check;
 use crate::agent::health::unit_check::{self, UnitsCondition};
 use crate::agent::health::unit_events;
 use crate::agent::metrics::Metrics;
@@ -107,6 +108,16 @@ struct LoopState {
     /// When to look at a restart request on the Node (the annotation was seen; again after a
     /// failure).
     restart_request_due: Option<Instant>,
+    /// When to read the kernel's host name again (`None`: fixed by `--hostname`).
+    hostname_check_due: Option<Instant>,
+}
+
+/// Why the agent exits for systemd to start it again.
+enum Exit {
+    /// Its own unit changed (the new process resumes from the journal).
+    OwnUnit,
+    /// The kernel's host name changed to this.
+    Hostname(String),
 }
 
 /// The last applied OSC, decoded once: read from `last-applied-osc.yaml` on first use, then
@@ -187,6 +198,8 @@ impl<H: Host + 'static> Agent<H> {
             wake_on_node: false,
             lock_watch: None,
             restart_request_due: None,
+            hostname_check_due: (!self.settings.hostname_fixed)
+                .then(|| Instant::now() + hostname_check::CHECK_INTERVAL),
         };
         let mut node_known = false;
         loop {
@@ -195,7 +208,10 @@ impl<H: Host + 'static> Agent<H> {
                 None => state.drift_due,
             }
             .min(state.unit_check_due);
-            let wake = state.restart_request_due.map_or(wake, |due| due.min(wake));
+            let wake = [state.restart_request_due, state.hostname_check_due]
+                .into_iter()
+                .flatten()
+                .fold(wake, Instant::min);
             let lock_free = state.lock_watch.as_ref().map(LockWatch::signal);
             tokio::select! {
                 () = notified(lock_free.as_deref()) => {
@@ -231,9 +247,16 @@ impl<H: Host + 'static> Agent<H> {
                 () = tokio::time::sleep_until(wake) => {
                     // The work is raced with the signals: a stop does not wait for an apply.
                     tokio::select! {
-                        restart = self.run_due(&mut state, &node_rx) => if restart {
-                            info!(unit = %self.settings.own_unit, "own unit changed; exiting so systemd starts the new agent");
-                            return Ok(());
+                        exit = self.run_due(&mut state, &node_rx) => match exit {
+                            Some(Exit::OwnUnit) => {
+                                info!(unit = %self.settings.own_unit, "own unit changed; exiting so systemd starts the new agent");
+                                return Ok(());
+                            }
+                            Some(Exit::Hostname(now)) => {
+                                info!(from = %self.settings.hostname, to = %now, "host name changed; exiting so systemd starts the agent with the new one");
+                                return Ok(());
+                            }
+                            None => {}
                         },
                         signal = stop_signal(&mut terminate) => {
                             let signal = signal.map_err(crate::agent::error::AgentError::Signal)?;
@@ -252,12 +275,26 @@ impl<H: Host + 'static> Agent<H> {
     }
 
     /// The work due now: the reconcile, the unit check, the drift check, each when its time
-    /// has come. `true`: the agent must exit (its own unit changed).
+    /// has come. `Some`: the agent must exit.
     async fn run_due(
         &self,
         state: &mut LoopState,
         node_rx: &watch::Receiver<Option<NodeMeta>>,
-    ) -> bool {
+    ) -> Option<Exit> {
+        if state
+            .hostname_check_due
+            .is_some_and(|due| due <= Instant::now())
+        {
+            state.hostname_check_due = Some(Instant::now() + hostname_check::CHECK_INTERVAL);
+            match hostname_check::read_kernel_hostname() {
+                Ok(text) => {
+                    if let Some(now) = hostname_check::changed(&self.settings.hostname, &text) {
+                        return Some(Exit::Hostname(now));
+                    }
+                }
+                Err(error) => warn!(%error, "reading the host name failed; checking again"),
+            }
+        }
         if state
             .restart_request_due
             .is_some_and(|due| due <= Instant::now())
@@ -271,7 +308,7 @@ impl<H: Host + 'static> Agent<H> {
             let outcome = self.reconcile_and_schedule(state, node).await;
             self.follow_lock(state, outcome);
             match outcome {
-                Reconciled::RestartSelf => return true,
+                Reconciled::RestartSelf => return Some(Exit::OwnUnit),
                 // Units were just started or restarted: report how they are.
                 Reconciled::Applied => state.unit_check_due = Instant::now(),
                 _ => {}
@@ -288,7 +325,7 @@ impl<H: Host + 'static> Agent<H> {
                 .await;
             state.drift_due = Instant::now() + self.settings.drift_check_interval;
         }
-        false
+        None
     }
 
     /// The restart request on the Node ([`restart_request`]); when to look again (`None`: done).

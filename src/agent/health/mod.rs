@@ -1,6 +1,7 @@
-//! How the node's units are doing, reported on the Node: [`unit_check`] (the
-//! `SystemdUnitsReady` condition) and [`unit_events`] (unit job results aggregated into
-//! events).
+//! How the node is doing, reported on the Node: [`unit_check`] (the `SystemdUnitsReady`
+//! condition), [`unit_events`] (unit job results aggregated into events) and
+//! [`hostname_check`] (a changed host name restarts the agent).
 
+pub mod hostname_check;
 pub mod unit_check;
 pub mod unit_events;
