@@ -1494,6 +1494,24 @@ fn plain_setup(env: &support::TestEnv, secret: &str, kubeconfig: String) -> Agen
     }
 }
 
+/// A started agent in a new machine whose OSC runs one `app.service` (`description`), with the
+/// OSC's checksum.
+async fn one_unit_agent(env: &support::TestEnv, description: &str) -> (AgentMachine, String) {
+    let names = names();
+    let checksum = put_osc(
+        &env.client,
+        &names.secret,
+        &osc_yaml(&[service("app.service", description)], &[], None),
+    )
+    .await;
+    let machine = boot(BIN);
+    let node = machine.name().to_string();
+    create_node(&env.client, &node).await;
+    let kubeconfig = limited_kubeconfig(env, &node, &[&names.secret]).await;
+    let agent = AgentMachine::start(machine, &plain_setup(env, &names.secret, kubeconfig));
+    (agent, checksum)
+}
+
 /// gardener-node-agent's unit as gardener v1.149.3 renders it (`nodeagent.UnitContent()`),
 /// written out here to check ours against.
 const GARDENER_NODE_AGENT_UNIT: &str = "[Unit]\nDescription=Gardener Node Agent\nAfter=network-online.target\n\n[Service]\nLimitMEMLOCK=infinity\nExecStart=/opt/bin/gardener-node-agent --config-dir=/var/lib/gardener-node-agent\nRestart=always\nRestartSec=5\nStandardOutput=journal+console\nStandardError=journal\n\n[Install]\nWantedBy=multi-user.target";
@@ -1634,18 +1652,8 @@ async fn bootstrap_installs_the_agent_as_gardener_node_init_runs_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_restart_annotation_restarts_the_units_it_names_and_the_agent_last() {
     let env = support::env().await;
-    let names = names();
-    let checksum = put_osc(
-        &env.client,
-        &names.secret,
-        &osc_yaml(&[service("app.service", "restarted on request")], &[], None),
-    )
-    .await;
-    let machine = boot(BIN);
-    let node = machine.name().to_string();
-    create_node(&env.client, &node).await;
-    let kubeconfig = limited_kubeconfig(&env, &node, &[&names.secret]).await;
-    let agent = AgentMachine::start(machine, &plain_setup(&env, &names.secret, kubeconfig));
+    let (agent, checksum) = one_unit_agent(&env, "restarted on request").await;
+    let node = agent.node.clone();
     wait_for_checksum(&env.client, &agent, &checksum, APPLY_TIMEOUT).await;
     let invocation = |unit: &str| agent.machine.unit_property(unit, "InvocationID");
     let (app_before, agent_before) = (invocation("app.service"), invocation(AGENT_UNIT));
@@ -1705,18 +1713,8 @@ async fn the_restart_annotation_restarts_the_units_it_names_and_the_agent_last()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_changed_host_name_restarts_the_agent_with_the_new_name() {
     let env = support::env().await;
-    let names = names();
-    put_osc(
-        &env.client,
-        &names.secret,
-        &osc_yaml(&[service("app.service", "before the rename")], &[], None),
-    )
-    .await;
-    let machine = boot(BIN);
-    let node = machine.name().to_string();
-    create_node(&env.client, &node).await;
-    let kubeconfig = limited_kubeconfig(&env, &node, &[&names.secret]).await;
-    let agent = AgentMachine::start(machine, &plain_setup(&env, &names.secret, kubeconfig));
+    let (agent, _) = one_unit_agent(&env, "before the rename").await;
+    let node = agent.node.clone();
     agent
         .machine
         .wait_for_unit_state(AGENT_UNIT, "active", Duration::from_secs(30))
