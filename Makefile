@@ -13,6 +13,8 @@
 #   make e2e             the whole path on a real shoot node: kubelet, containerd, runsc (test/node_e2e.rs)
 #   make e2e-rollout     the disruptive rollout on four real nodes: budget, stop on failure, resume
 #                        (test/rollout_e2e.rs)
+#   make e2e-health      a hung kubelet restarted by the agent's health check, on a real node
+#                        (test/rollout_e2e.rs)
 #   make bench-rollout   GNA's rollout modes against the disruptive rollout on four nodes into docs/benchmarks.md
 #   make bench-node      what one such node costs (boot, Ready, memory) into docs/benchmarks.md
 #   make fuzz            every cargo-fuzz target for FUZZ_SECONDS (default 60) each
@@ -24,7 +26,7 @@ CARGO ?= cargo
 KUBECONFIG_DEV := dev/kubeconfig
 
 .PHONY: start start-clean test fmt lint generate check-generate envtest deps unit integration check-orphans
-.PHONY: test-resilience fuzz advisories e2e e2e-rollout bench-rollout bench-node
+.PHONY: test-resilience fuzz advisories e2e e2e-rollout e2e-health bench-rollout bench-node
 
 # The fault-injection binaries; `make test` runs them at reduced counts.
 RESILIENCE_TESTS := --test resilience_apiserver --test resilience_etcd \
@@ -122,6 +124,9 @@ e2e: deps
 
 e2e-rollout: deps
 	@$(call node-run,e2e-rollout,$(CARGO) test --test rollout_e2e disruptive_changes -- --ignored --nocapture)
+
+e2e-health: deps
+	@$(call node-run,e2e-health,$(CARGO) test --test rollout_e2e hung_kubelet -- --ignored --nocapture)
 
 bench-rollout: deps
 	@$(call node-run,bench-rollout,$(CARGO) test --test rollout_e2e compare_rollout_modes -- --ignored --nocapture)

@@ -426,8 +426,14 @@ async fn the_lease_is_renewed_while_the_starting_thread_is_blocked() {
         .await
         .unwrap();
     let (_node_tx, node_rx) = tokio::sync::watch::channel(Some(meta));
-    gardener_extension_node::agent::liveness::heartbeat::spawn(config, node_rx, Metrics::default())
-        .unwrap();
+    let credentials =
+        gardener_extension_node::agent::access::switching_client::Credentials::new(config);
+    gardener_extension_node::agent::liveness::heartbeat::spawn(
+        credentials,
+        node_rx,
+        Metrics::default(),
+    )
+    .unwrap();
 
     // A reader on a thread of its own (this one is about to block).
     let stop = Arc::new(AtomicBool::new(false));

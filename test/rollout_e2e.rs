@@ -17,6 +17,9 @@
 //! 4. A fixed OSC: the stopped node takes its own slot again first, then the others follow one
 //!    at a time; all four end up on it, Ready, with every slot released.
 //!
+//! The same fixture with one node serves the health check's e2e (`make e2e-health`): a hung
+//! kubelet restarted by the agent.
+//!
 //! Needs root, `hack/envtest.sh --node` and `E2E_STATIC_BINARY`; `cargo test` skips it
 //! (`#[ignore]`).
 
@@ -485,9 +488,9 @@ struct Fixture {
     _env: support::TestEnv,
 }
 
-/// Writes the first OSC (with the rollout on when `budget` is set), boots the nodes with their
-/// agents and waits until all run it; returns the fixture and the first checksum.
-async fn fixture(budget: Option<u32>) -> (Fixture, String) {
+/// Writes the first OSC (with the rollout on when `budget` is set), boots `count` nodes with
+/// their agents and waits until all run it; returns the fixture and the first checksum.
+async fn fixture(budget: Option<u32>, count: usize) -> (Fixture, String) {
     let assets = required_env("ENVTEST_ASSETS");
     let static_binary = required_env("E2E_STATIC_BINARY");
     let env = support::env().await;
@@ -513,7 +516,7 @@ async fn fixture(budget: Option<u32>) -> (Fixture, String) {
         None => put_osc_annotated(&client, SECRET, &first_yaml, &[]).await,
     };
     let mut nodes = Vec::new();
-    for _ in 0..NODES {
+    for _ in 0..count {
         let node = Node::boot(&NodeOptions {
             assets: assets.clone(),
             agent_binary: static_binary.clone(),
@@ -554,7 +557,7 @@ async fn fixture(budget: Option<u32>) -> (Fixture, String) {
 #[ignore = "needs the node components and a static binary: make e2e-rollout"]
 async fn disruptive_changes_roll_out_within_the_budget_stop_on_failure_and_resume() {
     // 1. Four nodes; the first OSC is applied everywhere at once.
-    let (fixture, _) = fixture(Some(2)).await;
+    let (fixture, _) = fixture(Some(2), NODES).await;
     let (client, osc, nodes) = (&fixture.client, &fixture.osc, fixture.nodes.as_slice());
 
     // 2. Budget 2: a kubelet-restarting change.
@@ -768,7 +771,7 @@ fn max_within(starts: &[f64], window: f64) -> usize {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "a measurement, not a check: make bench-rollout"]
 async fn compare_rollout_modes() {
-    let (fixture, _) = fixture(None).await;
+    let (fixture, _) = fixture(None, NODES).await;
     let (client, osc, nodes) = (&fixture.client, &fixture.osc, fixture.nodes.as_slice());
     let nodes_api = Api::<KubeNode>::all(client.clone());
     let modes = [
@@ -886,4 +889,81 @@ async fn compare_rollout_modes() {
     ));
     println!("{body}");
     support::benchmarks::write_section("rollout", &body);
+}
+
+/// The health check (`docs/agent.md#health-checks`, `make e2e-health`): kubelet hung with
+/// SIGSTOP fails its `/healthz`; the agent says so, restarts it once it has failed for a
+/// minute (GNA's threshold, probed every 30 s), with GNA's events, and the Node is Ready again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs the node components and a static binary: make e2e-health"]
+async fn a_hung_kubelet_is_restarted_by_the_health_check() {
+    let (fixture, _) = fixture(None, 1).await;
+    let (client, node) = (&fixture.client, &fixture.nodes[0]);
+    let name = node.name().to_string();
+    let machine = &node.machine;
+    let before = machine.unit_property(KUBELET_UNIT, "InvocationID");
+    let pid = machine.unit_property(KUBELET_UNIT, "MainPID");
+    machine
+        .run(&["kill", "-STOP", &pid])
+        .expect_success("stop kubelet");
+    let stopped = Instant::now();
+    while machine.unit_property(KUBELET_UNIT, "InvocationID") == before {
+        assert!(
+            stopped.elapsed() < Duration::from_secs(180),
+            "kubelet not restarted; agent log:\n{}",
+            machine.journal(support::agent::AGENT_UNIT)
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let restarted_after = stopped.elapsed();
+    eprintln!(
+        "health e2e: kubelet restarted {:.1} s after SIGSTOP",
+        restarted_after.as_secs_f64()
+    );
+    assert!(
+        restarted_after >= Duration::from_secs(60),
+        "restarted before a minute of failure: {restarted_after:?}"
+    );
+    let events = Api::<Event>::namespaced(client.clone(), "default")
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items;
+    let notes: Vec<&str> = events
+        .iter()
+        .filter(|e| e.involved_object.name.as_deref() == Some(name.as_str()))
+        .filter(|e| e.reason.as_deref() == Some("kubelet"))
+        .filter_map(|e| e.message.as_deref())
+        .collect();
+    for expected in [
+        "Kubelet is unhealthy, health check error:",
+        "Kubelet is unhealthy for more than 1m0s, restarting it.",
+    ] {
+        assert!(
+            notes.iter().any(|n| n.starts_with(expected)),
+            "{expected}: {notes:?}"
+        );
+    }
+    assert_event(client, &name, "SystemDUnitRestart").await;
+    let deadline = Instant::now() + STAGE_TIMEOUT;
+    loop {
+        let ready = Api::<KubeNode>::all(client.clone())
+            .get(&name)
+            .await
+            .unwrap()
+            .status
+            .and_then(|s| s.conditions)
+            .unwrap_or_default()
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True");
+        if ready {
+            break;
+        }
+        assert!(Instant::now() < deadline, "node not Ready again");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    eprintln!(
+        "health e2e: node Ready again {:.1} s after SIGSTOP",
+        stopped.elapsed().as_secs_f64()
+    );
 }

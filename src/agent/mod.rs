@@ -22,6 +22,7 @@
 
 pub mod access;
 pub mod bootstrap;
+pub mod client_certificate;
 pub mod config;
 pub mod controller;
 pub mod error;
@@ -34,6 +35,7 @@ pub mod pipeline;
 pub mod ports;
 pub mod restart_request;
 pub mod rollout;
+pub mod self_healing;
 
 #[cfg(test)]
 pub(crate) mod testing;
@@ -45,6 +47,7 @@ use tracing::info;
 pub use config::AgentArgs;
 pub use error::AgentError;
 
+use crate::agent::access::credentials::Source;
 use crate::http::{Readiness, ServerState};
 
 /// Runs the agent until it is stopped or must restart itself.
@@ -64,10 +67,20 @@ pub async fn run(args: AgentArgs) -> Result<(), AgentError> {
         |path| path.exists(),
     )?;
     info!(credentials = ?source, "credentials");
+    client_certificate::flow::kubelet(
+        &settings.config,
+        &settings.paths,
+        &settings.paths.kubelet_dir(),
+    );
+    let Some(source) = certificate_if_new(source, &settings).await? else {
+        return Ok(());
+    };
+    // GNA renews only the certificate of its own kubeconfig, so do we.
+    let renews_certificate = source == Source::Kubeconfig(settings.paths.kubeconfig());
     let client_config =
         access::credentials::client_config(&source, &settings.config, &settings.paths).await?;
-    let client =
-        crate::kubeconfig::build(client_config.clone(), "agent").map_err(AgentError::Client)?;
+    let credentials = access::switching_client::Credentials::new(client_config);
+    let client = credentials.client("agent").map_err(AgentError::Client)?;
     for leftover in pipeline::journal::remove_leftover_temp_files(&settings.paths) {
         info!(path = %leftover.display(), "removed a temporary file a killed agent left");
     }
@@ -108,14 +121,42 @@ pub async fn run(args: AgentArgs) -> Result<(), AgentError> {
         reported_budget: std::sync::Mutex::default(),
         secrets: ports::cluster::ApiSecrets::new(&client),
         client,
+        credentials,
+        renews_certificate,
         host: Arc::new(host),
         metrics,
         token_trigger: Arc::new(tokio::sync::Notify::new()),
         settings,
     });
-    let result = agent.run(readiness, client_config).await;
+    let result = agent.run(readiness).await;
     server.abort();
     result
+}
+
+/// On a new machine (only a bootstrap token): the client certificate first, asked for until it
+/// is issued; then the kubeconfig it was written to. `None`: stopped (SIGTERM, SIGINT) before.
+async fn certificate_if_new(
+    source: Source,
+    settings: &config::Settings,
+) -> Result<Option<Source>, AgentError> {
+    let Source::BootstrapToken(token) = source else {
+        return Ok(Some(source));
+    };
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(AgentError::Signal)?;
+    tokio::select! {
+        () = client_certificate::flow::bootstrap(&settings.config, &settings.paths, &token) => {
+            Ok(Some(Source::Kubeconfig(settings.paths.kubeconfig())))
+        }
+        _ = terminate.recv() => {
+            info!("stopping before the client certificate was issued");
+            Ok(None)
+        }
+        _ = tokio::signal::ctrl_c() => {
+            info!("stopping before the client certificate was issued");
+            Ok(None)
+        }
+    }
 }
 
 #[cfg(test)]

@@ -6,6 +6,10 @@
 //! cloud (see [`CONTROLLERS`]): garbage collection, namespace deletion, DaemonSet/Deployment
 //! status, service-account tokens. So foreground deletions finish, a deleted namespace goes
 //! away, and a DaemonSet gets a status that gardener-resource-manager's health check reads.
+//! With [`ControlPlaneOptions::csr_signing`] the plane also has what a Gardener shoot has for
+//! node-agent client certificates: bootstrap-token authentication, and the
+//! `kubernetes.io/kube-apiserver-client` signer and the bootstrap token cleaner in
+//! kube-controller-manager ([`CSR_SIGNING_CONTROLLERS`]), signing with the plane's CA.
 //!
 //! With [`ControlPlaneOptions::reuse_state`] (`make start`) a start picks up what the state
 //! folder holds from the previous one — ports ([`STATE_FILE`]), certificates and keys, etcd's
@@ -75,6 +79,9 @@ pub enum ControlPlaneError {
     /// The admin kubeconfig does not load.
     #[error("loading the admin kubeconfig")]
     Kubeconfig(#[source] crate::kubeconfig::KubeconfigError),
+    /// The options contradict each other.
+    #[error("invalid control plane options: {0}")]
+    Options(&'static str),
 }
 
 /// Where the binaries are and where state goes.
@@ -101,6 +108,14 @@ pub struct ControlPlaneOptions {
     /// user agent and user) to `audit.log` in `state_dir`: benchmarks count a client's
     /// requests there, since `apiserver_request_total` has no label telling clients apart.
     pub audit_log: bool,
+    /// Bootstrap-token authentication (`--enable-bootstrap-token-auth`) and
+    /// kube-controller-manager's `kubernetes.io/kube-apiserver-client` signer, which issues
+    /// certificates for approved CertificateSigningRequests with at most this duration
+    /// (`--cluster-signing-duration`), signed by the plane's CA (`ca.crt`/`ca.key`, also
+    /// kube-apiserver's `--client-ca-file`, so issued certificates authenticate), plus the
+    /// bootstrap token cleaner: what a Gardener shoot has for node-agent client certificates.
+    /// Needs `controller_manager`.
+    pub csr_signing: Option<Duration>,
 }
 
 /// The audit policy of [`ControlPlaneOptions::audit_log`]: metadata of every request, one
@@ -119,9 +134,11 @@ struct RecordedPorts {
     apiserver: u16,
 }
 
-/// The PKI files of a state folder, by field of [`Pki`].
-const PKI_FILES: [&str; 7] = [
+/// The PKI files of a state folder, by field of [`Pki`]. A reused folder must have all of
+/// them; one from before `ca.key` was kept starts fresh.
+const PKI_FILES: [&str; 8] = [
     "ca.crt",
+    "ca.key",
     "apiserver.crt",
     "apiserver.key",
     "admin.crt",
@@ -134,6 +151,12 @@ const PKI_FILES: [&str; 7] = [
 pub const CONTROLLERS: &str = "garbage-collector-controller,namespace-controller,daemonset-controller,\
 deployment-controller,replicaset-controller,serviceaccount-controller,serviceaccount-token-controller,\
 root-ca-certificate-publisher-controller,node-lifecycle-controller";
+
+/// The kube-controller-manager controllers [`ControlPlaneOptions::csr_signing`] adds: the CSR
+/// signer and the cleaner of expired bootstrap tokens (names as kube-controller-manager
+/// v1.36 `--controllers` knows them).
+pub const CSR_SIGNING_CONTROLLERS: &str =
+    "certificatesigningrequest-signing-controller,token-cleaner-controller";
 
 /// A running etcd + kube-apiserver pair.
 #[derive(Debug)]
@@ -158,6 +181,11 @@ const READY_TIMEOUT: Duration = Duration::from_secs(120);
 impl ControlPlane {
     /// Starts etcd and kube-apiserver and waits until `/readyz` answers `ok`.
     pub async fn start(options: ControlPlaneOptions) -> Result<Self, ControlPlaneError> {
+        if options.csr_signing.is_some() && !options.controller_manager {
+            return Err(ControlPlaneError::Options(
+                "csr_signing needs controller_manager: kube-controller-manager signs the CSRs",
+            ));
+        }
         let mut binaries = vec!["etcd", "kube-apiserver"];
         if options.controller_manager {
             binaries.push("kube-controller-manager");
@@ -396,6 +424,9 @@ impl ControlPlane {
             .arg("--enable-priority-and-fairness=false")
             .arg("--v=1")
             .process_group(self.process_group as i32);
+        if self.options.csr_signing.is_some() {
+            command.arg("--enable-bootstrap-token-auth=true");
+        }
         if self.options.audit_log {
             let policy = state.join("audit-policy.yaml");
             fs::write(&policy, AUDIT_POLICY).map_err(|source| ControlPlaneError::Io {
@@ -413,21 +444,9 @@ impl ControlPlane {
 
     fn spawn_controller_manager(&self) -> Result<Child, ControlPlaneError> {
         let state = &self.options.state_dir;
-        let path = |name: &str| state.join(name).display().to_string();
         let mut command = Command::new(self.options.assets.join("kube-controller-manager"));
         command
-            .arg(format!("--kubeconfig={}", path("kubeconfig")))
-            .arg(format!("--controllers={CONTROLLERS}"))
-            .arg("--leader-elect=false")
-            // No serving port: nothing scrapes it locally.
-            .arg("--secure-port=0")
-            .arg(format!(
-                "--service-account-private-key-file={}",
-                path("sa.key")
-            ))
-            .arg(format!("--root-ca-file={}", path("ca.crt")))
-            .arg("--concurrent-gc-syncs=5")
-            .arg("--v=1")
+            .args(controller_manager_args(state, self.options.csr_signing))
             .process_group(self.process_group as i32);
         spawn_logged(
             command,
@@ -501,6 +520,51 @@ impl ControlPlane {
             }
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
+    }
+}
+
+/// kube-controller-manager's flags for a plane in `state` (pure).
+fn controller_manager_args(state: &Path, csr_signing: Option<Duration>) -> Vec<String> {
+    let path = |name: &str| state.join(name).display().to_string();
+    let controllers = match csr_signing {
+        Some(_) => format!("{CONTROLLERS},{CSR_SIGNING_CONTROLLERS}"),
+        None => CONTROLLERS.to_string(),
+    };
+    let mut args = vec![
+        format!("--kubeconfig={}", path("kubeconfig")),
+        format!("--controllers={controllers}"),
+        "--leader-elect=false".to_string(),
+        // No serving port: nothing scrapes it locally.
+        "--secure-port=0".to_string(),
+        format!("--service-account-private-key-file={}", path("sa.key")),
+        format!("--root-ca-file={}", path("ca.crt")),
+        "--concurrent-gc-syncs=5".to_string(),
+        "--v=1".to_string(),
+    ];
+    if let Some(duration) = csr_signing {
+        args.extend([
+            format!(
+                "--cluster-signing-kube-apiserver-client-cert-file={}",
+                path("ca.crt")
+            ),
+            format!(
+                "--cluster-signing-kube-apiserver-client-key-file={}",
+                path("ca.key")
+            ),
+            format!("--cluster-signing-duration={}", go_duration(duration)),
+        ]);
+    }
+    args
+}
+
+/// `duration` as Go's `time.ParseDuration` reads it (`90s`, `1500ms`), exactly.
+fn go_duration(duration: Duration) -> String {
+    if duration.subsec_nanos() == 0 {
+        format!("{}s", duration.as_secs())
+    } else if duration.subsec_nanos() % 1_000_000 == 0 {
+        format!("{}ms", duration.as_millis())
+    } else {
+        format!("{}ns", duration.as_nanos())
     }
 }
 
@@ -585,9 +649,10 @@ pub(super) fn log_tail(path: &Path) -> String {
     lines[lines.len().saturating_sub(20)..].join("\n")
 }
 
-fn pki_contents(pki: &Pki) -> [&str; 7] {
+fn pki_contents(pki: &Pki) -> [&str; 8] {
     [
         &pki.ca_cert,
+        &pki.ca_key,
         &pki.serving_cert,
         &pki.serving_key,
         &pki.admin_cert,
@@ -604,6 +669,7 @@ fn read_previous(state: &Path) -> Option<(Pki, RecordedPorts)> {
         serde_json::from_str(&fs::read_to_string(state.join(STATE_FILE)).ok()?).ok()?;
     let [
         ca_cert,
+        ca_key,
         serving_cert,
         serving_key,
         admin_cert,
@@ -613,6 +679,7 @@ fn read_previous(state: &Path) -> Option<(Pki, RecordedPorts)> {
     ] = PKI_FILES.map(|name| fs::read_to_string(state.join(name)).ok());
     let pki = Pki {
         ca_cert: ca_cert?,
+        ca_key: ca_key?,
         serving_cert: serving_cert?,
         serving_key: serving_key?,
         admin_cert: admin_cert?,
@@ -687,4 +754,63 @@ pub(super) fn free_ports() -> Result<[u16; 3], ControlPlaneError> {
             .port();
     }
     Ok(ports)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn csr_signing_adds_the_signer_and_the_token_cleaner_to_kube_controller_manager() {
+        let state = Path::new("/state");
+        let plain = controller_manager_args(state, None);
+        assert!(plain.contains(&format!("--controllers={CONTROLLERS}")));
+        assert!(!plain.iter().any(|a| a.starts_with("--cluster-signing")));
+
+        let signing = controller_manager_args(state, Some(Duration::from_secs(90)));
+        assert!(signing.contains(&format!(
+            "--controllers={CONTROLLERS},certificatesigningrequest-signing-controller,token-cleaner-controller"
+        )));
+        for flag in [
+            "--cluster-signing-kube-apiserver-client-cert-file=/state/ca.crt",
+            "--cluster-signing-kube-apiserver-client-key-file=/state/ca.key",
+            "--cluster-signing-duration=90s",
+        ] {
+            assert!(signing.iter().any(|a| a == flag), "{flag} in {signing:?}");
+        }
+    }
+
+    #[test]
+    fn durations_are_written_as_go_reads_them() {
+        assert_eq!(go_duration(Duration::from_secs(90)), "90s");
+        assert_eq!(go_duration(Duration::from_millis(1500)), "1500ms");
+        assert_eq!(go_duration(Duration::from_nanos(1_000_001)), "1000001ns");
+    }
+
+    #[test]
+    fn a_reused_state_folder_needs_the_ca_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path();
+        let pki = pki::generate().unwrap();
+        for (name, content) in PKI_FILES.iter().zip(pki_contents(&pki)) {
+            fs::write(state.join(name), content).unwrap();
+        }
+        let ports = RecordedPorts {
+            etcd: 1,
+            etcd_peer: 2,
+            apiserver: 3,
+        };
+        fs::write(
+            state.join(STATE_FILE),
+            serde_json::to_string(&ports).unwrap(),
+        )
+        .unwrap();
+        fs::create_dir_all(state.join("etcd/member")).unwrap();
+        let (read, read_ports) = read_previous(state).unwrap();
+        assert_eq!(read.ca_key, pki.ca_key);
+        assert_eq!(read_ports, ports);
+        // A folder from before the CA key was kept starts fresh.
+        fs::remove_file(state.join("ca.key")).unwrap();
+        assert!(read_previous(state).is_none());
+    }
 }

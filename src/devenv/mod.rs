@@ -117,6 +117,7 @@ pub async fn run_local_env(args: LocalEnvArgs) -> anyhow::Result<()> {
         controller_manager: true,
         scheduler: false,
         audit_log: false,
+        csr_signing: None,
     })
     .await
     .context("starting the local control plane")?;
@@ -135,6 +136,7 @@ pub async fn run_local_env(args: LocalEnvArgs) -> anyhow::Result<()> {
         controller_manager: true,
         scheduler: false,
         audit_log: false,
+        csr_signing: None,
     })
     .await
     .context("starting the local shoot control plane")?;
@@ -170,6 +172,7 @@ pub async fn run_local_env(args: LocalEnvArgs) -> anyhow::Result<()> {
         health_sync_period: std::time::Duration::from_secs(30),
         remove_state_on_exit: false,
         reuse_state: true,
+        csr_approver_machine_namespace: None,
     })
     .await
     .context("starting gardener-resource-manager")?;

@@ -1,6 +1,9 @@
 //! Certificates and keys for the local control plane: a CA, the kube-apiserver serving
 //! certificate (for `127.0.0.1` and `localhost`), an admin client certificate in group
-//! `system:masters`, and the service-account signing key.
+//! `system:masters`, and the service-account signing key. The CA's key is kept too:
+//! kube-controller-manager's `kubernetes.io/kube-apiserver-client` signer issues client
+//! certificates with it (see `ControlPlaneOptions::csr_signing`), which kube-apiserver then
+//! accepts, since its `--client-ca-file` is the same CA.
 
 use rcgen::{
     BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
@@ -12,6 +15,9 @@ use rcgen::{
 pub struct Pki {
     /// The CA certificate (trust anchor for clients and for client certificates).
     pub ca_cert: String,
+    /// The CA's private key (ECDSA P-256, PKCS#8): the key of kube-controller-manager's
+    /// client certificate signer.
+    pub ca_key: String,
     /// The kube-apiserver serving certificate.
     pub serving_cert: String,
     /// Its private key.
@@ -38,7 +44,9 @@ pub fn generate() -> Result<Pki, rcgen::Error> {
         KeyUsagePurpose::CrlSign,
         KeyUsagePurpose::DigitalSignature,
     ];
-    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate()?)?;
+    let ca_key = KeyPair::generate()?;
+    let ca_key_pem = ca_key.serialize_pem();
+    let ca = CertifiedIssuer::self_signed(ca_params, ca_key)?;
 
     let serving_key = KeyPair::generate()?;
     let mut serving =
@@ -61,6 +69,7 @@ pub fn generate() -> Result<Pki, rcgen::Error> {
     let service_account = KeyPair::generate()?;
     Ok(Pki {
         ca_cert: ca.pem(),
+        ca_key: ca_key_pem,
         serving_cert: serving_cert.pem(),
         serving_key: serving_key.serialize_pem(),
         admin_cert: admin_cert.pem(),

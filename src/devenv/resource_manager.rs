@@ -4,9 +4,12 @@
 //! In a landscape, each shoot namespace of a seed runs a GRM that reads the ManagedResources
 //! of that namespace (the *source*, the seed) and applies their manifests into the shoot (the
 //! *target*). [`ResourceManager::start`] runs the same binary the same way between two local
-//! control planes ([`super::ControlPlane`]): only the ManagedResource and health controllers
-//! run (no webhooks, no garbage collector, no leader election), so what the tests see is the
-//! apply/delete/keepObjects/origin behaviour of the real component.
+//! control planes ([`super::ControlPlane`]): only the ManagedResource, health and token
+//! requestor controllers run (no webhooks, no garbage collector, no leader election), so what
+//! the tests see is the apply/delete/keepObjects/origin behaviour of the real component. With
+//! [`ResourceManagerOptions::csr_approver_machine_namespace`] its CSR approver runs too, as in
+//! a shoot's GRM: it approves or denies the node-agent client certificate requests of the
+//! target against the Machines of the source.
 //!
 //! Like the control plane, the process runs in a process group of its own that a watchdog
 //! kills when the owning process is gone, and [`ResourceManager::stop`] (also on drop) kills
@@ -51,6 +54,13 @@ pub struct ResourceManagerOptions {
     pub health_sync_period: Duration,
     /// Remove `state_dir` once the process is gone.
     pub remove_state_on_exit: bool,
+    /// Run GRM's CSR approver (`controllers.csrApprover`) with the Machines of this source
+    /// namespace: it approves a `kubernetes.io/kube-apiserver-client` CSR for
+    /// `gardener.cloud:node-agent:machine:<name>` from a bootstrap token when the Machine
+    /// `<name>` exists there and no Node named by its `node` label does yet, and one from the
+    /// node-agent user itself (renewal) when requester and common name match; other node-agent
+    /// CSRs are denied. Off when `None`.
+    pub csr_approver_machine_namespace: Option<String>,
 }
 
 /// A running gardener-resource-manager.
@@ -67,7 +77,7 @@ const READY_TIMEOUT: Duration = Duration::from_secs(120);
 pub const MIN_SYNC_PERIOD: Duration = Duration::from_secs(15);
 
 /// GRM's configuration file (pure): only the ManagedResource, health and token requestor
-/// controllers.
+/// controllers, and the CSR approver when asked for.
 pub fn render_config(
     options: &ResourceManagerOptions,
     ports: [u16; 3],
@@ -76,6 +86,14 @@ pub fn render_config(
     let [webhook_port, health_port, metrics_port] = ports;
     // GRM rejects sync periods below 15 s.
     let seconds = |d: Duration| format!("{}s", d.as_secs().max(MIN_SYNC_PERIOD.as_secs()));
+    let csr_approver = match &options.csr_approver_machine_namespace {
+        Some(namespace) => serde_json::json!({
+            "enabled": true,
+            "concurrentSyncs": 1,
+            "machineNamespace": namespace,
+        }),
+        None => serde_json::json!({"enabled": false}),
+    };
     serde_json::json!({
         "apiVersion": "resourcemanager.config.gardener.cloud/v1alpha1",
         "kind": "ResourceManagerConfiguration",
@@ -105,7 +123,7 @@ pub fn render_config(
         "controllers": {
             "garbageCollector": {"enabled": false},
             "health": {"concurrentSyncs": 5, "syncPeriod": seconds(options.health_sync_period)},
-            "csrApprover": {"enabled": false},
+            "csrApprover": csr_approver,
             "managedResource": {
                 "concurrentSyncs": 5,
                 "syncPeriod": seconds(options.sync_period),
@@ -292,6 +310,7 @@ mod tests {
             health_sync_period: Duration::from_millis(500),
             remove_state_on_exit: true,
             reuse_state: false,
+            csr_approver_machine_namespace: None,
         };
         let config = render_config(&options, [1, 2, 3], Path::new("/certs"));
         assert_eq!(
@@ -316,6 +335,17 @@ mod tests {
         }
         assert_eq!(config["leaderElection"]["leaderElect"], false);
         assert_eq!(config["server"]["healthProbes"]["port"], 2);
+
+        let approving = ResourceManagerOptions {
+            csr_approver_machine_namespace: Some("shoot--a--b".into()),
+            ..options
+        };
+        let config = render_config(&approving, [1, 2, 3], Path::new("/certs"));
+        assert_eq!(
+            config["controllers"]["csrApprover"],
+            serde_json::json!({"enabled": true, "concurrentSyncs": 1, "machineNamespace": "shoot--a--b"})
+        );
+        assert_eq!(config["controllers"]["garbageCollector"]["enabled"], false);
     }
 
     #[test]
@@ -331,6 +361,7 @@ mod tests {
             health_sync_period: Duration::from_secs(30),
             remove_state_on_exit: false,
             reuse_state: true,
+            csr_approver_machine_namespace: None,
         };
         let certs = dir.path().join("certs");
         let config = dir.path().join("config.yaml");

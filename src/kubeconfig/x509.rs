@@ -1,4 +1,8 @@
-//! The X.509 version of a PEM certificate (pure), for [`super::rules`]: rustls (through
+//! What is read from a PEM certificate (pure): its X.509 version, for [`super::rules`], and
+//! its serial and validity ([`first_certificate_facts`]), for the agent's certificate renewal
+//! (`crate::agent::client_certificate`).
+//!
+//! The version: rustls (through
 //! webpki) accepts only v3 end-entity certificates, and says so only as
 //! `UnsupportedCertVersion` deep inside a TLS set-up error. Reading the version needs just the
 //! first field of the certificate's DER structure:
@@ -22,6 +26,67 @@ const VERSION_TAG: u8 = 0xA0;
 /// none or it does not read as a certificate.
 pub fn first_certificate_version(pem: &[u8]) -> Option<u32> {
     version(&first_certificate_der(pem)?)
+}
+
+/// What the agent's certificate renewal needs to know of a certificate: its serial number
+/// (hex, for the logs) and its validity period (seconds since the Unix epoch).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CertificateFacts {
+    /// `serialNumber`, lower-case hex of its content octets.
+    pub serial: String,
+    /// `validity.notBefore`.
+    pub not_before: i64,
+    /// `validity.notAfter`.
+    pub not_after: i64,
+}
+
+/// The serial number and validity of the first `CERTIFICATE` block of `pem`; `None` when there
+/// is none or it does not read as an X.509 certificate.
+///
+/// ```text
+/// TBSCertificate ::= SEQUENCE { version [0] EXPLICIT OPTIONAL, serialNumber INTEGER,
+///     signature AlgorithmIdentifier, issuer Name, validity SEQUENCE { notBefore Time,
+///     notAfter Time }, subject Name, subjectPublicKeyInfo, [1], [2], [3] OPTIONAL }
+/// Time ::= CHOICE { utcTime UTCTime, generalTime GeneralizedTime }
+/// ```
+pub fn first_certificate_facts(pem: &[u8]) -> Option<CertificateFacts> {
+    let der = first_certificate_der(pem)?;
+    yasna::parse_der(&der, |certificate| {
+        certificate.read_sequence(|certificate| {
+            let facts = certificate.next().read_sequence(|tbs| {
+                tbs.read_optional(|r| r.read_tagged(yasna::Tag::context(0), |r| r.read_der()))?;
+                let serial = hex::encode(tbs.next().read_tagged_der()?.value());
+                tbs.next().read_der()?;
+                tbs.next().read_der()?;
+                let (not_before, not_after) = tbs.next().read_sequence(|validity| {
+                    Ok((time(validity.next())?, time(validity.next())?))
+                })?;
+                while tbs.read_optional(|r| r.read_der())?.is_some() {}
+                Ok(CertificateFacts {
+                    serial,
+                    not_before,
+                    not_after,
+                })
+            })?;
+            while certificate.read_optional(|r| r.read_der())?.is_some() {}
+            Ok(facts)
+        })
+    })
+    .ok()
+}
+
+/// An X.509 `Time` (either form) as seconds since the Unix epoch.
+fn time(reader: yasna::BERReader<'_, '_>) -> yasna::ASN1Result<i64> {
+    let value = reader.read_tagged_der()?;
+    let parsed = match value.tag() {
+        yasna::tags::TAG_UTCTIME => {
+            yasna::models::UTCTime::parse(value.value()).map(|t| t.datetime().unix_timestamp())
+        }
+        yasna::tags::TAG_GENERALIZEDTIME => yasna::models::GeneralizedTime::parse(value.value())
+            .map(|t| t.datetime().unix_timestamp()),
+        _ => None,
+    };
+    parsed.ok_or_else(|| yasna::ASN1Error::new(yasna::ASN1ErrorKind::Invalid))
 }
 
 /// The DER bytes of the first `-----BEGIN CERTIFICATE-----` block.
@@ -86,6 +151,31 @@ mod tests {
         // The first block counts: a chain whose leaf is v1.
         let chain = format!("{V1}{}", v3.cert.pem());
         assert_eq!(first_certificate_version(chain.as_bytes()), Some(1));
+    }
+
+    #[test]
+    fn serial_and_validity_of_a_real_certificate() {
+        let mut params = rcgen::CertificateParams::new(vec!["client".into()]).unwrap();
+        // UTCTime before 2050, GeneralizedTime from 2050 on (RFC 5280): both forms.
+        params.not_before = rcgen::date_time_ymd(2026, 12, 4);
+        params.not_after = rcgen::date_time_ymd(2051, 1, 2);
+        params.serial_number = Some(rcgen::SerialNumber::from_slice(&[0x0A, 0xBC, 0xDE]));
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = params.self_signed(&key).unwrap();
+        let facts = first_certificate_facts(cert.pem().as_bytes()).unwrap();
+        assert_eq!(facts.serial, "0abcde");
+        assert_eq!(facts.not_before, 1_796_342_400);
+        assert_eq!(facts.not_after, 2_556_230_400);
+        assert_eq!(
+            first_certificate_facts(V1.as_bytes()).map(|f| f.not_after > f.not_before),
+            Some(true)
+        );
+        assert_eq!(first_certificate_facts(b"not a certificate"), None);
+        // A certificate cut short does not read.
+        let der = first_certificate_der(cert.pem().as_bytes()).unwrap();
+        let cut = base64::engine::general_purpose::STANDARD.encode(&der[..der.len() / 2]);
+        let pem = format!("-----BEGIN CERTIFICATE-----\n{cut}\n-----END CERTIFICATE-----\n");
+        assert_eq!(first_certificate_facts(pem.as_bytes()), None);
     }
 
     #[test]

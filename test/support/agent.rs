@@ -404,8 +404,22 @@ pub fn agent_unit(setup: &AgentSetup, metrics_port: u16) -> String {
 /// unit; returns the agent's metrics port (reachable from the host when the machine shares
 /// its network).
 pub fn install_agent(machine: &Machine, setup: &AgentSetup) -> u16 {
+    let kubeconfig = (
+        format!("{CONFIG_DIR}/credentials/kubeconfig"),
+        setup.kubeconfig.clone(),
+    );
+    install_agent_with(machine, setup, &[kubeconfig])
+}
+
+/// [`install_agent`] with `credentials` (path, content; written 0600) instead of the
+/// kubeconfig: e.g. a bootstrap token and the machine name of a new machine.
+pub fn install_agent_with(
+    machine: &Machine,
+    setup: &AgentSetup,
+    credentials: &[(String, String)],
+) -> u16 {
     let metrics_port = free_port();
-    let files = [
+    let mut files = vec![
         (
             format!("{CONFIG_DIR}/config-v1.120.0.yaml"),
             config_yaml(setup),
@@ -417,16 +431,14 @@ pub fn install_agent(machine: &Machine, setup: &AgentSetup) -> u16 {
             0o644,
         ),
         (
-            format!("{CONFIG_DIR}/credentials/kubeconfig"),
-            setup.kubeconfig.clone(),
-            0o600,
-        ),
-        (
             format!("/etc/systemd/system/{AGENT_UNIT}"),
             agent_unit(setup, metrics_port),
             0o644,
         ),
     ];
+    for (path, content) in credentials {
+        files.push((path.clone(), content.clone(), 0o600));
+    }
     for (path, content, mode) in files {
         machine.write_file(path, content.as_bytes(), mode).unwrap();
     }
@@ -453,6 +465,11 @@ impl AgentMachine {
     /// Writes config, CA and kubeconfig, installs and starts the agent unit.
     pub fn start(machine: Machine, setup: &AgentSetup) -> Self {
         let metrics_port = install_agent(&machine, setup);
+        Self::started(machine, metrics_port)
+    }
+
+    /// A machine whose agent [`install_agent_with`] started on `metrics_port`.
+    pub fn started(machine: Machine, metrics_port: u16) -> Self {
         let node = machine.name().to_string();
         AgentMachine {
             machine,

@@ -18,6 +18,7 @@ pub mod gardener;
 pub mod load;
 pub mod mcm;
 pub mod node;
+pub mod node_agent_identity;
 pub mod nspawn;
 pub mod oci;
 pub mod operator;
@@ -119,6 +120,7 @@ async fn start(crds: Crds) -> Shared {
         controller_manager: false,
         scheduler: false,
         audit_log: AUDIT_LOG.load(Ordering::SeqCst),
+        csr_signing: None,
     })
     .await
     .expect("control plane starts");

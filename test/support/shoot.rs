@@ -6,6 +6,11 @@
 //! Each test gets its own shoot: cluster-scoped objects such as the RuntimeClass `gvisor`
 //! would otherwise be shared between tests running at the same time. Everything is killed
 //! when the [`Shoot`] is dropped, and by watchdogs when the test binary dies.
+//!
+//! [`Shoot::start_for_node_agents`] adds what a Gardener shoot has for node-agent client
+//! certificates: bootstrap-token authentication, kube-controller-manager's
+//! `kubernetes.io/kube-apiserver-client` signer, and GRM's CSR approver checking the
+//! Machines of the test's seed namespace (helpers for the objects: `node_agent_identity`).
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -49,7 +54,33 @@ impl Shoot {
         Self::start_with(env, namespaces, false).await
     }
 
+    /// Starts a shoot that issues node-agent client certificates as a Gardener shoot does:
+    /// kube-apiserver authenticates bootstrap tokens, kube-controller-manager signs approved
+    /// `kubernetes.io/kube-apiserver-client` CSRs with the shoot's CA for at most `signing`,
+    /// and the GRM for `env.namespace` runs its CSR approver against the Machines in
+    /// `env.namespace` of the seed.
+    pub async fn start_for_node_agents(env: &TestEnv, signing: Duration) -> Shoot {
+        Self::start_with_options(
+            env,
+            &[env.namespace.as_str()],
+            false,
+            Some(signing),
+            Some(env.namespace.clone()),
+        )
+        .await
+    }
+
     async fn start_with(env: &TestEnv, namespaces: &[&str], scheduler: bool) -> Shoot {
+        Self::start_with_options(env, namespaces, scheduler, None, None).await
+    }
+
+    async fn start_with_options(
+        env: &TestEnv,
+        namespaces: &[&str],
+        scheduler: bool,
+        csr_signing: Option<Duration>,
+        csr_approver_machine_namespace: Option<String>,
+    ) -> Shoot {
         let n = COUNTER.fetch_add(1, Ordering::SeqCst);
         let dir = std::env::temp_dir().join(format!(
             "gardener-extension-node-shoot-{}-{n}",
@@ -65,6 +96,7 @@ impl Shoot {
             controller_manager: true,
             scheduler,
             audit_log: false,
+            csr_signing,
         })
         .await
         .expect("shoot control plane starts");
@@ -80,6 +112,7 @@ impl Shoot {
             health_sync_period: SYNC_PERIOD,
             remove_state_on_exit: false,
             reuse_state: false,
+            csr_approver_machine_namespace,
         })
         .await
         .expect("gardener-resource-manager starts");
@@ -94,6 +127,23 @@ impl Shoot {
     pub async fn client(&self) -> Client {
         Client::try_from(self.plane.admin_config().await.expect("shoot kubeconfig"))
             .expect("shoot client")
+    }
+
+    /// The shoot's API server URL.
+    pub fn server_url(&self) -> String {
+        self.plane.server_url()
+    }
+
+    /// The shoot's CA (PEM): it signed the API server's serving certificate, and it is the CA
+    /// of client certificates (also those kube-controller-manager issues for CSRs).
+    pub fn ca_pem(&self) -> String {
+        self.plane.ca_pem().to_string()
+    }
+
+    /// kube-controller-manager's log so far (for assertion messages).
+    pub fn controller_manager_log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("plane/kube-controller-manager.log"))
+            .unwrap_or_default()
     }
 
     /// GRM's log so far (for assertion messages).

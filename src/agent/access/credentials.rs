@@ -9,18 +9,15 @@
 //! 4. `<config-dir>/credentials/token` — a bearer token file (gardener-node-agent's pre-v1.108
 //!    credentials), used with `apiServer.server` and the CA from `apiServer.caFile`,
 //!    `apiServer.caBundle` or `<config-dir>/cluster-ca.crt`. The file is re-read while the
-//!    agent runs, so a token rotated by the token sync takes effect without a restart.
+//!    agent runs, so a token rotated by the token sync takes effect without a restart;
+//! 5. `<config-dir>/credentials/bootstrap-token` alone — a new machine: the token is traded
+//!    for a client certificate and `credentials/kubeconfig` is written
+//!    ([`crate::agent::client_certificate`]), which is then path 3.
 //!
 //! Whichever it is, the kubeconfig goes through [`crate::kubeconfig::load`]: its users may
 //! authenticate with embedded client certificate and key, a token, a token file or user name
 //! and password, never with a program (`exec`, `auth-provider`), certificate files or
 //! impersonation — gardener-node-agent's own rule for its kubeconfig.
-//!
-//! Not supported: the bootstrap-token → CertificateSigningRequest flow gardener-node-agent
-//! runs on first boot (`credentials/bootstrap-token`; see
-//! `docs/agent.md#bootstrap-and-client-certificates`). A node that only has a bootstrap token
-//! is reported with an error naming the files the agent looks for, so a provisioning that
-//! relies on the CSR flow fails loudly instead of half-working.
 
 use std::path::{Path, PathBuf};
 
@@ -39,29 +36,40 @@ pub enum Source {
     Kubeconfig(PathBuf),
     /// A bearer token file plus `apiServer` from the configuration.
     TokenFile(PathBuf),
+    /// Only a bootstrap token: a client certificate is to be asked for first.
+    BootstrapToken(PathBuf),
+}
+
+/// How a kubeconfig names the API server's CA.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CaSource {
+    /// A file (GNA writes `certificate-authority: <config-dir>/cluster-ca.crt`, so a CA
+    /// rotation that rewrites the file reaches the kubeconfig).
+    File(String),
+    /// The PEM itself.
+    Data(Vec<u8>),
+    /// None: the system's roots.
+    System,
 }
 
 /// Why no client could be built.
 #[derive(Debug, thiserror::Error)]
 pub enum CredentialsError {
-    /// Only a bootstrap token is there.
-    #[error(
-        "only {0} exists: the bootstrap-token/CSR flow is not supported by this agent; provision credentials/kubeconfig (or credentials/token) in the config dir"
-    )]
-    BootstrapOnly(String),
     /// Nothing usable.
     #[error(
-        "no credentials: none of --kubeconfig, clientConnection.kubeconfig, {kubeconfig}, {token} exists"
+        "no credentials: none of --kubeconfig, clientConnection.kubeconfig, {kubeconfig}, {token}, {bootstrap_token} exists"
     )]
     Missing {
         /// The kubeconfig path looked at.
         kubeconfig: String,
         /// The token path looked at.
         token: String,
+        /// The bootstrap token path looked at.
+        bootstrap_token: String,
     },
-    /// `apiServer.server` is empty but a token file needs it.
-    #[error("credentials/token needs apiServer.server in the configuration")]
-    NoServer,
+    /// `apiServer.server` is empty but a token file or a bootstrap token needs it.
+    #[error("{0} needs apiServer.server in the configuration")]
+    NoServer(&'static str),
     /// A file could not be read.
     #[error("reading {path}")]
     Read {
@@ -100,13 +108,12 @@ pub fn choose(
     }
     let bootstrap = paths.bootstrap_token();
     if exists(&bootstrap) {
-        return Err(CredentialsError::BootstrapOnly(
-            bootstrap.display().to_string(),
-        ));
+        return Ok(Source::BootstrapToken(bootstrap));
     }
     Err(CredentialsError::Missing {
         kubeconfig: kubeconfig.display().to_string(),
         token: token.display().to_string(),
+        bootstrap_token: bootstrap.display().to_string(),
     })
 }
 
@@ -148,10 +155,16 @@ pub async fn client_config(
             })?;
             (kubeconfig, display)
         }
+        Source::BootstrapToken(token) => {
+            let server = server(config, "credentials/bootstrap-token")?;
+            let ca = ca_source(config, paths, |path| path.exists());
+            let token = read_token(token)?;
+            let kubeconfig =
+                crate::agent::client_certificate::rules::bootstrap_kubeconfig(server, &ca, &token);
+            (kubeconfig, token_path_shown(paths))
+        }
         Source::TokenFile(token) => {
-            if config.api_server.server.is_empty() {
-                return Err(CredentialsError::NoServer);
-            }
+            server(config, "credentials/token")?;
             let ca = ca_bundle(config, paths)?;
             let yaml = token_kubeconfig(&config.api_server.server, ca.as_deref(), token);
             let display = token.display().to_string();
@@ -167,6 +180,57 @@ pub async fn client_config(
     crate::kubeconfig::load(kubeconfig, &path)
         .await
         .map_err(CredentialsError::Kubeconfig)
+}
+
+/// `apiServer.server`, which `what` needs.
+pub fn server<'a>(
+    config: &'a NodeAgentConfiguration,
+    what: &'static str,
+) -> Result<&'a str, CredentialsError> {
+    match config.api_server.server.as_str() {
+        "" => Err(CredentialsError::NoServer(what)),
+        server => Ok(server),
+    }
+}
+
+/// How the agent's kubeconfigs name the CA: `apiServer.caFile`, else `apiServer.caBundle`,
+/// else `cluster-ca.crt` when it `exists`, else the system's roots.
+pub fn ca_source(
+    config: &NodeAgentConfiguration,
+    paths: &Paths,
+    exists: impl Fn(&Path) -> bool,
+) -> CaSource {
+    if let Some(file) = config
+        .api_server
+        .ca_file
+        .as_deref()
+        .filter(|f| !f.is_empty())
+    {
+        return CaSource::File(file.to_string());
+    }
+    if let Some(bundle) = &config.api_server.ca_bundle {
+        return CaSource::Data(bundle.0.clone());
+    }
+    let default = paths.cluster_ca();
+    if exists(&default) {
+        return CaSource::File(default.display().to_string());
+    }
+    CaSource::System
+}
+
+/// The bootstrap token, trimmed.
+pub fn read_token(path: &Path) -> Result<String, CredentialsError> {
+    let bytes = crate::safe_fs::read_at_most(path, 4096)
+        .map_err(|source| CredentialsError::Read {
+            path: path.display().to_string(),
+            source: std::io::Error::other(source),
+        })?
+        .unwrap_or_default();
+    Ok(String::from_utf8_lossy(&bytes).trim().to_string())
+}
+
+fn token_path_shown(paths: &Paths) -> String {
+    paths.bootstrap_token().display().to_string()
 }
 
 /// The API server CA: `apiServer.caFile`, else `apiServer.caBundle`, else `cluster-ca.crt`.
@@ -237,10 +301,11 @@ mod tests {
             choose_with(None, "", &["token", "bootstrap-token"]).unwrap(),
             Source::TokenFile("/var/lib/gardener-node-agent/credentials/token".into())
         );
-        let error = choose_with(None, "", &["bootstrap-token"]).unwrap_err();
-        assert!(
-            error.to_string().contains("CSR flow is not supported"),
-            "{error}"
+        assert_eq!(
+            choose_with(None, "", &["bootstrap-token"]).unwrap(),
+            Source::BootstrapToken(
+                "/var/lib/gardener-node-agent/credentials/bootstrap-token".into()
+            )
         );
         assert!(matches!(
             choose_with(None, "", &[]),

@@ -146,7 +146,7 @@ pub async fn install_unit<H: Host>(
 pub async fn check_connectivity(config: &NodeAgentConfiguration, paths: &Paths) {
     let server = config.api_server.server.as_str();
     let probe = async {
-        let source = Source::TokenFile(paths.bootstrap_token());
+        let source = Source::BootstrapToken(paths.bootstrap_token());
         let client_config = credentials::client_config(&source, config, paths)
             .await
             .map_err(|error| crate::error_chain::printable(&error))?;

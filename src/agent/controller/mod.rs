@@ -31,6 +31,8 @@ use tokio::sync::{Notify, mpsc, watch};
 use tokio::time::Instant;
 use tracing::{info, warn};
 
+use crate::agent::access::switching_client::Credentials;
+use crate::agent::client_certificate;
 use crate::agent::config::Settings;
 use crate::agent::health::hostname_check;
 use crate::agent::health::unit_check::{self, UnitsCondition};
@@ -50,6 +52,7 @@ use crate::agent::rollout;
 use crate::agent::rollout::delay;
 use crate::agent::rollout::lock_watch::LockWatch;
 use crate::agent::rollout::slots::{self, SerialLock};
+use crate::agent::self_healing;
 use crate::api::constants::DATA_KEY_OPERATING_SYSTEM_CONFIG;
 use crate::error_chain::printable as error_chain;
 
@@ -68,8 +71,12 @@ const NODE_LOOKUP_INTERVAL: Duration = Duration::from_secs(5);
 pub struct Agent<H: Host> {
     /// Settings.
     pub settings: Settings,
-    /// API client.
+    /// API client (it follows a renewed certificate: [`Credentials`]).
     pub client: Client,
+    /// The client configuration every API client of the agent follows.
+    pub credentials: Credentials,
+    /// Whether the agent renews the client certificate of `credentials/kubeconfig`.
+    pub renews_certificate: bool,
     /// The node.
     pub host: Arc<H>,
     /// Metrics.
@@ -110,6 +117,9 @@ struct LoopState {
     restart_request_due: Option<Instant>,
     /// When to read the kernel's host name again (`None`: fixed by `--hostname`).
     hostname_check_due: Option<Instant>,
+    /// When to probe kubelet and containerd next, and what the last probes found.
+    health_check_due: Instant,
+    health: self_healing::steps::Trackers,
 }
 
 /// Why the agent exits for systemd to start it again.
@@ -133,18 +143,36 @@ pub enum LastApplied {
 impl<H: Host + 'static> Agent<H> {
     /// Runs until SIGTERM/SIGINT (returns `Ok`) or until the agent must restart itself
     /// (returns `Ok` too: systemd's `Restart=always` starts the new process).
-    /// `heartbeat` is the client configuration of the heartbeat thread's own API client.
+    /// The heartbeat thread builds its own API client of [`Agent::credentials`].
     pub async fn run(
         self: Arc<Self>,
         ready: crate::http::Readiness,
-        heartbeat: kube::Config,
     ) -> Result<(), crate::agent::error::AgentError> {
         let (node_tx, node_rx) = watch::channel::<Option<NodeMeta>>(None);
         let (secret_tx, mut secret_rx) = mpsc::channel::<Option<Secret>>(16);
-        crate::agent::liveness::heartbeat::spawn(heartbeat, node_rx.clone(), self.metrics.clone())
-            .map_err(crate::agent::error::AgentError::Heartbeat)?;
+        crate::agent::liveness::heartbeat::spawn(
+            self.credentials.clone(),
+            node_rx.clone(),
+            self.metrics.clone(),
+        )
+        .map_err(crate::agent::error::AgentError::Heartbeat)?;
 
         let mut tasks = tokio::task::JoinSet::new();
+        if self.renews_certificate {
+            let renewal = client_certificate::flow::Renewal {
+                credentials: self.credentials.clone(),
+                client: self.client.clone(),
+                config: self.settings.config.clone(),
+                paths: self.settings.paths.clone(),
+                events: crate::agent::ports::cluster::NodeEvents::new(
+                    &self.client,
+                    &self.settings.hostname,
+                ),
+                node: node_rx.clone(),
+                metrics: self.metrics.clone(),
+            };
+            tasks.spawn(client_certificate::flow::renew_forever(renewal));
+        }
         {
             let agent = self.clone();
             tasks.spawn(async move { agent.track_node(node_tx).await });
@@ -200,6 +228,8 @@ impl<H: Host + 'static> Agent<H> {
             restart_request_due: None,
             hostname_check_due: (!self.settings.hostname_fixed)
                 .then(|| Instant::now() + hostname_check::CHECK_INTERVAL),
+            health_check_due: Instant::now() + self_healing::rules::CHECK_INTERVAL,
+            health: self_healing::steps::Trackers::default(),
         };
         let mut node_known = false;
         loop {
@@ -207,7 +237,8 @@ impl<H: Host + 'static> Agent<H> {
                 Some(due) => due.min(state.drift_due),
                 None => state.drift_due,
             }
-            .min(state.unit_check_due);
+            .min(state.unit_check_due)
+            .min(state.health_check_due);
             let wake = [state.restart_request_due, state.hostname_check_due]
                 .into_iter()
                 .flatten()
@@ -313,6 +344,22 @@ impl<H: Host + 'static> Agent<H> {
                 Reconciled::Applied => state.unit_check_due = Instant::now(),
                 _ => {}
             }
+        }
+        if state.health_check_due <= Instant::now() {
+            if let Some(node) = node_rx.borrow().clone() {
+                let context = self_healing::steps::Context {
+                    host: self.host.as_ref(),
+                    events: &self.events,
+                    metrics: &self.metrics,
+                    containerd_address: &self.settings.containerd_address,
+                };
+                let components = self
+                    .last_applied(&mut state.last_applied)
+                    .map(self_healing::rules::watched)
+                    .unwrap_or_default();
+                self_healing::steps::check(&context, &node, &components, &mut state.health).await;
+            }
+            state.health_check_due = Instant::now() + self_healing::rules::CHECK_INTERVAL;
         }
         if state.unit_check_due <= Instant::now() {
             let node = node_rx.borrow().clone();

@@ -13,9 +13,10 @@ use std::ops::ControlFlow;
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
-use tracing::info;
+use tracing::{info, warn};
 
 use super::{Agent, LastApplied, checksum_of, osc_data};
+use crate::agent::client_certificate;
 use crate::agent::health::unit_events;
 use crate::agent::in_place;
 use crate::agent::outcome::{ReconcileError, Reconciled};
@@ -343,6 +344,7 @@ impl<H: Host + 'static> Agent<H> {
     ) -> Result<Reconciled, ReconcileError> {
         let name = node.name_any();
         let checksum = &target.checksum;
+        self.remove_bootstrap_files();
         cluster::mark_applied(
             &self.client,
             &name,
@@ -379,6 +381,30 @@ impl<H: Host + 'static> Agent<H> {
             self.release_serial_lock(target.secret).await?;
         }
         Ok(Reconciled::Applied)
+    }
+}
+
+impl<H: Host + 'static> Agent<H> {
+    /// Once an OSC is applied and the Node exists, the bootstrap token and kubelet's bootstrap
+    /// kubeconfig have done their work (GNA removes them at the same point). A failure is
+    /// logged; the next reconcile tries again.
+    fn remove_bootstrap_files(&self) {
+        let paths = &self.settings.paths;
+        let removed = client_certificate::steps::remove_bootstrap_files(
+            &paths.bootstrap_token(),
+            &paths.kubelet_dir(),
+        );
+        match removed {
+            Ok(removed) => {
+                for path in removed {
+                    info!(path = %path.display(), "bootstrap file removed: the node is bootstrapped");
+                }
+            }
+            Err(error) => {
+                self.metrics.error("client-certificate", "files");
+                warn!(error = %error_chain(&error), "removing the bootstrap files failed; trying again after the next apply");
+            }
+        }
     }
 }
 

@@ -10,8 +10,8 @@
 //!   clear the OS flag when the node already runs the wanted version (after the reboot), and
 //!   with any flag set wait until machine-controller-manager made the node ready
 //!   (`InPlaceUpdate`/`ReadyForUpdate`, or `update-result=failed` for a retry). A CA rotation
-//!   fails the update at once: this agent has no CSR flow to get a client certificate of the
-//!   new CA, nor kubelet's re-bootstrap.
+//!   fails the update at once: the agent's certificate flow
+//!   ([`crate::agent::client_certificate`]) is not used for it yet, nor is kubelet re-bootstrapped.
 //! - the apply itself (files, units, kubelet binary and config, unit restarts).
 //! - [`finish`] (after the apply): kubelet healthy again after kubelet changes; the OS update
 //!   command (annotation first, retried on `network problems` up to 5 minutes, anything else

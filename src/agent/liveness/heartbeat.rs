@@ -16,6 +16,7 @@ use std::time::Duration;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::watch;
 
+use crate::agent::access::switching_client::Credentials;
 use crate::agent::metrics::Metrics;
 use crate::agent::ports::cluster::NodeMeta;
 
@@ -24,19 +25,20 @@ use crate::agent::ports::cluster::NodeMeta;
 pub const STOP_GRACE: Duration = Duration::from_secs(5);
 
 /// Starts the heartbeat thread: the Lease of the node in `node` (once known), renewed with a
-/// client built from `config`, and the stop deadline.
+/// client of `credentials` (built on the thread, so it follows a renewed certificate too),
+/// and the stop deadline.
 pub fn spawn(
-    config: kube::Config,
+    credentials: Credentials,
     node: watch::Receiver<Option<NodeMeta>>,
     metrics: Metrics,
 ) -> std::io::Result<()> {
     std::thread::Builder::new()
         .name("heartbeat".into())
-        .spawn(move || run(config, node, metrics))
+        .spawn(move || run(credentials, node, metrics))
         .map(drop)
 }
 
-fn run(config: kube::Config, node: watch::Receiver<Option<NodeMeta>>, metrics: Metrics) {
+fn run(credentials: Credentials, node: watch::Receiver<Option<NodeMeta>>, metrics: Metrics) {
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -50,7 +52,7 @@ fn run(config: kube::Config, node: watch::Receiver<Option<NodeMeta>>, metrics: M
     runtime.block_on(async move {
         let lease = async {
             // The client's connections live on this thread's runtime.
-            match crate::kubeconfig::build(config, "agent") {
+            match credentials.client("agent") {
                 Ok(client) => crate::agent::liveness::lease::run(client, node, metrics).await,
                 Err(error) => {
                     tracing::error!(error = %crate::error_chain::printable(&error), "building the heartbeat's API client failed; the node Lease is not renewed")

@@ -12,6 +12,8 @@
 //!   last-applied-osc.yaml                    the last completely applied OSC (0600)
 //!   last-computed-osc-changes.yaml           the journal (0600)
 //!   tmp/                                     image mounts
+//!   machine-name                             the machine's name (for the client certificate)
+//! /var/lib/kubelet/kubeconfig-bootstrap      kubelet's bootstrap kubeconfig (new machines)
 //! /etc/systemd/system/<unit>                 unit files (0600)
 //! /etc/systemd/system/<unit>.d/<drop-in>     drop-ins (0600)
 //! ```
@@ -22,6 +24,8 @@ use std::path::{Path, PathBuf};
 pub const DEFAULT_BASE_DIR: &str = "/var/lib/gardener-node-agent";
 /// Where unit files go.
 pub const SYSTEMD_DIR: &str = "/etc/systemd/system";
+/// kubelet's folder (its bootstrap kubeconfig and credentials).
+pub const KUBELET_DIR: &str = "/var/lib/kubelet";
 /// Mode of the agent's state files.
 pub const STATE_FILE_MODE: u32 = 0o600;
 
@@ -97,6 +101,11 @@ impl Paths {
     /// `machine-name`.
     pub fn machine_name(&self) -> PathBuf {
         self.base.join("machine-name")
+    }
+
+    /// kubelet's folder, [`KUBELET_DIR`].
+    pub fn kubelet_dir(&self) -> PathBuf {
+        PathBuf::from(KUBELET_DIR)
     }
 
     /// `tmp/`.

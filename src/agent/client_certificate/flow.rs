@@ -1,0 +1,233 @@
+//! The client certificate's three moments, as the agent's start and main loop call them:
+//! [`bootstrap`] (a new machine trades its bootstrap token for a certificate), [`kubelet`]
+//! (kubelet's bootstrap kubeconfig) and [`renew_forever`] (a new certificate at 80–88 % of
+//! the lifetime, switched to without a restart).
+
+use std::path::Path;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tokio::sync::watch;
+use tracing::{info, warn};
+
+use super::rules;
+use super::steps::{self, CertificateError};
+use crate::agent::access::credentials::{self, CredentialsError, Source};
+use crate::agent::access::switching_client::Credentials;
+use crate::agent::metrics::Metrics;
+use crate::agent::ports::cluster::{NodeEvents, NodeMeta};
+use crate::agent::ports::paths::Paths;
+use crate::api::nodeagent::NodeAgentConfiguration;
+use crate::error_chain::printable as error_chain;
+
+/// How long one request is waited for (GNA's).
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(15 * 60);
+/// First pause after a failed bootstrap (GNA's unit restarts it after 5 s); it doubles up to
+/// [`MAX_BOOTSTRAP_RETRY`], where GNA keeps trying every 5 s, each time with a new request.
+const FIRST_BOOTSTRAP_RETRY: Duration = Duration::from_secs(5);
+const MAX_BOOTSTRAP_RETRY: Duration = Duration::from_secs(60);
+/// How long to wait after the certificate could not be read.
+const UNREADABLE_RETRY: Duration = Duration::from_secs(300);
+/// The shortest time between two renewals.
+const MIN_RENEWAL_SPACING: Duration = Duration::from_secs(10);
+/// The event reason of a failed renewal.
+pub const REASON_RENEWAL_FAILED: &str = "ClientCertificateRenewalFailed";
+
+/// Why the bootstrap did not end in a certificate.
+#[derive(Debug, thiserror::Error)]
+pub enum BootstrapError {
+    /// The bootstrap client could not be configured.
+    #[error(transparent)]
+    Credentials(#[from] CredentialsError),
+    /// The client could not be built.
+    #[error("building the bootstrap client")]
+    Client(#[source] kube::Error),
+    /// No certificate.
+    #[error(transparent)]
+    Certificate(#[from] CertificateError),
+}
+
+/// A new machine: asks for a client certificate with the bootstrap token (`token`) and writes
+/// `credentials/kubeconfig`; a failure is logged and tried again (5 s, doubling up to 1 min)
+/// until it works — the caller races it with the stop signals.
+pub async fn bootstrap(config: &NodeAgentConfiguration, paths: &Paths, token: &Path) {
+    let mut pause = FIRST_BOOTSTRAP_RETRY;
+    loop {
+        match bootstrap_once(config, paths, token).await {
+            Ok(()) => return,
+            Err(error) => warn!(
+                error = %error_chain(&error),
+                retry_in = ?pause,
+                "getting the client certificate with the bootstrap token failed; trying again"
+            ),
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(MAX_BOOTSTRAP_RETRY);
+    }
+}
+
+async fn bootstrap_once(
+    config: &NodeAgentConfiguration,
+    paths: &Paths,
+    token: &Path,
+) -> Result<(), BootstrapError> {
+    let machine = steps::read_machine_name(&paths.machine_name())?;
+    let source = Source::BootstrapToken(token.to_path_buf());
+    let client_config = credentials::client_config(&source, config, paths).await?;
+    let client = crate::kubeconfig::build(client_config, "agent-bootstrap")
+        .map_err(BootstrapError::Client)?;
+    info!(%machine, "asking for a client certificate with the bootstrap token");
+    let issued = steps::request(&client, &machine, REQUEST_TIMEOUT).await?;
+    let server = credentials::server(config, "credentials/bootstrap-token")?;
+    let ca = credentials::ca_source(config, paths, |path| path.exists());
+    let kubeconfig = rules::kubeconfig(server, &ca, &issued.cert_pem, &issued.key_pem);
+    steps::write_kubeconfig(&paths.kubeconfig(), &kubeconfig)?;
+    info!(
+        %machine,
+        serial = %issued.facts.serial,
+        not_after = issued.facts.not_after,
+        path = %paths.kubeconfig().display(),
+        "client certificate issued and written"
+    );
+    warn_on_skew(&issued.facts);
+    Ok(())
+}
+
+/// Writes kubelet's bootstrap kubeconfig when there is a bootstrap token and kubelet has no
+/// credentials of its own yet (GNA's bootstrapper, before the controllers start). A failure
+/// is logged: kubelet then waits for its kubeconfig, and the next start tries again.
+pub fn kubelet(config: &NodeAgentConfiguration, paths: &Paths, kubelet_dir: &Path) {
+    let token = paths.bootstrap_token();
+    let has_token = token.symlink_metadata().is_ok();
+    if !rules::kubelet_needs_bootstrap(has_token, steps::kubelet_has_credentials(kubelet_dir)) {
+        return;
+    }
+    let written = (|| -> Result<_, BootstrapError> {
+        let server = credentials::server(config, "kubelet's bootstrap kubeconfig")?;
+        let ca = credentials::ca_source(config, paths, |path| path.exists());
+        let token = credentials::read_token(&token)?;
+        let kubeconfig = rules::kubelet_bootstrap_kubeconfig(server, &ca, &token);
+        let path = steps::kubelet_bootstrap_path(kubelet_dir);
+        steps::write_kubeconfig(&path, &kubeconfig)?;
+        Ok(path)
+    })();
+    match written {
+        Ok(path) => info!(path = %path.display(), "kubelet's bootstrap kubeconfig written"),
+        Err(error) => warn!(
+            error = %error_chain(&error),
+            "writing kubelet's bootstrap kubeconfig failed; kubelet cannot join until it is there"
+        ),
+    }
+}
+
+/// What the renewal needs from the running agent.
+pub struct Renewal {
+    /// The configuration every client of the agent follows.
+    pub credentials: Credentials,
+    /// A client of those credentials.
+    pub client: kube::Client,
+    /// The agent's configuration (server and CA for reloading).
+    pub config: NodeAgentConfiguration,
+    /// The agent's paths.
+    pub paths: Paths,
+    /// Events on the Node, once it is known.
+    pub events: NodeEvents,
+    /// The Node.
+    pub node: watch::Receiver<Option<NodeMeta>>,
+    /// Error counters.
+    pub metrics: Metrics,
+}
+
+/// Renews the certificate of `credentials/kubeconfig` whenever it is due, for as long as the
+/// agent runs; ends at once when that kubeconfig has no client certificate (a token).
+pub async fn renew_forever(renewal: Renewal) {
+    let path = renewal.paths.kubeconfig();
+    // At least this long between two requests, so a clock far off (every certificate already
+    // due) cannot make a loop of requests.
+    let mut at_least = Duration::ZERO;
+    loop {
+        let facts = match steps::current_certificate(&path) {
+            Ok(facts) => facts,
+            Err(error @ CertificateError::NoCertificate(_)) => {
+                info!(reason = %error, "no certificate renewal");
+                return;
+            }
+            Err(error) => {
+                warn!(error = %error_chain(&error), "reading the client certificate failed; trying again in 5 min");
+                tokio::time::sleep(UNREADABLE_RETRY).await;
+                continue;
+            }
+        };
+        let due = rules::renewal_due(&facts, fastrand::f64());
+        let wait = Duration::from_secs(u64::try_from(due - unix_now()).unwrap_or(0)).max(at_least);
+        info!(serial = %facts.serial, not_after = facts.not_after, renew_in = ?wait, "client certificate");
+        tokio::time::sleep(wait).await;
+        at_least = match renew_once(&renewal).await {
+            Ok(()) => MIN_RENEWAL_SPACING,
+            Err(error) => {
+                let pause = rules::retry_after(&facts, unix_now());
+                report_failure(&renewal, &error, pause).await;
+                pause
+            }
+        };
+    }
+}
+
+/// A failed renewal: a log line, the error counter and a Warning event on the Node.
+async fn report_failure(renewal: &Renewal, error: &BootstrapError, pause: Duration) {
+    let note = format!(
+        "renewing the client certificate failed, trying again in {pause:?}: {}",
+        error_chain(error)
+    );
+    warn!(%note);
+    renewal.metrics.error("client-certificate", "renew");
+    let node = renewal.node.borrow().clone();
+    if let Some(node) = node {
+        renewal
+            .events
+            .report(&renewal.metrics, &node, true, REASON_RENEWAL_FAILED, note)
+            .await;
+    }
+}
+
+/// One renewal: a new certificate with the current one, written into the kubeconfig (the
+/// rest of it kept), then every client switched to it.
+async fn renew_once(renewal: &Renewal) -> Result<(), BootstrapError> {
+    let path = renewal.paths.kubeconfig();
+    let machine = steps::read_machine_name(&renewal.paths.machine_name())?;
+    let issued = steps::request(&renewal.client, &machine, REQUEST_TIMEOUT).await?;
+    let current = steps::read_kubeconfig(&path)?;
+    let renewed = rules::with_certificate(&current, &issued.cert_pem, &issued.key_pem)
+        .ok_or_else(|| CertificateError::NoCertificate(path.display().to_string()))?;
+    steps::write_kubeconfig(&path, &renewed)?;
+    let source = Source::Kubeconfig(path.clone());
+    let config = credentials::client_config(&source, &renewal.config, &renewal.paths).await?;
+    renewal.credentials.replace(config);
+    info!(
+        serial = %issued.facts.serial,
+        not_after = issued.facts.not_after,
+        "client certificate renewed; the API clients switch to it without a restart"
+    );
+    warn_on_skew(&issued.facts);
+    Ok(())
+}
+
+/// A certificate that is not yet valid, or already past its renewal time, by this node's
+/// clock says the clock is off: the renewal schedule follows this clock.
+fn warn_on_skew(facts: &crate::kubeconfig::x509::CertificateFacts) {
+    let now = unix_now();
+    if now < facts.not_before || now >= facts.not_after {
+        warn!(
+            now,
+            not_before = facts.not_before,
+            not_after = facts.not_after,
+            "the new client certificate is not valid by this node's clock: the clock is off, and renewals are timed by it"
+        );
+    }
+}
+
+fn unix_now() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}

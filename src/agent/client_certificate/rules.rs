@@ -1,0 +1,292 @@
+//! The agent's client certificate as gardener-node-agent v1.149.3 asks for it (pure): the
+//! CertificateSigningRequest, what its status says, the kubeconfig that carries the
+//! certificate, when to renew it, and kubelet's bootstrap kubeconfig.
+
+use std::time::Duration;
+
+use base64::Engine;
+use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
+use k8s_openapi::api::certificates::v1::{
+    CertificateSigningRequest, CertificateSigningRequestSpec, CertificateSigningRequestStatus,
+};
+use kube::api::ObjectMeta;
+use kube::config::{
+    AuthInfo, Cluster, Context, Kubeconfig, NamedAuthInfo, NamedCluster, NamedContext,
+};
+use sha2::Digest;
+
+pub use crate::agent::access::credentials::CaSource;
+use crate::kubeconfig::x509::CertificateFacts;
+
+/// The user name prefix of a node agent (`gardener.cloud:node-agent:machine:<machine>`).
+pub const USER_PREFIX: &str = "gardener.cloud:node-agent:machine:";
+/// The group (certificate organisation) of node agents.
+pub const ORGANISATION: &str = "gardener.cloud:node-agents";
+/// The signer gardener-resource-manager's approver and kube-controller-manager serve.
+pub const SIGNER: &str = "kubernetes.io/kube-apiserver-client";
+/// The lifetime asked for (720 h, GNA's); the signer may cap it (`--cluster-signing-duration`).
+pub const EXPIRATION_SECONDS: i32 = 30 * 24 * 3600;
+/// What the certificate is for.
+pub const USAGES: [&str; 3] = ["digital signature", "key encipherment", "client auth"];
+/// The names of the cluster, user and context of the kubeconfig (GNA's).
+pub const KUBECONFIG_NAME: &str = "node-agent";
+/// The names in kubelet's bootstrap kubeconfig (GNA's).
+pub const KUBELET_BOOTSTRAP_NAME: &str = "kubelet-bootstrap";
+/// The names in the kubeconfig the agent asks for its first certificate with.
+pub const AGENT_BOOTSTRAP_NAME: &str = "node-agent-bootstrap";
+/// The longest machine name taken from the `machine-name` file.
+const MAX_MACHINE_NAME: usize = 253;
+
+/// Why the `machine-name` file cannot name the machine.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MachineNameError {
+    /// Its first line is empty.
+    #[error("the machine-name file is empty")]
+    Empty,
+    /// Its first line is no object name.
+    #[error(
+        "the machine-name file holds {0:?}, which is not a machine name (at most 253 characters of a-z, 0-9, '-' and '.')"
+    )]
+    Invalid(String),
+}
+
+/// The machine name: the first line of the `machine-name` file (which machine-controller-manager
+/// filled in through `<<MACHINE_NAME>>`), trimmed; it must be an object name.
+pub fn machine_name(file: &str) -> Result<String, MachineNameError> {
+    let name = file.lines().next().unwrap_or_default().trim();
+    if name.is_empty() {
+        return Err(MachineNameError::Empty);
+    }
+    let valid = name.len() <= MAX_MACHINE_NAME
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && name.ends_with(|c: char| c.is_ascii_alphanumeric());
+    if !valid {
+        let shown: String = name.chars().take(80).collect();
+        return Err(MachineNameError::Invalid(
+            crate::printable::escape_controls(&shown).into_owned(),
+        ));
+    }
+    Ok(name.to_string())
+}
+
+/// `gardener.cloud:node-agent:machine:<machine>`.
+pub fn common_name(machine: &str) -> String {
+    format!("{USER_PREFIX}{machine}")
+}
+
+/// The CertificateSigningRequest for the PEM request `request_pem` of the key whose public key
+/// is `public_key_der`. Its name is derived from the key and the subject, so asking again with
+/// the same key (after a crash) finds the request already made.
+pub fn signing_request(
+    machine: &str,
+    public_key_der: &[u8],
+    request_pem: &str,
+) -> CertificateSigningRequest {
+    let mut digest = sha2::Sha512_256::new();
+    digest.update(public_key_der);
+    digest.update(common_name(machine));
+    digest.update(ORGANISATION);
+    for usage in USAGES {
+        digest.update(usage);
+    }
+    CertificateSigningRequest {
+        metadata: ObjectMeta {
+            name: Some(format!(
+                "node-agent-csr-{}",
+                URL_SAFE_NO_PAD.encode(digest.finalize())
+            )),
+            ..ObjectMeta::default()
+        },
+        spec: CertificateSigningRequestSpec {
+            request: k8s_openapi::ByteString(request_pem.as_bytes().to_vec()),
+            signer_name: SIGNER.to_string(),
+            expiration_seconds: Some(EXPIRATION_SECONDS),
+            usages: Some(USAGES.iter().map(|u| u.to_string()).collect()),
+            ..CertificateSigningRequestSpec::default()
+        },
+        status: None,
+    }
+}
+
+/// Where a request stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RequestState {
+    /// Not decided or not signed yet.
+    Pending,
+    /// Signed: the certificate (PEM).
+    Issued(String),
+    /// Denied by the approver: its reason and message.
+    Denied(String),
+    /// The signer failed: its reason and message.
+    Failed(String),
+}
+
+/// What the request's status says (a denial or failure wins over a certificate).
+pub fn request_state(status: Option<&CertificateSigningRequestStatus>) -> RequestState {
+    let Some(status) = status else {
+        return RequestState::Pending;
+    };
+    for condition in status.conditions.iter().flatten() {
+        if condition.status != "True" {
+            continue;
+        }
+        let why = format!(
+            "{}: {}",
+            condition.reason.as_deref().unwrap_or("no reason"),
+            condition.message.as_deref().unwrap_or("no message")
+        );
+        match condition.type_.as_str() {
+            "Denied" => return RequestState::Denied(why),
+            "Failed" => return RequestState::Failed(why),
+            _ => {}
+        }
+    }
+    match &status.certificate {
+        Some(certificate) if !certificate.0.is_empty() => {
+            RequestState::Issued(String::from_utf8_lossy(&certificate.0).into_owned())
+        }
+        _ => RequestState::Pending,
+    }
+}
+
+/// The agent's kubeconfig with the certificate and key (PEM) embedded, GNA's layout.
+pub fn kubeconfig(server: &str, ca: &CaSource, cert_pem: &str, key_pem: &str) -> Kubeconfig {
+    let auth = AuthInfo {
+        client_certificate_data: Some(STANDARD.encode(cert_pem)),
+        client_key_data: Some(STANDARD.encode(key_pem).into()),
+        ..AuthInfo::default()
+    };
+    named_kubeconfig(KUBECONFIG_NAME, server, ca, auth)
+}
+
+/// Kubelet's bootstrap kubeconfig: the bootstrap token (trimmed), GNA's layout.
+pub fn kubelet_bootstrap_kubeconfig(server: &str, ca: &CaSource, token: &str) -> Kubeconfig {
+    named_kubeconfig(KUBELET_BOOTSTRAP_NAME, server, ca, token_auth(token))
+}
+
+/// The kubeconfig the agent asks for its first certificate with: the bootstrap token.
+pub fn bootstrap_kubeconfig(server: &str, ca: &CaSource, token: &str) -> Kubeconfig {
+    named_kubeconfig(AGENT_BOOTSTRAP_NAME, server, ca, token_auth(token))
+}
+
+fn token_auth(token: &str) -> AuthInfo {
+    AuthInfo {
+        token: Some(token.trim().to_string().into()),
+        ..AuthInfo::default()
+    }
+}
+
+fn named_kubeconfig(name: &str, server: &str, ca: &CaSource, auth: AuthInfo) -> Kubeconfig {
+    let server = if server.contains("://") {
+        server.to_string()
+    } else {
+        format!("https://{server}")
+    };
+    let (file, data) = match ca {
+        CaSource::File(path) => (Some(path.clone()), None),
+        CaSource::Data(pem) => (None, Some(STANDARD.encode(pem))),
+        CaSource::System => (None, None),
+    };
+    Kubeconfig {
+        api_version: Some("v1".into()),
+        kind: Some("Config".into()),
+        clusters: vec![NamedCluster {
+            name: name.into(),
+            cluster: Some(Cluster {
+                server: Some(server),
+                certificate_authority: file,
+                certificate_authority_data: data,
+                ..Cluster::default()
+            }),
+            other: Default::default(),
+        }],
+        auth_infos: vec![NamedAuthInfo {
+            name: name.into(),
+            auth_info: Some(auth),
+            other: Default::default(),
+        }],
+        contexts: vec![NamedContext {
+            name: name.into(),
+            context: Some(Context {
+                cluster: name.into(),
+                user: Some(name.into()),
+                ..Context::default()
+            }),
+            other: Default::default(),
+        }],
+        current_context: Some(name.into()),
+        ..Kubeconfig::default()
+    }
+}
+
+/// The same kubeconfig with the current user's certificate and key replaced (a renewal keeps
+/// the cluster as it is, also one GNA wrote). `None` when there is no current user.
+pub fn with_certificate(
+    kubeconfig: &Kubeconfig,
+    cert_pem: &str,
+    key_pem: &str,
+) -> Option<Kubeconfig> {
+    let mut renewed = kubeconfig.clone();
+    let user = current_user(kubeconfig)?;
+    let auth = renewed.auth_infos[user]
+        .auth_info
+        .get_or_insert_with(AuthInfo::default);
+    auth.client_certificate_data = Some(STANDARD.encode(cert_pem));
+    auth.client_key_data = Some(STANDARD.encode(key_pem).into());
+    Some(renewed)
+}
+
+/// The embedded client certificate (PEM) of the current user, when there is one.
+pub fn client_certificate(kubeconfig: &Kubeconfig) -> Option<Vec<u8>> {
+    let auth = kubeconfig.auth_infos[current_user(kubeconfig)?]
+        .auth_info
+        .as_ref()?;
+    STANDARD
+        .decode(auth.client_certificate_data.as_deref()?.trim())
+        .ok()
+}
+
+/// Where the current context's user is among the kubeconfig's users.
+fn current_user(kubeconfig: &Kubeconfig) -> Option<usize> {
+    let current = kubeconfig.current_context.as_deref()?;
+    let user = kubeconfig
+        .contexts
+        .iter()
+        .find(|named| named.name == current)?
+        .context
+        .as_ref()?
+        .user
+        .as_deref()?;
+    kubeconfig
+        .auth_infos
+        .iter()
+        .position(|named| named.name == user)
+}
+
+/// When to renew a certificate valid for `facts` (Unix seconds): GNA's
+/// `notBefore + 0.8 × lifetime × (1 + 0.1 × jitter)`, `jitter` in `[0, 1)` — between 80 % and
+/// 88 % of the lifetime.
+pub fn renewal_due(facts: &CertificateFacts, jitter: f64) -> i64 {
+    let lifetime = (facts.not_after - facts.not_before).max(0) as f64;
+    let offset = lifetime * 0.8 * (1.0 + 0.1 * jitter.clamp(0.0, 1.0));
+    facts.not_before + offset as i64
+}
+
+/// How long to wait before renewing again after a failed attempt at `now`: a tenth of the time
+/// the certificate has left, between 10 s and 5 min (so an expiring certificate is tried often).
+pub fn retry_after(facts: &CertificateFacts, now: i64) -> Duration {
+    let left = (facts.not_after - now).max(0) as u64;
+    Duration::from_secs((left / 10).clamp(10, 300))
+}
+
+/// Whether kubelet gets a bootstrap kubeconfig: only with a bootstrap token, and only while
+/// kubelet has no credentials of its own (`kubeconfig-real`, `pki/kubelet-client-current.pem`).
+pub fn kubelet_needs_bootstrap(bootstrap_token: bool, kubelet_credentials: bool) -> bool {
+    bootstrap_token && !kubelet_credentials
+}
+
+#[cfg(test)]
+mod tests;

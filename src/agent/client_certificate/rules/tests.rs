@@ -1,0 +1,156 @@
+use k8s_openapi::api::certificates::v1::CertificateSigningRequestCondition;
+
+use super::*;
+
+#[test]
+fn the_machine_name_is_the_first_line_and_an_object_name() {
+    assert_eq!(
+        machine_name("shoot--p--s-pool-abc12\n").unwrap(),
+        "shoot--p--s-pool-abc12"
+    );
+    assert_eq!(machine_name("  m-1 \nsecond line").unwrap(), "m-1");
+    assert_eq!(machine_name("\nm-1"), Err(MachineNameError::Empty));
+    assert_eq!(machine_name(""), Err(MachineNameError::Empty));
+    for hostile in ["../etc", "a b", "M-1", "-a", "a-", "a/b", "a\u{1b}[2J"] {
+        let error = machine_name(hostile).unwrap_err();
+        assert!(matches!(error, MachineNameError::Invalid(_)), "{hostile:?}");
+        assert!(!error.to_string().chars().any(char::is_control), "{error}");
+    }
+    assert!(machine_name(&"a".repeat(254)).is_err());
+    assert!(machine_name(&"a".repeat(253)).is_ok());
+}
+
+#[test]
+fn the_request_is_gna_s_and_named_after_key_and_subject() {
+    let request = signing_request("m-1", b"key one", "PEM");
+    let spec = &request.spec;
+    assert_eq!(spec.signer_name, "kubernetes.io/kube-apiserver-client");
+    assert_eq!(spec.expiration_seconds, Some(2_592_000));
+    assert_eq!(
+        spec.usages.as_deref().unwrap(),
+        ["digital signature", "key encipherment", "client auth"]
+    );
+    assert_eq!(spec.request.0, b"PEM");
+    let name = request.metadata.name.clone().unwrap();
+    assert!(name.starts_with("node-agent-csr-"), "{name}");
+    assert!(name.len() <= 253 && !name.contains('/'), "{name}");
+    // The same key and machine give the same name; another key or machine another.
+    assert_eq!(
+        signing_request("m-1", b"key one", "other PEM")
+            .metadata
+            .name,
+        Some(name.clone())
+    );
+    assert_ne!(
+        signing_request("m-1", b"key two", "PEM").metadata.name,
+        Some(name.clone())
+    );
+    assert_ne!(
+        signing_request("m-2", b"key one", "PEM").metadata.name,
+        Some(name)
+    );
+    assert_eq!(common_name("m-1"), "gardener.cloud:node-agent:machine:m-1");
+}
+
+fn condition(type_: &str, reason: &str) -> CertificateSigningRequestCondition {
+    CertificateSigningRequestCondition {
+        type_: type_.into(),
+        status: "True".into(),
+        reason: Some(reason.into()),
+        message: Some("because".into()),
+        ..CertificateSigningRequestCondition::default()
+    }
+}
+
+#[test]
+fn the_status_tells_pending_issued_denied_failed() {
+    assert_eq!(request_state(None), RequestState::Pending);
+    let mut status = CertificateSigningRequestStatus {
+        conditions: Some(vec![condition("Approved", "RequestApproved")]),
+        ..CertificateSigningRequestStatus::default()
+    };
+    assert_eq!(request_state(Some(&status)), RequestState::Pending);
+    status.certificate = Some(k8s_openapi::ByteString(b"CERT".to_vec()));
+    assert_eq!(
+        request_state(Some(&status)),
+        RequestState::Issued("CERT".into())
+    );
+    status.conditions = Some(vec![condition("Denied", "RequestDenied")]);
+    assert_eq!(
+        request_state(Some(&status)),
+        RequestState::Denied("RequestDenied: because".into())
+    );
+    status.conditions = Some(vec![condition("Failed", "SignerValidationFailure")]);
+    assert!(matches!(
+        request_state(Some(&status)),
+        RequestState::Failed(_)
+    ));
+}
+
+#[test]
+fn kubeconfigs_have_gna_s_names_and_embed_the_credentials() {
+    let ca = CaSource::File("/var/lib/gardener-node-agent/cluster-ca.crt".into());
+    let yaml = serde_norway::to_string(&kubeconfig("api.example:443", &ca, "CERT", "KEY")).unwrap();
+    for line in [
+        "server: https://api.example:443",
+        "certificate-authority: /var/lib/gardener-node-agent/cluster-ca.crt",
+        &format!("client-certificate-data: {}", STANDARD.encode("CERT")),
+        &format!("client-key-data: {}", STANDARD.encode("KEY")),
+        "current-context: node-agent",
+    ] {
+        assert!(yaml.contains(line), "{line}\n{yaml}");
+    }
+    assert!(!yaml.contains("null"), "{yaml}");
+    let parsed = Kubeconfig::from_yaml(&yaml).unwrap();
+    assert_eq!(client_certificate(&parsed).unwrap(), b"CERT");
+    // A renewal replaces the certificate and key and keeps the rest.
+    let renewed = with_certificate(&parsed, "NEW", "NEWKEY").unwrap();
+    assert_eq!(client_certificate(&renewed).unwrap(), b"NEW");
+    assert_eq!(
+        serde_json::to_value(&renewed.clusters).unwrap(),
+        serde_json::to_value(&parsed.clusters).unwrap()
+    );
+
+    let kubelet = kubelet_bootstrap_kubeconfig(
+        "https://api.example",
+        &CaSource::Data(b"PEM".to_vec()),
+        "abcdef.0123456789abcdef\n",
+    );
+    let yaml = serde_norway::to_string(&kubelet).unwrap();
+    assert!(yaml.contains("token: abcdef.0123456789abcdef\n"), "{yaml}");
+    assert!(
+        yaml.contains("current-context: kubelet-bootstrap"),
+        "{yaml}"
+    );
+    assert!(yaml.contains(&format!(
+        "certificate-authority-data: {}",
+        STANDARD.encode("PEM")
+    )));
+}
+
+#[test]
+fn renewal_is_due_between_80_and_88_percent_of_the_lifetime() {
+    let facts = CertificateFacts {
+        serial: "01".into(),
+        not_before: 1_000,
+        not_after: 2_000,
+    };
+    assert_eq!(renewal_due(&facts, 0.0), 1_800);
+    assert_eq!(renewal_due(&facts, 0.999_999), 1_879);
+    assert_eq!(renewal_due(&facts, 7.0), 1_880);
+    // Retries: a tenth of what is left, within 10 s and 5 min.
+    assert_eq!(retry_after(&facts, 1_900), Duration::from_secs(10));
+    assert_eq!(retry_after(&facts, 2_500), Duration::from_secs(10));
+    let long = CertificateFacts {
+        not_after: 1_000 + 30 * 24 * 3600,
+        ..facts
+    };
+    assert_eq!(retry_after(&long, 1_000), Duration::from_secs(300));
+}
+
+#[test]
+fn kubelet_is_bootstrapped_only_with_a_token_and_without_its_own_credentials() {
+    assert!(kubelet_needs_bootstrap(true, false));
+    assert!(!kubelet_needs_bootstrap(true, true));
+    assert!(!kubelet_needs_bootstrap(false, false));
+}

@@ -1,0 +1,353 @@
+//! e2e: the node agent's client certificate (`docs/agent.md#client-certificate`) on a real
+//! systemd machine (`support/nspawn.rs`), against the components a Gardener shoot has for it:
+//! kube-apiserver with bootstrap-token authentication, kube-controller-manager's
+//! `kubernetes.io/kube-apiserver-client` signer (certificates of [`SIGNING`], so renewals come
+//! within the test) and gardener-resource-manager's real CSR approver, which finds the Machine
+//! in the seed namespace (`support::shoot::Shoot::start_for_node_agents`). The tests play
+//! machine-controller-manager (the bootstrap token Secret, the Machine, the `machine-name`
+//! file) and kubelet (they create the Node).
+//!
+//! Where the shoot's authorizer stands: RBAC for the node-agent group, not GRM's node-agent
+//! authorizer webhook (see `support::node_agent_identity::allow_node_agents`).
+
+#![allow(clippy::unwrap_used, clippy::panic)]
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use gardener_extension_node::agent::client_certificate::rules::client_certificate;
+use gardener_extension_node::kubeconfig::x509::{CertificateFacts, first_certificate_facts};
+use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::Api;
+use kube::config::Kubeconfig;
+use support::agent::*;
+use support::node_agent_identity::{
+    allow_bootstrappers, allow_node_agents, create_bootstrap_token, create_machine,
+};
+use support::shoot::Shoot;
+
+const BIN: &str = env!("CARGO_BIN_EXE_gardener-extension-node");
+/// kube-controller-manager's `--cluster-signing-duration`. Certificates this short are
+/// backdated by 5 min (`notAfter = now + 90 s`, `notBefore = now - 5 min`), so with GNA's
+/// 80–88 % rule a renewal comes 12–43 s after each issue.
+const SIGNING: Duration = Duration::from_secs(90);
+const STEP_TIMEOUT: Duration = Duration::from_secs(120);
+const KUBECONFIG: &str = "/var/lib/gardener-node-agent/credentials/kubeconfig";
+const BOOTSTRAP_TOKEN: &str = "/var/lib/gardener-node-agent/credentials/bootstrap-token";
+const MACHINE_NAME: &str = "/var/lib/gardener-node-agent/machine-name";
+const KUBELET_BOOTSTRAP: &str = "/var/lib/kubelet/kubeconfig-bootstrap";
+
+/// A new machine with its OSC secret, what MCM and gardener give a shoot for it, and its
+/// agent not started yet.
+struct NewMachine {
+    shoot: Shoot,
+    shoot_client: kube::Client,
+    machine: support::nspawn::Machine,
+    machine_name: String,
+    record: MachineRecord,
+    setup: AgentSetup,
+    checksum: String,
+}
+
+async fn new_machine() -> NewMachine {
+    let env = support::env().await;
+    let shoot = Shoot::start_for_node_agents(&env, SIGNING).await;
+    let shoot_client = shoot.client().await;
+    allow_bootstrappers(&shoot_client).await;
+    let machine = boot(BIN);
+    let node = machine.name().to_string();
+    let machine_name = format!("machine-{node}");
+    let secret = format!("gardener-node-agent-{node}");
+    allow_node_agents(&shoot_client, &node, &secret).await;
+    let checksum = put_osc(
+        &shoot_client,
+        &secret,
+        &osc_yaml(&[service("app.service", "first")], &[], None),
+    )
+    .await;
+    let setup = AgentSetup {
+        secret_name: secret,
+        kubeconfig: String::new(),
+        server_url: shoot.server_url(),
+        ca_pem: shoot.ca_pem(),
+        drift_interval: "10m".into(),
+        token_sync: Vec::new(),
+        binary_in_machine: BIN_IN_MACHINE.to_string(),
+    };
+    let record = MachineRecord {
+        seed: env.client.clone(),
+        namespace: env.namespace.clone(),
+        name: machine_name.clone(),
+        node: node.clone(),
+    };
+    NewMachine {
+        record,
+        shoot,
+        shoot_client,
+        machine,
+        machine_name,
+        setup,
+        checksum,
+    }
+}
+
+/// The Machine MCM would create for the new machine in the seed namespace.
+struct MachineRecord {
+    seed: kube::Client,
+    namespace: String,
+    name: String,
+    node: String,
+}
+
+impl MachineRecord {
+    /// Creates it, joined as the machine's Node.
+    async fn create(&self) {
+        create_machine(&self.seed, &self.namespace, &self.name, &self.node).await;
+    }
+}
+
+/// The serial and validity of the certificate in the machine's `credentials/kubeconfig`.
+fn certificate_in(machine: &support::nspawn::Machine) -> Option<CertificateFacts> {
+    let text = machine.read_file(KUBECONFIG).ok()?;
+    let kubeconfig = Kubeconfig::from_yaml(&String::from_utf8_lossy(&text)).ok()?;
+    first_certificate_facts(&client_certificate(&kubeconfig)?)
+}
+
+fn exists(machine: &support::nspawn::Machine, path: &str) -> bool {
+    machine.run(&["test", "-e", path]).status.success()
+}
+
+async fn wait_until(what: &str, agent: &AgentMachine, mut check: impl FnMut() -> bool) -> Duration {
+    let started = Instant::now();
+    while !check() {
+        assert!(
+            started.elapsed() < STEP_TIMEOUT,
+            "{what}: not within {STEP_TIMEOUT:?}; agent log:\n{}",
+            agent.log()
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    started.elapsed()
+}
+
+/// The first boot of a machine that has only a bootstrap token: the agent writes kubelet's
+/// bootstrap kubeconfig, gets its certificate through GRM's approver and KCM's signer, applies
+/// its OSC once the Node is there and removes the bootstrap files; then it renews the
+/// certificate twice without any restart, and still works once the first certificate has
+/// expired (its Lease is renewed, a new OSC is applied).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_machine_trades_its_bootstrap_token_for_a_certificate_and_renews_it_in_place() {
+    let started = Instant::now();
+    let new = new_machine().await;
+    let node = new.machine.name().to_string();
+    new.record.create().await;
+    let token = create_bootstrap_token(&new.shoot_client, Duration::from_secs(3600)).await;
+    let credentials = [
+        (BOOTSTRAP_TOKEN.to_string(), format!("{token}\n")),
+        (MACHINE_NAME.to_string(), format!("{}\n", new.machine_name)),
+    ];
+    let port = install_agent_with(&new.machine, &new.setup, &credentials);
+    let agent = AgentMachine::started(new.machine, port);
+    let booted = started.elapsed();
+
+    // 1. kubelet's bootstrap kubeconfig carries the token; the certificate is issued.
+    wait_until("kubelet's bootstrap kubeconfig written", &agent, || {
+        exists(&agent.machine, KUBELET_BOOTSTRAP)
+    })
+    .await;
+    let kubelet_bootstrap =
+        String::from_utf8(agent.machine.read_file(KUBELET_BOOTSTRAP).unwrap()).unwrap();
+    assert!(
+        kubelet_bootstrap.contains(&format!("token: {token}")),
+        "{kubelet_bootstrap}"
+    );
+    assert_eq!(agent.mode(KUBELET_BOOTSTRAP), "600");
+    let issued_after = wait_until("certificate issued", &agent, || {
+        certificate_in(&agent.machine).is_some()
+    })
+    .await;
+    let first = certificate_in(&agent.machine).unwrap();
+    assert_eq!(agent.mode(KUBECONFIG), "600");
+    let csrs = Api::<CertificateSigningRequest>::all(new.shoot_client.clone())
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items;
+    let ours: Vec<_> = csrs
+        .iter()
+        .filter(|csr| {
+            csr.spec
+                .username
+                .as_deref()
+                .is_some_and(|u| u.starts_with("system:bootstrap:"))
+        })
+        .collect();
+    assert_eq!(ours.len(), 1, "one request with the bootstrap token");
+    let approved = ours[0]
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == "Approved"))
+        .and_then(|c| c.reason.clone());
+    assert_eq!(
+        approved.as_deref(),
+        Some("RequestApproved"),
+        "GRM approved it"
+    );
+    // The bootstrap files stay until the Node exists and an OSC is applied.
+    assert!(exists(&agent.machine, BOOTSTRAP_TOKEN));
+
+    // 2. The Node registers: the OSC is applied, the bootstrap files go.
+    create_node(&new.shoot_client, &node).await;
+    wait_for_checksum(&new.shoot_client, &agent, &new.checksum, STEP_TIMEOUT).await;
+    let applied_after = started.elapsed();
+    wait_until("bootstrap files removed", &agent, || {
+        !exists(&agent.machine, BOOTSTRAP_TOKEN) && !exists(&agent.machine, KUBELET_BOOTSTRAP)
+    })
+    .await;
+
+    // 3. Renewals: new serials, the same process.
+    let invocation = agent.invocation(AGENT_UNIT);
+    let mut serials = vec![first.serial.clone()];
+    let mut renewals = Vec::new();
+    while serials.len() < 3 {
+        let since = Instant::now();
+        wait_until("certificate renewed", &agent, || {
+            certificate_in(&agent.machine).is_some_and(|c| !serials.contains(&c.serial))
+        })
+        .await;
+        renewals.push(since.elapsed());
+        serials.push(certificate_in(&agent.machine).unwrap().serial);
+    }
+    assert_eq!(
+        agent.invocation(AGENT_UNIT),
+        invocation,
+        "no restart of the agent"
+    );
+    assert!(
+        agent
+            .log()
+            .contains("API client switched to the renewed credentials")
+    );
+
+    // 4. Past the first certificate's end: the Lease is renewed and a new OSC applied.
+    let now = chrono::Utc::now().timestamp();
+    if now <= first.not_after + 5 {
+        tokio::time::sleep(Duration::from_secs((first.not_after + 5 - now) as u64)).await;
+    }
+    let leases = Api::<Lease>::namespaced(new.shoot_client.clone(), "kube-system");
+    let lease_name = format!("gardener-node-agent-{node}");
+    let renewed_before = leases
+        .get(&lease_name)
+        .await
+        .unwrap()
+        .spec
+        .unwrap()
+        .renew_time;
+    let checksum = put_osc(
+        &new.shoot_client,
+        &new.setup.secret_name,
+        &osc_yaml(&[service("app.service", "second")], &[], None),
+    )
+    .await;
+    wait_for_checksum(&new.shoot_client, &agent, &checksum, STEP_TIMEOUT).await;
+    let deadline = Instant::now() + STEP_TIMEOUT;
+    while leases
+        .get(&lease_name)
+        .await
+        .unwrap()
+        .spec
+        .unwrap()
+        .renew_time
+        == renewed_before
+    {
+        assert!(
+            Instant::now() < deadline,
+            "Lease not renewed; agent log:\n{}",
+            agent.log()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert_eq!(
+        agent.invocation(AGENT_UNIT),
+        invocation,
+        "no restart of the agent"
+    );
+    eprintln!(
+        "certificate e2e timeline: machine booted and agent started {:.1} s; certificate issued {:.1} s after start; OSC applied {:.1} s after the beginning; renewals after {:?} (serials {serials:?}); first certificate valid {} s",
+        booted.as_secs_f64(),
+        issued_after.as_secs_f64(),
+        applied_after.as_secs_f64(),
+        renewals,
+        first.not_after - first.not_before,
+    );
+    drop(new.shoot);
+}
+
+/// Bad input on the way to the first certificate: a bootstrap token the API server does not
+/// accept, then a request GRM denies (no Machine in the seed). Each is a log line and a retry,
+/// and nothing is written into `credentials/` until a certificate is issued.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rejected_token_and_a_denied_request_are_retried_and_write_nothing() {
+    let new = new_machine().await;
+    let node = new.machine.name().to_string();
+    let credentials = [
+        (
+            BOOTSTRAP_TOKEN.to_string(),
+            "abcdef.0123456789abcdef\n".to_string(),
+        ),
+        (MACHINE_NAME.to_string(), format!("{}\n", new.machine_name)),
+    ];
+    let port = install_agent_with(&new.machine, &new.setup, &credentials);
+    let agent = AgentMachine::started(new.machine, port);
+
+    // A token nobody issued: 401, retried.
+    wait_until("the rejected token logged", &agent, || {
+        agent
+            .log()
+            .contains("getting the client certificate with the bootstrap token failed")
+    })
+    .await;
+    assert!(
+        agent.log().contains("(401 Unauthorized)"),
+        "{}",
+        agent.log()
+    );
+    assert!(!exists(&agent.machine, KUBECONFIG));
+
+    // A valid token, but no Machine: GRM denies.
+    let token = create_bootstrap_token(&new.shoot_client, Duration::from_secs(3600)).await;
+    agent
+        .machine
+        .write_file(BOOTSTRAP_TOKEN, format!("{token}\n").as_bytes(), 0o600)
+        .unwrap();
+    wait_until("the denial logged", &agent, || {
+        agent.log().contains("was denied")
+    })
+    .await;
+    assert!(
+        agent.log().contains("does not exist"),
+        "GRM's reason is shown"
+    );
+    assert!(!exists(&agent.machine, KUBECONFIG));
+    let listing = agent
+        .machine
+        .run(&["ls", "-A", "/var/lib/gardener-node-agent/credentials"]);
+    assert_eq!(
+        listing.stdout.trim(),
+        "bootstrap-token",
+        "nothing half-written"
+    );
+
+    // The Machine appears: the next attempt gets the certificate.
+    new.record.create().await;
+    wait_until("certificate issued", &agent, || {
+        certificate_in(&agent.machine).is_some()
+    })
+    .await;
+    create_node(&new.shoot_client, &node).await;
+    wait_for_checksum(&new.shoot_client, &agent, &new.checksum, STEP_TIMEOUT).await;
+    drop(new.shoot);
+}
