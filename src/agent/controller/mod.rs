@@ -349,6 +349,7 @@ impl<H: Host + 'static> Agent<H> {
             if let Some(node) = node_rx.borrow().clone() {
                 let context = self_healing::steps::Context {
                     host: self.host.as_ref(),
+                    client: &self.client,
                     events: &self.events,
                     metrics: &self.metrics,
                     containerd_address: &self.settings.containerd_address,

@@ -1,6 +1,7 @@
 //! When an unhealthy component is restarted, and what is said about it (pure; GNA's
 //! thresholds and wording).
 
+use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use crate::agent::pipeline::osc::NodeOsc;
@@ -64,6 +65,56 @@ pub fn watched(osc: &NodeOsc) -> Vec<Component> {
         components.push(Component::Containerd);
     }
     components
+}
+
+/// Whether the Node's `Ready` condition is `True`.
+pub fn node_ready(node: &k8s_openapi::api::core::v1::Node) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|status| status.conditions.as_ref())
+        .is_some_and(|conditions| {
+            conditions
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status == "True")
+        })
+}
+
+/// How long readiness toggles are remembered.
+pub const TOGGLE_WINDOW: Duration = Duration::from_secs(600);
+/// How many NotReady → Ready toggles within [`TOGGLE_WINDOW`] make the warning.
+pub const MAX_TOGGLES: usize = 5;
+
+/// GNA's readiness-toggle rule: the Node's `Ready` condition as the health checks see it; a
+/// node whose kubelet keeps falling out of Ready gets a Warning (it is not restarted for it).
+#[derive(Debug, Clone, Default)]
+pub struct ReadinessToggles {
+    last_ready: Option<bool>,
+    toggles: VecDeque<Instant>,
+}
+
+impl ReadinessToggles {
+    /// Takes the `Ready` condition seen at `now`: a change to Ready counts as a toggle (the
+    /// first Ready after the agent started too, as in GNA), toggles older than
+    /// [`TOGGLE_WINDOW`] are forgotten, and with [`MAX_TOGGLES`] or more left the warning's
+    /// note is returned — at every check while that lasts, as GNA repeats it.
+    pub fn observe(&mut self, ready: bool, now: Instant) -> Option<String> {
+        if ready && self.last_ready != Some(true) {
+            self.toggles.push_back(now);
+        }
+        self.last_ready = Some(ready);
+        while self
+            .toggles
+            .front()
+            .is_some_and(|at| now.saturating_duration_since(*at) > TOGGLE_WINDOW)
+        {
+            self.toggles.pop_front();
+        }
+        (self.toggles.len() >= MAX_TOGGLES).then(|| {
+            format!(
+                "Kubelet toggled between NotReady and Ready at least {MAX_TOGGLES} times in a 10m0s time window. Rebooting the node might help"
+            )
+        })
+    }
 }
 
 /// What one probe leads to.
@@ -181,6 +232,29 @@ mod tests {
             )),
             [Component::Containerd]
         );
+    }
+
+    #[test]
+    fn five_returns_to_ready_within_ten_minutes_warn_and_old_ones_are_forgotten() {
+        let start = Instant::now();
+        let at = |s: u64| start + Duration::from_secs(s);
+        let mut toggles = ReadinessToggles::default();
+        // The first Ready counts; staying Ready does not.
+        assert_eq!(toggles.observe(true, at(0)), None);
+        assert_eq!(toggles.observe(true, at(30)), None);
+        for round in 1..=3 {
+            assert_eq!(toggles.observe(false, at(60 * round)), None);
+            assert_eq!(toggles.observe(true, at(60 * round + 30)), None);
+        }
+        assert_eq!(toggles.observe(false, at(240)), None);
+        let note = toggles.observe(true, at(270)).unwrap();
+        assert_eq!(
+            note,
+            "Kubelet toggled between NotReady and Ready at least 5 times in a 10m0s time window. Rebooting the node might help"
+        );
+        // Repeated while it lasts, gone once the first toggles are older than the window.
+        assert!(toggles.observe(true, at(300)).is_some());
+        assert_eq!(toggles.observe(true, at(700)), None);
     }
 
     #[test]

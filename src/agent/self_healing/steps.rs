@@ -3,9 +3,11 @@
 
 use std::time::{Duration, Instant};
 
+use k8s_openapi::api::core::v1::Node;
+use kube::{Api, ResourceExt};
 use tracing::{info, warn};
 
-use super::rules::{Component, Tracker, Verdict};
+use super::rules::{self, Component, ReadinessToggles, Tracker, Verdict};
 use crate::agent::health::unit_events;
 use crate::agent::metrics::Metrics;
 use crate::agent::pipeline::apply::FailedJob;
@@ -22,6 +24,8 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct Context<'a, H> {
     /// The node.
     pub host: &'a H,
+    /// The API client (the Node's `Ready` condition).
+    pub client: &'a kube::Client,
     /// Events on the Node.
     pub events: &'a NodeEvents,
     /// Error counters.
@@ -35,6 +39,9 @@ pub struct Context<'a, H> {
 pub struct Trackers {
     kubelet: Tracker,
     containerd: Tracker,
+    readiness: ReadinessToggles,
+    /// The Node's resourceVersion and `Ready` condition at the last read.
+    node_status: Option<(String, bool)>,
 }
 
 /// Checks `components` once (one after the other: each probe is bounded).
@@ -52,6 +59,57 @@ pub async fn check<H: Host>(
         let probe = probe(context, component).await;
         let verdict = tracker.observe(component, probe, Instant::now());
         act(context, node, component, verdict).await;
+    }
+    if components.contains(&Component::Kubelet)
+        && let Some(ready) = node_ready(context, node, &mut trackers.node_status).await
+        && let Some(note) = trackers.readiness.observe(ready, Instant::now())
+    {
+        warn!(%note, "kubelet keeps falling out of Ready");
+        context
+            .events
+            .report(
+                context.metrics,
+                node,
+                true,
+                Component::Kubelet.reason(),
+                note,
+            )
+            .await;
+    }
+}
+
+/// The Node's `Ready` condition, read again (GET) only when the Node's resourceVersion moved
+/// since the last read: the agent's Node watch carries metadata only, and a Node's status
+/// changes rarely (kubelet reports it every few minutes when nothing changes).
+async fn node_ready<H>(
+    context: &Context<'_, H>,
+    node: &NodeMeta,
+    last: &mut Option<(String, bool)>,
+) -> Option<bool> {
+    let version = node
+        .metadata
+        .resource_version
+        .as_deref()
+        .unwrap_or_default();
+    if let Some((seen, ready)) = last.as_ref()
+        && seen == version
+    {
+        return Some(*ready);
+    }
+    match Api::<Node>::all(context.client.clone())
+        .get(&node.name_any())
+        .await
+    {
+        Ok(full) => {
+            let ready = rules::node_ready(&full);
+            *last = Some((full.resource_version().unwrap_or_default(), ready));
+            Some(ready)
+        }
+        Err(error) => {
+            context.metrics.error("health-check", "api");
+            warn!(error = %error_chain(&error), "reading the node's Ready condition failed");
+            None
+        }
     }
 }
 
