@@ -17,6 +17,8 @@
 #                        (test/rollout_e2e.rs)
 #   make bench-rollout   GNA's rollout modes against the disruptive rollout on four nodes into docs/benchmarks.md
 #   make bench-node      what one such node costs (boot, Ready, memory) into docs/benchmarks.md
+#   make bench-agent-certificate  the agent's idle API requests with the client-certificate flow
+#                        into docs/benchmarks.md (test/agent_certificate.rs)
 #   make fuzz            every cargo-fuzz target for FUZZ_SECONDS (default 60) each
 #   make advisories      cargo deny's RustSec check (needs GitHub for the advisory database)
 
@@ -27,6 +29,7 @@ KUBECONFIG_DEV := dev/kubeconfig
 
 .PHONY: start start-clean test fmt lint generate check-generate envtest deps unit integration check-orphans
 .PHONY: test-resilience fuzz advisories e2e e2e-rollout e2e-health bench-rollout bench-node
+.PHONY: bench-agent-certificate
 
 # The fault-injection binaries; `make test` runs them at reduced counts.
 RESILIENCE_TESTS := --test resilience_apiserver --test resilience_etcd \
@@ -134,6 +137,13 @@ bench-rollout: deps
 # What one node of the e2e fixture costs (boot, Ready, memory): docs/benchmarks.md.
 bench-node: deps
 	@$(call node-run,bench-node,$(CARGO) bench --bench node)
+
+# The agent's idle API requests with a certificate from the real CSR flow: docs/benchmarks.md.
+bench-agent-certificate: deps
+	@assets="$$(hack/envtest.sh)"; \
+	  export GARDENER_EXTENSION_NODE_TEST_RUN="bench-agent-certificate-$$$$-$$(date +%s%N)"; \
+	  ENVTEST_ASSETS="$$assets" $(CARGO) test --test agent_certificate idle_requests -- --ignored --nocapture; \
+	  hack/check-orphans.sh "$$GARDENER_EXTENSION_NODE_TEST_RUN"
 
 fuzz:
 	@hack/fuzz.sh $(FUZZ_SECONDS)

@@ -53,7 +53,10 @@ struct NewMachine {
 
 async fn new_machine() -> NewMachine {
     let env = support::env().await;
-    let shoot = Shoot::start_for_node_agents(&env, SIGNING).await;
+    new_machine_in(&env, Shoot::start_for_node_agents(&env, SIGNING).await).await
+}
+
+async fn new_machine_in(env: &support::TestEnv, shoot: Shoot) -> NewMachine {
     let shoot_client = shoot.client().await;
     allow_bootstrappers(&shoot_client).await;
     let machine = boot(BIN);
@@ -350,4 +353,57 @@ async fn a_rejected_token_and_a_denied_request_are_retried_and_write_nothing() {
     create_node(&new.shoot_client, &node).await;
     wait_for_checksum(&new.shoot_client, &agent, &new.checksum, STEP_TIMEOUT).await;
     drop(new.shoot);
+}
+
+/// The agent's API requests per idle minute with the certificate flow on (`make
+/// bench-agent-certificate`, into docs/benchmarks.md): a machine bootstrapped as above, with
+/// certificates of 30 days (so no renewal falls into the window), its OSC applied, then
+/// [`IDLE_WINDOW`] without any change; the requests are those kube-apiserver's audit log shows
+/// with the agent's `User-Agent`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement, not a check: make bench-agent-certificate"]
+async fn idle_requests_with_the_certificate_flow() {
+    const IDLE_WINDOW: Duration = Duration::from_secs(300);
+    let env = support::env().await;
+    let shoot =
+        Shoot::start_for_node_agents_audited(&env, Duration::from_secs(30 * 24 * 3600)).await;
+    let audit = shoot.audit_log_path();
+    let new = new_machine_in(&env, shoot).await;
+    let node = new.machine.name().to_string();
+    new.record.create().await;
+    let token = create_bootstrap_token(&new.shoot_client, Duration::from_secs(3600)).await;
+    let credentials = [
+        (BOOTSTRAP_TOKEN.to_string(), format!("{token}\n")),
+        (MACHINE_NAME.to_string(), format!("{}\n", new.machine_name)),
+    ];
+    let port = install_agent_with(&new.machine, &new.setup, &credentials);
+    let agent = AgentMachine::started(new.machine, port);
+    wait_until("certificate issued", &agent, || {
+        certificate_in(&agent.machine).is_some()
+    })
+    .await;
+    create_node(&new.shoot_client, &node).await;
+    wait_for_checksum(&new.shoot_client, &agent, &new.checksum, STEP_TIMEOUT).await;
+    // Settle: the report after the apply, the first health and unit checks.
+    tokio::time::sleep(Duration::from_secs(70)).await;
+    let is_agent = |user_agent: &str| user_agent.ends_with("(agent)");
+    let mut log = support::audit::AuditLog::from_end(audit);
+    tokio::time::sleep(IDLE_WINDOW).await;
+    let idle = log.take(is_agent);
+    let minutes = IDLE_WINDOW.as_secs_f64() / 60.0;
+    let per_minute = support::audit::total(&idle) as f64 / minutes;
+    let body = format!(
+        "## Node agent: idle requests with the client-certificate flow\n\n\
+         `make bench-agent-certificate` (`test/agent_certificate.rs`, `idle_requests_with_the_certificate_flow`): \
+         an agent bootstrapped with a bootstrap token through the real CSR flow (kube-controller-manager's signer, \
+         gardener-resource-manager's approver; certificates of 30 days), its OSC applied, then {window} s idle. \
+         Requests are kube-apiserver's audit-log entries with the agent's `User-Agent` (exact, nothing subtracted).\n\n\
+         | measure | value |\n|---|---|\n\
+         | API requests per idle minute | {per_minute:.1} ({mix}, over {window} s) |\n\n",
+        window = IDLE_WINDOW.as_secs(),
+        mix = support::audit::describe(&idle),
+    );
+    println!("{body}");
+    support::benchmarks::write_section("agent-certificate", &body);
+    assert!(certificate_in(&agent.machine).is_some());
 }

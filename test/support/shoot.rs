@@ -66,12 +66,33 @@ impl Shoot {
             false,
             Some(signing),
             Some(env.namespace.clone()),
+            false,
         )
         .await
     }
 
+    /// [`Shoot::start_for_node_agents`] with kube-apiserver's audit log
+    /// ([`Shoot::audit_log_path`]), for counting a client's requests.
+    pub async fn start_for_node_agents_audited(env: &TestEnv, signing: Duration) -> Shoot {
+        Self::start_with_options(
+            env,
+            &[env.namespace.as_str()],
+            false,
+            Some(signing),
+            Some(env.namespace.clone()),
+            true,
+        )
+        .await
+    }
+
+    /// kube-apiserver's audit log (written by a shoot from
+    /// [`Shoot::start_for_node_agents_audited`]).
+    pub fn audit_log_path(&self) -> PathBuf {
+        self.dir.join("plane").join("audit.log")
+    }
+
     async fn start_with(env: &TestEnv, namespaces: &[&str], scheduler: bool) -> Shoot {
-        Self::start_with_options(env, namespaces, scheduler, None, None).await
+        Self::start_with_options(env, namespaces, scheduler, None, None, false).await
     }
 
     async fn start_with_options(
@@ -80,6 +101,7 @@ impl Shoot {
         scheduler: bool,
         csr_signing: Option<Duration>,
         csr_approver_machine_namespace: Option<String>,
+        audit_log: bool,
     ) -> Shoot {
         let n = COUNTER.fetch_add(1, Ordering::SeqCst);
         let dir = std::env::temp_dir().join(format!(
@@ -95,7 +117,7 @@ impl Shoot {
             reuse_state: false,
             controller_manager: true,
             scheduler,
-            audit_log: false,
+            audit_log,
             csr_signing,
         })
         .await
