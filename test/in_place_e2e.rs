@@ -8,7 +8,8 @@
 //! and otherwise "updates" by writing the wanted version into `/etc/debian_version`, which is
 //! where the agent reads a Debian node's version. The real script is tested in
 //! `test/os_update_script.rs`. kubelet's health endpoint is played by the test on
-//! 127.0.0.1:10248 (the kubelet test skips itself when that port is taken).
+//! 127.0.0.1:10248 for the whole test process (the kubelet and CA rotation tests skip themselves
+//! when that port is taken). kubelet.service is a stand-in unit the CA rotation test installs.
 
 #![allow(clippy::unwrap_used, clippy::panic)]
 
