@@ -12,6 +12,8 @@
 
 #![allow(clippy::unwrap_used, clippy::panic)]
 
+#[path = "support/mcm_in_place.rs"]
+mod mcm_in_place;
 mod support;
 
 use std::time::{Duration, Instant};
@@ -22,6 +24,7 @@ use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
 use kube::config::Kubeconfig;
+use serde_json::json;
 use support::agent::*;
 use support::node_agent_identity::{
     allow_bootstrappers, allow_node_agents, create_bootstrap_token, create_machine,
@@ -52,10 +55,16 @@ struct NewMachine {
 }
 
 async fn new_machine() -> NewMachine {
-    let env = support::env().await;
-    new_machine_in(&env, Shoot::start_for_node_agents(&env, SIGNING).await).await
+    new_machine_signing(SIGNING).await
 }
 
+/// [`new_machine`] with certificates of `signing`.
+async fn new_machine_signing(signing: Duration) -> NewMachine {
+    let env = support::env().await;
+    new_machine_in(&env, Shoot::start_for_node_agents(&env, signing).await).await
+}
+
+/// A new machine with its OSC secret in `shoot`, whose Machine goes into `env`'s namespace.
 async fn new_machine_in(env: &support::TestEnv, shoot: Shoot) -> NewMachine {
     let shoot_client = shoot.client().await;
     allow_bootstrappers(&shoot_client).await;
@@ -352,6 +361,205 @@ async fn a_rejected_token_and_a_denied_request_are_retried_and_write_nothing() {
     .await;
     create_node(&new.shoot_client, &node).await;
     wait_for_checksum(&new.shoot_client, &agent, &new.checksum, STEP_TIMEOUT).await;
+    drop(new.shoot);
+}
+
+/// Plays kubelet's health endpoint on 127.0.0.1:10248 (the machine shares the host's network)
+/// for the rest of the test process; `false` when the port is taken (a kubelet on this host).
+fn fake_kubelet_healthz() -> bool {
+    static SERVING: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *SERVING.get_or_init(|| {
+        let Ok(listener) = std::net::TcpListener::bind("127.0.0.1:10248") else {
+            return false;
+        };
+        std::thread::spawn(move || {
+            use std::io::{Read, Write};
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { continue };
+                let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+                let mut request = [0u8; 512];
+                let _ = stream.read(&mut request);
+                let _ = stream.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok");
+            }
+        });
+        true
+    })
+}
+
+/// An in-place pool's OSC (Debian 12.7, this test's kubelet version) with `app.service` of
+/// `description` and `files`; `ca_rotation` adds a CA rotation started at that time.
+fn in_place_osc(
+    description: &str,
+    files: &[serde_json::Value],
+    ca_rotation: Option<&str>,
+) -> String {
+    let mut osc: serde_json::Value = serde_norway::from_str(&osc_yaml(
+        &[service("app.service", description)],
+        files,
+        None,
+    ))
+    .unwrap();
+    osc["spec"]["inPlaceUpdates"] =
+        json!({"operatingSystemVersion": "12.7", "kubelet": KUBERNETES_VERSION});
+    if let Some(at) = ca_rotation {
+        osc["spec"]["inPlaceUpdates"]["credentialsRotation"] =
+            json!({"certificateAuthorities": {"lastInitiationTime": at}});
+    }
+    serde_norway::to_string(&osc).unwrap()
+}
+
+/// A new CA's certificate (PEM), as a CA rotation adds to the bundle.
+fn another_ca() -> String {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "new-kubernetes-ca");
+    params.self_signed(&key).unwrap().pem()
+}
+
+/// A CA rotation in place (issue 28 item 5) on an agent with a certificate from its bootstrap
+/// token: after machine-controller-manager's `ReadyForUpdate` the apply writes the new CA
+/// bundle, the agent asks for a new certificate with its current one (GRM approves it for the
+/// agent's own user), writes it and switches every client to it without a restart (GNA restarts
+/// itself), bootstraps kubelet again and reports the update successful with the new
+/// certificate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ca_rotation_in_place_gives_the_agent_a_new_certificate_without_a_restart() {
+    if !fake_kubelet_healthz() {
+        eprintln!("127.0.0.1:10248 is taken (a kubelet on this host?); skipping");
+        return;
+    }
+    // Certificates of an hour: no periodic renewal within the test, so a new serial is the
+    // rotation's.
+    let new = new_machine_signing(Duration::from_secs(3600)).await;
+    let node = new.machine.name().to_string();
+    new.record.create().await;
+    let token = create_bootstrap_token(&new.shoot_client, Duration::from_secs(3600)).await;
+    // A Debian 12.7 node whose kubelet has its own credentials, and a kubelet stand-in.
+    new.machine
+        .sh("mkdir -p /run/e2e && printf 'PRETTY_NAME=\"Debian GNU/Linux 12 (bookworm)\"\\nID=debian\\nVERSION_ID=\"12\"\\n' > /run/e2e/os-release && ln -sfn /run/e2e/os-release /etc/os-release && echo 12.7 > /etc/debian_version")
+        .expect_success("os-release");
+    new.machine
+        .write_file(
+            "/var/lib/kubelet/kubeconfig-real",
+            b"apiVersion: v1\nkind: Config\nclusters:\n- cluster: {server: https://old.example}\n  name: default-cluster\ncontexts:\n- context: {cluster: default-cluster, user: default-auth}\n  name: default-context\ncurrent-context: default-context\nusers:\n- name: default-auth\n  user: {client-certificate: /var/lib/kubelet/pki/kubelet-client-current.pem, client-key: /var/lib/kubelet/pki/kubelet-client-current.pem}\n",
+            0o600,
+        )
+        .unwrap();
+    new.machine
+        .write_file(
+            "/var/lib/kubelet/pki/kubelet-client-current.pem",
+            b"PEM",
+            0o600,
+        )
+        .unwrap();
+    new.machine
+        .write_file(
+            "/etc/systemd/system/kubelet.service",
+            b"[Service]\nExecStart=/bin/sleep infinity\n",
+            0o644,
+        )
+        .unwrap();
+    new.machine
+        .run(&["systemctl", "daemon-reload"])
+        .expect_success("daemon-reload");
+    let v1 = put_osc(
+        &new.shoot_client,
+        &new.setup.secret_name,
+        &in_place_osc("first", &[], None),
+    )
+    .await;
+    let credentials = [
+        (BOOTSTRAP_TOKEN.to_string(), format!("{token}\n")),
+        (MACHINE_NAME.to_string(), format!("{}\n", new.machine_name)),
+    ];
+    let port = install_agent_with(&new.machine, &new.setup, &credentials);
+    let agent = AgentMachine::started(new.machine, port);
+    wait_until("certificate issued", &agent, || {
+        certificate_in(&agent.machine).is_some()
+    })
+    .await;
+    create_node(&new.shoot_client, &node).await;
+    wait_for_checksum(&new.shoot_client, &agent, &v1, STEP_TIMEOUT).await;
+    let first = certificate_in(&agent.machine).unwrap();
+    let invocation = agent.invocation(AGENT_UNIT);
+
+    // gardenlet: the CA rotation starts; the new CA joins the bundle.
+    let bundle = format!("{}{}", new.setup.ca_pem, another_ca());
+    let v2 = put_osc(
+        &new.shoot_client,
+        &new.setup.secret_name,
+        &in_place_osc(
+            "second",
+            &[b64_file(
+                &format!("{CONFIG_DIR}/cluster-ca.crt"),
+                bundle.as_bytes(),
+                Some(0o644),
+            )],
+            Some("2026-01-01T00:00:00Z"),
+        ),
+    )
+    .await;
+    // Nothing before machine-controller-manager made the node ready.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(certificate_in(&agent.machine).unwrap().serial, first.serial);
+
+    let outcomes =
+        mcm_in_place::roll(&new.shoot_client, std::slice::from_ref(&node), STEP_TIMEOUT).await;
+    assert_eq!(
+        outcomes[0].1,
+        mcm_in_place::Outcome::Successful,
+        "{}",
+        agent.log()
+    );
+    wait_for_checksum(&new.shoot_client, &agent, &v2, STEP_TIMEOUT).await;
+    let renewed = certificate_in(&agent.machine).unwrap();
+    assert_ne!(renewed.serial, first.serial, "{}", agent.log());
+    assert_eq!(
+        agent.invocation(AGENT_UNIT),
+        invocation,
+        "no restart of the agent"
+    );
+    let log = agent.log();
+    assert!(
+        log.contains("the node agent has a new client certificate (no restart)"),
+        "{log}"
+    );
+    assert!(
+        log.contains("API client switched to the renewed credentials"),
+        "{log}"
+    );
+    // The new certificate was asked for with the old one, by the agent's own user.
+    let machine_user = format!("gardener.cloud:node-agent:machine:{}", new.machine_name);
+    let csrs = Api::<CertificateSigningRequest>::all(new.shoot_client.clone())
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items;
+    assert!(
+        csrs.iter()
+            .any(|csr| csr.spec.username.as_deref() == Some(machine_user.as_str())),
+        "no request by {machine_user}"
+    );
+    // The kubeconfig still names the CA file, which now holds the bundle.
+    let kubeconfig = String::from_utf8(agent.machine.read_file(KUBECONFIG).unwrap()).unwrap();
+    assert!(
+        kubeconfig.contains(&format!(
+            "certificate-authority: {CONFIG_DIR}/cluster-ca.crt"
+        )),
+        "{kubeconfig}"
+    );
+    // kubelet was bootstrapped again.
+    assert!(!exists(&agent.machine, "/var/lib/kubelet/kubeconfig-real"));
+    assert!(!exists(&agent.machine, "/var/lib/kubelet/pki"));
+    assert_eq!(
+        agent
+            .machine
+            .unit_property("kubelet.service", "ActiveState"),
+        "active"
+    );
     drop(new.shoot);
 }
 

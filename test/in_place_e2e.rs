@@ -8,7 +8,8 @@
 //! and otherwise "updates" by writing the wanted version into `/etc/debian_version`, which is
 //! where the agent reads a Debian node's version. The real script is tested in
 //! `test/os_update_script.rs`. kubelet's health endpoint is played by the test on
-//! 127.0.0.1:10248 (the kubelet test skips itself when that port is taken).
+//! 127.0.0.1:10248 for the whole test process (the kubelet and CA rotation tests skip themselves
+//! when that port is taken). kubelet.service is a stand-in unit the CA rotation test installs.
 
 #![allow(clippy::unwrap_used, clippy::panic)]
 
@@ -410,30 +411,35 @@ async fn after_the_reboot_into_the_wanted_version_the_update_is_finished_without
     );
 }
 
-/// Plays kubelet's health endpoint on 127.0.0.1:10248 (the machine shares the host's network);
-/// `None` when the port is taken.
-async fn fake_kubelet_healthz() -> Option<tokio::task::JoinHandle<()>> {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:10248")
-        .await
-        .ok()?;
-    Some(tokio::spawn(async move {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        while let Ok((mut stream, _)) = listener.accept().await {
-            let mut request = [0u8; 512];
-            let _ = stream.read(&mut request).await;
-            let _ = stream
-                .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
-                .await;
-        }
-    }))
+/// Plays kubelet's health endpoint on 127.0.0.1:10248 (the machine shares the host's network)
+/// for the rest of the test process, so the tests that need it can run at the same time;
+/// `false` when the port is taken by something else (a kubelet on this host).
+fn fake_kubelet_healthz() -> bool {
+    static SERVING: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *SERVING.get_or_init(|| {
+        let Ok(listener) = std::net::TcpListener::bind("127.0.0.1:10248") else {
+            return false;
+        };
+        std::thread::spawn(move || {
+            use std::io::{Read, Write};
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { continue };
+                let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+                let mut request = [0u8; 512];
+                let _ = stream.read(&mut request);
+                let _ = stream.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok");
+            }
+        });
+        true
+    })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubelet_minor_version_and_config_changes_wait_for_the_gate_and_for_kubelet_health() {
-    let Some(kubelet) = fake_kubelet_healthz().await else {
+    if !fake_kubelet_healthz() {
         eprintln!("127.0.0.1:10248 is taken (a kubelet on this host?); skipping");
         return;
-    };
+    }
     let env = support::env().await;
     let secret = secret_name();
     let (agent, v1) = node_with_first_osc(
@@ -484,56 +490,152 @@ async fn kubelet_minor_version_and_config_changes_wait_for_the_gate_and_for_kube
     )
     .unwrap();
     assert!(journal.contains("minorVersion: false"), "{journal}");
-    kubelet.abort();
 }
 
+const KUBELET_REAL: &str = "/var/lib/kubelet/kubeconfig-real";
+const KUBELET_CLIENT_CURRENT: &str = "/var/lib/kubelet/pki/kubelet-client-current.pem";
+/// What the test's kubelet stand-in saw when it (re)started.
+const KUBELET_STARTS: &str = "/var/lib/e2e/kubelet-starts";
+const KUBELET_SAW_BOOTSTRAP: &str = "/var/lib/e2e/kubelet-saw-bootstrap";
+const KUBELET_SAW_DIR: &str = "/var/lib/e2e/kubelet-saw-dir";
+/// A kubelet stand-in (no kubelet in the machine): on each start it records what kubelet
+/// would read — its bootstrap kubeconfig and what is in its folder.
+const KUBELET_STAND_IN: &str = "[Unit]\nDescription=kubelet stand-in\n[Service]\nExecStart=/bin/sh -c 'mkdir -p /var/lib/e2e; echo start >> /var/lib/e2e/kubelet-starts; cat /var/lib/kubelet/kubeconfig-bootstrap > /var/lib/e2e/kubelet-saw-bootstrap; ls -A /var/lib/kubelet > /var/lib/e2e/kubelet-saw-dir; exec sleep infinity'\n";
+/// kubelet's `kubeconfig-real` as kubelet writes it after its certificate bootstrap.
+const KUBELET_REAL_CONTENT: &str = "apiVersion: v1\nkind: Config\nclusters:\n- cluster:\n    certificate-authority: /var/lib/kubelet/old-ca.crt\n    server: https://old.example\n  name: default-cluster\ncontexts:\n- context:\n    cluster: default-cluster\n    user: default-auth\n  name: default-context\ncurrent-context: default-context\nusers:\n- name: default-auth\n  user:\n    client-certificate: /var/lib/kubelet/pki/kubelet-client-current.pem\n    client-key: /var/lib/kubelet/pki/kubelet-client-current.pem\n";
+const KUBELET_PEM: &str = "-----BEGIN CERTIFICATE-----\nb2xkIGt1YmVsZXQgY2VydA==\n-----END CERTIFICATE-----\n-----BEGIN EC PRIVATE KEY-----\nb2xkIGtleQ==\n-----END EC PRIVATE KEY-----\n";
+
+/// A CA rotation in place (issue 28 item 5), GNA's `performCredentialsRotationInPlace`: after
+/// the apply, the node agent's credentials (here a token: nothing to re-issue) and kubelet,
+/// bootstrapped again from its `kubeconfig-real` with its current certificate embedded, its old
+/// credentials removed and kubelet restarted; the update is reported successful.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_ca_rotation_in_place_is_reported_as_unsupported_and_nothing_is_applied() {
+async fn a_ca_rotation_in_place_bootstraps_kubelet_again_and_reports_success() {
+    if !fake_kubelet_healthz() {
+        eprintln!("127.0.0.1:10248 is taken (a kubelet on this host?); skipping");
+        return;
+    }
     let env = support::env().await;
     let secret = secret_name();
-    let (agent, v1) =
+    let (agent, _v1) =
         node_with_first_osc(&env, &secret, &in_place_osc("12.7", "generation = 1\n")).await;
+    // kubelet's credentials as kubelet left them, and the kubelet stand-in (not started).
+    let machine = &agent.machine;
+    machine
+        .write_file(KUBELET_REAL, KUBELET_REAL_CONTENT.as_bytes(), 0o600)
+        .unwrap();
+    machine
+        .write_file(KUBELET_CLIENT_CURRENT, KUBELET_PEM.as_bytes(), 0o600)
+        .unwrap();
+    machine
+        .write_file(
+            "/etc/systemd/system/kubelet.service",
+            KUBELET_STAND_IN.as_bytes(),
+            0o644,
+        )
+        .unwrap();
+    machine
+        .run(&["systemctl", "daemon-reload"])
+        .expect_success("daemon-reload");
 
     let mut osc: serde_json::Value =
         serde_norway::from_str(&in_place_osc("12.7", "generation = 2\n")).unwrap();
     osc["spec"]["inPlaceUpdates"]["credentialsRotation"] =
         json!({"certificateAuthorities": {"lastInitiationTime": "2026-01-01T00:00:00Z"}});
-    put_osc(
+    let v2 = put_osc(
         &env.client,
         &secret,
         &serde_norway::to_string(&osc).unwrap(),
     )
     .await;
+    // Nothing before machine-controller-manager made the node ready.
+    tokio::time::sleep(QUIET).await;
+    assert!(machine.exists(KUBELET_REAL));
+    assert_eq!(text(&agent, KUBELET_STARTS), None);
+
     let outcomes = mcm_in_place::roll(
         &env.client,
         std::slice::from_ref(&agent.node),
         APPLY_TIMEOUT,
     )
     .await;
-    let Outcome::Failed(reason) = &outcomes[0].1 else {
-        panic!("expected a failure: {outcomes:?}; log:\n{}", agent.log());
-    };
-    assert!(
-        reason.contains("certificate authority rotation in place is not supported"),
-        "{reason}"
-    );
-    // Refused before the apply: the node keeps the old configuration and checksum.
-    assert_untouched_but_failed(&env, &agent, &v1).await;
+    assert_eq!(outcomes[0].1, Outcome::Successful, "{}", agent.log());
+    wait_for_checksum(&env.client, &agent, &v2, APPLY_TIMEOUT).await;
     assert_eq!(
         text(&agent, CONFIG_FILE).as_deref(),
-        Some("generation = 1\n")
+        Some("generation = 2\n")
     );
-}
 
-async fn assert_untouched_but_failed(env: &support::TestEnv, agent: &AgentMachine, checksum: &str) {
-    let current = node(env, &agent.node).await;
+    // kubelet was restarted once, and found its bootstrap kubeconfig, GNA's: the agent's
+    // server and CA file, kubelet's current certificate embedded as certificate and key,
+    // kubelet's context kept; kubeconfig-real and pki/ were gone.
     assert_eq!(
-        annotation(&current, NODE_CHECKSUM).as_deref(),
-        Some(checksum)
+        text(&agent, KUBELET_STARTS).as_deref(),
+        Some("start\n"),
+        "{}",
+        agent.log()
     );
     assert_eq!(
-        label(&current, mcm_in_place::LABEL_RESULT).as_deref(),
-        Some("failed")
+        machine.unit_property("kubelet.service", "ActiveState"),
+        "active"
     );
-    assert_eq!(text(agent, ARGS_LOG), None);
+    let seen = text(&agent, KUBELET_SAW_BOOTSTRAP).unwrap();
+    let bootstrap = kube::config::Kubeconfig::from_yaml(&seen).unwrap();
+    assert_eq!(bootstrap.clusters.len(), 1, "{seen}");
+    assert_eq!(bootstrap.clusters[0].name, "default-cluster");
+    let cluster = bootstrap.clusters[0].cluster.as_ref().unwrap();
+    assert_eq!(cluster.server.as_deref(), Some(env.server_url.as_str()));
+    assert_eq!(
+        cluster.certificate_authority.as_deref(),
+        Some(format!("{CONFIG_DIR}/cluster-ca.crt").as_str())
+    );
+    assert_eq!(bootstrap.auth_infos.len(), 1, "{seen}");
+    assert_eq!(bootstrap.auth_infos[0].name, "default-auth");
+    let embedded = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, KUBELET_PEM);
+    let user = bootstrap.auth_infos[0].auth_info.as_ref().unwrap();
+    assert_eq!(
+        user.client_certificate_data.as_deref(),
+        Some(embedded.as_str())
+    );
+    assert!(
+        seen.contains(&format!("client-key-data: {embedded}")),
+        "{seen}"
+    );
+    assert_eq!(
+        bootstrap.current_context.as_deref(),
+        Some("default-context")
+    );
+    let saw_dir = text(&agent, KUBELET_SAW_DIR).unwrap();
+    assert!(
+        saw_dir.lines().any(|l| l == "kubeconfig-bootstrap"),
+        "{saw_dir}"
+    );
+    assert!(
+        !saw_dir
+            .lines()
+            .any(|l| l == "kubeconfig-real" || l == "pki"),
+        "{saw_dir}"
+    );
+    assert!(!machine.exists(KUBELET_REAL));
+    assert!(!machine.exists("/var/lib/kubelet/pki"));
+    // The agent's token: nothing to re-issue. Both flags are done in the journal.
+    assert!(
+        agent.log().contains("nothing to re-issue"),
+        "{}",
+        agent.log()
+    );
+    let journal = text(
+        &agent,
+        &format!("{CONFIG_DIR}/last-computed-osc-changes.yaml"),
+    )
+    .unwrap();
+    let journal: serde_json::Value = serde_norway::from_str(&journal).unwrap();
+    assert_eq!(
+        journal["inPlaceUpdates"]["certificateAuthoritiesRotation"],
+        json!({"kubelet": false, "nodeAgent": false}),
+        "{journal}"
+    );
+    // Nothing more happens: kubelet is not restarted again.
+    tokio::time::sleep(QUIET).await;
+    assert_eq!(text(&agent, KUBELET_STARTS).as_deref(), Some("start\n"));
 }

@@ -81,6 +81,14 @@ pub async fn run(args: AgentArgs) -> Result<(), AgentError> {
         access::credentials::client_config(&source, &settings.config, &settings.paths).await?;
     let credentials = access::switching_client::Credentials::new(client_config);
     let client = credentials.client("agent").map_err(AgentError::Client)?;
+    let renewer = renews_certificate.then(|| {
+        Arc::new(client_certificate::flow::Renewer::new(
+            credentials.clone(),
+            client.clone(),
+            settings.config.clone(),
+            settings.paths.clone(),
+        ))
+    });
     for leftover in pipeline::journal::remove_leftover_temp_files(&settings.paths) {
         info!(path = %leftover.display(), "removed a temporary file a killed agent left");
     }
@@ -122,7 +130,7 @@ pub async fn run(args: AgentArgs) -> Result<(), AgentError> {
         secrets: ports::cluster::ApiSecrets::new(&client),
         client,
         credentials,
-        renews_certificate,
+        renewer,
         host: Arc::new(host),
         metrics,
         token_trigger: Arc::new(tokio::sync::Notify::new()),

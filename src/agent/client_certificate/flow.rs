@@ -4,6 +4,7 @@
 //! the lifetime, switched to without a restart).
 
 use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::watch;
@@ -18,6 +19,7 @@ use crate::agent::ports::cluster::{NodeEvents, NodeMeta};
 use crate::agent::ports::paths::Paths;
 use crate::api::nodeagent::NodeAgentConfiguration;
 use crate::error_chain::printable as error_chain;
+use crate::kubeconfig::x509::CertificateFacts;
 
 /// How long one request is waited for (GNA's).
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(15 * 60);
@@ -119,8 +121,11 @@ pub fn kubelet(config: &NodeAgentConfiguration, paths: &Paths, kubelet_dir: &Pat
     }
 }
 
-/// What the renewal needs from the running agent.
-pub struct Renewal {
+/// What one renewal needs: the agent's credentials, one client of them, and where the
+/// kubeconfig is. Shared by the periodic renewal ([`renew_forever`]) and the certificate
+/// authority rotation of an in-place update ([`crate::agent::in_place::steps::finish`]), which
+/// both call [`Renewer::renew_once`].
+pub struct Renewer {
     /// The configuration every client of the agent follows.
     pub credentials: Credentials,
     /// A client of those credentials.
@@ -129,6 +134,59 @@ pub struct Renewal {
     pub config: NodeAgentConfiguration,
     /// The agent's paths.
     pub paths: Paths,
+    /// One renewal at a time (the periodic one and an in-place one could meet).
+    running: tokio::sync::Mutex<()>,
+}
+
+impl Renewer {
+    /// A renewer of the certificate in `paths.kubeconfig()`.
+    pub fn new(
+        credentials: Credentials,
+        client: kube::Client,
+        config: NodeAgentConfiguration,
+        paths: Paths,
+    ) -> Self {
+        Renewer {
+            credentials,
+            client,
+            config,
+            paths,
+            running: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// One renewal: a new certificate asked for with the current one, written into the
+    /// kubeconfig (the rest of it kept, so a CA file it names is read again), then every
+    /// client switched to it. [`CertificateError::NoCertificate`] (inside
+    /// [`BootstrapError::Certificate`]) before anything is asked for when the kubeconfig has no
+    /// client certificate (a token): there is nothing to renew.
+    pub async fn renew_once(&self) -> Result<CertificateFacts, BootstrapError> {
+        let _running = self.running.lock().await;
+        let path = self.paths.kubeconfig();
+        steps::current_certificate(&path)?;
+        let machine = steps::read_machine_name(&self.paths.machine_name())?;
+        let issued = steps::request(&self.client, &machine, REQUEST_TIMEOUT).await?;
+        let current = steps::read_kubeconfig(&path)?;
+        let renewed = rules::with_certificate(&current, &issued.cert_pem, &issued.key_pem)
+            .ok_or_else(|| CertificateError::NoCertificate(path.display().to_string()))?;
+        steps::write_kubeconfig(&path, &renewed)?;
+        let source = Source::Kubeconfig(path.clone());
+        let config = credentials::client_config(&source, &self.config, &self.paths).await?;
+        self.credentials.replace(config);
+        info!(
+            serial = %issued.facts.serial,
+            not_after = issued.facts.not_after,
+            "client certificate renewed; the API clients switch to it without a restart"
+        );
+        warn_on_skew(&issued.facts);
+        Ok(issued.facts)
+    }
+}
+
+/// What the periodic renewal needs from the running agent.
+pub struct Renewal {
+    /// The renewal itself.
+    pub renewer: Arc<Renewer>,
     /// Events on the Node, once it is known.
     pub events: NodeEvents,
     /// The Node.
@@ -140,7 +198,7 @@ pub struct Renewal {
 /// Renews the certificate of `credentials/kubeconfig` whenever it is due, for as long as the
 /// agent runs; ends at once when that kubeconfig has no client certificate (a token).
 pub async fn renew_forever(renewal: Renewal) {
-    let path = renewal.paths.kubeconfig();
+    let path = renewal.renewer.paths.kubeconfig();
     // At least this long between two requests, so a clock far off (every certificate already
     // due) cannot make a loop of requests.
     let mut at_least = Duration::ZERO;
@@ -161,8 +219,8 @@ pub async fn renew_forever(renewal: Renewal) {
         let wait = Duration::from_secs(u64::try_from(due - unix_now()).unwrap_or(0)).max(at_least);
         info!(serial = %facts.serial, not_after = facts.not_after, renew_in = ?wait, "client certificate");
         tokio::time::sleep(wait).await;
-        at_least = match renew_once(&renewal).await {
-            Ok(()) => MIN_RENEWAL_SPACING,
+        at_least = match renewal.renewer.renew_once().await {
+            Ok(_) => MIN_RENEWAL_SPACING,
             Err(error) => {
                 let pause = rules::retry_after(&facts, unix_now());
                 report_failure(&renewal, &error, pause).await;
@@ -189,31 +247,9 @@ async fn report_failure(renewal: &Renewal, error: &BootstrapError, pause: Durati
     }
 }
 
-/// One renewal: a new certificate with the current one, written into the kubeconfig (the
-/// rest of it kept), then every client switched to it.
-async fn renew_once(renewal: &Renewal) -> Result<(), BootstrapError> {
-    let path = renewal.paths.kubeconfig();
-    let machine = steps::read_machine_name(&renewal.paths.machine_name())?;
-    let issued = steps::request(&renewal.client, &machine, REQUEST_TIMEOUT).await?;
-    let current = steps::read_kubeconfig(&path)?;
-    let renewed = rules::with_certificate(&current, &issued.cert_pem, &issued.key_pem)
-        .ok_or_else(|| CertificateError::NoCertificate(path.display().to_string()))?;
-    steps::write_kubeconfig(&path, &renewed)?;
-    let source = Source::Kubeconfig(path.clone());
-    let config = credentials::client_config(&source, &renewal.config, &renewal.paths).await?;
-    renewal.credentials.replace(config);
-    info!(
-        serial = %issued.facts.serial,
-        not_after = issued.facts.not_after,
-        "client certificate renewed; the API clients switch to it without a restart"
-    );
-    warn_on_skew(&issued.facts);
-    Ok(())
-}
-
 /// A certificate that is not yet valid, or already past its renewal time, by this node's
 /// clock says the clock is off: the renewal schedule follows this clock.
-fn warn_on_skew(facts: &crate::kubeconfig::x509::CertificateFacts) {
+fn warn_on_skew(facts: &CertificateFacts) {
     let now = unix_now();
     if now < facts.not_before || now >= facts.not_after {
         warn!(

@@ -288,5 +288,71 @@ pub fn kubelet_needs_bootstrap(bootstrap_token: bool, kubelet_credentials: bool)
     bootstrap_token && !kubelet_credentials
 }
 
+/// kubelet's kubeconfig once it has its own client certificate (in kubelet's folder).
+pub const KUBELET_KUBECONFIG_REAL: &str = "kubeconfig-real";
+/// kubelet's bootstrap kubeconfig (in kubelet's folder).
+pub const KUBELET_KUBECONFIG_BOOTSTRAP: &str = "kubeconfig-bootstrap";
+/// kubelet's certificate folder (in kubelet's folder).
+pub const KUBELET_PKI: &str = "pki";
+/// kubelet's current client certificate and key, one PEM file (in [`KUBELET_PKI`]).
+pub const KUBELET_CLIENT_CURRENT: &str = "kubelet-client-current.pem";
+/// The cluster of the kubeconfig kubelet is bootstrapped again with (GNA's).
+pub const KUBELET_REBOOTSTRAP_CLUSTER: &str = "default-cluster";
+/// The user of the kubeconfig kubelet is bootstrapped again with (GNA's).
+pub const KUBELET_REBOOTSTRAP_USER: &str = "default-auth";
+
+/// How kubelet is bootstrapped again after a certificate authority rotation (GNA's
+/// `rebootstrapKubelet`), by the files in its folder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KubeletRebootstrap {
+    /// `kubeconfig-real` is there: its bootstrap kubeconfig is written from it
+    /// ([`kubelet_rebootstrap_kubeconfig`]).
+    FromReal,
+    /// No `kubeconfig-real`, but a bootstrap kubeconfig (kubelet never got its certificate,
+    /// or an earlier attempt got this far): that one is used.
+    Bootstrap,
+    /// Neither: kubelet cannot be bootstrapped again.
+    Impossible,
+}
+
+/// Which way kubelet is bootstrapped again ([`KubeletRebootstrap`]).
+pub fn kubelet_rebootstrap(real_exists: bool, bootstrap_exists: bool) -> KubeletRebootstrap {
+    match (real_exists, bootstrap_exists) {
+        (true, _) => KubeletRebootstrap::FromReal,
+        (false, true) => KubeletRebootstrap::Bootstrap,
+        (false, false) => KubeletRebootstrap::Impossible,
+    }
+}
+
+/// kubelet's bootstrap kubeconfig after a certificate authority rotation, as GNA writes it:
+/// `real` (kubelet's `kubeconfig-real`) with its clusters replaced by
+/// [`KUBELET_REBOOTSTRAP_CLUSTER`] (`server`, the CA as the agent names it) and its users by
+/// [`KUBELET_REBOOTSTRAP_USER`], whose certificate and key are both the content of kubelet's
+/// current client certificate file `client_pem` (certificate and key in one PEM), embedded as
+/// data — kubelet asks for a new certificate with the old one. The contexts are `real`'s
+/// (kubelet's own point at these names).
+pub fn kubelet_rebootstrap_kubeconfig(
+    real: &Kubeconfig,
+    server: &str,
+    ca: &CaSource,
+    client_pem: Option<&[u8]>,
+) -> Kubeconfig {
+    let named = named_kubeconfig(
+        KUBELET_REBOOTSTRAP_CLUSTER,
+        server,
+        ca,
+        AuthInfo {
+            client_certificate_data: client_pem.map(|pem| STANDARD.encode(pem)),
+            client_key_data: client_pem.map(|pem| STANDARD.encode(pem).into()),
+            ..AuthInfo::default()
+        },
+    );
+    let mut kubeconfig = real.clone();
+    kubeconfig.clusters = named.clusters;
+    kubeconfig.auth_infos = named.auth_infos;
+    kubeconfig.auth_infos[0].name = KUBELET_REBOOTSTRAP_USER.into();
+    kubeconfig
+}
+
 #[cfg(test)]
 mod tests;

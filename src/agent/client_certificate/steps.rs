@@ -288,6 +288,87 @@ pub fn remove_bootstrap_files(
     Ok(removed)
 }
 
+/// What [`rebootstrap_kubelet_files`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KubeletRebootstrapped {
+    /// The bootstrap kubeconfig was written from `kubeconfig-real` (with kubelet's current
+    /// certificate embedded when it was there).
+    Written {
+        /// Whether kubelet's current client certificate was embedded.
+        with_certificate: bool,
+    },
+    /// There was no `kubeconfig-real`; kubelet's existing bootstrap kubeconfig is used.
+    ExistingBootstrap,
+}
+
+/// kubelet's files for bootstrapping it again after a certificate authority rotation (GNA's
+/// `rebootstrapKubelet` up to the restart): its bootstrap kubeconfig written from
+/// `kubeconfig-real` ([`rules::kubelet_rebootstrap_kubeconfig`], 0600), then
+/// `kubeconfig-real` and the `pki` folder removed, so that kubelet, restarted, asks for a new
+/// certificate. Files are read and written through [`crate::safe_fs`] (links and FIFOs are
+/// refused). Fails when there is neither `kubeconfig-real` nor a bootstrap kubeconfig.
+pub fn rebootstrap_kubelet_files(
+    kubelet_dir: &Path,
+    server: &str,
+    ca: &rules::CaSource,
+) -> Result<KubeletRebootstrapped, CertificateError> {
+    let real_path = kubelet_dir.join(rules::KUBELET_KUBECONFIG_REAL);
+    let bootstrap_path = kubelet_bootstrap_path(kubelet_dir);
+    let pki = kubelet_dir.join(rules::KUBELET_PKI);
+    let real = read_text(&real_path)?;
+    let bootstrap_exists = matches!(
+        safe_fs::entry(&bootstrap_path)?,
+        safe_fs::Entry::Regular { .. }
+    );
+    let done = match rules::kubelet_rebootstrap(real.is_some(), bootstrap_exists) {
+        rules::KubeletRebootstrap::FromReal => {
+            let real =
+                Kubeconfig::from_yaml(real.as_deref().unwrap_or_default()).map_err(|error| {
+                    CertificateError::Kubeconfig {
+                        path: shown(&real_path),
+                        message: error.to_string(),
+                    }
+                })?;
+            let client_pem = safe_fs::read_at_most(
+                &pki.join(rules::KUBELET_CLIENT_CURRENT),
+                MAX_CREDENTIALS_BYTES,
+            )?;
+            let kubeconfig =
+                rules::kubelet_rebootstrap_kubeconfig(&real, server, ca, client_pem.as_deref());
+            write_kubeconfig(&bootstrap_path, &kubeconfig)?;
+            KubeletRebootstrapped::Written {
+                with_certificate: client_pem.is_some(),
+            }
+        }
+        rules::KubeletRebootstrap::Bootstrap => KubeletRebootstrapped::ExistingBootstrap,
+        rules::KubeletRebootstrap::Impossible => {
+            return Err(CertificateError::Missing(format!(
+                "{} (and {})",
+                shown(&bootstrap_path),
+                shown(&real_path)
+            )));
+        }
+    };
+    safe_fs::remove_file(&real_path)?;
+    remove_folder(&pki)?;
+    Ok(done)
+}
+
+/// Removes the folder `path` with what is in it (links inside are removed, not followed; a
+/// link on the way to it is refused); `false` when it was not there.
+fn remove_folder(path: &Path) -> Result<bool, SafeFsError> {
+    safe_fs::check_folders(path)?;
+    match std::fs::remove_dir_all(path) {
+        Ok(()) => Ok(true),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(source) => Err(SafeFsError::Io {
+            action: "removing the folder",
+            path: shown(path),
+            source,
+        }),
+    }
+}
+
 fn shown(path: &Path) -> String {
     path.display().to_string()
 }
@@ -350,5 +431,68 @@ mod tests {
         assert!(kubelet_has_credentials(&kubelet));
         assert_eq!(remove_bootstrap_files(&token, &kubelet).unwrap().len(), 2);
         assert!(remove_bootstrap_files(&token, &kubelet).unwrap().is_empty());
+    }
+
+    #[test]
+    fn kubelet_is_bootstrapped_again_from_its_own_files_and_links_are_refused() {
+        let (_dir, base) = crate::safe_fs::tests::temp();
+        let kubelet = base.join("kubelet");
+        let pki = kubelet.join("pki");
+        std::fs::create_dir_all(&pki).unwrap();
+        let real = kubelet.join("kubeconfig-real");
+        let current = pki.join("kubelet-client-current.pem");
+        std::fs::write(
+            &real,
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: default-cluster\n  cluster: {server: https://old}\ncontexts:\n- name: default-context\n  context: {cluster: default-cluster, user: default-auth}\ncurrent-context: default-context\nusers:\n- name: default-auth\n  user: {client-certificate: /var/lib/kubelet/pki/kubelet-client-current.pem}\n",
+        )
+        .unwrap();
+        std::fs::write(&current, "CERT AND KEY").unwrap();
+        std::fs::write(pki.join("kubelet-client-2026.pem"), "old").unwrap();
+        let ca = rules::CaSource::File("/var/lib/gardener-node-agent/cluster-ca.crt".into());
+
+        let done = rebootstrap_kubelet_files(&kubelet, "https://api", &ca).unwrap();
+        assert_eq!(
+            done,
+            KubeletRebootstrapped::Written {
+                with_certificate: true
+            }
+        );
+        let bootstrap = kubelet_bootstrap_path(&kubelet);
+        let mode = std::fs::metadata(&bootstrap).unwrap();
+        assert_eq!(
+            std::os::unix::fs::PermissionsExt::mode(&mode.permissions()) & 0o777,
+            0o600
+        );
+        let written = read_kubeconfig(&bootstrap).unwrap();
+        assert_eq!(written.auth_infos[0].name, "default-auth");
+        assert_eq!(
+            written.auth_infos[0]
+                .auth_info
+                .as_ref()
+                .unwrap()
+                .client_certificate_data
+                .as_deref(),
+            Some("Q0VSVCBBTkQgS0VZ")
+        );
+        assert!(!real.exists() && !pki.exists());
+
+        // Again (a crash after the removal): the bootstrap kubeconfig written before is used.
+        assert_eq!(
+            rebootstrap_kubelet_files(&kubelet, "https://api", &ca).unwrap(),
+            KubeletRebootstrapped::ExistingBootstrap
+        );
+        assert!(bootstrap.exists());
+        // Neither file: nothing to bootstrap kubelet with.
+        std::fs::remove_file(&bootstrap).unwrap();
+        let error = rebootstrap_kubelet_files(&kubelet, "https://api", &ca).unwrap_err();
+        assert!(matches!(error, CertificateError::Missing(_)), "{error}");
+
+        // A link as kubeconfig-real is not followed.
+        let elsewhere = base.join("elsewhere");
+        std::fs::write(&elsewhere, "x").unwrap();
+        std::os::unix::fs::symlink(&elsewhere, &real).unwrap();
+        let error = rebootstrap_kubelet_files(&kubelet, "https://api", &ca).unwrap_err();
+        assert!(matches!(error, CertificateError::File(_)), "{error}");
+        assert!(!bootstrap.exists());
     }
 }

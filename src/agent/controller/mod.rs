@@ -75,8 +75,9 @@ pub struct Agent<H: Host> {
     pub client: Client,
     /// The client configuration every API client of the agent follows.
     pub credentials: Credentials,
-    /// Whether the agent renews the client certificate of `credentials/kubeconfig`.
-    pub renews_certificate: bool,
+    /// The renewal of the client certificate of `credentials/kubeconfig`, when the agent's
+    /// credentials are that kubeconfig (periodic, and on a CA rotation in place).
+    pub renewer: Option<Arc<client_certificate::flow::Renewer>>,
     /// The node.
     pub host: Arc<H>,
     /// Metrics.
@@ -158,12 +159,9 @@ impl<H: Host + 'static> Agent<H> {
         .map_err(crate::agent::error::AgentError::Heartbeat)?;
 
         let mut tasks = tokio::task::JoinSet::new();
-        if self.renews_certificate {
+        if let Some(renewer) = &self.renewer {
             let renewal = client_certificate::flow::Renewal {
-                credentials: self.credentials.clone(),
-                client: self.client.clone(),
-                config: self.settings.config.clone(),
-                paths: self.settings.paths.clone(),
+                renewer: renewer.clone(),
                 events: crate::agent::ports::cluster::NodeEvents::new(
                     &self.client,
                     &self.settings.hostname,
@@ -772,6 +770,9 @@ impl<H: Host + 'static> Agent<H> {
             paths: &self.settings.paths,
             retry: crate::agent::in_place::steps::RetryPolicy::default(),
             kubelet_timeout: crate::agent::in_place::flow::KUBELET_TIMEOUT,
+            renewer: self.renewer.as_deref(),
+            config: &self.settings.config,
+            kubelet_dir: self.settings.paths.kubelet_dir(),
         }
     }
 

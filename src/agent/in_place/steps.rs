@@ -9,20 +9,22 @@
 //! - [`prepare`] (before the apply): compute the journal with its in-place flags (or resume it),
 //!   clear the OS flag when the node already runs the wanted version (after the reboot), and
 //!   with any flag set wait until machine-controller-manager made the node ready
-//!   (`InPlaceUpdate`/`ReadyForUpdate`, or `update-result=failed` for a retry). A CA rotation
-//!   fails the update at once: the agent's certificate flow
-//!   ([`crate::agent::client_certificate`]) is not used for it yet, nor is kubelet re-bootstrapped.
+//!   (`InPlaceUpdate`/`ReadyForUpdate`, or `update-result=failed` for a retry).
 //! - the apply itself (files, units, kubelet binary and config, unit restarts).
 //! - [`finish`] (after the apply): kubelet healthy again after kubelet changes; the OS update
 //!   command (annotation first, retried on `network problems` up to 5 minutes, anything else
 //!   fails the update); a node that came back on the old version after an attempt for the wanted
-//!   one fails; service-account-key rotation wakes the token sync; finally the pods on the node
-//!   are deleted and the Node labelled `update-result=successful`.
+//!   one fails; service-account-key rotation wakes the token sync; a certificate authority
+//!   rotation gives the node agent a new client certificate (one renewal of
+//!   [`crate::agent::client_certificate`], without GNA's restart) and then bootstraps kubelet
+//!   again (bootstrap kubeconfig from `kubeconfig-real`, `kubeconfig-real` and `pki/` removed,
+//!   `kubelet.service` restarted, kubelet healthy), each flag cleared in the journal once done;
+//!   finally the pods on the node are deleted and the Node labelled `update-result=successful`.
 //!
 //! A failure labels the Node `update-result=failed` with the reason in
 //! `node.machine.sapcloud.io/update-failed-reason` and stops until the next reconcile.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -33,6 +35,9 @@ use serde_json::json;
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tracing::{info, warn};
 
+use crate::agent::access::credentials;
+use crate::agent::client_certificate::flow::{BootstrapError, Renewer};
+use crate::agent::client_certificate::steps::{self as certificate_steps, CertificateError};
 use crate::agent::in_place::rules::{self, CommandOutput, Failure, Gate};
 use crate::agent::pipeline::changes::{self, Side};
 use crate::agent::pipeline::journal::{self, Journal, PersistError};
@@ -40,7 +45,12 @@ use crate::agent::pipeline::osc::NodeOsc;
 use crate::agent::ports::cluster;
 use crate::agent::ports::host::{self, Host, HostError, KUBELET_HEALTHZ};
 use crate::agent::ports::paths::Paths;
-use crate::api::operatingsystemconfig::OsUpdate;
+use crate::api::nodeagent::NodeAgentConfiguration;
+use crate::api::operatingsystemconfig::{OsUpdate, UnitCommand};
+use crate::error_chain::printable as error_chain;
+
+/// kubelet's unit, restarted after a certificate authority rotation.
+const KUBELET_UNIT: &str = "kubelet.service";
 
 /// Longest output kept of an OS update command (its end: where the failure is).
 pub const MAX_OUTPUT_BYTES: usize = 64 * 1024;
@@ -98,6 +108,13 @@ pub struct Context<'a, H: Host> {
     pub retry: RetryPolicy,
     /// How long kubelet may take to be healthy after kubelet changes.
     pub kubelet_timeout: Duration,
+    /// The renewal of the agent's client certificate (`None`: the agent's credentials are not
+    /// `credentials/kubeconfig`).
+    pub renewer: Option<&'a Renewer>,
+    /// The agent's configuration (API server and CA for kubelet's bootstrap kubeconfig).
+    pub config: &'a NodeAgentConfiguration,
+    /// kubelet's folder ([`Paths::kubelet_dir`]).
+    pub kubelet_dir: PathBuf,
 }
 
 /// Retries of the OS update command on `network problems`.
@@ -315,16 +332,6 @@ pub async fn prepare<H: Host>(
         Gate::Retry => info!(node, "update-result=failed; retrying the in-place update"),
         Gate::Ready => info!(node, flags = ?flags, "node ready for the in-place update"),
     }
-    if flags.certificate_authorities_rotation.kubelet
-        || flags.certificate_authorities_rotation.node_agent
-    {
-        let reason = "certificate authority rotation in place is not supported by this node agent \
-                      (it has no client-certificate request flow for itself nor kubelet's \
-                      re-bootstrap); rotate with a rolling update of the pool";
-        return Ok(Prepared::Stopped(
-            mark_failed(ctx.client, node, reason).await?,
-        ));
-    }
     if flags.kubelet.cpu_manager_policy {
         // Before the apply restarts kubelet: a state of the old policy keeps it from starting.
         ctx.host
@@ -422,11 +429,107 @@ pub async fn finish<H: Host>(
         persist(ctx, &journal)?;
     }
 
+    if flags.certificate_authorities_rotation.node_agent {
+        if let Err(reason) = reissue_agent_certificate(ctx).await {
+            return Ok(Finished::Stopped(
+                mark_failed(ctx.client, node, &reason).await?,
+            ));
+        }
+        journal
+            .in_place_updates
+            .certificate_authorities_rotation
+            .node_agent = false;
+        persist(ctx, &journal)?;
+    }
+
+    if flags.certificate_authorities_rotation.kubelet {
+        if let Err(reason) = rebootstrap_kubelet(ctx).await {
+            return Ok(Finished::Stopped(
+                mark_failed(ctx.client, node, &reason).await?,
+            ));
+        }
+        journal
+            .in_place_updates
+            .certificate_authorities_rotation
+            .kubelet = false;
+        persist(ctx, &journal)?;
+    }
+
     if rules::should_report_success(state.reason.as_deref(), state.result.as_deref()) {
         delete_pods(ctx.client, node).await?;
         mark_successful(ctx.client, node).await?;
     }
     Ok(Finished::Done)
+}
+
+/// The node agent's part of a certificate authority rotation (GNA's
+/// `requestNewKubeConfigForNodeAgent`): a new client certificate asked for with the current one
+/// and written into `credentials/kubeconfig`, which names the CA file the apply has just
+/// rewritten; every API client switches to it (one renewal, [`Renewer::renew_once`]). GNA
+/// restarts itself afterwards; this agent goes on without a restart. Credentials that are not a
+/// client certificate of `credentials/kubeconfig` (a token) have nothing to re-issue. `Err` is
+/// the failure reason.
+async fn reissue_agent_certificate<H: Host>(ctx: &Context<'_, H>) -> Result<(), String> {
+    let Some(renewer) = ctx.renewer else {
+        info!(
+            "certificate authority rotation: the agent's credentials are not a client certificate of credentials/kubeconfig; nothing to re-issue"
+        );
+        return Ok(());
+    };
+    info!("certificate authority rotation: asking for a new client certificate for the node agent");
+    match renewer.renew_once().await {
+        Ok(facts) => {
+            info!(serial = %facts.serial, "certificate authority rotation: the node agent has a new client certificate (no restart)");
+            Ok(())
+        }
+        Err(BootstrapError::Certificate(CertificateError::NoCertificate(path))) => {
+            info!(%path, "certificate authority rotation: the agent's kubeconfig has no client certificate (a token); nothing to re-issue");
+            Ok(())
+        }
+        Err(error) => Err(format!(
+            "requesting a new client certificate for the node agent after the certificate authority rotation failed: {}",
+            error_chain(&error)
+        )),
+    }
+}
+
+/// kubelet's part of a certificate authority rotation (GNA's `rebootstrapKubelet` and the
+/// health check after it): its bootstrap kubeconfig written from `kubeconfig-real` with its
+/// current certificate, `kubeconfig-real` and `pki/` removed
+/// ([`certificate_steps::rebootstrap_kubelet_files`]), `kubelet.service` restarted, and kubelet
+/// healthy again within the in-place kubelet timeout. `Err` is the failure reason.
+async fn rebootstrap_kubelet<H: Host>(ctx: &Context<'_, H>) -> Result<(), String> {
+    info!(kubelet_dir = %ctx.kubelet_dir.display(), "certificate authority rotation: bootstrapping kubelet again");
+    let server = credentials::server(ctx.config, "kubelet's bootstrap kubeconfig")
+        .map_err(|error| format!("bootstrapping kubelet again: {}", error_chain(&error)))?;
+    let ca = credentials::ca_source(ctx.config, ctx.paths, |path| path.exists());
+    let done = certificate_steps::rebootstrap_kubelet_files(&ctx.kubelet_dir, server, &ca)
+        .map_err(|error| {
+            format!(
+                "bootstrapping kubelet again after the certificate authority rotation failed: {}",
+                error_chain(&error)
+            )
+        })?;
+    info!(
+        ?done,
+        "kubelet's bootstrap kubeconfig ready, kubeconfig-real and pki removed; restarting kubelet"
+    );
+    ctx.host
+        .unit_job(KUBELET_UNIT, UnitCommand::Restart)
+        .await
+        .map_err(|error| {
+            format!(
+                "restarting {KUBELET_UNIT} after the certificate authority rotation failed: {}",
+                error_chain(&error)
+            )
+        })?;
+    wait_for_kubelet(KUBELET_HEALTHZ, ctx.kubelet_timeout)
+        .await
+        .map_err(|error| {
+            format!("kubelet is not healthy after the certificate authority rotation: {error}")
+        })?;
+    info!("certificate authority rotation: kubelet bootstrapped again and healthy");
+    Ok(())
 }
 
 /// Deletes the pods on `node` (DaemonSet pods and pods with local storage stay through the

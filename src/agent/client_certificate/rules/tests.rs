@@ -154,3 +154,103 @@ fn kubelet_is_bootstrapped_only_with_a_token_and_without_its_own_credentials() {
     assert!(!kubelet_needs_bootstrap(true, true));
     assert!(!kubelet_needs_bootstrap(false, false));
 }
+
+/// kubelet's `kubeconfig-real` as kubelet writes it after its certificate bootstrap.
+const KUBELET_REAL: &str = "apiVersion: v1
+kind: Config
+clusters:
+- cluster:
+    certificate-authority-data: T0xEIENB
+    server: https://old.example
+  name: default-cluster
+contexts:
+- context:
+    cluster: default-cluster
+    namespace: default
+    user: default-auth
+  name: default-context
+current-context: default-context
+preferences: {}
+users:
+- name: default-auth
+  user:
+    client-certificate: /var/lib/kubelet/pki/kubelet-client-current.pem
+    client-key: /var/lib/kubelet/pki/kubelet-client-current.pem
+";
+
+#[test]
+fn kubelet_is_bootstrapped_again_from_kubeconfig_real_with_its_certificate_embedded() {
+    let real = Kubeconfig::from_yaml(KUBELET_REAL).unwrap();
+    let pem = b"-----BEGIN CERTIFICATE-----\nC\n-----END CERTIFICATE-----\n-----BEGIN EC PRIVATE KEY-----\nK\n-----END EC PRIVATE KEY-----\n";
+    let ca = CaSource::File("/var/lib/gardener-node-agent/cluster-ca.crt".into());
+    let written = kubelet_rebootstrap_kubeconfig(&real, "https://api.example", &ca, Some(pem));
+
+    // One cluster, GNA's name, the agent's server and CA file (not the old embedded CA).
+    assert_eq!(written.clusters.len(), 1);
+    assert_eq!(written.clusters[0].name, "default-cluster");
+    let cluster = written.clusters[0].cluster.as_ref().unwrap();
+    assert_eq!(cluster.server.as_deref(), Some("https://api.example"));
+    assert_eq!(
+        cluster.certificate_authority.as_deref(),
+        Some("/var/lib/gardener-node-agent/cluster-ca.crt")
+    );
+    assert_eq!(cluster.certificate_authority_data, None);
+    // One user, GNA's name: certificate and key are both the PEM file's content, embedded
+    // (GNA's ClientCertificateData/ClientKeyData), not paths.
+    assert_eq!(written.auth_infos.len(), 1);
+    assert_eq!(written.auth_infos[0].name, "default-auth");
+    let user = written.auth_infos[0].auth_info.as_ref().unwrap();
+    assert_eq!(user.client_certificate, None);
+    assert_eq!(user.client_key, None);
+    assert_eq!(
+        STANDARD
+            .decode(user.client_certificate_data.as_deref().unwrap())
+            .unwrap(),
+        pem
+    );
+    let key = serde_json::to_value(&written.auth_infos[0]).unwrap();
+    assert_eq!(
+        key["user"]["client-key-data"].as_str(),
+        Some(STANDARD.encode(pem).as_str())
+    );
+    // kubelet's context is kept and points at the new names.
+    assert_eq!(written.current_context.as_deref(), Some("default-context"));
+    let context = written.contexts[0].context.as_ref().unwrap();
+    assert_eq!(context.cluster, "default-cluster");
+    assert_eq!(context.user.as_deref(), Some("default-auth"));
+
+    // Without kubelet's certificate file (GNA: empty data) no credentials are embedded.
+    let written = kubelet_rebootstrap_kubeconfig(&real, "api.example", &ca, None);
+    let user = written.auth_infos[0].auth_info.as_ref().unwrap();
+    assert_eq!(user.client_certificate_data, None);
+    assert!(user.client_key_data.is_none());
+    assert_eq!(
+        written.clusters[0]
+            .cluster
+            .as_ref()
+            .unwrap()
+            .server
+            .as_deref(),
+        Some("https://api.example")
+    );
+}
+
+#[test]
+fn kubelet_is_bootstrapped_again_from_kubeconfig_real_else_from_its_bootstrap_kubeconfig() {
+    assert_eq!(
+        kubelet_rebootstrap(true, false),
+        KubeletRebootstrap::FromReal
+    );
+    assert_eq!(
+        kubelet_rebootstrap(true, true),
+        KubeletRebootstrap::FromReal
+    );
+    assert_eq!(
+        kubelet_rebootstrap(false, true),
+        KubeletRebootstrap::Bootstrap
+    );
+    assert_eq!(
+        kubelet_rebootstrap(false, false),
+        KubeletRebootstrap::Impossible
+    );
+}
