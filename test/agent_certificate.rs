@@ -144,6 +144,45 @@ async fn wait_until(what: &str, agent: &AgentMachine, mut check: impl FnMut() ->
     started.elapsed()
 }
 
+/// Starts the agent of a new machine with what MCM's user data gives it: a new bootstrap token
+/// and the machine name. Returns the agent once its certificate is issued, the token, and how
+/// long the certificate took from the agent's start.
+async fn start_with_bootstrap_token(
+    shoot: &kube::Client,
+    machine: support::nspawn::Machine,
+    machine_name: &str,
+    setup: &AgentSetup,
+) -> (AgentMachine, String, Duration) {
+    let token = create_bootstrap_token(shoot, Duration::from_secs(3600)).await;
+    let credentials = [
+        (BOOTSTRAP_TOKEN.to_string(), format!("{token}\n")),
+        (MACHINE_NAME.to_string(), format!("{machine_name}\n")),
+    ];
+    let port = install_agent_with(&machine, setup, &credentials);
+    let agent = AgentMachine::started(machine, port);
+    let issued_after = wait_until("certificate issued", &agent, || {
+        certificate_in(&agent.machine).is_some()
+    })
+    .await;
+    (agent, token, issued_after)
+}
+
+/// [`start_with_bootstrap_token`], then the Node registers (as kubelet would) and the agent
+/// reports `checksum` on it.
+async fn start_and_join(
+    shoot: &kube::Client,
+    machine: support::nspawn::Machine,
+    machine_name: &str,
+    setup: &AgentSetup,
+    checksum: &str,
+) -> AgentMachine {
+    let node = machine.name().to_string();
+    let (agent, _, _) = start_with_bootstrap_token(shoot, machine, machine_name, setup).await;
+    create_node(shoot, &node).await;
+    wait_for_checksum(shoot, &agent, checksum, STEP_TIMEOUT).await;
+    agent
+}
+
 /// The first boot of a machine that has only a bootstrap token: the agent writes kubelet's
 /// bootstrap kubeconfig, gets its certificate through GRM's approver and KCM's signer, applies
 /// its OSC once the Node is there and removes the bootstrap files; then it renews the
@@ -155,20 +194,16 @@ async fn a_new_machine_trades_its_bootstrap_token_for_a_certificate_and_renews_i
     let new = new_machine().await;
     let node = new.machine.name().to_string();
     new.record.create().await;
-    let token = create_bootstrap_token(&new.shoot_client, Duration::from_secs(3600)).await;
-    let credentials = [
-        (BOOTSTRAP_TOKEN.to_string(), format!("{token}\n")),
-        (MACHINE_NAME.to_string(), format!("{}\n", new.machine_name)),
-    ];
-    let port = install_agent_with(&new.machine, &new.setup, &credentials);
-    let agent = AgentMachine::started(new.machine, port);
     let booted = started.elapsed();
+    let (agent, token, issued_after) = start_with_bootstrap_token(
+        &new.shoot_client,
+        new.machine,
+        &new.machine_name,
+        &new.setup,
+    )
+    .await;
 
     // 1. kubelet's bootstrap kubeconfig carries the token; the certificate is issued.
-    wait_until("kubelet's bootstrap kubeconfig written", &agent, || {
-        exists(&agent.machine, KUBELET_BOOTSTRAP)
-    })
-    .await;
     let kubelet_bootstrap =
         String::from_utf8(agent.machine.read_file(KUBELET_BOOTSTRAP).unwrap()).unwrap();
     assert!(
@@ -176,10 +211,6 @@ async fn a_new_machine_trades_its_bootstrap_token_for_a_certificate_and_renews_i
         "{kubelet_bootstrap}"
     );
     assert_eq!(agent.mode(KUBELET_BOOTSTRAP), "600");
-    let issued_after = wait_until("certificate issued", &agent, || {
-        certificate_in(&agent.machine).is_some()
-    })
-    .await;
     let first = certificate_in(&agent.machine).unwrap();
     assert_eq!(agent.mode(KUBECONFIG), "600");
     let csrs = Api::<CertificateSigningRequest>::all(new.shoot_client.clone())
@@ -288,7 +319,7 @@ async fn a_new_machine_trades_its_bootstrap_token_for_a_certificate_and_renews_i
         "no restart of the agent"
     );
     eprintln!(
-        "certificate e2e timeline: machine booted and agent started {:.1} s; certificate issued {:.1} s after start; OSC applied {:.1} s after the beginning; renewals after {:?} (serials {serials:?}); first certificate valid {} s",
+        "certificate e2e timeline: shoot control plane and machine up {:.1} s; certificate issued {:.1} s after the agent started; OSC applied {:.1} s after the beginning; renewals after {:?} (serials {serials:?}); first certificate valid {} s",
         booted.as_secs_f64(),
         issued_after.as_secs_f64(),
         applied_after.as_secs_f64(),
@@ -364,28 +395,6 @@ async fn a_rejected_token_and_a_denied_request_are_retried_and_write_nothing() {
     drop(new.shoot);
 }
 
-/// Plays kubelet's health endpoint on 127.0.0.1:10248 (the machine shares the host's network)
-/// for the rest of the test process; `false` when the port is taken (a kubelet on this host).
-fn fake_kubelet_healthz() -> bool {
-    static SERVING: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *SERVING.get_or_init(|| {
-        let Ok(listener) = std::net::TcpListener::bind("127.0.0.1:10248") else {
-            return false;
-        };
-        std::thread::spawn(move || {
-            use std::io::{Read, Write};
-            for stream in listener.incoming() {
-                let Ok(mut stream) = stream else { continue };
-                let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
-                let mut request = [0u8; 512];
-                let _ = stream.read(&mut request);
-                let _ = stream.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok");
-            }
-        });
-        true
-    })
-}
-
 /// An in-place pool's OSC (Debian 12.7, this test's kubelet version) with `app.service` of
 /// `description` and `files`; `ca_rotation` adds a CA rotation started at that time.
 fn in_place_osc(
@@ -436,7 +445,6 @@ async fn a_ca_rotation_in_place_gives_the_agent_a_new_certificate_without_a_rest
     let new = new_machine_signing(Duration::from_secs(3600)).await;
     let node = new.machine.name().to_string();
     new.record.create().await;
-    let token = create_bootstrap_token(&new.shoot_client, Duration::from_secs(3600)).await;
     // A Debian 12.7 node whose kubelet has its own credentials, and a kubelet stand-in.
     new.machine
         .sh("mkdir -p /run/e2e && printf 'PRETTY_NAME=\"Debian GNU/Linux 12 (bookworm)\"\\nID=debian\\nVERSION_ID=\"12\"\\n' > /run/e2e/os-release && ln -sfn /run/e2e/os-release /etc/os-release && echo 12.7 > /etc/debian_version")
@@ -471,18 +479,14 @@ async fn a_ca_rotation_in_place_gives_the_agent_a_new_certificate_without_a_rest
         &in_place_osc("first", &[], None),
     )
     .await;
-    let credentials = [
-        (BOOTSTRAP_TOKEN.to_string(), format!("{token}\n")),
-        (MACHINE_NAME.to_string(), format!("{}\n", new.machine_name)),
-    ];
-    let port = install_agent_with(&new.machine, &new.setup, &credentials);
-    let agent = AgentMachine::started(new.machine, port);
-    wait_until("certificate issued", &agent, || {
-        certificate_in(&agent.machine).is_some()
-    })
+    let agent = start_and_join(
+        &new.shoot_client,
+        new.machine,
+        &new.machine_name,
+        &new.setup,
+        &v1,
+    )
     .await;
-    create_node(&new.shoot_client, &node).await;
-    wait_for_checksum(&new.shoot_client, &agent, &v1, STEP_TIMEOUT).await;
     let first = certificate_in(&agent.machine).unwrap();
     let invocation = agent.invocation(AGENT_UNIT);
 
@@ -577,21 +581,15 @@ async fn idle_requests_with_the_certificate_flow() {
         Shoot::start_for_node_agents_audited(&env, Duration::from_secs(30 * 24 * 3600)).await;
     let audit = shoot.audit_log_path();
     let new = new_machine_in(&env, shoot).await;
-    let node = new.machine.name().to_string();
     new.record.create().await;
-    let token = create_bootstrap_token(&new.shoot_client, Duration::from_secs(3600)).await;
-    let credentials = [
-        (BOOTSTRAP_TOKEN.to_string(), format!("{token}\n")),
-        (MACHINE_NAME.to_string(), format!("{}\n", new.machine_name)),
-    ];
-    let port = install_agent_with(&new.machine, &new.setup, &credentials);
-    let agent = AgentMachine::started(new.machine, port);
-    wait_until("certificate issued", &agent, || {
-        certificate_in(&agent.machine).is_some()
-    })
+    let agent = start_and_join(
+        &new.shoot_client,
+        new.machine,
+        &new.machine_name,
+        &new.setup,
+        &new.checksum,
+    )
     .await;
-    create_node(&new.shoot_client, &node).await;
-    wait_for_checksum(&new.shoot_client, &agent, &new.checksum, STEP_TIMEOUT).await;
     // Settle: the report after the apply, the first health and unit checks.
     tokio::time::sleep(Duration::from_secs(70)).await;
     let is_agent = |user_agent: &str| user_agent.ends_with("(agent)");

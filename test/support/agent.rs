@@ -707,3 +707,25 @@ impl PoolOscs {
         .await
     }
 }
+
+/// Plays kubelet's health endpoint on 127.0.0.1:10248 (the machines share the host's network)
+/// for the rest of the test process, so the tests that need it can run at the same time;
+/// `false` when the port is taken by something else (a kubelet on this host).
+pub fn fake_kubelet_healthz() -> bool {
+    static SERVING: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *SERVING.get_or_init(|| {
+        let Ok(listener) = TcpListener::bind("127.0.0.1:10248") else {
+            return false;
+        };
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { continue };
+                let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+                let mut request = [0u8; 512];
+                let _ = stream.read(&mut request);
+                let _ = stream.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok");
+            }
+        });
+        true
+    })
+}

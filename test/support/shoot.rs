@@ -60,29 +60,19 @@ impl Shoot {
     /// and the GRM for `env.namespace` runs its CSR approver against the Machines in
     /// `env.namespace` of the seed.
     pub async fn start_for_node_agents(env: &TestEnv, signing: Duration) -> Shoot {
-        Self::start_with_options(
-            env,
-            &[env.namespace.as_str()],
-            false,
-            Some(signing),
-            Some(env.namespace.clone()),
-            false,
-        )
-        .await
+        Self::start_node_agents(env, signing, false).await
     }
 
     /// [`Shoot::start_for_node_agents`] with kube-apiserver's audit log
     /// ([`Shoot::audit_log_path`]), for counting a client's requests.
     pub async fn start_for_node_agents_audited(env: &TestEnv, signing: Duration) -> Shoot {
-        Self::start_with_options(
-            env,
-            &[env.namespace.as_str()],
-            false,
-            Some(signing),
-            Some(env.namespace.clone()),
-            true,
-        )
-        .await
+        Self::start_node_agents(env, signing, true).await
+    }
+
+    async fn start_node_agents(env: &TestEnv, signing: Duration, audit_log: bool) -> Shoot {
+        let namespace = env.namespace.as_str();
+        let machines = Some(env.namespace.clone());
+        Self::start_with_options(env, &[namespace], false, Some(signing), machines, audit_log).await
     }
 
     /// kube-apiserver's audit log (written by a shoot from
