@@ -155,13 +155,13 @@ pub async fn client_config(
             })?;
             (kubeconfig, display)
         }
-        Source::BootstrapToken(token) => {
+        Source::BootstrapToken(token_path) => {
             let server = server(config, "credentials/bootstrap-token")?;
             let ca = ca_source(config, paths, |path| path.exists());
-            let token = read_token(token)?;
+            let token = read_token(token_path)?;
             let kubeconfig =
                 crate::agent::client_certificate::rules::bootstrap_kubeconfig(server, &ca, &token);
-            (kubeconfig, token_path_shown(paths))
+            (kubeconfig, token_path.display().to_string())
         }
         Source::TokenFile(token) => {
             server(config, "credentials/token")?;
@@ -229,37 +229,18 @@ pub fn read_token(path: &Path) -> Result<String, CredentialsError> {
     Ok(String::from_utf8_lossy(&bytes).trim().to_string())
 }
 
-fn token_path_shown(paths: &Paths) -> String {
-    paths.bootstrap_token().display().to_string()
-}
-
 /// The API server CA: `apiServer.caFile`, else `apiServer.caBundle`, else `cluster-ca.crt`.
 fn ca_bundle(
     config: &NodeAgentConfiguration,
     paths: &Paths,
 ) -> Result<Option<Vec<u8>>, CredentialsError> {
-    let read = |path: &Path| {
-        std::fs::read(path).map_err(|source| CredentialsError::Read {
-            path: path.display().to_string(),
-            source,
-        })
-    };
-    if let Some(file) = config
-        .api_server
-        .ca_file
-        .as_deref()
-        .filter(|f| !f.is_empty())
-    {
-        return read(Path::new(file)).map(Some);
+    match ca_source(config, paths, |path| path.exists()) {
+        CaSource::File(path) => std::fs::read(&path)
+            .map(Some)
+            .map_err(|source| CredentialsError::Read { path, source }),
+        CaSource::Data(pem) => Ok(Some(pem)),
+        CaSource::System => Ok(None),
     }
-    if let Some(bundle) = &config.api_server.ca_bundle {
-        return Ok(Some(bundle.0.clone()));
-    }
-    let default = paths.cluster_ca();
-    if default.exists() {
-        return read(&default).map(Some);
-    }
-    Ok(None)
 }
 
 #[cfg(test)]

@@ -47,11 +47,6 @@ impl Credentials {
         current.config = config;
     }
 
-    /// The configuration now in force.
-    pub fn config(&self) -> kube::Config {
-        self.generation().config
-    }
-
     fn generation(&self) -> Generation {
         self.current
             .read()

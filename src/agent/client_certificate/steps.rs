@@ -263,8 +263,10 @@ pub fn kubelet_bootstrap_path(kubelet_dir: &Path) -> PathBuf {
 /// Whether kubelet has credentials of its own (`kubeconfig-real` or its client certificate).
 pub fn kubelet_has_credentials(kubelet_dir: &Path) -> bool {
     [
-        kubelet_dir.join("kubeconfig-real"),
-        kubelet_dir.join("pki").join("kubelet-client-current.pem"),
+        kubelet_dir.join(rules::KUBELET_KUBECONFIG_REAL),
+        kubelet_dir
+            .join(rules::KUBELET_PKI)
+            .join(rules::KUBELET_CLIENT_CURRENT),
     ]
     .iter()
     .any(|path| path.symlink_metadata().is_ok())

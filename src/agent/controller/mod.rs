@@ -344,20 +344,8 @@ impl<H: Host + 'static> Agent<H> {
             }
         }
         if state.health_check_due <= Instant::now() {
-            if let Some(node) = node_rx.borrow().clone() {
-                let context = self_healing::steps::Context {
-                    host: self.host.as_ref(),
-                    client: &self.client,
-                    events: &self.events,
-                    metrics: &self.metrics,
-                    containerd_address: &self.settings.containerd_address,
-                };
-                let components = self
-                    .last_applied(&mut state.last_applied)
-                    .map(self_healing::rules::watched)
-                    .unwrap_or_default();
-                self_healing::steps::check(&context, &node, &components, &mut state.health).await;
-            }
+            let node = node_rx.borrow().clone();
+            self.check_health(node.as_ref(), state).await;
             state.health_check_due = Instant::now() + self_healing::rules::CHECK_INTERVAL;
         }
         if state.unit_check_due <= Instant::now() {
@@ -372,6 +360,24 @@ impl<H: Host + 'static> Agent<H> {
             state.drift_due = Instant::now() + self.settings.drift_check_interval;
         }
         None
+    }
+
+    /// One round of health checks ([`self_healing`]) of what the last applied OSC runs, once
+    /// the Node is known.
+    async fn check_health(&self, node: Option<&NodeMeta>, state: &mut LoopState) {
+        let Some(node) = node else { return };
+        let context = self_healing::steps::Context {
+            host: self.host.as_ref(),
+            client: &self.client,
+            events: &self.events,
+            metrics: &self.metrics,
+            containerd_address: &self.settings.containerd_address,
+        };
+        let components = self
+            .last_applied(&mut state.last_applied)
+            .map(self_healing::rules::watched)
+            .unwrap_or_default();
+        self_healing::steps::check(&context, node, &components, &mut state.health).await;
     }
 
     /// The restart request on the Node ([`restart_request`]); when to look again (`None`: done).

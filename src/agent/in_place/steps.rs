@@ -43,14 +43,11 @@ use crate::agent::pipeline::changes::{self, Side};
 use crate::agent::pipeline::journal::{self, Journal, PersistError};
 use crate::agent::pipeline::osc::NodeOsc;
 use crate::agent::ports::cluster;
-use crate::agent::ports::host::{self, Host, HostError, KUBELET_HEALTHZ};
+use crate::agent::ports::host::{self, Host, HostError, KUBELET_HEALTHZ, KUBELET_UNIT};
 use crate::agent::ports::paths::Paths;
 use crate::api::nodeagent::NodeAgentConfiguration;
 use crate::api::operatingsystemconfig::{OsUpdate, UnitCommand};
 use crate::error_chain::printable as error_chain;
-
-/// kubelet's unit, restarted after a certificate authority rotation.
-const KUBELET_UNIT: &str = "kubelet.service";
 
 /// Longest output kept of an OS update command (its end: where the failure is).
 pub const MAX_OUTPUT_BYTES: usize = 64 * 1024;

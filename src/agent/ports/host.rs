@@ -141,6 +141,10 @@ pub trait Host: Send + Sync {
 
 /// kubelet's health endpoint on the node (its `healthzBindAddress:healthzPort` defaults).
 pub const KUBELET_HEALTHZ: &str = "127.0.0.1:10248";
+/// kubelet's unit.
+pub const KUBELET_UNIT: &str = "kubelet.service";
+/// containerd's unit.
+pub const CONTAINERD_UNIT: &str = "containerd.service";
 /// How long one health probe of kubelet may take.
 const KUBELET_HEALTHZ_TIMEOUT: Duration = Duration::from_secs(5);
 

@@ -24,8 +24,8 @@ impl Component {
     /// Its unit.
     pub fn unit(self) -> &'static str {
         match self {
-            Component::Kubelet => "kubelet.service",
-            Component::Containerd => "containerd.service",
+            Component::Kubelet => crate::agent::ports::host::KUBELET_UNIT,
+            Component::Containerd => crate::agent::ports::host::CONTAINERD_UNIT,
         }
     }
 
