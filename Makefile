@@ -15,6 +15,10 @@
 #                        (test/rollout_e2e.rs)
 #   make e2e-health      a hung kubelet restarted by the agent's health check, on a real node
 #                        (test/rollout_e2e.rs)
+#   make e2e-takeover    nodes booted from gardenlet's provision content: our image pulled from a
+#                        loopback registry, bootstrap, client certificates, kubelet's TLS
+#                        bootstrap, self-healing, hand-over to and from real gardener-node-agent
+#                        (test/node_takeover_e2e.rs)
 #   make bench-rollout   GNA's rollout modes against the disruptive rollout on four nodes into docs/benchmarks.md
 #   make bench-node      what one such node costs (boot, Ready, memory) into docs/benchmarks.md
 #   make bench-agent-certificate  the agent's idle API requests with the client-certificate flow
@@ -28,7 +32,7 @@ CARGO ?= cargo
 KUBECONFIG_DEV := dev/kubeconfig
 
 .PHONY: start start-clean test fmt lint generate check-generate envtest deps unit integration check-orphans
-.PHONY: test-resilience fuzz advisories e2e e2e-rollout e2e-health bench-rollout bench-node
+.PHONY: test-resilience fuzz advisories e2e e2e-rollout e2e-health e2e-takeover bench-rollout bench-node
 .PHONY: bench-agent-certificate
 
 # The fault-injection binaries; `make test` runs them at reduced counts.
@@ -130,6 +134,9 @@ e2e-rollout: deps
 
 e2e-health: deps
 	@$(call node-run,e2e-health,$(CARGO) test --test rollout_e2e hung_kubelet -- --ignored --nocapture)
+
+e2e-takeover: deps
+	@$(call node-run,e2e-takeover,$(CARGO) test --test node_takeover_e2e -- --ignored --nocapture)
 
 bench-rollout: deps
 	@$(call node-run,bench-rollout,$(CARGO) test --test rollout_e2e compare_rollout_modes -- --ignored --nocapture)

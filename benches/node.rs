@@ -70,7 +70,7 @@ async fn main() {
         let osc = NodeOsc {
             server_url: server_url.clone(),
             ca_pem: ca_pem.clone(),
-            kubelet_token,
+            kubelet_credentials: support::node::KubeletCredentials::Token(kubelet_token),
             labels,
             sandbox_image: PAUSE_IMAGE.into(),
         };

@@ -4,8 +4,11 @@
 #
 #   hack/envtest/components/   kube-apiserver, kube-controller-manager, kube-scheduler, kubelet
 #                              (k8s.io/kubernetes with its staging replaces), etcd
-#                              (go.etcd.io/etcd/server/v3), gardener-resource-manager
-#                              (github.com/gardener/gardener) and helm (helm.sh/helm/v4)
+#                              (go.etcd.io/etcd/server/v3), gardener-resource-manager and
+#                              gardener-node-agent (github.com/gardener/gardener), helm
+#                              (helm.sh/helm/v4), crane (github.com/google/go-containerregistry:
+#                              the loopback OCI registry of the takeover e2e and its pushes) and
+#                              provision-osc (ours: gardenlet's nodeinit rendering, see its main.go)
 #
 # All of them link the Kubernetes libraries, so they share one wrapper module and are built by
 # one `go build`: every common package (client-go, apiserver, controller-runtime, ...) compiles
@@ -39,8 +42,9 @@ if [[ "${1:-}" == "--node" ]]; then node=true; fi
 module_version() { # <go.mod> <module path>
   awk -v m="$2" '$1 == "require" && $2 == m { print $3 } $1 == m && $2 ~ /^v/ { print $2 }' "$1" | head -n 1
 }
-sum_hash() { # <module dir>: what the module's dependency graph is, in 16 hex digits
-  sha256sum "$1/go.mod" "$1/go.sum" | sha256sum | cut -c1-16
+sum_hash() { # <module dir>: its dependency graph and its own Go files, in 16 hex digits
+  (cd "$1" && find . -name '*.go' -o -name go.mod -o -name go.sum | LC_ALL=C sort | xargs sha256sum) |
+    sha256sum | cut -c1-16
 }
 
 kube_version="$(module_version "$components_module/go.mod" k8s.io/kubernetes)"
@@ -114,6 +118,9 @@ build components "$kube_version etcd-$etcd_version gardener-$gardener_version he
   k8s.io/kubernetes/cmd/kubelet=kubelet \
   go.etcd.io/etcd/server/v3=etcd \
   github.com/gardener/gardener/cmd/gardener-resource-manager=gardener-resource-manager \
+  github.com/gardener/gardener/cmd/gardener-node-agent=gardener-node-agent \
+  github.com/google/go-containerregistry/cmd/crane=crane \
+  github.com/gardener-extension-node/hack/envtest/components/provision-osc=provision-osc \
   helm.sh/helm/v4/cmd/helm=helm
 
 if $node; then

@@ -240,7 +240,9 @@ async fn a_gvisor_pod_runs_on_a_real_node_and_deleting_the_runtime_uninstalls_it
     let node_osc = NodeOsc {
         server_url: shoot_url.clone(),
         ca_pem: shoot_ca.clone(),
-        kubelet_token: support::node::kubelet_token(&shoot_client, &node_name).await,
+        kubelet_credentials: support::node::KubeletCredentials::Token(
+            support::node::kubelet_token(&shoot_client, &node_name).await,
+        ),
         labels,
         sandbox_image: PAUSE_IMAGE.into(),
     };

@@ -506,7 +506,9 @@ async fn fixture(budget: Option<u32>, count: usize) -> (Fixture, String) {
     let osc = NodeOsc {
         server_url: server_url.clone(),
         ca_pem: ca_pem.clone(),
-        kubelet_token: support::node::kubelet_token(&client, "rollout-pool").await,
+        kubelet_credentials: support::node::KubeletCredentials::Token(
+            support::node::kubelet_token(&client, "rollout-pool").await,
+        ),
         labels: BTreeMap::from([("worker.gardener.cloud/pool".into(), "rollout".into())]),
         sandbox_image: PAUSE_IMAGE.into(),
     };

@@ -7,9 +7,11 @@
 //! status, service-account tokens. So foreground deletions finish, a deleted namespace goes
 //! away, and a DaemonSet gets a status that gardener-resource-manager's health check reads.
 //! With [`ControlPlaneOptions::csr_signing`] the plane also has what a Gardener shoot has for
-//! node-agent client certificates: bootstrap-token authentication, and the
-//! `kubernetes.io/kube-apiserver-client` signer and the bootstrap token cleaner in
-//! kube-controller-manager ([`CSR_SIGNING_CONTROLLERS`]), signing with the plane's CA.
+//! node-agent client certificates and kubelet's TLS bootstrap: bootstrap-token
+//! authentication, the Node authorizer before RBAC, and in kube-controller-manager
+//! ([`CSR_SIGNING_CONTROLLERS`]) the `kubernetes.io/kube-apiserver-client` and
+//! `kubernetes.io/kube-apiserver-client-kubelet` signers (the plane's CA), the approver of
+//! kubelet client CSRs and the bootstrap token cleaner.
 //!
 //! With [`ControlPlaneOptions::reuse_state`] (`make start`) a start picks up what the state
 //! folder holds from the previous one — ports ([`STATE_FILE`]), certificates and keys, etcd's
@@ -114,7 +116,10 @@ pub struct ControlPlaneOptions {
     /// (`--cluster-signing-duration`), signed by the plane's CA (`ca.crt`/`ca.key`, also
     /// kube-apiserver's `--client-ca-file`, so issued certificates authenticate), plus the
     /// bootstrap token cleaner: what a Gardener shoot has for node-agent client certificates.
-    /// Needs `controller_manager`.
+    /// Also kubelet's TLS bootstrap as in a shoot: the `kube-apiserver-client-kubelet` signer
+    /// (same CA and duration), kube-controller-manager's approver of kubelet client CSRs (it
+    /// approves what RBAC's `nodeclient`/`selfnodeclient` roles allow) and the Node authorizer
+    /// (`--authorization-mode=Node,RBAC`). Needs `controller_manager`.
     pub csr_signing: Option<Duration>,
 }
 
@@ -153,10 +158,10 @@ deployment-controller,replicaset-controller,serviceaccount-controller,serviceacc
 root-ca-certificate-publisher-controller,node-lifecycle-controller";
 
 /// The kube-controller-manager controllers [`ControlPlaneOptions::csr_signing`] adds: the CSR
-/// signer and the cleaner of expired bootstrap tokens (names as kube-controller-manager
-/// v1.36 `--controllers` knows them).
-pub const CSR_SIGNING_CONTROLLERS: &str =
-    "certificatesigningrequest-signing-controller,token-cleaner-controller";
+/// signers, the approver of kubelet client CSRs and the cleaner of expired bootstrap tokens
+/// (names as kube-controller-manager v1.36 `--controllers` knows them).
+pub const CSR_SIGNING_CONTROLLERS: &str = "certificatesigningrequest-signing-controller,\
+certificatesigningrequest-approving-controller,token-cleaner-controller";
 
 /// A running etcd + kube-apiserver pair.
 #[derive(Debug)]
@@ -409,7 +414,11 @@ impl ControlPlane {
             .arg(format!("--tls-cert-file={}", path("apiserver.crt")))
             .arg(format!("--tls-private-key-file={}", path("apiserver.key")))
             .arg(format!("--client-ca-file={}", path("ca.crt")))
-            .arg("--authorization-mode=RBAC")
+            .arg(if self.options.csr_signing.is_some() {
+                "--authorization-mode=Node,RBAC"
+            } else {
+                "--authorization-mode=RBAC"
+            })
             .arg("--service-account-issuer=https://kubernetes.default.svc.cluster.local")
             // As in a Gardener shoot: tokens gardener-resource-manager's token requestor asks
             // for carry the audience `gardener`.
@@ -542,17 +551,16 @@ fn controller_manager_args(state: &Path, csr_signing: Option<Duration>) -> Vec<S
         "--v=1".to_string(),
     ];
     if let Some(duration) = csr_signing {
-        args.extend([
-            format!(
-                "--cluster-signing-kube-apiserver-client-cert-file={}",
-                path("ca.crt")
-            ),
-            format!(
-                "--cluster-signing-kube-apiserver-client-key-file={}",
-                path("ca.key")
-            ),
-            format!("--cluster-signing-duration={}", go_duration(duration)),
-        ]);
+        for signer in ["kube-apiserver-client", "kubelet-client"] {
+            args.extend([
+                format!("--cluster-signing-{signer}-cert-file={}", path("ca.crt")),
+                format!("--cluster-signing-{signer}-key-file={}", path("ca.key")),
+            ]);
+        }
+        args.push(format!(
+            "--cluster-signing-duration={}",
+            go_duration(duration)
+        ));
     }
     args
 }
@@ -769,11 +777,14 @@ mod tests {
 
         let signing = controller_manager_args(state, Some(Duration::from_secs(90)));
         assert!(signing.contains(&format!(
-            "--controllers={CONTROLLERS},certificatesigningrequest-signing-controller,token-cleaner-controller"
+            "--controllers={CONTROLLERS},certificatesigningrequest-signing-controller,\
+             certificatesigningrequest-approving-controller,token-cleaner-controller"
         )));
         for flag in [
             "--cluster-signing-kube-apiserver-client-cert-file=/state/ca.crt",
             "--cluster-signing-kube-apiserver-client-key-file=/state/ca.key",
+            "--cluster-signing-kubelet-client-cert-file=/state/ca.crt",
+            "--cluster-signing-kubelet-client-key-file=/state/ca.key",
             "--cluster-signing-duration=90s",
         ] {
             assert!(signing.iter().any(|a| a == flag), "{flag} in {signing:?}");

@@ -690,22 +690,28 @@ impl PoolOscs {
 
     /// The user data our operator rendered from the provision OSC (its result secret).
     pub async fn user_data(&self, seed: &Client, timeout: Duration) -> String {
-        let secrets = Api::<Secret>::namespaced(seed.clone(), &self.namespace);
-        let name = format!("osc-result-{}-init", self.key);
-        crate::support::wait_for("user data", timeout, || async {
-            let secret = secrets
-                .get_opt(&name)
-                .await
-                .map_err(|e| e.to_string())?
-                .ok_or("no result secret yet")?;
-            let data = secret
-                .data
-                .and_then(|d| d.get("cloud_config").cloned())
-                .ok_or("no cloud_config")?;
-            String::from_utf8(data.0).map_err(|e| e.to_string())
-        })
-        .await
+        user_data(seed, &self.namespace, &self.key, timeout).await
     }
+}
+
+/// The user data our operator rendered from the provision OSC `<key>-init` in `namespace` of
+/// the seed (its result Secret `osc-result-<key>-init`), once it is there.
+pub async fn user_data(seed: &Client, namespace: &str, key: &str, timeout: Duration) -> String {
+    let secrets = Api::<Secret>::namespaced(seed.clone(), namespace);
+    let name = format!("osc-result-{key}-init");
+    crate::support::wait_for("user data", timeout, || async {
+        let secret = secrets
+            .get_opt(&name)
+            .await
+            .map_err(|e| e.to_string())?
+            .ok_or("no result secret yet")?;
+        let data = secret
+            .data
+            .and_then(|d| d.get("cloud_config").cloned())
+            .ok_or("no cloud_config")?;
+        String::from_utf8(data.0).map_err(|e| e.to_string())
+    })
+    .await
 }
 
 /// Plays kubelet's health endpoint on 127.0.0.1:10248 (the machines share the host's network)

@@ -15,6 +15,7 @@ pub mod audit;
 pub mod benchmarks;
 pub mod fixtures;
 pub mod gardener;
+pub mod gardenlet_osc;
 pub mod load;
 pub mod mcm;
 pub mod node;
@@ -22,8 +23,10 @@ pub mod node_agent_identity;
 pub mod nspawn;
 pub mod oci;
 pub mod operator;
+pub mod registry;
 pub mod shoot;
 
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -288,4 +291,22 @@ pub fn marker_program(dir: &Path) -> (PathBuf, PathBuf) {
     std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755))
         .expect("program made executable");
     (program, marker)
+}
+
+/// A shell that SIGKILLs process `pid` once this test process is gone (a panic, a SIGKILL), and
+/// ends by itself when `pid` ends first. Kill it (and wait) when the child is stopped on
+/// purpose.
+pub fn spawn_child_watchdog(pid: u32) -> std::process::Child {
+    let script = format!(
+        "while kill -0 {owner} 2>/dev/null && kill -0 {pid} 2>/dev/null; do sleep 0.2; done; kill -KILL {pid} 2>/dev/null; exit 0",
+        owner = std::process::id(),
+    );
+    std::process::Command::new("sh")
+        .args(["-c", &script])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .process_group(0)
+        .spawn()
+        .expect("watchdog starts")
 }

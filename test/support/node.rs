@@ -106,6 +106,8 @@ pub struct Node {
     /// The machine (its name is the Node's name).
     pub machine: Machine,
     forwarder: Forwarder,
+    /// Further ports forwarded from the node's loopback to the host's ([`Node::forward`]).
+    more_forwarders: Vec<Forwarder>,
 }
 
 /// What a node's processes use, read from its cgroups and `/proc` on the host.
@@ -172,7 +174,11 @@ impl Node {
         prepare(&machine)?;
         let forwarder = Forwarder::start(machine.leader_pid(), options.apiserver_port)
             .map_err(|e| format!("API forwarder into the node: {e}"))?;
-        Ok(Self { machine, forwarder })
+        Ok(Self {
+            machine,
+            forwarder,
+            more_forwarders: Vec::new(),
+        })
     }
 
     /// The node's name (its host name).
@@ -251,6 +257,60 @@ impl Node {
         memory
     }
 
+    /// Forwards `127.0.0.1:<port>` of the node to the same port on host loopback (a
+    /// registry of `support::registry`, say), like the API server's port.
+    pub fn forward(&mut self, port: u16) {
+        let forwarder = Forwarder::start(self.machine.leader_pid(), port)
+            .unwrap_or_else(|e| panic!("forwarder of port {port} into the node: {e}"));
+        self.more_forwarders.push(forwarder);
+    }
+
+    /// What a node image that runs gardenlet's provision user data has before the first boot
+    /// (Garden Linux and the other OS images ship it): `/etc/environment` (the node-init unit
+    /// reads it), Debian's alternatives, a network that is online, containerd as a unit (here with the 2.x build of
+    /// `/usr/local/sbin`), and the plain-HTTP `registry` (`host:port`, forwarded with
+    /// [`Node::forward`]) in containerd's hosts folder, as a landscape's registry would be.
+    pub fn prepare_node_image(&self, registry: &str) {
+        let hosts = format!(
+            "server = \"http://{registry}\"\n[host.\"http://{registry}\"]\n  capabilities = [\"pull\", \"resolve\"]\n"
+        );
+        let dropin = "[Service]\nExecStart=\nExecStart=/usr/local/sbin/containerd\n";
+        let machine = &self.machine;
+        let write = |path: &str, text: &str| {
+            machine
+                .write_file(path, text.as_bytes(), 0o644)
+                .unwrap_or_else(|e| panic!("{path}: {e}"))
+        };
+        write("/etc/environment", "");
+        // Debian's alternatives (`awk`, which the node-init script runs, is one): the links of
+        // the host's /etc, whose /usr the node shares.
+        let alternatives = machine.host_path("/etc/alternatives");
+        fs::create_dir_all(&alternatives).expect("/etc/alternatives");
+        for entry in fs::read_dir("/etc/alternatives")
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            if let Ok(target) = fs::read_link(entry.path()) {
+                let _ = std::os::unix::fs::symlink(target, alternatives.join(entry.file_name()));
+            }
+        }
+        write(
+            "/etc/systemd/system/containerd.service.d/10-e2e-containerd-2.conf",
+            dropin,
+        );
+        write(
+            &format!("/etc/containerd/certs.d/{registry}/hosts.toml"),
+            &hosts,
+        );
+        // The node's network (loopback, the bridge) is up before the first boot, but nothing
+        // manages it, so systemd-networkd-wait-online would hold network-online.target — and
+        // the node-init unit after it — for its 2 min timeout.
+        let script =
+            "systemctl daemon-reload && systemctl mask --now systemd-networkd-wait-online.service";
+        machine.sh(script).expect_success("prepare the node image");
+    }
+
     /// How many connections the forwarder has carried (a node that never reached the API
     /// server shows 0).
     pub fn forwarded_connections(&self) -> usize {
@@ -261,6 +321,9 @@ impl Node {
 impl Drop for Node {
     fn drop(&mut self) {
         self.forwarder.stop.store(true, Ordering::SeqCst);
+        for forwarder in &self.more_forwarders {
+            forwarder.stop.store(true, Ordering::SeqCst);
+        }
         self.machine.stop();
     }
 }
@@ -457,12 +520,23 @@ pub struct NodeOsc {
     pub server_url: String,
     /// The shoot's CA (PEM).
     pub ca_pem: String,
-    /// A token kubelet authenticates with (bound to the `system:node` ClusterRole).
-    pub kubelet_token: String,
+    /// How kubelet authenticates.
+    pub kubelet_credentials: KubeletCredentials,
     /// The Node's labels (pool, CRI name, container runtimes).
     pub labels: BTreeMap<String, String>,
     /// The sandbox (pause) image reference, preloaded.
     pub sandbox_image: String,
+}
+
+/// How kubelet of a [`NodeOsc`] authenticates.
+#[derive(Debug, Clone)]
+pub enum KubeletCredentials {
+    /// A token (bound to the `system:node` ClusterRole), in `kubeconfig-real` of the OSC.
+    Token(String),
+    /// kubelet's TLS bootstrap, as on a Gardener node: `--bootstrap-kubeconfig` (written by
+    /// the node agent from its bootstrap token), a client certificate kube-controller-manager
+    /// issues into `--kubeconfig`, and certificate rotation on.
+    Bootstrap,
 }
 
 /// The kubelet unit.
@@ -501,30 +575,39 @@ impl NodeOsc {
     /// Files of the OSC.
     pub fn files(&self) -> Vec<Value> {
         let inline = |path: &str, mode: u32, text: &str| json!({"path": path, "permissions": mode, "content": {"inline": {"encoding": "", "data": text}}});
-        let kubeconfig = gardener_extension_node::kubeconfig::render_token_kubeconfig(
-            &self.server_url,
-            &self.ca_pem,
-            &self.kubelet_token,
-        );
-        vec![
-            inline("/var/lib/kubelet/config/kubelet", 0o644, KUBELET_CONFIG),
-            inline("/var/lib/kubelet/kubeconfig-real", 0o600, &kubeconfig),
-            inline(
-                "/etc/cni/net.d/10-e2e-bridge.conflist",
-                0o644,
-                &json!({
-                    "cniVersion": "1.0.0",
-                    "name": "e2e",
-                    "plugins": [{
-                        "type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": false,
-                        "ipam": {"type": "host-local",
-                                 "ranges": [[{"subnet": POD_SUBNET, "gateway": NODE_IP}]],
-                                 "routes": [{"dst": "0.0.0.0/0"}]},
-                    }],
-                })
-                .to_string(),
-            ),
-        ]
+        let mut files = match &self.kubelet_credentials {
+            KubeletCredentials::Token(token) => {
+                let kubeconfig = gardener_extension_node::kubeconfig::render_token_kubeconfig(
+                    &self.server_url,
+                    &self.ca_pem,
+                    token,
+                );
+                vec![
+                    inline("/var/lib/kubelet/config/kubelet", 0o644, KUBELET_CONFIG),
+                    inline("/var/lib/kubelet/kubeconfig-real", 0o600, &kubeconfig),
+                ]
+            }
+            KubeletCredentials::Bootstrap => {
+                let config = format!("{KUBELET_CONFIG}rotateCertificates: true\n");
+                vec![inline("/var/lib/kubelet/config/kubelet", 0o644, &config)]
+            }
+        };
+        files.push(inline(
+            "/etc/cni/net.d/10-e2e-bridge.conflist",
+            0o644,
+            &json!({
+                "cniVersion": "1.0.0",
+                "name": "e2e",
+                "plugins": [{
+                    "type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": false,
+                    "ipam": {"type": "host-local",
+                             "ranges": [[{"subnet": POD_SUBNET, "gateway": NODE_IP}]],
+                             "routes": [{"dst": "0.0.0.0/0"}]},
+                }],
+            })
+            .to_string(),
+        ));
+        files
     }
 
     /// Units of the OSC: containerd's drop-in, the image preload, kubelet.
@@ -535,10 +618,23 @@ impl NodeOsc {
             .map(|(key, value)| format!("{key}={value}"))
             .collect::<Vec<_>>()
             .join(",");
+        let (bootstrap, kubelet_files) = match self.kubelet_credentials {
+            KubeletCredentials::Token(_) => (
+                "",
+                json!([
+                    "/var/lib/kubelet/config/kubelet",
+                    "/var/lib/kubelet/kubeconfig-real"
+                ]),
+            ),
+            KubeletCredentials::Bootstrap => (
+                "--bootstrap-kubeconfig=/var/lib/kubelet/kubeconfig-bootstrap ",
+                json!(["/var/lib/kubelet/config/kubelet"]),
+            ),
+        };
         let kubelet = format!(
             "[Unit]\nDescription=kubelet\nAfter=containerd.service {PRELOAD_UNIT}\nWants={PRELOAD_UNIT}\n\
              [Service]\nExecStart=/usr/local/sbin/kubelet --config=/var/lib/kubelet/config/kubelet \
-             --kubeconfig=/var/lib/kubelet/kubeconfig-real --node-ip={NODE_IP} --node-labels={labels} --v=2\n\
+             {bootstrap}--kubeconfig=/var/lib/kubelet/kubeconfig-real --node-ip={NODE_IP} --node-labels={labels} --v=2\n\
              Restart=always\nRestartSec=2\n[Install]\nWantedBy=multi-user.target\n"
         );
         let preload = format!(
@@ -556,7 +652,7 @@ impl NodeOsc {
             }),
             json!({"name": PRELOAD_UNIT, "enable": true, "command": "start", "content": preload}),
             json!({"name": KUBELET_UNIT, "enable": true, "command": "start", "content": kubelet,
-                   "filePaths": ["/var/lib/kubelet/config/kubelet", "/var/lib/kubelet/kubeconfig-real"]}),
+                   "filePaths": kubelet_files}),
         ]
     }
 }

@@ -98,19 +98,7 @@ impl OperatorProcess {
             .process_group(0)
             .spawn()
             .expect("operator binary starts");
-        let script = format!(
-            "while kill -0 {owner} 2>/dev/null && kill -0 {pid} 2>/dev/null; do sleep 0.2; done; kill -KILL {pid} 2>/dev/null; exit 0",
-            owner = std::process::id(),
-            pid = child.id(),
-        );
-        let watchdog = Command::new("sh")
-            .args(["-c", &script])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .process_group(0)
-            .spawn()
-            .expect("watchdog starts");
+        let watchdog = super::spawn_child_watchdog(child.id());
         OperatorProcess {
             child,
             watchdog,
