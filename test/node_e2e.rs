@@ -38,8 +38,8 @@ use k8s_openapi::api::core::v1::{Node as KubeNode, Pod, Secret};
 use kube::Api;
 use kube::api::{DeleteParams, ListParams, PostParams};
 use serde_json::json;
-use support::agent::{AGENT_UNIT, CONFIG_DIR, PoolOscs, limited_token_in};
-use support::node::{AGENT_BINARY, KUBELET_UNIT, Node, NodeOptions, NodeOsc};
+use support::agent::{CONFIG_DIR, PoolOscs, limited_token_in};
+use support::node::{AGENT_BINARY, Node, NodeOptions, NodeOsc};
 use support::oci::{Content, Image, ImageFile, write_archive};
 
 const POOL: &str = "worker-a";
@@ -101,29 +101,13 @@ fn build_images(dir: &Path, assets: &Path, static_binary: &Path) {
     write_archive(&installation, &dir.join("gvisor-installation.tar")).unwrap();
 }
 
-/// Polls `check` until it returns `Ok`, or panics after `timeout` with what the node's
-/// units said.
-async fn wait_on_node<T, F, Fut>(node: &Node, what: &str, timeout: Duration, mut check: F) -> T
+/// [`Node::wait_until`] for the value alone.
+async fn wait_on_node<T, F, Fut>(node: &Node, what: &str, timeout: Duration, check: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<T, String>>,
 {
-    let started = Instant::now();
-    loop {
-        match check().await {
-            Ok(value) => {
-                eprintln!("e2e: {what} after {:.1} s", started.elapsed().as_secs_f64());
-                return value;
-            }
-            Err(last) if started.elapsed() > timeout => {
-                let units = [AGENT_UNIT, "containerd.service", KUBELET_UNIT]
-                    .map(|unit| node.describe(unit))
-                    .join("\n");
-                panic!("timed out after {timeout:?} waiting for {what}; last: {last}\n{units}");
-            }
-            Err(_) => tokio::time::sleep(Duration::from_millis(500)).await,
-        }
-    }
+    node.wait_until(what, timeout, check).await.0
 }
 
 fn pod(name: &str, runtime_class: Option<&str>, script: &str) -> Pod {

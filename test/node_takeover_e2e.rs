@@ -45,7 +45,7 @@ use std::time::{Duration, Instant};
 use gardener_extension_node::agent::client_certificate::rules::client_certificate;
 use gardener_extension_node::api::{Cluster, OperatingSystemConfig};
 use gardener_extension_node::kubeconfig::x509::{CertificateFacts, first_certificate_facts};
-use k8s_openapi::api::core::v1::{Event, Node as KubeNode, Secret};
+use k8s_openapi::api::core::v1::{Node as KubeNode, Secret};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::config::Kubeconfig;
@@ -108,45 +108,27 @@ fn unix_now() -> i64 {
     i64::try_from(now.as_secs()).unwrap()
 }
 
-fn sha256_of_file(node: &Node, path: &str) -> String {
-    support::agent::sha256_hex(&node.machine.read_file(path).unwrap_or_default())
+/// The sha256 of the program the agent unit's main process runs, once it runs (GNA exits to
+/// use a renewed certificate, and systemd starts it again 5 s later).
+async fn running_agent_sha(node: &Node) -> String {
+    let script = format!("sha256sum /proc/$(systemctl show -P MainPID {AGENT_UNIT})/exe");
+    node.wait_until(
+        "the agent unit's program",
+        Duration::from_secs(30),
+        || async {
+            let output = node.machine.sh(&script);
+            match output.stdout.split_whitespace().next() {
+                Some(sha) if output.success() => Ok(sha.to_string()),
+                _ => Err(format!("not running: {}", output.stderr.trim())),
+            }
+        },
+    )
+    .await
+    .0
 }
 
-/// Polls `check` every 500 ms until it returns `Ok`; panics after `timeout` with the last
-/// answer and what the node's units said. Returns the time it took.
-async fn wait_on<T, F, Fut>(node: &Node, what: &str, timeout: Duration, mut check: F) -> (T, f64)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<T, String>>,
-{
-    let started = Instant::now();
-    loop {
-        match check().await {
-            Ok(value) => {
-                eprintln!(
-                    "takeover e2e [{}]: {what} after {:.1} s",
-                    node.name(),
-                    since(started)
-                );
-                return (value, since(started));
-            }
-            Err(last) if started.elapsed() > timeout => {
-                let units = [
-                    "gardener-node-init.service",
-                    AGENT_UNIT,
-                    "containerd.service",
-                    KUBELET_UNIT,
-                ]
-                .map(|unit| node.describe(unit))
-                .join("\n");
-                panic!(
-                    "[{}] timed out after {timeout:?} waiting for {what}; last: {last}\n{units}",
-                    node.name()
-                );
-            }
-            Err(_) => tokio::time::sleep(Duration::from_millis(500)).await,
-        }
-    }
+fn sha256_of_file(node: &Node, path: &str) -> String {
+    support::agent::sha256_hex(&node.machine.read_file(path).unwrap_or_default())
 }
 
 async fn node_ready(nodes: &Api<KubeNode>, name: &str) -> Result<(), String> {
@@ -341,8 +323,7 @@ impl Pool {
     async fn wait_until_joined(&self, shoot: &Client, provisioned: Instant) {
         let node = &self.node;
         let image_binary = self.gardenlet.node_agent_image();
-        wait_on(
-            node,
+        node.wait_until(
             &format!("the node agent pulled from {image_binary}"),
             STAGE_TIMEOUT,
             || async {
@@ -359,7 +340,7 @@ impl Pool {
             node.name(),
             since(provisioned)
         );
-        wait_on(node, "the client certificate", STAGE_TIMEOUT, || async {
+        node.wait_until("the client certificate", STAGE_TIMEOUT, || async {
             certificate_in(node)
                 .map(|_| ())
                 .ok_or_else(|| "no credentials/kubeconfig yet".to_string())
@@ -372,7 +353,7 @@ impl Pool {
         );
         let nodes = Api::<KubeNode>::all(shoot.clone());
         let name = node.name().to_string();
-        wait_on(node, "the Node is Ready", STAGE_TIMEOUT, || {
+        node.wait_until("the Node is Ready", STAGE_TIMEOUT, || {
             node_ready(&nodes, &name)
         })
         .await;
@@ -381,8 +362,7 @@ impl Pool {
             node.name(),
             since(provisioned)
         );
-        wait_on(
-            node,
+        node.wait_until(
             "the bootstrap token removed after the first apply",
             STAGE_TIMEOUT,
             || async {
@@ -401,28 +381,28 @@ impl Pool {
         let checksum = self.change_reconcile(seed, shoot, reconcile).await;
         let nodes = Api::<KubeNode>::all(shoot.clone());
         let node_name = self.node.name().to_string();
-        wait_on(
-            &self.node,
-            "the node reports the changed OSC",
-            STAGE_TIMEOUT,
-            || async {
-                let reported = nodes
-                    .get(&node_name)
-                    .await
-                    .map_err(|e| e.to_string())?
-                    .metadata
-                    .annotations
-                    .unwrap_or_default()
-                    .get("checksum/cloud-config-data")
-                    .cloned();
-                if reported.as_deref() == Some(checksum.as_str()) {
-                    Ok(())
-                } else {
-                    Err(format!("node reports {reported:?}, secret {checksum}"))
-                }
-            },
-        )
-        .await;
+        self.node
+            .wait_until(
+                "the node reports the changed OSC",
+                STAGE_TIMEOUT,
+                || async {
+                    let reported = nodes
+                        .get(&node_name)
+                        .await
+                        .map_err(|e| e.to_string())?
+                        .metadata
+                        .annotations
+                        .unwrap_or_default()
+                        .get("checksum/cloud-config-data")
+                        .cloned();
+                    if reported.as_deref() == Some(checksum.as_str()) {
+                        Ok(())
+                    } else {
+                        Err(format!("node reports {reported:?}, secret {checksum}"))
+                    }
+                },
+            )
+            .await;
     }
 
     /// Changes the reconcile OSC as gardenlet does; returns the node-agent Secret's new
@@ -452,19 +432,15 @@ impl Pool {
             .unwrap();
         self.reconcile = reconcile;
         let key = self.key.clone();
-        wait_on(
-            &self.node,
-            "the changed node-agent Secret",
-            STAGE_TIMEOUT,
-            || async {
+        self.node
+            .wait_until("the changed node-agent Secret", STAGE_TIMEOUT, || async {
                 match checksum_of(secrets.get(&key).await.map_err(|e| e.to_string())?) {
                     Some(new) if Some(&new) != old.as_ref() => Ok(new),
                     _ => Err("the secret still has the old content".to_string()),
                 }
-            },
-        )
-        .await
-        .0
+            })
+            .await
+            .0
     }
 }
 
@@ -497,7 +473,7 @@ async fn allow_gna_extras(shoot: &Client) {
 
 /// Waits for a certificate with a serial other than `old`'s; returns it.
 async fn renewed(node: &Node, old: &CertificateFacts, what: &str) -> CertificateFacts {
-    wait_on(node, what, STAGE_TIMEOUT, || async {
+    node.wait_until(what, STAGE_TIMEOUT, || async {
         match certificate_in(node) {
             Some(now) if now.serial != old.serial => Ok(now),
             other => Err(format!("still {:?}", other.map(|c| c.serial))),
@@ -536,8 +512,7 @@ async fn hung_kubelet_is_restarted(pool: &Pool, shoot: &Client) {
     let node = &pool.node;
     let name = node.name().to_string();
     // A hung kubelet does not rotate its certificate: start with one that outlives the hang.
-    wait_on(
-        node,
+    node.wait_until(
         "a kubelet certificate valid for 150 s more",
         STAGE_TIMEOUT,
         || async {
@@ -558,8 +533,9 @@ async fn hung_kubelet_is_restarted(pool: &Pool, shoot: &Client) {
     node.machine
         .run(&["kill", "-STOP", &pid])
         .expect_success("stop kubelet");
-    let (_, after) = wait_on(
-        node,
+    let stopped = Instant::now();
+    internal_ip_is_restored(node, shoot).await;
+    node.wait_until(
         "kubelet restarted by the health check",
         Duration::from_secs(240),
         || async {
@@ -571,24 +547,13 @@ async fn hung_kubelet_is_restarted(pool: &Pool, shoot: &Client) {
         },
     )
     .await;
+    let after = since(stopped);
     eprintln!("takeover e2e [{name}]: kubelet restarted {after:.1} s after SIGSTOP");
     assert!(
         after >= 60.0,
         "restarted before a minute of failure: {after:.1} s"
     );
-    let events = Api::<Event>::namespaced(shoot.clone(), "default")
-        .list(&Default::default())
-        .await
-        .unwrap()
-        .items;
-    let notes: Vec<&str> = events
-        .iter()
-        .filter(|e| {
-            e.involved_object.name.as_deref() == Some(name.as_str())
-                && e.reason.as_deref() == Some("kubelet")
-        })
-        .filter_map(|e| e.message.as_deref())
-        .collect();
+    let notes = support::agent::core_event_messages(shoot, &name, "kubelet").await;
     assert!(
         notes
             .iter()
@@ -596,10 +561,52 @@ async fn hung_kubelet_is_restarted(pool: &Pool, shoot: &Client) {
         "GNA's restart event: {notes:?}"
     );
     let nodes = Api::<KubeNode>::all(shoot.clone());
-    wait_on(node, "the Node Ready again", STAGE_TIMEOUT, || {
+    node.wait_until("the Node Ready again", STAGE_TIMEOUT, || {
         node_ready(&nodes, &name)
     })
     .await;
+}
+
+/// GNA's lost-internal-IP rule while kubelet is hung (so kubelet does not write the addresses
+/// itself): the Node's addresses cleared, the agent writes the last internal IP back with GNA's
+/// events.
+async fn internal_ip_is_restored(node: &Node, shoot: &Client) {
+    let name = node.name().to_string();
+    let nodes = Api::<KubeNode>::all(shoot.clone());
+    let cleared = json!({"status": {"addresses": []}});
+    nodes
+        .patch_status(&name, &PatchParams::default(), &Patch::Merge(&cleared))
+        .await
+        .unwrap();
+    node.wait_until(
+        "the lost internal IP written back by the agent",
+        Duration::from_secs(90),
+        || async {
+            let addresses = nodes
+                .get(&name)
+                .await
+                .map_err(|e| e.to_string())?
+                .status
+                .and_then(|s| s.addresses)
+                .unwrap_or_default();
+            let back = addresses
+                .iter()
+                .any(|a| a.type_ == "InternalIP" && a.address == support::node::NODE_IP);
+            if back {
+                Ok(())
+            } else {
+                Err(format!("addresses {addresses:?}"))
+            }
+        },
+    )
+    .await;
+    let notes = support::agent::core_event_messages(shoot, &name, "kubelet").await;
+    for expected in [
+        "Node status does neither have an internal nor an external IP, try to recover from last known internal IP: 10.88.0.1",
+        "Updated the lost internal IP address of node status to the previous known: 10.88.0.1 ",
+    ] {
+        assert!(notes.iter().any(|n| n == expected), "{expected}: {notes:?}");
+    }
 }
 
 /// The restart annotation: containerd restarted, the annotation removed.
@@ -615,8 +622,7 @@ async fn restart_annotation_is_honoured(pool: &Pool, shoot: &Client) {
         .patch(&name, &PatchParams::default(), &Patch::Merge(patch))
         .await
         .unwrap();
-    wait_on(
-        node,
+    node.wait_until(
         "containerd restarted and the restart annotation removed",
         STAGE_TIMEOUT,
         || async {
@@ -655,20 +661,21 @@ async fn an_image_without_the_binary_changes_nothing(landscape: &Landscape, pool
     let broken = with_node_agent_image(&good, &landscape.image("no-binary"));
     pool.change_reconcile(&landscape.env, shoot, broken).await;
     let name = pool.node.name().to_string();
-    let (note, _) = wait_on(
-        &pool.node,
-        "OSCApplyFailed for the image without the binary",
-        STAGE_TIMEOUT,
-        || async {
-            support::agent::node_events(shoot, &name, "OSCApplyFailed")
-                .await
-                .into_iter()
-                .filter_map(|e| e.note)
-                .find(|note| note.contains("no-binary"))
-                .ok_or_else(|| "no such event yet".to_string())
-        },
-    )
-    .await;
+    let (note, _) = pool
+        .node
+        .wait_until(
+            "OSCApplyFailed for the image without the binary",
+            STAGE_TIMEOUT,
+            || async {
+                support::agent::node_events(shoot, &name, "OSCApplyFailed")
+                    .await
+                    .into_iter()
+                    .filter_map(|e| e.note)
+                    .find(|note| note.contains("no-binary"))
+                    .ok_or_else(|| "no such event yet".to_string())
+            },
+        )
+        .await;
     eprintln!("takeover e2e [{name}]: image without the binary: {note}");
     assert!(
         note.contains("/gardener-node-agent"),
@@ -713,11 +720,9 @@ async fn takeover_and_back(landscape: &Landscape, pool: &mut Pool) {
         "our agent renewed GNA's certificate",
     )
     .await;
-    assert!(
-        pool.node
-            .machine
-            .journal(AGENT_UNIT)
-            .contains("client certificate"),
+    assert_eq!(
+        running_agent_sha(&pool.node).await,
+        ours_sha,
         "our agent runs the unit now"
     );
     eprintln!(
@@ -741,6 +746,11 @@ async fn takeover_and_back(landscape: &Landscape, pool: &mut Pool) {
         "GNA renewed the certificate ours got",
     )
     .await;
+    assert_eq!(
+        running_agent_sha(&pool.node).await,
+        gna_sha,
+        "GNA runs the unit again"
+    );
     assert_ne!(after.serial, gna_certificate.serial);
     eprintln!(
         "takeover e2e [{}]: back to GNA and renewed by it in {:.1} s",

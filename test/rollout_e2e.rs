@@ -926,17 +926,7 @@ async fn a_hung_kubelet_is_restarted_by_the_health_check() {
         restarted_after >= Duration::from_secs(60),
         "restarted before a minute of failure: {restarted_after:?}"
     );
-    let events = Api::<Event>::namespaced(client.clone(), "default")
-        .list(&Default::default())
-        .await
-        .unwrap()
-        .items;
-    let notes: Vec<&str> = events
-        .iter()
-        .filter(|e| e.involved_object.name.as_deref() == Some(name.as_str()))
-        .filter(|e| e.reason.as_deref() == Some("kubelet"))
-        .filter_map(|e| e.message.as_deref())
-        .collect();
+    let notes = support::agent::core_event_messages(client, &name, "kubelet").await;
     for expected in [
         "Kubelet is unhealthy, health check error:",
         "Kubelet is unhealthy for more than 1m0s, restarting it.",

@@ -589,6 +589,22 @@ pub async fn node_events(client: &Client, node: &str, reason: &str) -> Vec<Event
         .collect()
 }
 
+/// The messages of the core/v1 events (the API GNA's health checks record with) in `default`
+/// about Node `node` with `reason`.
+pub async fn core_event_messages(client: &Client, node: &str, reason: &str) -> Vec<String> {
+    Api::<k8s_openapi::api::core::v1::Event>::namespaced(client.clone(), "default")
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| {
+            e.involved_object.name.as_deref() == Some(node) && e.reason.as_deref() == Some(reason)
+        })
+        .filter_map(|e| e.message)
+        .collect()
+}
+
 /// gardenlet's two OSCs of one pool, as the chain tests create them in the seed. The
 /// provision OSC carries the agent's configuration, the CA, the placeholders MCM fills in
 /// and the agent's unit; the reconcile OSC what the node must run, always including the

@@ -311,6 +311,47 @@ impl Node {
         machine.sh(script).expect_success("prepare the node image");
     }
 
+    /// Polls `check` every 500 ms until it returns `Ok`, printing how long that took
+    /// (`<node>: <what> after N s`), and returns its value and the seconds; after `timeout`
+    /// panics with the last answer and what the node's units (node-init, agent, containerd,
+    /// kubelet) said.
+    pub async fn wait_until<T, F, Fut>(
+        &self,
+        what: &str,
+        timeout: Duration,
+        mut check: F,
+    ) -> (T, f64)
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T, String>>,
+    {
+        let started = std::time::Instant::now();
+        loop {
+            match check().await {
+                Ok(value) => {
+                    let took = started.elapsed().as_secs_f64();
+                    eprintln!("e2e [{}]: {what} after {took:.1} s", self.name());
+                    return (value, took);
+                }
+                Err(last) if started.elapsed() > timeout => {
+                    let units = [
+                        "gardener-node-init.service",
+                        super::agent::AGENT_UNIT,
+                        "containerd.service",
+                        KUBELET_UNIT,
+                    ]
+                    .map(|unit| self.describe(unit))
+                    .join("\n");
+                    panic!(
+                        "[{}] timed out after {timeout:?} waiting for {what}; last: {last}\n{units}",
+                        self.name()
+                    );
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(500)).await,
+            }
+        }
+    }
+
     /// How many connections the forwarder has carried (a node that never reached the API
     /// server shows 0).
     pub fn forwarded_connections(&self) -> usize {

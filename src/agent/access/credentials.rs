@@ -40,17 +40,8 @@ pub enum Source {
     BootstrapToken(PathBuf),
 }
 
-/// How a kubeconfig names the API server's CA.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum CaSource {
-    /// A file (GNA writes `certificate-authority: <config-dir>/cluster-ca.crt`, so a CA
-    /// rotation that rewrites the file reaches the kubeconfig).
-    File(String),
-    /// The PEM itself.
-    Data(Vec<u8>),
-    /// None: the system's roots.
-    System,
-}
+/// How a kubeconfig names the API server's CA (defined beside the kubeconfigs that carry it).
+pub use crate::agent::client_certificate::rules::CaSource;
 
 /// Why no client could be built.
 #[derive(Debug, thiserror::Error)]

@@ -33,6 +33,10 @@ const UNREADABLE_RETRY: Duration = Duration::from_secs(300);
 const MIN_RENEWAL_SPACING: Duration = Duration::from_secs(10);
 /// The event reason of a failed renewal.
 pub const REASON_RENEWAL_FAILED: &str = "ClientCertificateRenewalFailed";
+/// How long the renewal loop waits for the Node before it reports a clock skew found at start.
+const NODE_WAIT: Duration = Duration::from_secs(120);
+/// The Warning event when a new client certificate is not valid by the node's clock.
+pub const REASON_CLOCK_SKEW: &str = "ClientCertificateClockSkew";
 
 /// Why the bootstrap did not end in a certificate.
 #[derive(Debug, thiserror::Error)]
@@ -90,7 +94,9 @@ async fn bootstrap_once(
         path = %paths.kubeconfig().display(),
         "client certificate issued and written"
     );
-    warn_on_skew(&issued.facts);
+    // No event yet: the bootstrap identity may create CSRs only. The renewal loop reports it
+    // once the Node is known (`renew_forever`).
+    let _ = warn_on_skew(&issued.facts);
     Ok(())
 }
 
@@ -178,7 +184,7 @@ impl Renewer {
             not_after = issued.facts.not_after,
             "client certificate renewed; the API clients switch to it without a restart"
         );
-        warn_on_skew(&issued.facts);
+        let _ = warn_on_skew(&issued.facts);
         Ok(issued.facts)
     }
 }
@@ -202,6 +208,7 @@ pub async fn renew_forever(renewal: Renewal) {
     // At least this long between two requests, so a clock far off (every certificate already
     // due) cannot make a loop of requests.
     let mut at_least = Duration::ZERO;
+    let mut first = true;
     loop {
         let facts = match steps::current_certificate(&path) {
             Ok(facts) => facts,
@@ -215,12 +222,26 @@ pub async fn renew_forever(renewal: Renewal) {
                 continue;
             }
         };
+        if std::mem::take(&mut first) && facts.not_before > unix_now() {
+            // The certificate of the bootstrap is not valid yet by this clock: say so on the
+            // Node as soon as it is known (the bootstrap identity could not).
+            if let Some(note) = warn_on_skew(&facts) {
+                let mut node = renewal.node.clone();
+                let _ = tokio::time::timeout(NODE_WAIT, node.wait_for(Option::is_some)).await;
+                warn_on_node(&renewal, REASON_CLOCK_SKEW, note).await;
+            }
+        }
         let due = rules::renewal_due(&facts, fastrand::f64());
         let wait = Duration::from_secs(u64::try_from(due - unix_now()).unwrap_or(0)).max(at_least);
         info!(serial = %facts.serial, not_after = facts.not_after, renew_in = ?wait, "client certificate");
         tokio::time::sleep(wait).await;
         at_least = match renewal.renewer.renew_once().await {
-            Ok(_) => MIN_RENEWAL_SPACING,
+            Ok(renewed) => {
+                if let Some(note) = rules::clock_skew(&renewed, unix_now()) {
+                    warn_on_node(&renewal, REASON_CLOCK_SKEW, note).await;
+                }
+                MIN_RENEWAL_SPACING
+            }
             Err(error) => {
                 let pause = rules::retry_after(&facts, unix_now());
                 report_failure(&renewal, &error, pause).await;
@@ -238,26 +259,30 @@ async fn report_failure(renewal: &Renewal, error: &BootstrapError, pause: Durati
     );
     warn!(%note);
     renewal.metrics.error("client-certificate", "renew");
+    warn_on_node(renewal, REASON_RENEWAL_FAILED, note).await;
+}
+
+/// A certificate that is not valid by this node's clock says the clock is off
+/// ([`rules::clock_skew`]): a warning in the log; `Some(note)` for an event where one can be
+/// sent.
+fn warn_on_skew(facts: &CertificateFacts) -> Option<String> {
+    let note = rules::clock_skew(facts, unix_now())?;
+    warn!(
+        not_before = facts.not_before,
+        not_after = facts.not_after,
+        "{note}"
+    );
+    Some(note)
+}
+
+/// A Warning event on the Node, once the Node is known (before, the log line is all).
+async fn warn_on_node(renewal: &Renewal, reason: &str, note: String) {
     let node = renewal.node.borrow().clone();
     if let Some(node) = node {
         renewal
             .events
-            .report(&renewal.metrics, &node, true, REASON_RENEWAL_FAILED, note)
+            .report(&renewal.metrics, &node, true, reason, note)
             .await;
-    }
-}
-
-/// A certificate that is not yet valid, or already past its renewal time, by this node's
-/// clock says the clock is off: the renewal schedule follows this clock.
-fn warn_on_skew(facts: &CertificateFacts) {
-    let now = unix_now();
-    if now < facts.not_before || now >= facts.not_after {
-        warn!(
-            now,
-            not_before = facts.not_before,
-            not_after = facts.not_after,
-            "the new client certificate is not valid by this node's clock: the clock is off, and renewals are timed by it"
-        );
     }
 }
 

@@ -15,7 +15,6 @@ use kube::config::{
 };
 use sha2::Digest;
 
-pub use crate::agent::access::credentials::CaSource;
 use crate::kubeconfig::x509::CertificateFacts;
 
 /// The user name prefix of a node agent (`gardener.cloud:node-agent:machine:<machine>`).
@@ -48,6 +47,18 @@ pub enum MachineNameError {
         "the machine-name file holds {0:?}, which is not a machine name (at most 253 characters of a-z, 0-9, '-' and '.')"
     )]
     Invalid(String),
+}
+
+/// How a kubeconfig names the API server's CA.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CaSource {
+    /// A file (GNA writes `certificate-authority: <config-dir>/cluster-ca.crt`, so a CA
+    /// rotation that rewrites the file reaches the kubeconfig).
+    File(String),
+    /// The PEM itself.
+    Data(Vec<u8>),
+    /// None: the system's roots.
+    System,
 }
 
 /// The machine name: the first line of the `machine-name` file (which machine-controller-manager
@@ -280,6 +291,27 @@ pub fn renewal_due(facts: &CertificateFacts, jitter: f64) -> i64 {
 pub fn retry_after(facts: &CertificateFacts, now: i64) -> Duration {
     let left = (facts.not_after - now).max(0) as u64;
     Duration::from_secs((left / 10).clamp(10, 300))
+}
+
+/// What is wrong with the node's clock when a certificate valid for `facts` is not valid at
+/// `now` by it (not yet, or no longer): the renewal schedule follows this clock, so this is
+/// told in a log line and an event. `None` when the clock agrees.
+pub fn clock_skew(facts: &CertificateFacts, now: i64) -> Option<String> {
+    if now < facts.not_before {
+        Some(format!(
+            "the client certificate {} is valid only from {} s from now by this node's clock: the clock is behind, and certificate renewals are timed by it",
+            facts.serial,
+            facts.not_before - now
+        ))
+    } else if now >= facts.not_after {
+        Some(format!(
+            "the client certificate {} expired {} s ago by this node's clock: if it was just issued the clock is ahead, and certificate renewals are timed by it",
+            facts.serial,
+            now - facts.not_after
+        ))
+    } else {
+        None
+    }
 }
 
 /// Whether kubelet gets a bootstrap kubeconfig: only with a bootstrap token, and only while

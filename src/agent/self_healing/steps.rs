@@ -1,12 +1,16 @@
 //! One round of health checks ([`super::rules`]): probe, report, restart, for the components
-//! the last applied OSC runs ([`super::rules::watched`]).
+//! the last applied OSC runs ([`super::rules::watched`]); with kubelet, also the Node's
+//! `Ready` toggles and its lost internal IP ([`super::addresses`]).
 
+use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Node;
+use kube::api::{Patch, PatchParams};
 use kube::{Api, ResourceExt};
 use tracing::{info, warn};
 
+use super::addresses::{self, AddressCheck};
 use super::rules::{self, Component, ReadinessToggles, Tracker, Verdict};
 use crate::agent::health::unit_events;
 use crate::agent::metrics::Metrics;
@@ -42,6 +46,10 @@ pub struct Trackers {
     readiness: ReadinessToggles,
     /// The Node's resourceVersion and `Ready` condition at the last read.
     node_status: Option<(String, bool)>,
+    /// The last internal IP the Node had.
+    last_internal_ip: Option<IpAddr>,
+    /// Whether a Node that never had an address here was reported already.
+    told_no_address: bool,
 }
 
 /// Checks `components` once (one after the other: each probe is bounded).
@@ -61,7 +69,7 @@ pub async fn check<H: Host>(
         act(context, node, component, verdict).await;
     }
     if components.contains(&Component::Kubelet)
-        && let Some(ready) = node_ready(context, node, &mut trackers.node_status).await
+        && let Some(ready) = node_ready(context, node, trackers).await
         && let Some(note) = trackers.readiness.observe(ready, Instant::now())
     {
         warn!(%note, "kubelet keeps falling out of Ready");
@@ -80,12 +88,14 @@ pub async fn check<H: Host>(
 
 /// The Node's `Ready` condition, read again (GET) only when the Node's resourceVersion moved
 /// since the last read: the agent's Node watch carries metadata only, and a Node's status
-/// changes rarely (kubelet reports it every few minutes when nothing changes).
-async fn node_ready<H>(
+/// changes rarely (kubelet reports it every few minutes when nothing changes). Each read also
+/// looks after the Node's internal IP ([`keep_internal_ip`]).
+async fn node_ready<H: Host>(
     context: &Context<'_, H>,
     node: &NodeMeta,
-    last: &mut Option<(String, bool)>,
+    trackers: &mut Trackers,
 ) -> Option<bool> {
+    let last = &mut trackers.node_status;
     let version = node
         .metadata
         .resource_version
@@ -103,6 +113,10 @@ async fn node_ready<H>(
         Ok(full) => {
             let ready = rules::node_ready(&full);
             *last = Some((full.resource_version().unwrap_or_default(), ready));
+            if !keep_internal_ip(context, node, &full, trackers).await {
+                // Not settled: read the Node again next round, whether it moved or not.
+                trackers.node_status = None;
+            }
             Some(ready)
         }
         Err(error) => {
@@ -111,6 +125,75 @@ async fn node_ready<H>(
             None
         }
     }
+}
+
+/// GNA's `ensureNodeInternalIP`: remembers the Node's internal IP; when the Node has no
+/// address at all, says so and writes the remembered one back if it is still this machine's
+/// (with GNA's events; a failed write restarts kubelet, as GNA does). `false` while an IP is
+/// lost and not back yet. A Node that never had an address here (no IP to restore) is
+/// reported once, not at every round as GNA does: nothing can be done about it.
+async fn keep_internal_ip<H: Host>(
+    context: &Context<'_, H>,
+    node: &NodeMeta,
+    full: &Node,
+    trackers: &mut Trackers,
+) -> bool {
+    match addresses::check(full) {
+        AddressCheck::Remember(ip) => {
+            trackers.last_internal_ip = Some(ip);
+            return true;
+        }
+        AddressCheck::Fine => return true,
+        AddressCheck::Lost => {}
+    }
+    let last = trackers.last_internal_ip;
+    if last.is_none() && std::mem::replace(&mut trackers.told_no_address, true) {
+        return true;
+    }
+    let report = |warning: bool, note: String| {
+        context.events.report(
+            context.metrics,
+            node,
+            warning,
+            Component::Kubelet.reason(),
+            note,
+        )
+    };
+    warn!(last_internal_ip = ?last, "the Node has neither an internal nor an external IP");
+    report(true, addresses::lost_note(last)).await;
+    let Some(ip) = last.filter(|ip| is_local_address(*ip)) else {
+        return last.is_none();
+    };
+    let patch = addresses::restore_patch(ip, &full.resource_version().unwrap_or_default());
+    let written = Api::<Node>::all(context.client.clone())
+        .patch_status(
+            &node.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await;
+    match written {
+        Ok(_) => {
+            info!(%ip, "the Node's lost internal IP written back");
+            report(false, addresses::restored_note(ip)).await;
+            true
+        }
+        Err(kube::Error::Api(status)) if status.code == 409 => false,
+        Err(error) => {
+            context.metrics.error("health-check", "api");
+            let error = error_chain(&error);
+            warn!(%error, "writing the Node's internal IP failed; restarting kubelet");
+            report(true, addresses::restore_failed_note(&error)).await;
+            restart(context, node, Component::Kubelet).await;
+            false
+        }
+    }
+}
+
+/// Whether `ip` is an address of this machine: a socket can be bound to it (GNA compares
+/// it with the interfaces' addresses; binding asks the kernel the same question).
+fn is_local_address(ip: IpAddr) -> bool {
+    std::net::UdpSocket::bind((ip, 0)).is_ok()
 }
 
 async fn probe<H: Host>(context: &Context<'_, H>, component: Component) -> Result<(), String> {

@@ -254,3 +254,22 @@ fn kubelet_is_bootstrapped_again_from_kubeconfig_real_else_from_its_bootstrap_ku
         KubeletRebootstrap::Impossible
     );
 }
+
+#[test]
+fn a_certificate_not_valid_by_this_clock_names_the_skew() {
+    let facts = CertificateFacts {
+        serial: "0a".into(),
+        not_before: 1_000,
+        not_after: 2_000,
+    };
+    assert_eq!(clock_skew(&facts, 1_500), None);
+    assert_eq!(clock_skew(&facts, 1_000), None);
+    let behind = clock_skew(&facts, 400).unwrap();
+    assert!(
+        behind.contains("valid only from 600 s from now"),
+        "{behind}"
+    );
+    assert!(behind.contains("the clock is behind"), "{behind}");
+    let ahead = clock_skew(&facts, 2_030).unwrap();
+    assert!(ahead.contains("expired 30 s ago"), "{ahead}");
+}
