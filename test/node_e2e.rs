@@ -261,15 +261,7 @@ async fn a_gvisor_pod_runs_on_a_real_node_and_deleting_the_runtime_uninstalls_it
     .await;
 
     // MCM's and cloud-init's part: placeholders, then the user data as root.
-    let user_data = user_data
-        .replace("<<BOOTSTRAP_TOKEN>>", &agent_token)
-        .replace("<<MACHINE_NAME>>", &node_name);
-    node.machine
-        .write_file("/root/user-data", user_data.as_bytes(), 0o700)
-        .unwrap();
-    node.machine
-        .run(&["bash", "/root/user-data"])
-        .expect_success("run the user data");
+    node.run_user_data(&user_data, &agent_token, &node_name);
 
     // The agent applies the reconcile OSC: containerd, the images, kubelet — the Node appears.
     let nodes = Api::<KubeNode>::all(shoot_client.clone());

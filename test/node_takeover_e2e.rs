@@ -46,14 +46,17 @@ use gardener_extension_node::agent::client_certificate::rules::client_certificat
 use gardener_extension_node::api::{Cluster, OperatingSystemConfig};
 use gardener_extension_node::kubeconfig::x509::{CertificateFacts, first_certificate_facts};
 use k8s_openapi::api::core::v1::{Node as KubeNode, Secret};
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::config::Kubeconfig;
 use kube::{Api, Client};
 use serde_json::{Value, json};
 use support::gardenlet_osc::{GardenletOsc, PoolFacts, render, with_node_agent_image};
 use support::node::{KUBELET_UNIT, KubeletCredentials, Node, NodeOptions, NodeOsc};
-use support::node_agent_identity::{allow_node_agents, create_bootstrap_token, create_machine};
+use support::node_agent_identity::{
+    allow_gardener_node_agent_extras, allow_node_agents, create_bootstrap_token, create_machine,
+    create_or_keep,
+};
 use support::oci::{Image, ImageFile};
 use support::registry::Registry;
 use support::shoot::Shoot;
@@ -260,12 +263,10 @@ impl Pool {
         );
         for binding in &gardenlet.rbac {
             let binding: ClusterRoleBinding = serde_json::from_value(binding.clone()).unwrap();
-            let _ = Api::<ClusterRoleBinding>::all(shoot_client.clone())
-                .create(&PostParams::default(), &binding)
-                .await;
+            create_or_keep(Api::all(shoot_client.clone()), &binding).await;
         }
         allow_node_agents(shoot_client, &node_name, &key).await;
-        allow_gna_extras(shoot_client).await;
+        allow_gardener_node_agent_extras(shoot_client).await;
         let labels: BTreeMap<String, String> = [
             ("worker.gardener.cloud/pool", pool),
             ("worker.gardener.cloud/cri-name", "containerd"),
@@ -298,16 +299,8 @@ impl Pool {
         create_machine(&env.client, &env.namespace, &machine_name, &node_name).await;
         let user_data =
             support::agent::user_data(&env.client, &env.namespace, &key, STAGE_TIMEOUT).await;
-        let user_data = user_data
-            .replace("<<BOOTSTRAP_TOKEN>>", &token)
-            .replace("<<MACHINE_NAME>>", &machine_name);
-        node.machine
-            .write_file("/root/user-data", user_data.as_bytes(), 0o700)
-            .unwrap();
         let provisioned = Instant::now();
-        node.machine
-            .run(&["bash", "/root/user-data"])
-            .expect_success("run the user data");
+        node.run_user_data(&user_data, &token, &machine_name);
         let pool = Self {
             key,
             node,
@@ -442,33 +435,6 @@ impl Pool {
             .await
             .0
     }
-}
-
-/// What real gardener-node-agent asks for beyond what `allow_node_agents` gives our agent
-/// (GRM's authorizer grants both to node agents): it watches its CSRs while waiting for a
-/// certificate and updates (not patches) its Node.
-async fn allow_gna_extras(shoot: &Client) {
-    let name = "e2e:gardener-node-agent-extras";
-    let role: ClusterRole = serde_json::from_value(json!({
-        "metadata": {"name": name},
-        "rules": [
-            {"apiGroups": ["certificates.k8s.io"], "resources": ["certificatesigningrequests"], "verbs": ["list", "watch"]},
-            {"apiGroups": [""], "resources": ["nodes"], "verbs": ["update"]},
-        ],
-    }))
-    .unwrap();
-    let _ = Api::<ClusterRole>::all(shoot.clone())
-        .create(&PostParams::default(), &role)
-        .await;
-    let binding: ClusterRoleBinding = serde_json::from_value(json!({
-        "metadata": {"name": name},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
-        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "gardener.cloud:node-agents"}],
-    }))
-    .unwrap();
-    let _ = Api::<ClusterRoleBinding>::all(shoot.clone())
-        .create(&PostParams::default(), &binding)
-        .await;
 }
 
 /// Waits for a certificate with a serial other than `old`'s; returns it.
@@ -691,6 +657,39 @@ async fn an_image_without_the_binary_changes_nothing(landscape: &Landscape, pool
     pool.reconcile_with(&landscape.env, shoot, good).await;
 }
 
+/// One hand-over through gardenlet's reconcile OSC: the agent's binary from the image `tag`
+/// (whose program has sha256 `sha`) is installed by the agent running now, the unit runs it,
+/// and it renews `before`. Returns the renewed certificate.
+async fn hand_over(
+    landscape: &Landscape,
+    pool: &mut Pool,
+    (tag, sha): (&str, &str),
+    before: &CertificateFacts,
+    what: &str,
+) -> CertificateFacts {
+    let started = Instant::now();
+    let changed = with_node_agent_image(&pool.reconcile, &landscape.image(tag));
+    pool.reconcile_with(&landscape.env, &landscape.shoot_client, changed)
+        .await;
+    assert_eq!(
+        sha256_of_file(&pool.node, AGENT_BINARY),
+        sha,
+        "{tag}'s binary installed"
+    );
+    let renewed = renewed(&pool.node, before, &format!("{what}: a new certificate")).await;
+    assert_eq!(
+        running_agent_sha(&pool.node).await,
+        sha,
+        "{tag}'s program runs the unit"
+    );
+    eprintln!(
+        "takeover e2e [{}]: {what} in {:.1} s",
+        pool.node.name(),
+        since(started)
+    );
+    renewed
+}
+
 /// GNA's node taken over by ours through gardenlet's OSC, ours renews GNA's certificate; then
 /// back to GNA, which renews the certificate ours got.
 async fn takeover_and_back(landscape: &Landscape, pool: &mut Pool) {
@@ -705,58 +704,23 @@ async fn takeover_and_back(landscape: &Landscape, pool: &mut Pool) {
     );
     let gna_certificate = certificate_in(&pool.node).unwrap();
 
-    let started = Instant::now();
-    let to_ours = with_node_agent_image(&pool.reconcile, &landscape.image("ours"));
-    pool.reconcile_with(&landscape.env, &landscape.shoot_client, to_ours)
-        .await;
-    assert_eq!(
-        sha256_of_file(&pool.node, AGENT_BINARY),
-        ours_sha,
-        "GNA installed our binary"
-    );
-    let ours_certificate = renewed(
-        &pool.node,
+    let ours_certificate = hand_over(
+        landscape,
+        pool,
+        ("ours", &ours_sha),
         &gna_certificate,
-        "our agent renewed GNA's certificate",
+        "taken over and renewed by ours",
     )
     .await;
-    assert_eq!(
-        running_agent_sha(&pool.node).await,
-        ours_sha,
-        "our agent runs the unit now"
-    );
-    eprintln!(
-        "takeover e2e [{}]: taken over and renewed by ours in {:.1} s",
-        pool.node.name(),
-        since(started)
-    );
-
-    let started = Instant::now();
-    let back = with_node_agent_image(&pool.reconcile, &landscape.image("gna-v1.149.3"));
-    pool.reconcile_with(&landscape.env, &landscape.shoot_client, back)
-        .await;
-    assert_eq!(
-        sha256_of_file(&pool.node, AGENT_BINARY),
-        gna_sha,
-        "ours installed GNA's binary"
-    );
-    let after = renewed(
-        &pool.node,
+    let after = hand_over(
+        landscape,
+        pool,
+        ("gna-v1.149.3", &gna_sha),
         &ours_certificate,
-        "GNA renewed the certificate ours got",
+        "back to GNA and renewed by it",
     )
     .await;
-    assert_eq!(
-        running_agent_sha(&pool.node).await,
-        gna_sha,
-        "GNA runs the unit again"
-    );
     assert_ne!(after.serial, gna_certificate.serial);
-    eprintln!(
-        "takeover e2e [{}]: back to GNA and renewed by it in {:.1} s",
-        pool.node.name(),
-        since(started)
-    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

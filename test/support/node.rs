@@ -311,6 +311,20 @@ impl Node {
         machine.sh(script).expect_success("prepare the node image");
     }
 
+    /// Plays machine-controller-manager and cloud-init: fills the placeholders of `user_data`
+    /// with the bootstrap `token` and the `machine` name, then runs it as root, once.
+    pub fn run_user_data(&self, user_data: &str, token: &str, machine: &str) {
+        let user_data = user_data
+            .replace("<<BOOTSTRAP_TOKEN>>", token)
+            .replace("<<MACHINE_NAME>>", machine);
+        self.machine
+            .write_file("/root/user-data", user_data.as_bytes(), 0o700)
+            .unwrap_or_else(|e| panic!("/root/user-data: {e}"));
+        self.machine
+            .run(&["bash", "/root/user-data"])
+            .expect_success("run the user data");
+    }
+
     /// Polls `check` every 500 ms until it returns `Ok`, printing how long that took
     /// (`<node>: <what> after N s`), and returns its value and the seconds; after `timeout`
     /// panics with the last answer and what the node's units (node-init, agent, containerd,

@@ -153,6 +153,27 @@ pub async fn allow_node_agents(shoot: &Client, node: &str, osc_secret: &str) {
     create_or_keep(Api::<ClusterRoleBinding>::all(shoot.clone()), &binding).await;
 }
 
+/// What real gardener-node-agent v1.149.3 asks for beyond what [`allow_node_agents`] gives
+/// this agent (GRM's authorizer grants both to node agents): it watches its CSRs while it
+/// waits for a certificate, and updates (not patches) its Node. Idempotent.
+pub async fn allow_gardener_node_agent_extras(shoot: &Client) {
+    let name = "e2e:gardener-node-agent-extras";
+    let role: ClusterRole = from_json(json!({
+        "metadata": {"name": name},
+        "rules": [
+            {"apiGroups": ["certificates.k8s.io"], "resources": ["certificatesigningrequests"], "verbs": ["list", "watch"]},
+            {"apiGroups": [""], "resources": ["nodes"], "verbs": ["update"]},
+        ],
+    }));
+    create_or_keep(Api::<ClusterRole>::all(shoot.clone()), &role).await;
+    let binding: ClusterRoleBinding = from_json(json!({
+        "metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": NODE_AGENTS_GROUP}],
+    }));
+    create_or_keep(Api::<ClusterRoleBinding>::all(shoot.clone()), &binding).await;
+}
+
 /// The `machine.sapcloud.io/v1alpha1` Machines resource.
 pub fn machine_resource() -> ApiResource {
     ApiResource::from_gvk_with_plural(
@@ -176,7 +197,7 @@ pub async fn create_machine(seed: &Client, namespace: &str, name: &str, node: &s
 }
 
 /// Creates `object`; one that exists already (409) is kept as it is.
-async fn create_or_keep<K>(api: Api<K>, object: &K)
+pub async fn create_or_keep<K>(api: Api<K>, object: &K)
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
 {

@@ -222,14 +222,8 @@ pub async fn renew_forever(renewal: Renewal) {
                 continue;
             }
         };
-        if std::mem::take(&mut first) && facts.not_before > unix_now() {
-            // The certificate of the bootstrap is not valid yet by this clock: say so on the
-            // Node as soon as it is known (the bootstrap identity could not).
-            if let Some(note) = warn_on_skew(&facts) {
-                let mut node = renewal.node.clone();
-                let _ = tokio::time::timeout(NODE_WAIT, node.wait_for(Option::is_some)).await;
-                warn_on_node(&renewal, REASON_CLOCK_SKEW, note).await;
-            }
+        if std::mem::take(&mut first) {
+            report_early_certificate(&renewal, &facts).await;
         }
         let due = rules::renewal_due(&facts, fastrand::f64());
         let wait = Duration::from_secs(u64::try_from(due - unix_now()).unwrap_or(0)).max(at_least);
@@ -273,6 +267,19 @@ fn warn_on_skew(facts: &CertificateFacts) -> Option<String> {
         "{note}"
     );
     Some(note)
+}
+
+/// A certificate not valid yet by this clock when the agent starts (the bootstrap's, whose
+/// identity could not send events): the skew event as soon as the Node is known.
+async fn report_early_certificate(renewal: &Renewal, facts: &CertificateFacts) {
+    if facts.not_before <= unix_now() {
+        return;
+    }
+    if let Some(note) = warn_on_skew(facts) {
+        let mut node = renewal.node.clone();
+        let _ = tokio::time::timeout(NODE_WAIT, node.wait_for(Option::is_some)).await;
+        warn_on_node(renewal, REASON_CLOCK_SKEW, note).await;
+    }
 }
 
 /// A Warning event on the Node, once the Node is known (before, the log line is all).
