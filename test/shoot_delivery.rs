@@ -538,22 +538,29 @@ struct SecretRecorder {
 }
 
 impl SecretRecorder {
-    fn start(shoot: Client) -> Self {
-        Self::start_named(shoot, OSC_KEY)
+    async fn start(shoot: Client) -> Self {
+        Self::start_named(shoot, OSC_KEY).await
     }
 
-    fn start_named(shoot: Client, key: &str) -> Self {
+    /// Returns once the watch has listed the Secret, so no change made after this call
+    /// (a hand-over the test is about to cause) can slip in before the first record.
+    async fn start_named(shoot: Client, key: &str) -> Self {
         let (stop, mut stopped) = tokio::sync::oneshot::channel();
+        let (listed, has_listed) = tokio::sync::oneshot::channel();
         let config = watcher::Config::default().fields(&format!("metadata.name={key}"));
         let task = tokio::spawn(async move {
             let api = api::<Secret>(&shoot, "kube-system");
             let mut stream = watcher::watcher(api, config).boxed();
             let mut seen: Vec<SecretChange> = Vec::new();
+            let mut listed = Some(listed);
             loop {
                 let event = tokio::select! {
                     _ = &mut stopped => return seen,
                     event = stream.try_next() => event,
                 };
+                if let Ok(Some(watcher::Event::InitDone)) = event {
+                    listed.take().map(|tx| tx.send(()));
+                }
                 let (origin, uid) = match event {
                     Ok(Some(watcher::Event::Apply(s) | watcher::Event::InitApply(s))) => (
                         s.annotations().get(ORIGIN_ANNOTATION).cloned(),
@@ -569,6 +576,9 @@ impl SecretRecorder {
                 }
             }
         });
+        has_listed
+            .await
+            .expect("the recorder lists the Secret before it stops");
         SecretRecorder { task, stop }
     }
 
@@ -620,7 +630,7 @@ async fn node_agent_secret_handed_to_gardenlet_and_back_without_leaving_the_shoo
     let first = wait_shoot_secret_origin(&shoot_client, &ours).await;
     let uid = first.uid().unwrap();
     let osc_yaml = String::from_utf8(first.data.as_ref().unwrap()["osc.yaml"].0.clone()).unwrap();
-    let recorder = SecretRecorder::start(shoot_client.clone());
+    let recorder = SecretRecorder::start(shoot_client.clone()).await;
 
     // gardenlet's ManagedResource appears: ours is released, gardenlet's adopts the Secret.
     create_gardenlet_mr(&env, &gardenlet_manifest(&osc_yaml)).await;
@@ -688,7 +698,7 @@ async fn node_agent_secret_is_left_to_gardenlet_and_taken_over_when_it_goes() {
     create_gardenlet_mr(&env, &gardenlet_manifest("spec: {}\n")).await;
     let first = wait_shoot_secret_origin(&shoot_client, &theirs).await;
     let uid = first.uid().unwrap();
-    let recorder = SecretRecorder::start(shoot_client.clone());
+    let recorder = SecretRecorder::start(shoot_client.clone()).await;
 
     let name = create_reconcile_osc(&env).await;
     let osc = wait_ready(&oscs, &name, LastOperationType::Create).await;
@@ -765,7 +775,7 @@ async fn node_agent_secrets_are_left_to_any_managed_resource_that_lists_them() {
         recorders.push((
             key,
             ours,
-            SecretRecorder::start_named(shoot_client.clone(), key),
+            SecretRecorder::start_named(shoot_client.clone(), key).await,
         ));
         let manifest = gardenlet_manifest_for(key, pool, &osc_yaml_of(&secret));
         create_other_mr(&env, other, label, &[(key, manifest)]).await;
@@ -876,7 +886,7 @@ async fn a_secret_gardenlet_created_is_back_at_once_when_gardenlet_deletes_its_m
     let name = create_reconcile_osc(&env).await;
     wait_ready(&oscs, &name, LastOperationType::Create).await;
     assert!(mrs.get_opt(&our_mr()).await.unwrap().is_none());
-    let recorder = SecretRecorder::start(shoot_client.clone());
+    let recorder = SecretRecorder::start(shoot_client.clone()).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
 
     mrs.delete(GARDENLET_MR, &Default::default()).await.unwrap();
