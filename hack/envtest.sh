@@ -7,8 +7,16 @@
 #                              (go.etcd.io/etcd/server/v3), gardener-resource-manager and
 #                              gardener-node-agent (github.com/gardener/gardener), helm
 #                              (helm.sh/helm/v4), crane (github.com/google/go-containerregistry:
-#                              the loopback OCI registry of the takeover e2e and its pushes) and
+#                              the loopback OCI registry of the takeover e2e and its pushes),
 #                              provision-osc (ours: gardenlet's nodeinit rendering, see its main.go)
+#                              and the machine controllers the Worker e2e drives:
+#                              machine-controller-manager (MCM core: MachineDeployments and
+#                              MachineSets, github.com/gardener/machine-controller-manager),
+#                              machine-controller-manager-provider-local (gardener's provider-local
+#                              machine controller, the real one) and machine-provider-nspawn (ours:
+#                              MCM's provider framework with provider-local's MachineClasses, whose
+#                              machines the harness's node cloud boots as systemd-nspawn
+#                              containers, see its main.go)
 #
 # All of them link the Kubernetes libraries, so they share one wrapper module and are built by
 # one `go build`: every common package (client-go, apiserver, controller-runtime, ...) compiles
@@ -121,6 +129,9 @@ build components "$kube_version etcd-$etcd_version gardener-$gardener_version he
   github.com/gardener/gardener/cmd/gardener-node-agent=gardener-node-agent \
   github.com/google/go-containerregistry/cmd/crane=crane \
   github.com/gardener-extension-node/hack/envtest/components/provision-osc=provision-osc \
+  github.com/gardener/machine-controller-manager/cmd/machine-controller-manager=machine-controller-manager \
+  github.com/gardener/gardener/cmd/machine-controller-manager-provider-local=machine-controller-manager-provider-local \
+  github.com/gardener-extension-node/hack/envtest/components/machine-provider-nspawn=machine-provider-nspawn \
   helm.sh/helm/v4/cmd/helm=helm
 
 if $node; then

@@ -748,8 +748,8 @@ async fn bad_workers_are_reported_and_keep_the_machines() {
         (
             "unknown zone",
             |c| {
-                c["spec"]["cloudProfile"]["spec"] =
-                    json!({"regions": [{"name": "local", "zones": [{"name": "0"}, {"name": "1"}]}]})
+                c["spec"]["cloudProfile"]["spec"]["regions"] =
+                    json!([{"name": "local", "zones": [{"name": "0"}, {"name": "1"}]}])
             },
             |p| p["zones"] = json!(["0", "9"]),
             Expect {

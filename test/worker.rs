@@ -493,9 +493,11 @@ async fn create_writes_classes_secrets_deployments_and_status_before_the_machine
 
     let class = api::<MachineClass>(&env).get(&class_name).await.unwrap();
     assert_eq!(class.spec.provider.as_deref(), Some("local"));
-    assert_eq!(class.spec.provider_spec["zone"], "0");
-    assert_eq!(class.spec.provider_spec["machineType"], "local");
-    assert_eq!(class.spec.provider_spec["image"]["name"], "debian");
+    // provider-local's ProviderSpec: the image the CloudProfile lists for debian 13.2.
+    assert_eq!(
+        class.spec.provider_spec,
+        json!({"image": fixtures::MACHINE_IMAGE_13_2, "namespace": format!("infra-{}", env.namespace)})
+    );
     assert_eq!(class.spec.secret_ref.as_ref().unwrap().name, class_name);
     assert_eq!(
         class.spec.credentials_secret_ref.as_ref().unwrap().name,
@@ -512,6 +514,15 @@ async fn create_writes_classes_secrets_deployments_and_status_before_the_machine
     // MCM arrives: the rollout completes and the Worker is ready.
     let mcm = Mcm::new(&env);
     let worker = until_ready(&env, &mcm, LastOperationType::Create).await;
+    assert_eq!(
+        worker.status.as_ref().unwrap().default.provider_status,
+        Some(json!({
+            "apiVersion": "local.provider.extensions.gardener.cloud/v1alpha1",
+            "kind": "WorkerStatus",
+            "machineImages": [{"name": "debian", "version": "13.2", "image": fixtures::MACHINE_IMAGE_13_2}],
+        })),
+        "provider-local's WorkerStatus with the image looked up"
+    );
     assert!(
         worker
             .finalizers()
@@ -1129,8 +1140,8 @@ async fn bad_inputs_are_reported_in_last_error() {
         Case {
             name: "unknown zone",
             cluster: |c| {
-                c["spec"]["cloudProfile"]["spec"] =
-                    json!({"regions": [{"name": "local", "zones": [{"name": "0"}, {"name": "1"}]}]})
+                c["spec"]["cloudProfile"]["spec"]["regions"] =
+                    json!([{"name": "local", "zones": [{"name": "0"}, {"name": "1"}]}])
             },
             worker: |w| w["spec"]["pools"][0]["zones"] = json!(["0", "9"]),
             expected: "zone \"9\" is not a zone of region \"local\" in the CloudProfile (zones: 0, 1)",
@@ -1604,6 +1615,11 @@ async fn in_place_pools_report_their_hash_and_a_version_bump_changes_it() {
             .worker_pool_to_hash_map["worker-a"],
         expected(&first)
     );
+    assert_eq!(
+        names(&api::<MachineClass>(&env), &ListParams::default()).await,
+        classes_before,
+        "a patch release keeps the classes"
+    );
     let bumped = pools("1.36.3");
     patch_worker_spec(&env, json!({"pools": bumped})).await;
     annotate(&api::<Worker>(&env), WORKER, "reconcile").await;
@@ -1619,12 +1635,48 @@ async fn in_place_pools_report_their_hash_and_a_version_bump_changes_it() {
         map,
         BTreeMap::from([("worker-a".to_string(), expected(&bumped))])
     );
-    // The machine classes stay: gardenlet keeps the version out of an in-place pool's
-    // nodeAgentSecretName, so the update happens on the nodes, not by new machines.
+    // The in-place pool gets new classes (`WorkerPoolHashInPlace`: gardenlet keeps the
+    // version out of its nodeAgentSecretName, the in-place hash is in the class name), and
+    // its deployment's template points at them: that is what makes machine-controller-manager
+    // start an in-place update. The rolling pool keeps its classes (its secret name is the
+    // same in this test; gardenlet would change it).
+    let classes_after = names(&api::<MachineClass>(&env), &ListParams::default()).await;
+    let of_pool = |classes: &BTreeSet<String>, pool: &str| -> Vec<String> {
+        classes
+            .iter()
+            .filter(|c| c.contains(&format!("-{pool}-z")))
+            .cloned()
+            .collect()
+    };
     assert_eq!(
-        names(&api::<MachineClass>(&env), &ListParams::default()).await,
-        classes_before
+        of_pool(&classes_after, "worker-b"),
+        of_pool(&classes_before, "worker-b")
     );
+    let new_classes = of_pool(&classes_after, "worker-a");
+    assert!(!new_classes.is_empty());
+    assert!(
+        new_classes
+            .iter()
+            .all(|c| !of_pool(&classes_before, "worker-a").contains(c)),
+        "{new_classes:?} vs {classes_before:?}"
+    );
+    for deployment in api::<MachineDeployment>(&env)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|d| d.name_any().contains("-worker-a-z"))
+    {
+        let class = deployment
+            .spec
+            .template
+            .spec
+            .and_then(|s| s.class)
+            .map(|c| c.name)
+            .unwrap_or_default();
+        assert!(new_classes.contains(&class), "{class} in {new_classes:?}");
+    }
 
     // The pool turns into a rolling pool: its entry is dropped.
     let mut rolling_only = bumped.clone();

@@ -110,6 +110,16 @@ pub struct ShootSpecView {
     pub hibernation: Option<ShootHibernation>,
     /// Infrastructure provider settings including worker pools.
     pub provider: ShootProvider,
+    /// Networking settings.
+    pub networking: Option<ShootNetworking>,
+}
+
+/// `spec.networking` of a Shoot (subset).
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ShootNetworking {
+    /// IP families of the shoot network (`IPv4`, `IPv6`), in the shoot's order.
+    pub ip_families: Vec<String>,
 }
 
 /// `spec.kubernetes` of a Shoot (subset).
@@ -349,6 +359,15 @@ impl ShootView {
     /// The worker pool with the given name.
     pub fn worker(&self, name: &str) -> Option<&ShootWorker> {
         self.spec.provider.workers.iter().find(|w| w.name == name)
+    }
+
+    /// `spec.networking.ipFamilies` (empty when not set).
+    pub fn ip_families(&self) -> &[String] {
+        self.spec
+            .networking
+            .as_ref()
+            .map(|n| n.ip_families.as_slice())
+            .unwrap_or_default()
     }
 }
 

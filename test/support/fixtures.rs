@@ -50,12 +50,38 @@ pub fn cluster_json(namespace: &str) -> Value {
         "kind": "Cluster",
         "metadata": {"name": namespace},
         "spec": {
-            "cloudProfile": {"apiVersion": "core.gardener.cloud/v1beta1", "kind": "CloudProfile", "metadata": {"name": "local"}},
+            "cloudProfile": cloud_profile_json(),
             "seed": {"apiVersion": "core.gardener.cloud/v1beta1", "kind": "Seed", "metadata": {"name": "local"}},
             "shoot": shoot_json(namespace),
         }
     })
 }
+
+/// The CloudProfile of the fixture Cluster: provider-local's `CloudProfileConfig` lists the
+/// machine image versions the tests use (debian 13.2 and 13.3), as the Worker looks them up.
+pub fn cloud_profile_json() -> Value {
+    json!({
+        "apiVersion": "core.gardener.cloud/v1beta1",
+        "kind": "CloudProfile",
+        "metadata": {"name": "local"},
+        "spec": {
+            "type": "local",
+            "providerConfig": {
+                "apiVersion": "local.provider.extensions.gardener.cloud/v1alpha1",
+                "kind": "CloudProfileConfig",
+                "machineImages": [{"name": "debian", "versions": [
+                    {"version": "13.2", "image": MACHINE_IMAGE_13_2},
+                    {"version": "13.3", "image": MACHINE_IMAGE_13_3},
+                ]}],
+            },
+        },
+    })
+}
+
+/// The image the fixture CloudProfile lists for debian 13.2.
+pub const MACHINE_IMAGE_13_2: &str = "local/machine:debian-13.2";
+/// The image the fixture CloudProfile lists for debian 13.3.
+pub const MACHINE_IMAGE_13_3: &str = "local/machine:debian-13.3";
 
 /// A gVisor ContainerRuntime for `pool`, as gardenlet creates it (name `gvisor-<pool>`).
 pub fn container_runtime(namespace: &str, pool: &str) -> ContainerRuntime {

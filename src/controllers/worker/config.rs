@@ -9,9 +9,9 @@
 //!   image: registry.example/machine:v1.2.3   # optional
 //! ```
 //!
-//! `image` overrides the machine image reference the driver boots (it is copied into the
-//! MachineClass `providerSpec.image.reference` and into the pool hash, so changing it rolls the
-//! pool). Anything else — another `apiVersion`/`kind`, an unknown field, a non-string or
+//! `image` overrides the image the driver boots instead of the one the CloudProfile lists
+//! ([`super::machine_image`]): it becomes the MachineClass `providerSpec.image` and enters the
+//! pool hash, so changing it rolls the pool. Anything else — another `apiVersion`/`kind`, an unknown field, a non-string or
 //! empty image — is a configuration error naming the field, written to `lastError` before any
 //! object is touched.
 

@@ -10,6 +10,8 @@
 //! rotations, some kubelet settings), so labels, annotations, taints, sizes and zones never
 //! change the hash: they are applied to the running machines instead.
 //!
+//! In-place pools add their in-place hash after the secret name ([`pool_hash_in_place`]).
+//!
 //! Our provider extra data is the pool's `providerConfig` as validated by
 //! [`super::config`]: `image=<value>` when an image override is set. A changed override
 //! therefore rolls the pool; an absent `providerConfig` adds nothing.
@@ -33,6 +35,24 @@ pub fn provider_data(config: Option<&PoolConfig>) -> Vec<String> {
 pub fn pool_hash(node_agent_secret_name: &str, extra: &[String]) -> String {
     hash_of_hashes(
         std::iter::once(node_agent_secret_name).chain(extra.iter().map(String::as_str)),
+        HASH_LENGTH,
+    )
+}
+
+/// The class hash of an in-place pool (`WorkerPoolHashInPlace`): gardenlet keeps the
+/// node-agent secret name of such a pool constant, so the pool's in-place hash
+/// ([`super::in_place::pool_hash`]) comes right after it, then `extra`. A new Kubernetes
+/// minor, image version, rotation or node-relevant kubelet setting thus gives new classes,
+/// which is what makes machine-controller-manager start an in-place update.
+pub fn pool_hash_in_place(
+    node_agent_secret_name: &str,
+    in_place_hash: &str,
+    extra: &[String],
+) -> String {
+    hash_of_hashes(
+        [node_agent_secret_name, in_place_hash]
+            .into_iter()
+            .chain(extra.iter().map(String::as_str)),
         HASH_LENGTH,
     )
 }
@@ -92,6 +112,23 @@ mod tests {
         assert_ne!(
             pool_hash("gna-1", &["image=a".to_string()]),
             pool_hash("gna-1", &["image=b".to_string()])
+        );
+    }
+
+    #[test]
+    fn in_place_pools_hash_their_in_place_hash_after_the_secret_name() {
+        let inner: String = ["gardener-node-agent-a", "0123456789abcdef"]
+            .iter()
+            .map(|s| hex::encode(Sha256::digest(s.as_bytes())))
+            .collect();
+        let expected = hex::encode(Sha256::digest(inner.as_bytes()));
+        assert_eq!(
+            pool_hash_in_place("gardener-node-agent-a", "0123456789abcdef", &[]),
+            expected[..HASH_LENGTH]
+        );
+        assert_ne!(
+            pool_hash_in_place("gardener-node-agent-a", "0123456789abcdef", &[]),
+            pool_hash_in_place("gardener-node-agent-a", "fedcba9876543210", &[])
         );
     }
 

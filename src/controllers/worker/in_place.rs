@@ -50,7 +50,7 @@ pub fn is_in_place(strategy: Option<MachineUpdateStrategy>) -> bool {
 }
 
 /// Why an in-place pool hash cannot be computed.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
 pub enum InPlaceHashError {
     /// `kubernetesVersion` is missing or no version.
     #[error(

@@ -129,10 +129,11 @@
 //! `MachineConditionChangedPredicate` does, so the Worker follows the update and writes the
 //! pool's new hash when it is done.
 //!
-//! # Not done (compared with the generic actuator)
+//! # Machine images
 //!
-//! - `providerStatus` with resolved machine images (our MachineClass carries the image name
-//!   and version itself, there is nothing to resolve).
+//! The MachineClass boots the image provider-local's Worker would pick
+//! ([`machine_image`]); `status.providerStatus` is provider-local's `WorkerStatus` with every
+//! image looked up, written with `machineDeployments`.
 
 pub mod add;
 pub mod availability;
@@ -142,6 +143,7 @@ pub mod delete;
 pub mod hash;
 pub mod in_place;
 pub mod leftovers;
+pub mod machine_image;
 pub mod machine_sets;
 pub mod machine_watch;
 pub mod migrate;

@@ -369,7 +369,11 @@ async fn write_status(
     let status = request.object.status.as_ref();
     let previous = status.and_then(|s: &WorkerStatus| s.machine_deployments_last_update_time);
     let entries = render::status_entries(&prepared.rendered);
+    let provider_status = prepared.inputs.provider_status();
+    let same_images =
+        status.and_then(|s| s.default.provider_status.as_ref()) == Some(&provider_status);
     if polling
+        && same_images
         && !poll::status_changed(
             status
                 .map(|s| s.machine_deployments.as_slice())
@@ -391,6 +395,7 @@ async fn write_status(
         json!({
             "machineDeployments": entries,
             "machineDeploymentsLastUpdateTime": at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+            "providerStatus": provider_status,
         }),
         "MachineDeploymentsReported",
         message,

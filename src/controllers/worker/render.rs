@@ -5,9 +5,11 @@
 //!
 //! - a class **Secret** `<class>` labelled `gardener.cloud/purpose=machineclass` with
 //!   `userData` (the bytes of the pool's `userDataSecretRef`);
-//! - a **MachineClass** `<class>`: `provider` = the Worker type, `providerSpec` = region,
-//!   zone, machine type, image (name, version, and the `providerConfig` image override as
-//!   `reference`) and the pool's `providerConfig` verbatim; `secretRef` → the class secret,
+//! - a **MachineClass** `<class>`: `provider` = the Worker type, `providerSpec` exactly as
+//!   gardener's provider-local Worker writes it, so its driver (and ours in the tests) decodes
+//!   it: `image` (the string [`super::machine_image`] looked up, or the pool's `providerConfig`
+//!   override), `namespace` and `ipPoolNameV4`/`V6` ([`super::validate::MachinePlacement`]);
+//!   region, zone and machine type are in the node template; `secretRef` → the class secret,
 //!   `credentialsSecretRef` → the Worker's `secretRef`, `nodeTemplate` from the pool's
 //!   `nodeTemplate` (capacity for the cluster-autoscaler's scale-from-zero; omitted when the
 //!   pool has none);
@@ -173,18 +175,20 @@ fn class_secret(
     }
 }
 
-fn provider_spec(inputs: &WorkerInputs, pool: &PoolInputs, zone: &str) -> Value {
-    let mut image = json!({"name": pool.image.name, "version": pool.image.version});
-    if let Some(reference) = pool.config.as_ref().and_then(|c| c.image.as_ref()) {
-        image["reference"] = json!(reference);
-    }
+/// provider-local's `ProviderSpec`, as its Worker writes it: the image to boot, the namespace
+/// of the machine objects and the IP pools of the shoot's IP families.
+fn provider_spec(inputs: &WorkerInputs, pool: &PoolInputs) -> Value {
+    let placement = &inputs.machine_placement;
     let mut spec = Map::new();
-    spec.insert("region".into(), json!(inputs.region));
-    spec.insert("zone".into(), json!(zone));
-    spec.insert("machineType".into(), json!(pool.pool.machine_type));
-    spec.insert("image".into(), image);
-    if let Some(config) = &pool.pool.provider_config {
-        spec.insert("providerConfig".into(), config.clone());
+    spec.insert("image".into(), json!(pool.boot_image));
+    spec.insert("namespace".into(), json!(placement.namespace));
+    for (key, name) in [
+        ("ipPoolNameV4", &placement.ip_pool_v4),
+        ("ipPoolNameV6", &placement.ip_pool_v6),
+    ] {
+        if let Some(name) = name {
+            spec.insert(key.into(), json!(name));
+        }
     }
     Value::Object(spec)
 }
@@ -213,7 +217,7 @@ fn machine_class(
     let mut class = MachineClass::new(
         &deployment.class_name,
         MachineClassFields {
-            provider_spec: provider_spec(inputs, pool, &deployment.zone),
+            provider_spec: provider_spec(inputs, pool),
             secret_ref: Some(SecretReference {
                 name: deployment.class_name.clone(),
                 namespace: Some(inputs.namespace.clone()),
@@ -401,6 +405,7 @@ pub fn status_update_time(previous: Option<DateTime<Utc>>, now: DateTime<Utc>) -
 
 #[cfg(test)]
 mod tests {
+    use super::super::validate::tests::images;
     use super::super::validate::validate;
     use super::*;
     use crate::api::ShootView;
@@ -460,7 +465,7 @@ spec:
 
     fn rendered() -> Vec<RenderedDeployment> {
         let (worker, shoot) = sample();
-        let inputs = validate(&worker, "shoot--dev--a", Some(&shoot), None).unwrap();
+        let inputs = validate(&worker, "shoot--dev--a", Some(&shoot), Some(&images())).unwrap();
         let user_data = BTreeMap::from([("pool-a".to_string(), b"#!/bin/bash\n".to_vec())]);
         render(&inputs, &user_data)
     }
@@ -516,7 +521,7 @@ spec:
     #[test]
     fn secret_has_no_data_without_user_data() {
         let (worker, shoot) = sample();
-        let inputs = validate(&worker, "shoot--dev--a", Some(&shoot), None).unwrap();
+        let inputs = validate(&worker, "shoot--dev--a", Some(&shoot), Some(&images())).unwrap();
         let rendered = render(&inputs, &BTreeMap::new());
         assert!(rendered[0].class_secret.data.is_none());
     }
@@ -525,7 +530,8 @@ spec:
     fn in_place_pools_get_the_in_place_strategy_and_the_worker_label() {
         let (mut worker, shoot) = sample();
         worker.spec.pools[0].update_strategy = Some(MachineUpdateStrategy::ManualInPlaceUpdate);
-        let inputs = validate(&worker, "shoot--dev--a", Some(&shoot), None).unwrap();
+        worker.spec.pools[0].kubernetes_version = Some("1.36.3".into());
+        let inputs = validate(&worker, "shoot--dev--a", Some(&shoot), Some(&images())).unwrap();
         let rendered = render(&inputs, &BTreeMap::new());
         let spec = &rendered[0].deployment.spec;
         let strategy = spec.strategy.as_ref().unwrap();

@@ -20,8 +20,11 @@ use serde_json::Value;
 
 use super::config::{self, ConfigError, PoolConfig};
 use super::hash;
+use super::in_place::{self, InPlaceHashError};
+use super::machine_image::{self, ImageError, ResolvedImage, Sources};
 use super::zones;
 use crate::api::ShootView;
+use crate::api::cluster::ShootCredentialsView;
 use crate::api::common::SecretReference;
 use crate::api::percent::PercentError;
 use crate::api::worker::{MachineImage, Worker, WorkerPool};
@@ -45,8 +48,59 @@ pub struct WorkerInputs {
     pub hibernation_enabled: bool,
     /// Some pool has max > min, so the cluster-autoscaler owns replicas.
     pub autoscaler_used: bool,
+    /// Where the driver creates the machines, as provider-local's Worker says it.
+    pub machine_placement: MachinePlacement,
     /// The pools, in spec order.
     pub pools: Vec<PoolInputs>,
+}
+
+impl WorkerInputs {
+    /// The Worker's `providerStatus`: every image looked up ([`machine_image::provider_status`]).
+    pub fn provider_status(&self) -> Value {
+        let images: Vec<ResolvedImage> = self
+            .pools
+            .iter()
+            .filter_map(|p| p.resolved_image.clone())
+            .collect();
+        machine_image::provider_status(&images)
+    }
+}
+
+/// The `namespace` and IP pools of provider-local's `providerSpec`: namespace
+/// `infra-<technical id>` (its Infrastructure controller's), one IP pool name per shoot IP
+/// family, `shoot-machine-pods-<technical id>-<family in lower case>`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MachinePlacement {
+    /// Namespace of the machine objects of the driver.
+    pub namespace: String,
+    /// `ipPoolNameV4`.
+    pub ip_pool_v4: Option<String>,
+    /// `ipPoolNameV6`.
+    pub ip_pool_v6: Option<String>,
+}
+
+impl MachinePlacement {
+    fn new(technical_id: &str, ip_families: &[String]) -> Self {
+        let pool = |family: &str| {
+            format!(
+                "shoot-machine-pods-{technical_id}-{}",
+                family.to_lowercase()
+            )
+        };
+        let mut placement = MachinePlacement {
+            namespace: format!("infra-{technical_id}"),
+            ip_pool_v4: None,
+            ip_pool_v6: None,
+        };
+        for family in ip_families {
+            if family == "IPv6" {
+                placement.ip_pool_v6 = Some(pool(family));
+            } else {
+                placement.ip_pool_v4 = Some(pool(family));
+            }
+        }
+        placement
+    }
 }
 
 /// One validated pool.
@@ -60,6 +114,10 @@ pub struct PoolInputs {
     pub hash: String,
     /// The machine image.
     pub image: MachineImage,
+    /// What the machines boot: the `providerConfig` image override, else the looked-up image.
+    pub boot_image: String,
+    /// The looked-up image (none with an override), for the provider status.
+    pub resolved_image: Option<ResolvedImage>,
     /// Types of the extra container runtimes the shoot configures for the pool (e.g.
     /// `gvisor`), for the `containerruntime.worker.gardener.cloud/<type>` node labels.
     pub container_runtimes: Vec<String>,
@@ -176,6 +234,17 @@ pub enum ValidationError {
         #[source]
         source: ConfigError,
     },
+    /// No image to boot.
+    #[error("pool {pool}: {source}")]
+    MachineImage {
+        /// Pool.
+        pool: String,
+        /// Cause.
+        source: ImageError,
+    },
+    /// The in-place hash of an in-place pool cannot be computed.
+    #[error("in-place update hash")]
+    InPlaceHash(#[from] InPlaceHashError),
 }
 
 /// The zones a CloudProfile offers in `region`: `None` when the CloudProfile does not list
@@ -228,13 +297,26 @@ pub fn validate(
         .filter(|id| !id.is_empty())
         .unwrap_or(namespace)
         .to_string();
+    let context = PoolContext {
+        technical_id: &technical_id,
+        region: &spec.region,
+        offered: offered.as_deref(),
+        images: Sources {
+            cloud_profile,
+            provider_status: worker
+                .status
+                .as_ref()
+                .and_then(|s| s.default.provider_status.as_ref()),
+        },
+        credentials: shoot.and_then(|s| s.status.credentials.as_ref()),
+    };
     let mut seen = BTreeSet::new();
     let mut pools = Vec::with_capacity(spec.pools.len());
     for pool in &spec.pools {
         if !seen.insert(pool.name.as_str()) {
             return Err(ValidationError::DuplicatePool(pool.name.clone()));
         }
-        let mut inputs = validate_pool(pool, &technical_id, &spec.region, offered.as_deref())?;
+        let mut inputs = validate_pool(pool, &context)?;
         inputs.container_runtimes = shoot
             .and_then(|s| s.worker(&pool.name))
             .map(|w| w.container_runtime_types().map(str::to_string).collect())
@@ -256,6 +338,10 @@ pub fn validate(
         worker_name: worker.metadata.name.clone().unwrap_or_default(),
         provider: spec.default.type_.clone(),
         region: spec.region.clone(),
+        machine_placement: MachinePlacement::new(
+            &technical_id,
+            shoot.map(ShootView::ip_families).unwrap_or_default(),
+        ),
         technical_id,
         credentials,
         hibernation_enabled: shoot.is_some_and(ShootView::is_hibernation_enabled),
@@ -264,12 +350,26 @@ pub fn validate(
     })
 }
 
+/// What every pool is checked against.
+struct PoolContext<'a> {
+    technical_id: &'a str,
+    region: &'a str,
+    /// The CloudProfile's zones of the region, if it lists regions.
+    offered: Option<&'a [String]>,
+    images: Sources<'a>,
+    credentials: Option<&'a ShootCredentialsView>,
+}
+
 fn validate_pool(
     pool: &WorkerPool,
-    technical_id: &str,
-    region: &str,
-    offered: Option<&[String]>,
+    context: &PoolContext<'_>,
 ) -> Result<PoolInputs, ValidationError> {
+    let PoolContext {
+        technical_id,
+        region,
+        offered,
+        ..
+    } = *context;
     let name = || pool.name.clone();
     let node_agent_secret_name = pool
         .node_agent_secret_name
@@ -322,10 +422,14 @@ fn validate_pool(
         }
         pool.zones.clone()
     };
-    let hash = hash::pool_hash(
-        node_agent_secret_name,
-        &hash::provider_data(config.as_ref()),
-    );
+    let (boot_image, resolved_image) = boot_image(pool, &image, config.as_ref(), context)?;
+    let extra = hash::provider_data(config.as_ref());
+    let hash = if in_place::is_in_place(pool.update_strategy) {
+        let in_place_hash = in_place::pool_hash(pool, context.credentials)?;
+        hash::pool_hash_in_place(node_agent_secret_name, &in_place_hash, &extra)
+    } else {
+        hash::pool_hash(node_agent_secret_name, &extra)
+    };
     let count = zones.len();
     let mut deployments = Vec::with_capacity(count);
     for (index, zone) in zones.into_iter().enumerate() {
@@ -369,13 +473,39 @@ fn validate_pool(
         config,
         hash,
         image,
+        boot_image,
+        resolved_image,
         container_runtimes: Vec::new(),
         deployments,
     })
 }
 
+/// The override of the pool's `providerConfig`, else the image looked up for the pool's
+/// machine image and type ([`machine_image::resolve`]).
+fn boot_image(
+    pool: &WorkerPool,
+    image: &MachineImage,
+    config: Option<&PoolConfig>,
+    context: &PoolContext<'_>,
+) -> Result<(String, Option<ResolvedImage>), ValidationError> {
+    if let Some(reference) = config.and_then(|c| c.image.clone()) {
+        return Ok((reference, None));
+    }
+    let resolved = machine_image::resolve(
+        context.images,
+        &image.name,
+        &image.version,
+        &pool.machine_type,
+    )
+    .map_err(|source| ValidationError::MachineImage {
+        pool: pool.name.clone(),
+        source,
+    })?;
+    Ok((resolved.image.clone(), Some(resolved)))
+}
+
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use serde_json::json;
 
@@ -419,11 +549,24 @@ mod tests {
         pool
     }
 
+    /// A CloudProfile that lists the image of the test pools (debian 13.2) and nothing else.
+    pub(crate) fn images() -> Value {
+        json!({"spec": {"providerConfig": {
+            "apiVersion": "local.provider.extensions.gardener.cloud/v1alpha1",
+            "kind": "CloudProfileConfig",
+            "machineImages": [{"name": "debian", "versions": [
+                {"version": "13.2", "image": "registry.local/node:13.2"}
+            ]}]
+        }}})
+    }
+
     fn profile() -> Value {
-        json!({"spec": {"regions": [
+        let mut profile = images();
+        profile["spec"]["regions"] = json!([
             {"name": "eu-1", "zones": [{"name": "eu-1a"}, {"name": "eu-1b"}, {"name": "eu-1c"}]},
             {"name": "us-1"}
-        ]}})
+        ]);
+        profile
     }
 
     fn shoot(technical_id: &str) -> ShootView {
@@ -462,7 +605,7 @@ mod tests {
     #[test]
     fn without_zones_the_region_is_the_zone_and_without_shoot_the_namespace_the_prefix() {
         let w = worker(json!([pool(json!({"zones": null}))]));
-        let inputs = validate(&w, "ns", None, None).unwrap();
+        let inputs = validate(&w, "ns", None, Some(&images())).unwrap();
         let d = &inputs.pools[0].deployments;
         assert_eq!(d.len(), 1);
         assert_eq!(d[0].zone, "eu-1");
@@ -474,7 +617,11 @@ mod tests {
     #[test]
     fn labels_taints_and_sizes_do_not_change_the_hash_but_the_secret_name_does() {
         let base = worker(json!([pool(json!({}))]));
-        let hash = |w: &Worker| validate(w, "ns", None, None).unwrap().pools[0].hash.clone();
+        let hash = |w: &Worker| {
+            validate(w, "ns", None, Some(&images())).unwrap().pools[0]
+                .hash
+                .clone()
+        };
         let h = hash(&base);
         let relabelled = worker(json!([pool(json!({
             "labels": {"x": "y"},
@@ -542,6 +689,76 @@ mod tests {
     }
 
     #[test]
+    fn an_in_place_pool_gets_new_classes_when_its_image_version_changes() {
+        let mut profile = images();
+        profile["spec"]["providerConfig"]["machineImages"][0]["versions"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"version": "13.3", "image": "registry.local/node:13.3"}));
+        let hash = |strategy: &str, version: &str| {
+            let w = worker(json!([pool(json!({
+                "updateStrategy": strategy,
+                "kubernetesVersion": "1.36.3",
+                "machineImage": {"name": "debian", "version": version},
+            }))]));
+            let inputs = validate(&w, "ns", None, Some(&profile)).unwrap();
+            let pool = &inputs.pools[0];
+            (pool.hash.clone(), pool.boot_image.clone())
+        };
+        let (before, image_before) = hash("AutoInPlaceUpdate", "13.2");
+        let (after, image_after) = hash("AutoInPlaceUpdate", "13.3");
+        assert_ne!(before, after, "the in-place hash is part of the class name");
+        assert_eq!(
+            (image_before.as_str(), image_after.as_str()),
+            ("registry.local/node:13.2", "registry.local/node:13.3")
+        );
+        // A rolling pool leaves that to gardenlet's node-agent secret name.
+        assert_eq!(
+            hash("AutoRollingUpdate", "13.2").0,
+            hash("AutoRollingUpdate", "13.3").0
+        );
+    }
+
+    #[test]
+    fn an_image_the_cloud_profile_does_not_list_is_refused_and_an_override_needs_none() {
+        let w = worker(json!([pool(
+            json!({"machineImage": {"name": "debian", "version": "14.0"}})
+        )]));
+        let error = validate(&w, "ns", None, Some(&profile())).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "pool a: machine image \"debian\" in version \"14.0\" is not listed in the CloudProfile's providerConfig.machineImages (nor in the Worker's providerStatus)"
+        );
+        let w = worker(json!([pool(json!({
+            "machineImage": {"name": "debian", "version": "14.0"},
+            "providerConfig": {"apiVersion": "node.extensions.config.gardener.cloud/v1alpha1",
+                "kind": "WorkerConfig", "image": "registry.local/custom:1"},
+        }))]));
+        let inputs = validate(&w, "ns", None, Some(&profile())).unwrap();
+        assert_eq!(inputs.pools[0].boot_image, "registry.local/custom:1");
+        assert_eq!(inputs.provider_status()["machineImages"], json!([]));
+    }
+
+    #[test]
+    fn machines_are_placed_like_provider_local_places_them() {
+        let w = worker(json!([pool(json!({}))]));
+        let dual: ShootView = serde_json::from_value(json!({
+            "spec": {"networking": {"ipFamilies": ["IPv6", "IPv4"]}},
+            "status": {"technicalID": "shoot--dev--a"}
+        }))
+        .unwrap();
+        let inputs = validate(&w, "ns", Some(&dual), Some(&profile())).unwrap();
+        assert_eq!(
+            inputs.machine_placement,
+            MachinePlacement {
+                namespace: "infra-shoot--dev--a".into(),
+                ip_pool_v4: Some("shoot-machine-pods-shoot--dev--a-ipv4".into()),
+                ip_pool_v6: Some("shoot-machine-pods-shoot--dev--a-ipv6".into()),
+            }
+        );
+    }
+
+    #[test]
     fn the_region_must_be_offered_when_the_profile_lists_regions() {
         let mut w = worker(json!([pool(json!({}))]));
         w.spec.region = "mars".into();
@@ -551,6 +768,6 @@ mod tests {
             "region \"mars\" is not offered by the CloudProfile (regions: eu-1, us-1)"
         );
         // A profile without regions checks nothing.
-        assert!(validate(&w, "ns", None, Some(&json!({"spec": {}}))).is_ok());
+        assert!(validate(&w, "ns", None, Some(&images())).is_ok());
     }
 }
