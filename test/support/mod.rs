@@ -17,6 +17,7 @@ pub mod fixtures;
 pub mod gardener;
 pub mod gardenlet_osc;
 pub mod load;
+pub mod machine_controllers;
 pub mod mcm;
 pub mod node;
 pub mod node_agent_identity;

@@ -1,0 +1,182 @@
+//! Test support: the real machine-controller-manager v0.62.1 and a machine driver of the
+//! same framework, as processes against the test control plane — what gardenlet deploys into
+//! a shoot's seed namespace (`machine-controller-manager` Deployment, MCM core plus the
+//! provider's machine controller).
+//!
+//! Both are built by `hack/envtest.sh` from their Go modules (MCM core from
+//! `github.com/gardener/machine-controller-manager`, provider-local's machine controller from
+//! gardener v1.149.3, our `machine-provider-nspawn` from `hack/envtest/components`). They
+//! watch one namespace of the seed (`--control-kubeconfig`) and the shoot's Nodes
+//! (`--target-kubeconfig`, or `none` without a shoot), run without leader election on free
+//! loopback ports, log to files (printed when a test fails), and never outlive the test
+//! binary (process group plus [`super::spawn_child_watchdog`]).
+
+use std::fs;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+/// Which machine driver runs beside MCM core.
+#[derive(Debug, Clone)]
+pub enum Driver {
+    /// gardener's provider-local machine controller (Pods in the seed as machines).
+    ProviderLocal,
+    /// Ours: machines from the node cloud at this URL (`support::node_cloud`).
+    Nspawn {
+        /// The node cloud's base URL.
+        url: String,
+    },
+}
+
+/// Where the controllers point.
+#[derive(Debug, Clone)]
+pub struct Targets<'a> {
+    /// `hack/envtest.sh`'s folder.
+    pub assets: &'a Path,
+    /// The seed's admin kubeconfig (YAML).
+    pub seed_kubeconfig: &'a str,
+    /// The shoot's admin kubeconfig (YAML); `None` runs with `--target-kubeconfig=none`.
+    pub shoot_kubeconfig: Option<&'a str>,
+    /// The shoot's namespace in the seed.
+    pub namespace: &'a str,
+}
+
+/// One running controller.
+struct Controller {
+    name: &'static str,
+    child: Child,
+    watchdog: Child,
+    log: PathBuf,
+}
+
+impl Drop for Controller {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = self.watchdog.kill();
+        let _ = self.watchdog.wait();
+    }
+}
+
+/// MCM core and a driver, running.
+pub struct MachineControllers {
+    dir: tempfile::TempDir,
+    targets: (String, Option<String>, String, PathBuf),
+    driver: Driver,
+    core: Option<Controller>,
+    machine_controller: Option<Controller>,
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+impl MachineControllers {
+    /// Starts MCM core and the machine controller of `driver`.
+    pub fn start(targets: &Targets<'_>, driver: Driver) -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix("gen-mcm-")
+            .tempdir()
+            .expect("MCM folder");
+        let mut controllers = Self {
+            dir,
+            targets: (
+                targets.seed_kubeconfig.to_string(),
+                targets.shoot_kubeconfig.map(str::to_string),
+                targets.namespace.to_string(),
+                targets.assets.to_path_buf(),
+            ),
+            driver,
+            core: None,
+            machine_controller: None,
+        };
+        controllers.start_core();
+        controllers.start_machine_controller();
+        controllers
+    }
+
+    /// Starts MCM core again (after [`Self::stop_core`]).
+    pub fn start_core(&mut self) {
+        self.core = Some(self.spawn("machine-controller-manager", &[]));
+    }
+
+    /// Stops MCM core (SIGKILL), e.g. to test the Worker without it.
+    pub fn stop_core(&mut self) {
+        self.core = None;
+    }
+
+    /// Starts the machine controller again (after [`Self::stop_machine_controller`]).
+    pub fn start_machine_controller(&mut self) {
+        let (binary, extra): (&'static str, Vec<String>) = match &self.driver {
+            Driver::ProviderLocal => ("machine-controller-manager-provider-local", Vec::new()),
+            Driver::Nspawn { url } => (
+                "machine-provider-nspawn",
+                vec![format!("--node-cloud-url={url}")],
+            ),
+        };
+        let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+        self.machine_controller = Some(self.spawn(binary, &extra));
+    }
+
+    /// Stops the machine controller (SIGKILL): a driver crash.
+    pub fn stop_machine_controller(&mut self) {
+        self.machine_controller = None;
+    }
+
+    fn spawn(&self, binary: &'static str, extra: &[&str]) -> Controller {
+        let (seed, shoot, namespace, assets) = &self.targets;
+        let seed_path = self.dir.path().join("seed.kubeconfig");
+        fs::write(&seed_path, seed).expect("seed kubeconfig");
+        let target = match shoot {
+            Some(shoot) => {
+                let path = self.dir.path().join("shoot.kubeconfig");
+                fs::write(&path, shoot).expect("shoot kubeconfig");
+                path.display().to_string()
+            }
+            None => "none".to_string(),
+        };
+        let log = self.dir.path().join(format!("{binary}.log"));
+        let out = fs::File::create(&log).expect("log file");
+        let mut command = Command::new(assets.join(binary));
+        command
+            .arg(format!("--control-kubeconfig={}", seed_path.display()))
+            .arg(format!("--target-kubeconfig={target}"))
+            .arg(format!("--namespace={namespace}"))
+            .arg("--leader-elect=false")
+            .arg("--address=127.0.0.1")
+            .arg(format!("--port={}", free_port()))
+            .arg("--v=3")
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().expect("log file"))
+            .stderr(out)
+            .process_group(0);
+        let child = command
+            .spawn()
+            .unwrap_or_else(|e| panic!("{binary} does not start: {e} (run hack/envtest.sh)"));
+        let watchdog = super::spawn_child_watchdog(child.id());
+        Controller {
+            name: binary,
+            child,
+            watchdog,
+            log,
+        }
+    }
+
+    /// The last `lines` lines of each controller's log, for failure messages.
+    pub fn logs(&self, lines: usize) -> String {
+        [&self.core, &self.machine_controller]
+            .into_iter()
+            .flatten()
+            .map(|c| {
+                let text = fs::read_to_string(&c.log).unwrap_or_default();
+                let tail: Vec<&str> = text.lines().rev().take(lines).collect();
+                let tail: Vec<&str> = tail.into_iter().rev().collect();
+                format!("--- {} ---\n{}\n", c.name, tail.join("\n"))
+            })
+            .collect()
+    }
+}
