@@ -21,6 +21,7 @@ pub mod machine_controllers;
 pub mod mcm;
 pub mod node;
 pub mod node_agent_identity;
+pub mod node_cloud;
 pub mod nspawn;
 pub mod oci;
 pub mod operator;

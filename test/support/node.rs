@@ -126,6 +126,12 @@ pub struct NodeMemory {
 impl Node {
     /// Boots a node.
     pub fn boot(options: &NodeOptions) -> Result<Self, String> {
+        Self::boot_named(options, Machine::reserve_name())
+    }
+
+    /// Boots a node whose machine (and Node) name is `name`, reserved with
+    /// [`Machine::reserve_name`].
+    pub fn boot_named(options: &NodeOptions, name: String) -> Result<Self, String> {
         for binary in NODE_BINARIES {
             if !options.assets.join(binary).is_file() {
                 return Err(format!(
@@ -136,36 +142,39 @@ impl Node {
         }
         // The mount point of the node's binaries; an FHS folder some hosts lack.
         fs::create_dir_all("/usr/local/sbin").map_err(|e| format!("/usr/local/sbin: {e}"))?;
-        let name = format!(
+        let folder = format!(
             "gen-node-{}-{}",
             std::process::id(),
             NODE_COUNTER.fetch_add(1, Ordering::SeqCst)
         );
-        let binaries = std::env::temp_dir().join(format!("{name}-bin"));
+        let binaries = std::env::temp_dir().join(format!("{folder}-bin"));
         link_binaries(&options.assets, &binaries)?;
         // /var on disk: the volatile root is a tmpfs, whose pages a container's memory
         // limit cannot reclaim (the installation pod copies runsc and its shim to /var).
-        let var = std::env::temp_dir().join(format!("{name}-var"));
+        let var = std::env::temp_dir().join(format!("{folder}-var"));
         fs::create_dir_all(&var).map_err(|e| format!("{}: {e}", var.display()))?;
-        let machine = Machine::boot(MachineOptions {
-            private_network: true,
-            bind_ro: vec![
-                (binaries.clone(), "/usr/local/sbin".into()),
-                (options.agent_binary.clone(), AGENT_BINARY.into()),
-                (options.images.clone(), IMAGES_DIR.into()),
-                ("/dev/kmsg".into(), "/dev/kmsg".into()),
-            ],
-            extra_args: vec![
-                "--capability=all".into(),
-                // See the module docs (user namespace).
-                format!("--private-users=0:{USERNS_IDS}"),
-                "--private-users-ownership=off".into(),
-            ],
-            bind: vec![(var.clone(), "/var".into())],
-            scratch_dirs: vec![var.clone(), binaries.clone()],
-            nspawn_env: vec![("SYSTEMD_SECCOMP".into(), "0".into())],
-            ..MachineOptions::default()
-        })
+        let machine = Machine::boot_named(
+            MachineOptions {
+                private_network: true,
+                bind_ro: vec![
+                    (binaries.clone(), "/usr/local/sbin".into()),
+                    (options.agent_binary.clone(), AGENT_BINARY.into()),
+                    (options.images.clone(), IMAGES_DIR.into()),
+                    ("/dev/kmsg".into(), "/dev/kmsg".into()),
+                ],
+                extra_args: vec![
+                    "--capability=all".into(),
+                    // See the module docs (user namespace).
+                    format!("--private-users=0:{USERNS_IDS}"),
+                    "--private-users-ownership=off".into(),
+                ],
+                bind: vec![(var.clone(), "/var".into())],
+                scratch_dirs: vec![var.clone(), binaries.clone()],
+                nspawn_env: vec![("SYSTEMD_SECCOMP".into(), "0".into())],
+                ..MachineOptions::default()
+            },
+            name,
+        )
         .map_err(|e: NspawnError| {
             let _ = fs::remove_dir_all(&var);
             let _ = fs::remove_dir_all(&binaries);
@@ -317,12 +326,25 @@ impl Node {
         let user_data = user_data
             .replace("<<BOOTSTRAP_TOKEN>>", token)
             .replace("<<MACHINE_NAME>>", machine);
+        if let Err(e) = self.run_cloud_init(&user_data) {
+            panic!("{e}");
+        }
+    }
+
+    /// Plays cloud-init: runs `user_data` (placeholders already filled in) as root, once.
+    pub fn run_cloud_init(&self, user_data: &str) -> Result<(), String> {
         self.machine
             .write_file("/root/user-data", user_data.as_bytes(), 0o700)
-            .unwrap_or_else(|e| panic!("/root/user-data: {e}"));
-        self.machine
-            .run(&["bash", "/root/user-data"])
-            .expect_success("run the user data");
+            .map_err(|e| format!("/root/user-data: {e}"))?;
+        let output = self.machine.run(&["bash", "/root/user-data"]);
+        if output.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "the user data failed ({}): {}{}",
+                output.status, output.stdout, output.stderr
+            ))
+        }
     }
 
     /// Polls `check` every 500 ms until it returns `Ok`, printing how long that took

@@ -222,12 +222,22 @@ impl Machine {
     /// Boots a machine and waits until systemd reports the boot finished (`running` or
     /// `degraded`).
     pub fn boot(options: MachineOptions) -> Result<Self, NspawnError> {
-        Self::check_prerequisites()?;
-        let name = format!(
+        Self::boot_named(options, Self::reserve_name())
+    }
+
+    /// A fresh machine name (`gen-<pid>-<n>`), for [`Self::boot_named`]: a caller that must
+    /// say the name before the machine boots (a machine provider's create call) reserves it.
+    pub fn reserve_name() -> String {
+        format!(
             "gen-{}-{}",
             std::process::id(),
             MACHINE_COUNTER.fetch_add(1, Ordering::SeqCst)
-        );
+        )
+    }
+
+    /// [`Self::boot`] under a name from [`Self::reserve_name`] (also the host name).
+    pub fn boot_named(options: MachineOptions, name: String) -> Result<Self, NspawnError> {
+        Self::check_prerequisites()?;
         // Every machine gets cgroup folders of its own: two machines in one cgroup would
         // share `system.slice/<unit>`, and one's systemd stopping a unit would kill the
         // other's process of that unit (seen as dbus-daemon resetting connections and
