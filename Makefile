@@ -20,7 +20,10 @@
 #                        bootstrap, self-healing, hand-over to and from real gardener-node-agent
 #                        (test/node_takeover_e2e.rs)
 #   make e2e-machines    the real machine-controller-manager drives the Worker: its machines boot
-#                        as nodes (our nspawn machine provider), join and leave (test/machines_e2e.rs)
+#                        as nodes (our nspawn machine provider), join and leave, a refused machine
+#                        fails the Worker (test/machines_e2e.rs)
+#   make e2e-machines-lifecycle  the longer run: a rolling update by a new node-agent key with MCM
+#                        down mid-way, scale up and down, sampled at 2 Hz
 #   make bench-rollout   GNA's rollout modes against the disruptive rollout on four nodes into docs/benchmarks.md
 #   make bench-node      what one such node costs (boot, Ready, memory) into docs/benchmarks.md
 #   make bench-agent-certificate  the agent's idle API requests with the client-certificate flow
@@ -34,7 +37,7 @@ CARGO ?= cargo
 KUBECONFIG_DEV := dev/kubeconfig
 
 .PHONY: start start-clean test fmt lint generate check-generate envtest deps unit integration check-orphans
-.PHONY: test-resilience fuzz advisories e2e e2e-rollout e2e-health e2e-takeover e2e-machines bench-rollout bench-node
+.PHONY: test-resilience fuzz advisories e2e e2e-rollout e2e-health e2e-takeover e2e-machines e2e-machines-lifecycle bench-rollout bench-node
 .PHONY: bench-agent-certificate
 
 # The fault-injection binaries; `make test` runs them at reduced counts.
@@ -141,7 +144,10 @@ e2e-takeover: deps
 	@$(call node-run,e2e-takeover,$(CARGO) test --test node_takeover_e2e -- --ignored --nocapture)
 
 e2e-machines: deps
-	@$(call node-run,e2e-machines,$(CARGO) test --test machines_e2e -- --ignored --nocapture)
+	@$(call node-run,e2e-machines,$(CARGO) test --test machines_e2e -- --ignored --nocapture --skip lifecycle)
+
+e2e-machines-lifecycle: deps
+	@$(call node-run,e2e-machines-lifecycle,$(CARGO) test --test machines_e2e lifecycle -- --ignored --nocapture)
 
 bench-rollout: deps
 	@$(call node-run,bench-rollout,$(CARGO) test --test rollout_e2e compare_rollout_modes -- --ignored --nocapture)

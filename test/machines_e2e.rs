@@ -28,16 +28,18 @@ mod support;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use gardener_extension_node::api::machine::Machine as McmMachine;
 use gardener_extension_node::api::{
     Cluster, LastOperationState, LastOperationType, OperatingSystemConfig, Worker,
 };
+use gardener_extension_node::controllers::worker::hash::pool_hash;
 use k8s_openapi::api::core::v1::{Node as KubeNode, Secret};
 use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
-use kube::api::{ListParams, PostParams};
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
 use support::gardenlet_osc::{PoolFacts, render};
@@ -57,6 +59,9 @@ const STAGE_TIMEOUT: Duration = Duration::from_secs(300);
 const KUBERNETES_VERSION: &str = "1.36.3";
 const PAUSE_IMAGE: &str = "e2e.local/pause:e2e";
 const POOL: &str = "rolling";
+
+/// The node-agent keys of the test's pools (shared with the authorizer task).
+type Keys = Arc<Mutex<Vec<String>>>;
 
 fn required_env(name: &str) -> PathBuf {
     PathBuf::from(
@@ -244,15 +249,92 @@ impl Landscape {
         ));
     }
 
-    /// Grants each node the cloud announces what GRM's node-agent authorizer would.
-    fn authorize_new_nodes(&self, key: String) -> tokio::task::JoinHandle<()> {
+    /// Grants each node the cloud announces what GRM's node-agent authorizer would: the
+    /// node-agent Secret of its class (the key whose pool hash ends the class name).
+    fn authorize_new_nodes(&self, keys: Keys) -> tokio::task::JoinHandle<()> {
         let mut created = self.cloud.created();
         let shoot = self.shoot_client.clone();
         tokio::spawn(async move {
             while let Some(machine) = created.recv().await {
-                allow_node_agents(&shoot, &machine.node, &key).await;
+                let key = keys
+                    .lock()
+                    .unwrap()
+                    .iter()
+                    .find(|k| machine.class.ends_with(&format!("-{}", pool_hash(k, &[]))))
+                    .cloned();
+                match key {
+                    Some(key) => allow_node_agents(&shoot, &machine.node, &key).await,
+                    None => eprintln!("machines e2e: no key for class {}", machine.class),
+                }
             }
         })
+    }
+
+    fn workers(&self) -> Api<Worker> {
+        Api::namespaced(self.env.client.clone(), &self.env.namespace)
+    }
+
+    fn machines(&self) -> Api<McmMachine> {
+        Api::namespaced(self.env.client.clone(), &self.env.namespace)
+    }
+
+    /// Waits until gardenlet would call the Worker ready after `operation`.
+    async fn worker_ready(&self, operation: LastOperationType) -> Worker {
+        let workers = self.workers();
+        wait_for(
+            &format!("the Worker ready after {operation:?}"),
+            STAGE_TIMEOUT,
+            || async {
+                let worker = workers.get("worker").await.map_err(|e| e.to_string())?;
+                match support::gardener::check_ready(&worker, operation) {
+                    Ok(()) => Ok(worker),
+                    Err(why) => Err(format!("{why}\n{}", self.diagnostics())),
+                }
+            },
+        )
+        .await
+    }
+
+    /// Deletes the Worker as gardenlet does and checks that nothing is left: no Worker, no
+    /// Machine, no Node, no node in the cloud. Returns how long it took.
+    async fn delete_worker_and_check_nothing_is_left(&self) -> f64 {
+        let deleting = Instant::now();
+        let workers = self.workers();
+        support::gardener::confirm_and_delete(&workers, "worker").await;
+        wait_for("the Worker gone", STAGE_TIMEOUT, || async {
+            match workers.get_opt("worker").await.map_err(|e| e.to_string())? {
+                None => Ok(()),
+                Some(w) => Err(format!("{:?}\n{}", last_operation(&w), self.diagnostics())),
+            }
+        })
+        .await;
+        let took = since(deleting);
+        let machines = self.machines().list(&ListParams::default()).await.unwrap();
+        assert!(machines.items.is_empty(), "{:?}", machines.items);
+        let nodes = Api::<KubeNode>::all(self.shoot_client.clone());
+        wait_for("the Nodes gone", Duration::from_secs(60), || async {
+            let left: Vec<String> = nodes
+                .list(&ListParams::default())
+                .await
+                .map_err(|e| e.to_string())?
+                .items
+                .iter()
+                .map(ResourceExt::name_any)
+                .collect();
+            if left.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("{left:?}"))
+            }
+        })
+        .await;
+        assert!(
+            self.cloud.machines().is_empty(),
+            "the cloud powered every node off: {:?}",
+            self.cloud.machines()
+        );
+        assert!(self.cloud.node_names().is_empty());
+        took
     }
 
     fn diagnostics(&self) -> String {
@@ -328,7 +410,7 @@ async fn machines_of_the_real_mcm_boot_join_and_leave() {
     let mut landscape = Landscape::start().await;
     let key = format!("gardener-node-agent-{POOL}");
     let user_data_secret = landscape.provision_pool(POOL, &key).await;
-    let _authorizer = landscape.authorize_new_nodes(key.clone());
+    let _authorizer = landscape.authorize_new_nodes(Arc::new(Mutex::new(vec![key.clone()])));
     landscape.start_machine_controllers();
     let applied = Instant::now();
     landscape
@@ -336,7 +418,6 @@ async fn machines_of_the_real_mcm_boot_join_and_leave() {
         .await;
 
     // Create: MCM's Machine boots, joins, and the Worker succeeds.
-    let workers = Api::<Worker>::namespaced(landscape.env.client.clone(), &landscape.env.namespace);
     let shoot = landscape.shoot_client.clone();
     let first_ready = wait_for("the first Node Ready", STAGE_TIMEOUT, || async {
         match ready_nodes(&shoot).await.first() {
@@ -349,23 +430,19 @@ async fn machines_of_the_real_mcm_boot_join_and_leave() {
         "machines e2e: Worker applied → Node {first_ready} Ready in {:.1} s",
         since(applied)
     );
-    let worker = wait_for("the Worker Succeeded", STAGE_TIMEOUT, || async {
-        let worker = workers.get("worker").await.map_err(|e| e.to_string())?;
-        match last_operation(&worker) {
-            Some((LastOperationType::Create, LastOperationState::Succeeded, _)) => Ok(worker),
-            other => Err(format!("{other:?}\n{}", landscape.diagnostics())),
-        }
-    })
-    .await;
+    let worker = landscape.worker_ready(LastOperationType::Create).await;
     eprintln!(
         "machines e2e: Worker applied → Worker Succeeded in {:.1} s",
         since(applied)
     );
     let status = worker.status.unwrap();
     assert_eq!(status.machine_deployments.len(), 1);
-    let machines =
-        Api::<McmMachine>::namespaced(landscape.env.client.clone(), &landscape.env.namespace);
-    let listed = machines.list(&ListParams::default()).await.unwrap().items;
+    let listed = landscape
+        .machines()
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items;
     assert_eq!(listed.len(), 1, "one machine for minimum 1");
     let machine = &listed[0];
     assert_eq!(
@@ -378,49 +455,224 @@ async fn machines_of_the_real_mcm_boot_join_and_leave() {
         Some(format!("nspawn:///{first_ready}").as_str())
     );
 
-    // Delete as gardenlet does: nothing is left.
-    let deleting = Instant::now();
-    support::gardener::confirm_and_delete(&workers, "worker").await;
-    wait_for("the Worker gone", STAGE_TIMEOUT, || async {
-        match workers.get_opt("worker").await.map_err(|e| e.to_string())? {
-            None => Ok(()),
-            Some(w) => Err(format!(
-                "{:?}\n{}",
-                last_operation(&w),
-                landscape.diagnostics()
-            )),
-        }
+    let took = landscape.delete_worker_and_check_nothing_is_left().await;
+    eprintln!("machines e2e: Worker deleted in {took:.1} s");
+}
+
+/// Bad input: the cloud refuses the machine's image. The Worker's lastError says so in one
+/// sentence (MCM's failed machine with the driver's words), and its delete leaves nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root and the node components: make e2e-machines"]
+async fn a_machine_the_driver_refuses_fails_the_worker_with_the_drivers_words() {
+    let mut landscape = Landscape::start().await;
+    let key = format!("gardener-node-agent-{POOL}");
+    let user_data_secret = landscape.provision_pool(POOL, &key).await;
+    let _authorizer = landscape.authorize_new_nodes(Arc::new(Mutex::new(vec![key.clone()])));
+    landscape.start_machine_controllers();
+    let mut refused = pool(POOL, &key, &user_data_secret, 1);
+    refused["providerConfig"] = json!({
+        "apiVersion": "node.extensions.config.gardener.cloud/v1alpha1",
+        "kind": "WorkerConfig",
+        "image": "local/machine:nobody-offers-this",
+    });
+    landscape.create_worker(json!([refused])).await;
+    let workers = landscape.workers();
+    let error = wait_for("the Worker's lastError", STAGE_TIMEOUT, || async {
+        let worker = workers.get("worker").await.map_err(|e| e.to_string())?;
+        worker
+            .status
+            .and_then(|s| s.default.last_error)
+            .map(|e| e.description)
+            .filter(|d| d.contains("failed"))
+            .ok_or_else(|| landscape.diagnostics())
     })
     .await;
-    eprintln!("machines e2e: Worker deleted in {:.1} s", since(deleting));
+    eprintln!("machines e2e: the Worker says: {error}");
     assert!(
-        machines
-            .list(&ListParams::default())
-            .await
-            .unwrap()
-            .items
-            .is_empty()
+        error.contains("image \"local/machine:nobody-offers-this\" is not offered by this cloud"),
+        "{error}"
     );
-    let nodes = Api::<KubeNode>::all(shoot.clone());
-    wait_for("the Node gone", Duration::from_secs(60), || async {
-        let left: Vec<String> = nodes
+    assert_eq!(error.lines().count(), 1, "one sentence: {error}");
+    assert!(landscape.cloud.node_names().is_empty(), "no node booted");
+    landscape.delete_worker_and_check_nothing_is_left().await;
+}
+
+/// What the sampler saw of one pool's machines, at 2 Hz.
+#[derive(Debug, Default, Clone, Copy)]
+struct Extremes {
+    samples: usize,
+    /// Most machines at once (not being deleted).
+    most_machines: usize,
+    /// Most wanted machines missing a Running one.
+    most_unavailable: usize,
+}
+
+/// Samples the namespace's Machines every 500 ms against `wanted` until aborted.
+fn sample(
+    machines: Api<McmMachine>,
+    wanted: Arc<AtomicUsize>,
+    seen: Arc<Mutex<Extremes>>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            if let Ok(list) = machines.list(&ListParams::default()).await {
+                let alive: Vec<&McmMachine> = list
+                    .items
+                    .iter()
+                    .filter(|m| m.metadata.deletion_timestamp.is_none())
+                    .collect();
+                let running = alive
+                    .iter()
+                    .filter(|m| {
+                        m.status
+                            .as_ref()
+                            .and_then(|s| s.current_status.as_ref())
+                            .and_then(|c| c.phase.as_deref())
+                            == Some("Running")
+                    })
+                    .count();
+                let wanted = wanted.load(Ordering::SeqCst);
+                let mut seen = seen.lock().unwrap();
+                seen.samples += 1;
+                seen.most_machines = seen.most_machines.max(alive.len());
+                seen.most_unavailable = seen.most_unavailable.max(wanted.saturating_sub(running));
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    })
+}
+
+async fn patch_pools(workers: &Api<Worker>, pools: Value) {
+    workers
+        .patch(
+            "worker",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"pools": pools}})),
+        )
+        .await
+        .unwrap();
+    support::gardener::annotate(workers, "worker", "reconcile").await;
+}
+
+/// The longer lifecycle (`make e2e-machines-lifecycle`): a pool of 2 (maxSurge 1,
+/// maxUnavailable 0) is rolled by a new node-agent key — with MCM core down for a while in
+/// the middle — then scaled to 3 and to 1, then deleted; machines sampled at 2 Hz throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root and the node components: make e2e-machines-lifecycle"]
+async fn lifecycle_a_rolling_pool_rolls_and_scales_within_its_budget() {
+    let mut landscape = Landscape::start().await;
+    let key = format!("gardener-node-agent-{POOL}");
+    let keys: Keys = Arc::new(Mutex::new(vec![key.clone()]));
+    let user_data_secret = landscape.provision_pool(POOL, &key).await;
+    let _authorizer = landscape.authorize_new_nodes(keys.clone());
+    landscape.start_machine_controllers();
+    let wanted = Arc::new(AtomicUsize::new(2));
+    let applied = Instant::now();
+    landscape
+        .create_worker(json!([pool(POOL, &key, &user_data_secret, 2)]))
+        .await;
+    landscape.worker_ready(LastOperationType::Create).await;
+    eprintln!(
+        "machines e2e: Worker applied → 2 machines, Worker ready in {:.1} s",
+        since(applied)
+    );
+
+    // Roll: a new node-agent key (gardenlet's new OSCs), MCM core killed mid-way.
+    let seen = Arc::new(Mutex::new(Extremes::default()));
+    let sampler = sample(landscape.machines(), wanted.clone(), seen.clone());
+    let new_key = format!("gardener-node-agent-{POOL}-2");
+    keys.lock().unwrap().push(new_key.clone());
+    let new_user_data = landscape.provision_pool(POOL, &new_key).await;
+    let rolling = Instant::now();
+    let workers = landscape.workers();
+    patch_pools(&workers, json!([pool(POOL, &new_key, &new_user_data, 2)])).await;
+    let new_class = format!("-{}", pool_hash(&new_key, &[]));
+    let machines = landscape.machines();
+    wait_for("a machine of the new class", STAGE_TIMEOUT, || async {
+        let list = machines
             .list(&ListParams::default())
             .await
-            .map_err(|e| e.to_string())?
-            .items
+            .map_err(|e| e.to_string())?;
+        list.items
             .iter()
-            .map(ResourceExt::name_any)
-            .collect();
-        if left.is_empty() {
-            Ok(())
-        } else {
-            Err(format!("{left:?}"))
-        }
+            .any(|m| {
+                m.spec
+                    .class
+                    .as_ref()
+                    .is_some_and(|c| c.name.ends_with(&new_class))
+            })
+            .then_some(())
+            .ok_or_else(|| landscape.diagnostics())
     })
     .await;
-    assert!(
-        landscape.cloud.machines().is_empty(),
-        "the cloud powered every node off"
+    let controllers = landscape.controllers.as_mut().unwrap();
+    controllers.stop_core();
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    let during = workers.get("worker").await.unwrap();
+    eprintln!(
+        "machines e2e: MCM core down for 20 s during the roll; the Worker says {:?}",
+        last_operation(&during)
     );
-    assert!(landscape.cloud.node_names().is_empty());
+    landscape.controllers.as_mut().unwrap().start_core();
+    landscape.worker_ready(LastOperationType::Reconcile).await;
+    let list = machines.list(&ListParams::default()).await.unwrap().items;
+    assert_eq!(list.len(), 2);
+    assert!(
+        list.iter().all(|m| m
+            .spec
+            .class
+            .as_ref()
+            .is_some_and(|c| c.name.ends_with(&new_class))),
+        "every machine of the new class"
+    );
+    let roll = *seen.lock().unwrap();
+    eprintln!(
+        "machines e2e: rolling update in {:.1} s: {roll:?}",
+        since(rolling)
+    );
+    assert!(
+        roll.samples >= 2 * since(rolling) as usize - 4,
+        "sampled at 2 Hz: {roll:?}"
+    );
+    assert!(roll.most_machines <= 3, "maxSurge 1: {roll:?}");
+    assert_eq!(roll.most_unavailable, 0, "maxUnavailable 0: {roll:?}");
+
+    // Scale up to 3 and down to 1.
+    for size in [3, 1] {
+        *seen.lock().unwrap() = Extremes::default();
+        wanted.store(size, Ordering::SeqCst);
+        let scaling = Instant::now();
+        patch_pools(
+            &workers,
+            json!([pool(POOL, &new_key, &new_user_data, size as i32)]),
+        )
+        .await;
+        landscape.worker_ready(LastOperationType::Reconcile).await;
+        let shoot = landscape.shoot_client.clone();
+        wait_for(&format!("{size} Ready Nodes"), STAGE_TIMEOUT, || async {
+            let ready = ready_nodes(&shoot).await;
+            let machines = machines
+                .list(&ListParams::default())
+                .await
+                .map_err(|e| e.to_string())?;
+            if ready.len() == size && machines.items.len() == size {
+                Ok(())
+            } else {
+                Err(format!(
+                    "{} Ready, {} machines",
+                    ready.len(),
+                    machines.items.len()
+                ))
+            }
+        })
+        .await;
+        eprintln!(
+            "machines e2e: scaled to {size} in {:.1} s: {:?}",
+            since(scaling),
+            *seen.lock().unwrap()
+        );
+    }
+    sampler.abort();
+    let took = landscape.delete_worker_and_check_nothing_is_left().await;
+    eprintln!("machines e2e: Worker deleted in {took:.1} s");
 }
