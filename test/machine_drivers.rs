@@ -8,7 +8,7 @@
 //!                                                             user-data Secret in infra-<id>
 //! ```
 //!
-//! Upstream's CRDs (`../shared/gardener-crds/`), no shoot (`--target-kubeconfig=none`): the
+//! Upstream CRDs (`support::Crds::Upstream`), no shoot (`--target-kubeconfig=none`): the
 //! machine Pods never run here (no kubelet), so the test stops at what the driver creates —
 //! which needs it to decode our `providerSpec` and to read the credentials Secret's kubeconfig.
 

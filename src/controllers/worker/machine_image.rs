@@ -9,7 +9,7 @@
 //!    `local.provider.extensions.gardener.cloud/v1alpha1`) lists `machineImages[].versions[]`.
 //!    Without `spec.machineCapabilities` in the CloudProfile the version's `image` is taken;
 //!    with them, the best of the version's `capabilityFlavors` that is compatible with the
-//!    machine type's `capabilities` ([`best_flavor`], as `FindBestImageFlavor`).
+//!    machine type's `capabilities` (as `FindBestImageFlavor`).
 //! 2. Not found there: an entry of the Worker's own `status.providerStatus.machineImages`
 //!    (a version the CloudProfile dropped keeps booting the image it booted).
 //! 3. Neither: the pool is refused with the name and version.
