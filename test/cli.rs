@@ -267,7 +267,23 @@ fn render_takes_lists_and_several_documents() {
             json!({"apiVersion": "v1", "kind": "List", "items": [fixtures::worker_json("shoot--a--b"), other]}),
         ],
     );
+    // Without the Cluster there is no CloudProfile to look the machine image up in.
     let output = run(&["render", "worker", "-f", &workers], &[]);
+    assert!(!output.status.success());
+    assert!(
+        stderr(&output).contains("without --cluster there is no CloudProfile"),
+        "{}",
+        stderr(&output)
+    );
+    let cluster = write_yaml(
+        dir.path(),
+        "cluster.yaml",
+        &[fixtures::cluster_json("shoot--a--b")],
+    );
+    let output = run(
+        &["render", "worker", "-f", &workers, "--cluster", &cluster],
+        &[],
+    );
     assert!(output.status.success(), "{}", stderr(&output));
     let text = String::from_utf8(output.stdout).unwrap();
     let deployments = serde_norway::Deserializer::from_str(&text)

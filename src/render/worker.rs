@@ -91,7 +91,15 @@ pub fn manifests(
         shoot.as_ref(),
         cluster.map(|c| &c.spec.cloud_profile),
     )
-    .map_err(|e| anyhow::anyhow!(crate::error_chain::chain(&e)))?;
+    .map_err(|e| {
+        let hint = match (&e, cluster) {
+            (validate::ValidationError::MachineImage { .. }, None) => {
+                " (without --cluster there is no CloudProfile to look the image up in)"
+            }
+            _ => "",
+        };
+        anyhow::anyhow!("{}{hint}", crate::error_chain::chain(&e))
+    })?;
     let data: BTreeMap<String, Vec<u8>> = user_data
         .map(|d| {
             inputs
