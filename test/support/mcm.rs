@@ -16,6 +16,17 @@
 //!   `unavailableReplicas: 0` and the conditions `Available=True`, `Progressing=True`;
 //! - once a deployment is gone it deletes its sets and machines (MCM's job through its
 //!   finalizers), remembering the labels each machine had.
+//!
+//! Why it remains, beside the real MCM of `test/machines_e2e.rs` and `test/machine_drivers.rs`:
+//! `test/worker.rs` checks the Worker's own contract rules (status timestamps, replicas the
+//! autoscaler owns, hibernation, migrate/restore from gardenlet's machine state, failed and
+//! preserved machines, request counts of the rollout poll) on a control plane without nodes,
+//! in seconds per case and with machine states the real MCM would need booted or broken
+//! nodes for. It is not a model of MCM's timing: where the real MCM differs (rollouts take
+//! until nodes are Ready, a Machine in its driver's creation flow cannot be deleted, a driver
+//! error holds a Machine, in-place candidates are nodes of old MachineSets) the e2e runs with
+//! the real one are the reference, and no test of `test/worker.rs` asserts the stand-in's
+//! shortcut as MCM's behaviour.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;

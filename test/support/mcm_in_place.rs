@@ -19,6 +19,11 @@
 //!
 //! Not played: machine sets and ownership transfer, the drain itself (there are no workloads
 //! to evict), the `PreferNoSchedule` and critical-components taints.
+//!
+//! Why it remains: `test/in_place_e2e.rs` drives the agent through cases the real MCM only
+//! reaches with a working OS update on a real image (an OS update needing a reboot, a refused
+//! update, a CA rotation); the real MCM's in-place flow with our agent runs in
+//! `test/machines_e2e.rs` (`make e2e-machines-lifecycle`).
 
 #![allow(dead_code)]
 
