@@ -23,7 +23,8 @@
 #                        as nodes (our nspawn machine provider), join and leave, a refused machine
 #                        fails the Worker (test/machines_e2e.rs)
 #   make e2e-machines-lifecycle  the longer run: a rolling update by a new node-agent key with MCM
-#                        down mid-way, scale up and down, sampled at 2 Hz
+#                        down mid-way, scale up and down, an in-place pool updated by MCM's real
+#                        in-place flow, sampled at 2 Hz
 #   make bench-rollout   GNA's rollout modes against the disruptive rollout on four nodes into docs/benchmarks.md
 #   make bench-node      what one such node costs (boot, Ready, memory) into docs/benchmarks.md
 #   make bench-agent-certificate  the agent's idle API requests with the client-certificate flow

@@ -14,7 +14,15 @@
 //! ```
 //!
 //! Then the Worker is deleted the way gardenlet does it, and nothing may be left: no
-//! Machine, no finalizer, no Node, no node in the cloud.
+//! Machine, no finalizer, no Node, no node in the cloud. A class whose image the cloud refuses
+//! fails the Worker with the driver's sentence.
+//!
+//! The `lifecycle` tests (`make e2e-machines-lifecycle`) run longer, with the Machines sampled
+//! at 2 Hz: a rolling pool rolled by a new node-agent key (MCM core killed for 20 s in the
+//! middle) and scaled up and down; an `AutoInPlaceUpdate` pool whose kubelet reservation
+//! changes, updated by MCM's real in-place flow (candidate, selected, drained,
+//! `ReadyForUpdate`, our agent's `update-result`, the machine moved to the new class's
+//! MachineSet) on the same machines, the Worker's new `workerPoolToHashMap` entry only after.
 //!
 //! What stands in: the RBAC for GRM's node-agent authorizer webhook
 //! (`support::node_agent_identity::allow_node_agents`, granted when the cloud announces a node).
@@ -32,11 +40,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use gardener_extension_node::api::machine::Machine as McmMachine;
+use gardener_extension_node::api::machine::{Machine as McmMachine, MachineSet};
 use gardener_extension_node::api::{
     Cluster, LastOperationState, LastOperationType, OperatingSystemConfig, Worker,
 };
-use gardener_extension_node::controllers::worker::hash::pool_hash;
+use gardener_extension_node::controllers::worker::hash::{pool_hash, pool_hash_in_place};
 use k8s_openapi::api::core::v1::{Node as KubeNode, Secret};
 use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
@@ -62,6 +70,58 @@ const POOL: &str = "rolling";
 
 /// The node-agent keys of the test's pools (shared with the authorizer task).
 type Keys = Arc<Mutex<Vec<String>>>;
+
+/// What gardenlet provisioned for a pool.
+struct Provisioned {
+    user_data_secret: String,
+    /// The reconcile OSC without in-place content.
+    reconcile: Value,
+}
+
+/// gardenlet's in-place content of a pool's reconcile OSC: `spec.inPlaceUpdates` and the
+/// kubelet reservation that the in-place hash (and the agent's `kubelet.config` flag) reads.
+#[derive(Debug, Clone)]
+struct InPlace {
+    /// The version the nodes run (the node image is the host's `/usr`), so that only the
+    /// kubelet configuration needs an update.
+    os_version: String,
+    kube_reserved_memory: String,
+}
+
+impl InPlace {
+    fn apply_to(&self, reconcile: &Value) -> Value {
+        let mut osc = reconcile.clone();
+        osc["spec"]["inPlaceUpdates"] = json!({
+            "operatingSystemVersion": self.os_version,
+            "kubelet": KUBERNETES_VERSION,
+        });
+        for file in osc["spec"]["files"].as_array_mut().unwrap() {
+            if file["path"] == "/var/lib/kubelet/config/kubelet" {
+                let text = file["content"]["inline"]["data"]
+                    .as_str()
+                    .unwrap()
+                    .to_string();
+                let memory = &self.kube_reserved_memory;
+                file["content"]["inline"]["data"] =
+                    json!(format!("{text}kubeReserved: {{memory: \"{memory}\"}}\n"));
+            }
+        }
+        osc
+    }
+
+    /// The pool's `kubeletConfig` with the same reservation.
+    fn kubelet_config(&self) -> Value {
+        json!({"kubeReserved": {"memory": self.kube_reserved_memory}})
+    }
+}
+
+/// The OS version the agent reads on a node of this host (its `/usr/lib/os-release`; the
+/// nodes have no `/etc/debian_version`).
+fn nodes_os_version() -> String {
+    let os_release = std::fs::read_to_string("/usr/lib/os-release").unwrap();
+    gardener_extension_node::agent::in_place::rules::os_version(&os_release, None)
+        .expect("an OS version in /usr/lib/os-release")
+}
 
 fn required_env(name: &str) -> PathBuf {
     PathBuf::from(
@@ -158,6 +218,18 @@ impl Landscape {
     /// gardenlet's part for one pool: the node-agent RBAC of TLS bootstrapping, the provision
     /// and reconcile OSCs (gardenlet's own rendering); returns the user data Secret's name.
     async fn provision_pool(&self, pool: &str, key: &str) -> String {
+        self.provision_pool_with(pool, key, None)
+            .await
+            .user_data_secret
+    }
+
+    /// [`Self::provision_pool`], for an in-place pool with gardenlet's in-place content.
+    async fn provision_pool_with(
+        &self,
+        pool: &str,
+        key: &str,
+        in_place: Option<&InPlace>,
+    ) -> Provisioned {
         let (env, shoot_client) = (&self.env, &self.shoot_client);
         let repository = format!("{}/gardener/node-agent", self.registry.host());
         let gardenlet = render(
@@ -191,8 +263,11 @@ impl Landscape {
             labels,
             sandbox_image: PAUSE_IMAGE.into(),
         };
-        let reconcile =
-            gardenlet.reconcile(node_osc.cri_config(), &node_osc.files(), &node_osc.units());
+        let base = gardenlet.reconcile(node_osc.cri_config(), &node_osc.files(), &node_osc.units());
+        let reconcile = match in_place {
+            Some(in_place) => in_place.apply_to(&base),
+            None => base.clone(),
+        };
         let oscs = Api::<OperatingSystemConfig>::namespaced(env.client.clone(), &env.namespace);
         for osc in [&gardenlet.provision, &reconcile] {
             oscs.create(
@@ -203,7 +278,22 @@ impl Landscape {
             .unwrap();
         }
         support::agent::user_data(&env.client, &env.namespace, key, STAGE_TIMEOUT).await;
-        format!("osc-result-{key}-init")
+        Provisioned {
+            user_data_secret: format!("osc-result-{key}-init"),
+            reconcile: base,
+        }
+    }
+
+    /// Writes gardenlet's changed reconcile OSC (spec and the `reconcile` operation).
+    async fn change_reconcile_osc(&self, reconcile: &Value) {
+        let oscs =
+            Api::<OperatingSystemConfig>::namespaced(self.env.client.clone(), &self.env.namespace);
+        let name = reconcile["metadata"]["name"].as_str().unwrap().to_string();
+        let patch = json!({"spec": reconcile["spec"].clone(),
+                           "metadata": {"annotations": {"gardener.cloud/operation": "reconcile"}}});
+        oscs.patch(&name, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+            .unwrap();
     }
 
     /// gardenlet's `cloudprovider` Secret (provider-local's form: a kubeconfig) and the Worker.
@@ -256,12 +346,20 @@ impl Landscape {
         let shoot = self.shoot_client.clone();
         tokio::spawn(async move {
             while let Some(machine) = created.recv().await {
-                let key = keys
-                    .lock()
-                    .unwrap()
-                    .iter()
-                    .find(|k| machine.class.ends_with(&format!("-{}", pool_hash(k, &[]))))
-                    .cloned();
+                let key = {
+                    let keys = keys.lock().unwrap();
+                    keys.iter()
+                        .find(|k| machine.class.ends_with(&format!("-{}", pool_hash(k, &[]))))
+                        .or_else(|| {
+                            // An in-place pool's class hash has more inputs; its key is the
+                            // constant `gardener-node-agent-<pool>`.
+                            keys.iter().find(|k| {
+                                let pool = k.trim_start_matches("gardener-node-agent-");
+                                machine.class.contains(&format!("-{pool}-z"))
+                            })
+                        })
+                        .cloned()
+                };
                 match key {
                     Some(key) => allow_node_agents(&shoot, &machine.node, &key).await,
                     None => eprintln!("machines e2e: no key for class {}", machine.class),
@@ -505,17 +603,82 @@ struct Extremes {
     most_machines: usize,
     /// Most wanted machines missing a Running one.
     most_unavailable: usize,
+    /// Samples in which the Worker reported the new in-place hash while a machine was not
+    /// yet owned by a MachineSet of the new class (MCM moves a machine there once its node
+    /// reported `update-result=successful`).
+    hash_before_update: usize,
 }
 
-/// Samples the namespace's Machines every 500 ms against `wanted` until aborted.
+/// An in-place pool's new hash, watched by [`sample`].
+#[derive(Clone)]
+struct HashWatch {
+    workers: Api<Worker>,
+    sets: Api<MachineSet>,
+    pool: String,
+    hash: String,
+    /// The end of the new class's name (`-<class hash>`).
+    class_suffix: String,
+}
+
+impl HashWatch {
+    async fn reported(&self) -> bool {
+        let Ok(worker) = self.workers.get("worker").await else {
+            return false;
+        };
+        worker
+            .status
+            .and_then(|s| s.in_place_updates)
+            .and_then(|u| u.worker_pool_to_hash_map.get(&self.pool).cloned())
+            .as_deref()
+            == Some(self.hash.as_str())
+    }
+
+    /// Whether every machine is owned by a MachineSet of the new class.
+    async fn all_moved(&self, machines: &[McmMachine]) -> bool {
+        let Ok(sets) = self.sets.list(&ListParams::default()).await else {
+            return false;
+        };
+        let new_sets: Vec<String> = sets
+            .items
+            .iter()
+            .filter(|s| {
+                s.spec
+                    .template
+                    .as_ref()
+                    .and_then(|t| t.spec.as_ref())
+                    .and_then(|t| t.class.as_ref())
+                    .is_some_and(|c| c.name.ends_with(&self.class_suffix))
+            })
+            .map(ResourceExt::name_any)
+            .collect();
+        machines.iter().all(|m| {
+            m.owner_references()
+                .iter()
+                .any(|o| new_sets.contains(&o.name))
+        })
+    }
+}
+
+/// Samples the namespace's Machines every 500 ms against `wanted` until aborted, and with
+/// `hash` whether the Worker reports the new hash too early.
 fn sample(
     machines: Api<McmMachine>,
     wanted: Arc<AtomicUsize>,
     seen: Arc<Mutex<Extremes>>,
+    hash: Option<HashWatch>,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         loop {
+            let reported = match &hash {
+                Some(watch) => watch.reported().await,
+                None => false,
+            };
             if let Ok(list) = machines.list(&ListParams::default()).await {
+                if let Some(watch) = hash.as_ref().filter(|_| reported)
+                    && !watch.all_moved(&list.items).await
+                {
+                    seen.lock().unwrap().hash_before_update += 1;
+                }
                 let alive: Vec<&McmMachine> = list
                     .items
                     .iter()
@@ -579,7 +742,7 @@ async fn lifecycle_a_rolling_pool_rolls_and_scales_within_its_budget() {
 
     // Roll: a new node-agent key (gardenlet's new OSCs), MCM core killed mid-way.
     let seen = Arc::new(Mutex::new(Extremes::default()));
-    let sampler = sample(landscape.machines(), wanted.clone(), seen.clone());
+    let sampler = sample(landscape.machines(), wanted.clone(), seen.clone(), None);
     let new_key = format!("gardener-node-agent-{POOL}-2");
     keys.lock().unwrap().push(new_key.clone());
     let new_user_data = landscape.provision_pool(POOL, &new_key).await;
@@ -673,6 +836,131 @@ async fn lifecycle_a_rolling_pool_rolls_and_scales_within_its_budget() {
         );
     }
     sampler.abort();
+    let took = landscape.delete_worker_and_check_nothing_is_left().await;
+    eprintln!("machines e2e: Worker deleted in {took:.1} s");
+}
+
+/// The in-place lifecycle (`make e2e-machines-lifecycle`): an `AutoInPlaceUpdate` pool of 2
+/// (maxSurge 0, maxUnavailable 1) gets a new kubelet reservation — gardenlet's new reconcile
+/// OSC and the Worker's new `kubeletConfig` — and real MCM updates the same machines through
+/// its in-place flow with our agent; the Worker reports the pool's new hash only after every
+/// machine was updated. Sampled at 2 Hz; then deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root and the node components: make e2e-machines-lifecycle"]
+async fn lifecycle_an_in_place_pool_is_updated_through_mcms_in_place_flow() {
+    use gardener_extension_node::api::worker::WorkerPool;
+    use gardener_extension_node::controllers::worker::in_place;
+
+    let pool_name = "inplace";
+    let mut landscape = Landscape::start().await;
+    let key = format!("gardener-node-agent-{pool_name}");
+    let before = InPlace {
+        os_version: nodes_os_version(),
+        kube_reserved_memory: "100Mi".into(),
+    };
+    let provisioned = landscape
+        .provision_pool_with(pool_name, &key, Some(&before))
+        .await;
+    let _authorizer = landscape.authorize_new_nodes(Arc::new(Mutex::new(vec![key.clone()])));
+    landscape.start_machine_controllers();
+    let in_place_pool = |in_place: &InPlace| {
+        let mut pool = pool(pool_name, &key, &provisioned.user_data_secret, 2);
+        pool["updateStrategy"] = json!("AutoInPlaceUpdate");
+        pool["maxSurge"] = json!(0);
+        pool["maxUnavailable"] = json!(1);
+        pool["kubeletConfig"] = in_place.kubelet_config();
+        pool
+    };
+    let applied = Instant::now();
+    landscape
+        .create_worker(json!([in_place_pool(&before)]))
+        .await;
+    landscape.worker_ready(LastOperationType::Create).await;
+    eprintln!(
+        "machines e2e: in-place pool: 2 machines, Worker ready in {:.1} s",
+        since(applied)
+    );
+    let machines = landscape.machines();
+    let names = |list: &[McmMachine]| -> Vec<(String, Option<String>)> {
+        let mut names: Vec<_> = list
+            .iter()
+            .map(|m| (m.name_any(), m.labels().get("node").cloned()))
+            .collect();
+        names.sort();
+        names
+    };
+    let machines_before = names(&machines.list(&ListParams::default()).await.unwrap().items);
+
+    // gardenlet's change: the reconcile OSC first, then the Worker.
+    let after = InPlace {
+        kube_reserved_memory: "200Mi".into(),
+        ..before.clone()
+    };
+    let new_pool = in_place_pool(&after);
+    let expected_hash = in_place::pool_hash(
+        &serde_json::from_value::<WorkerPool>(new_pool.clone()).unwrap(),
+        None,
+    )
+    .unwrap();
+    let watch = HashWatch {
+        workers: landscape.workers(),
+        sets: Api::namespaced(landscape.env.client.clone(), &landscape.env.namespace),
+        pool: pool_name.into(),
+        hash: expected_hash.clone(),
+        class_suffix: format!("-{}", pool_hash_in_place(&key, &expected_hash, &[])),
+    };
+    let seen = Arc::new(Mutex::new(Extremes::default()));
+    let sampler = sample(
+        machines.clone(),
+        Arc::new(AtomicUsize::new(2)),
+        seen.clone(),
+        Some(watch.clone()),
+    );
+    let updating = Instant::now();
+    landscape
+        .change_reconcile_osc(&after.apply_to(&provisioned.reconcile))
+        .await;
+    patch_pools(&landscape.workers(), json!([new_pool])).await;
+    let worker = landscape.worker_ready(LastOperationType::Reconcile).await;
+    let took = since(updating);
+    sampler.abort();
+    let update = *seen.lock().unwrap();
+    eprintln!("machines e2e: in-place update in {took:.1} s: {update:?}");
+    for (_, node) in &machines_before {
+        let node = node.as_deref().unwrap();
+        let config = landscape
+            .cloud
+            .with_node(node, |n| {
+                n.machine.read_file("/var/lib/kubelet/config/kubelet")
+            })
+            .unwrap()
+            .unwrap();
+        assert!(
+            String::from_utf8_lossy(&config).contains("kubeReserved: {memory: \"200Mi\"}"),
+            "{node} runs the new kubelet configuration"
+        );
+    }
+    let list = machines.list(&ListParams::default()).await.unwrap().items;
+    assert_eq!(names(&list), machines_before, "the same machines and nodes");
+    assert!(
+        watch.all_moved(&list).await,
+        "every machine moved to the new class's set"
+    );
+    assert_eq!(
+        worker
+            .status
+            .unwrap()
+            .in_place_updates
+            .unwrap()
+            .worker_pool_to_hash_map[pool_name],
+        expected_hash
+    );
+    assert!(update.most_unavailable <= 1, "maxUnavailable 1: {update:?}");
+    assert!(update.most_machines <= 2, "no new machines: {update:?}");
+    assert_eq!(
+        update.hash_before_update, 0,
+        "the new hash only after every machine was updated: {update:?}"
+    );
     let took = landscape.delete_worker_and_check_nothing_is_left().await;
     eprintln!("machines e2e: Worker deleted in {took:.1} s");
 }
