@@ -22,7 +22,9 @@
 //! middle) and scaled up and down; an `AutoInPlaceUpdate` pool whose kubelet reservation
 //! changes, updated by MCM's real in-place flow (candidate, selected, drained,
 //! `ReadyForUpdate`, our agent's `update-result`, the machine moved to the new class's
-//! MachineSet) on the same machines, the Worker's new `workerPoolToHashMap` entry only after.
+//! MachineSet) on the same machines, the Worker's new `workerPoolToHashMap` entry only after;
+//! and the driver killed in the middle of its create call (the cloud boots the machine, MCM
+//! never got the answer): the restarted driver finds it, MCM adopts it, no second node.
 //!
 //! What stands in: the RBAC for GRM's node-agent authorizer webhook
 //! (`support::node_agent_identity::allow_node_agents`, granted when the cloud announces a node).
@@ -960,6 +962,60 @@ async fn lifecycle_an_in_place_pool_is_updated_through_mcms_in_place_flow() {
     assert_eq!(
         update.hash_before_update, 0,
         "the new hash only after every machine was updated: {update:?}"
+    );
+    let took = landscape.delete_worker_and_check_nothing_is_left().await;
+    eprintln!("machines e2e: Worker deleted in {took:.1} s");
+}
+
+/// Bad input (`make e2e-machines-lifecycle`): the driver dies in the middle of its create
+/// call — the cloud has accepted the machine and boots it, MCM never got the answer. The
+/// restarted driver finds the machine (MCM asks for its status first), MCM adopts it: one
+/// node, the Worker succeeds, and its delete leaves nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root and the node components: make e2e-machines-lifecycle"]
+async fn lifecycle_a_driver_crash_mid_create_leaves_one_machine_and_no_orphan() {
+    let mut landscape = Landscape::start().await;
+    let key = format!("gardener-node-agent-{POOL}");
+    let user_data_secret = landscape.provision_pool(POOL, &key).await;
+    let _authorizer = landscape.authorize_new_nodes(Arc::new(Mutex::new(vec![key.clone()])));
+    let mut held = landscape.cloud.hold_creates();
+    landscape.start_machine_controllers();
+    landscape
+        .create_worker(json!([pool(POOL, &key, &user_data_secret, 1)]))
+        .await;
+    let machine = tokio::time::timeout(STAGE_TIMEOUT, held.recv())
+        .await
+        .expect("the driver's create call")
+        .unwrap();
+    let controllers = landscape.controllers.as_mut().unwrap();
+    controllers.stop_machine_controller();
+    eprintln!("machines e2e: the driver died in the create call of {machine}");
+    landscape.cloud.release_creates();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    landscape
+        .controllers
+        .as_mut()
+        .unwrap()
+        .start_machine_controller();
+    let worker = landscape.worker_ready(LastOperationType::Create).await;
+    assert_eq!(worker.status.unwrap().machine_deployments.len(), 1);
+    let listed = landscape
+        .machines()
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items;
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(
+        listed[0].name_any(),
+        machine,
+        "the held machine was adopted"
+    );
+    assert_eq!(
+        landscape.cloud.node_names().len(),
+        1,
+        "no second node: {:?}",
+        landscape.cloud.machines()
     );
     let took = landscape.delete_worker_and_check_nothing_is_left().await;
     eprintln!("machines e2e: Worker deleted in {took:.1} s");

@@ -90,6 +90,9 @@ impl Entry {
 struct Cloud {
     boot: Boot,
     images: Vec<String>,
+    /// While set, a create is accepted (the machine boots) but never answered, and its
+    /// machine name is sent here: the test kills the driver in the middle of its create call.
+    hold: Mutex<Option<mpsc::UnboundedSender<String>>>,
     machines: Mutex<BTreeMap<String, Entry>>,
     nodes: Mutex<BTreeMap<String, Node>>,
     created: mpsc::UnboundedSender<Created>,
@@ -120,6 +123,7 @@ impl NodeCloud {
         let cloud = Arc::new(Cloud {
             boot,
             images: images.iter().map(|s| s.to_string()).collect(),
+            hold: Mutex::new(None),
             machines: Mutex::new(BTreeMap::new()),
             nodes: Mutex::new(BTreeMap::new()),
             created,
@@ -141,6 +145,19 @@ impl NodeCloud {
             created: Mutex::new(Some(receiver)),
             server,
         }
+    }
+
+    /// From now on, creates are accepted but not answered (see `Cloud::hold`); returns the
+    /// names of the machines held.
+    pub fn hold_creates(&self) -> mpsc::UnboundedReceiver<String> {
+        let (sender, receiver) = mpsc::unbounded_channel();
+        *self.cloud.hold.lock().expect("lock") = Some(sender);
+        receiver
+    }
+
+    /// Answers creates again.
+    pub fn release_creates(&self) {
+        *self.cloud.hold.lock().expect("lock") = None;
     }
 
     /// The base URL (`--node-cloud-url`).
@@ -227,9 +244,16 @@ async fn create(
         node: entry.node_name.clone(),
     });
     let booting = cloud.clone();
-    tokio::task::spawn_blocking(move || {
-        boot_machine(&booting, &machine, entry.node_name, &user_data)
+    let held = cloud.hold.lock().expect("lock").clone();
+    tokio::task::spawn_blocking({
+        let machine = machine.clone();
+        move || boot_machine(&booting, &machine, entry.node_name, &user_data)
     });
+    if let Some(held) = held {
+        let _ = held.send(machine);
+        // Never answered: the connection ends when the driver dies.
+        std::future::pending::<()>().await;
+    }
     (StatusCode::CREATED, Json(reply)).into_response()
 }
 
