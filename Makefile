@@ -24,7 +24,7 @@
 #                        fails the Worker (test/machines_e2e.rs)
 #   make e2e-machines-lifecycle  the longer run: a rolling update by a new node-agent key with MCM
 #                        down mid-way, scale up and down, an in-place pool updated by MCM's real
-#                        in-place flow, sampled at 2 Hz
+#                        in-place flow, a driver crash mid-create, migrate + restore; sampled at 2 Hz
 #   make bench-rollout   GNA's rollout modes against the disruptive rollout on four nodes into docs/benchmarks.md
 #   make bench-node      what one such node costs (boot, Ready, memory) into docs/benchmarks.md
 #   make bench-agent-certificate  the agent's idle API requests with the client-certificate flow

@@ -24,7 +24,9 @@
 //! `ReadyForUpdate`, our agent's `update-result`, the machine moved to the new class's
 //! MachineSet) on the same machines, the Worker's new `workerPoolToHashMap` entry only after;
 //! and the driver killed in the middle of its create call (the cloud boots the machine, MCM
-//! never got the answer): the restarted driver finds it, MCM adopts it, no second node.
+//! never got the answer): the restarted driver finds it, MCM adopts it, no second node; and a
+//! control-plane migration: MCM stopped, Migrate, gardenlet's machine state and shallow delete,
+//! Restore in another seed namespace, MCM started there adopts the same running machines.
 //!
 //! What stands in: the RBAC for GRM's node-agent authorizer webhook
 //! (`support::node_agent_identity::allow_node_agents`, granted when the cloud announces a node).
@@ -145,6 +147,8 @@ fn base64(data: &[u8]) -> String {
 /// The seed, the shoot, the registry, our operator, the node cloud and the real MCM.
 struct Landscape {
     env: support::TestEnv,
+    /// The seed namespace the Worker and MCM are in (the test's, or a restore's destination).
+    namespace: String,
     shoot: Shoot,
     shoot_client: Client,
     registry: Registry,
@@ -205,6 +209,7 @@ impl Landscape {
         )
         .await;
         Self {
+            namespace: env.namespace.clone(),
             env,
             shoot,
             shoot_client,
@@ -333,7 +338,7 @@ impl Landscape {
                 assets: &self.assets,
                 seed_kubeconfig: &self.env.kubeconfig,
                 shoot_kubeconfig: Some(self.shoot.plane.kubeconfig()),
-                namespace: &self.env.namespace,
+                namespace: &self.namespace,
             },
             Driver::Nspawn {
                 url: self.cloud.url().to_string(),
@@ -371,11 +376,18 @@ impl Landscape {
     }
 
     fn workers(&self) -> Api<Worker> {
-        Api::namespaced(self.env.client.clone(), &self.env.namespace)
+        self.api()
     }
 
     fn machines(&self) -> Api<McmMachine> {
-        Api::namespaced(self.env.client.clone(), &self.env.namespace)
+        self.api()
+    }
+
+    fn api<K>(&self) -> Api<K>
+    where
+        K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>,
+    {
+        Api::namespaced(self.env.client.clone(), &self.namespace)
     }
 
     /// Waits until gardenlet would call the Worker ready after `operation`.
@@ -1017,6 +1029,178 @@ async fn lifecycle_a_driver_crash_mid_create_leaves_one_machine_and_no_orphan() 
         "no second node: {:?}",
         landscape.cloud.machines()
     );
+    let took = landscape.delete_worker_and_check_nothing_is_left().await;
+    eprintln!("machines e2e: Worker deleted in {took:.1} s");
+}
+
+/// Removes every finalizer of `name` and deletes it: gardenlet's shallow delete of the
+/// machine objects after a migration (MCM is down, so nothing reaches the machines).
+async fn shallow_delete<K>(api: &Api<K>, name: &str)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let _ = api
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+        )
+        .await;
+    let _ = api.delete(name, &kube::api::DeleteParams::default()).await;
+}
+
+async fn shallow_delete_all<K>(api: &Api<K>)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    for object in api.list(&ListParams::default()).await.unwrap().items {
+        shallow_delete(api, &object.name_any()).await;
+    }
+}
+
+/// The machines as (name, node, provider ID), sorted.
+fn machine_identities(machines: &[McmMachine]) -> Vec<(String, String, String)> {
+    let mut identities: Vec<_> = machines
+        .iter()
+        .map(|m| {
+            (
+                m.name_any(),
+                m.labels().get("node").cloned().unwrap_or_default(),
+                m.spec.provider_id.clone().unwrap_or_default(),
+            )
+        })
+        .collect();
+    identities.sort();
+    identities
+}
+
+/// Control-plane migration with the real MCM (`make e2e-machines-lifecycle`): MCM stops (as
+/// gardenlet scales it down), the Worker migrates, gardenlet records the machine state and
+/// shallow-deletes; in another seed namespace of the same shoot the Worker restores from that
+/// state, MCM starts there and adopts the very machines (the nodes never stopped); then the
+/// Worker's delete there leaves nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root and the node components: make e2e-machines-lifecycle"]
+async fn lifecycle_migrate_and_restore_keep_the_machines_running() {
+    use gardener_extension_node::api::machine::{MachineClass, MachineDeployment};
+
+    let mut landscape = Landscape::start().await;
+    let key = format!("gardener-node-agent-{POOL}");
+    let user_data_secret = landscape.provision_pool(POOL, &key).await;
+    let _authorizer = landscape.authorize_new_nodes(Arc::new(Mutex::new(vec![key.clone()])));
+    landscape.start_machine_controllers();
+    landscape
+        .create_worker(json!([pool(POOL, &key, &user_data_secret, 2)]))
+        .await;
+    landscape.worker_ready(LastOperationType::Create).await;
+    let source = landscape.namespace.clone();
+    let before = machine_identities(
+        &landscape
+            .machines()
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items,
+    );
+    assert_eq!(before.len(), 2);
+
+    // Source seed: MCM down, migrate, machine state, shallow delete.
+    let migrating = Instant::now();
+    landscape.controllers = None;
+    let workers = landscape.workers();
+    support::gardener::annotate(&workers, "worker", "migrate").await;
+    landscape.worker_ready(LastOperationType::Migrate).await;
+    let state = support::gardener::machine_state(&landscape.env.client, &source).await;
+    support::gardener::confirm_and_delete(&workers, "worker").await;
+    support::gardener::wait_gone(&workers, "worker").await;
+    shallow_delete_all(&landscape.api::<McmMachine>()).await;
+    shallow_delete_all(&landscape.api::<MachineSet>()).await;
+    shallow_delete_all(&landscape.api::<MachineDeployment>()).await;
+    shallow_delete_all(&landscape.api::<MachineClass>()).await;
+    eprintln!(
+        "machines e2e: migrated and shallow-deleted in {:.1} s",
+        since(migrating)
+    );
+
+    // Destination: another namespace of the same shoot (technical ID of the source).
+    let restoring = Instant::now();
+    let destination = format!("{source}-restored");
+    let client = landscape.env.client.clone();
+    support::create_namespace(&client, &destination).await;
+    let mut cluster = fixtures::cluster_json(&destination);
+    cluster["spec"]["shoot"]["status"]["technicalID"] = json!(source);
+    Api::<Cluster>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(cluster).unwrap(),
+        )
+        .await
+        .unwrap();
+    let source_secrets = Api::<Secret>::namespaced(client.clone(), &source);
+    let destination_secrets = Api::<Secret>::namespaced(client.clone(), &destination);
+    for name in [user_data_secret.as_str(), "cloudprovider"] {
+        let secret = source_secrets.get(name).await.unwrap();
+        let copy: Secret = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": name, "namespace": destination},
+            "data": secret.data,
+        }))
+        .unwrap();
+        destination_secrets
+            .create(&PostParams::default(), &copy)
+            .await
+            .unwrap();
+    }
+    landscape.namespace = destination.clone();
+    let mut worker = fixtures::worker_json(&destination);
+    worker["metadata"]["annotations"] = json!({"gardener.cloud/operation": "wait-for-state"});
+    worker["spec"]["pools"] = json!([pool(POOL, &key, &user_data_secret, 2)]);
+    let workers = landscape.workers();
+    workers
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(worker).unwrap(),
+        )
+        .await
+        .unwrap();
+    workers
+        .patch_status(
+            "worker",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"state": state}})),
+        )
+        .await
+        .unwrap();
+    support::gardener::annotate(&workers, "worker", "restore").await;
+    let machines = landscape.machines();
+    wait_for("the machines restored", STAGE_TIMEOUT, || async {
+        let list = machines
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| e.to_string())?;
+        let restored = machine_identities(&list.items);
+        if restored == before {
+            Ok(())
+        } else {
+            Err(format!("{restored:?}"))
+        }
+    })
+    .await;
+    landscape.start_machine_controllers();
+    landscape.worker_ready(LastOperationType::Restore).await;
+    eprintln!(
+        "machines e2e: restored, MCM adopted the machines in {:.1} s",
+        since(restoring)
+    );
+    let after = machine_identities(&machines.list(&ListParams::default()).await.unwrap().items);
+    assert_eq!(after, before, "the same machines, nodes and provider IDs");
+    assert_eq!(
+        landscape.cloud.node_names().len(),
+        2,
+        "no machine was created again: {:?}",
+        landscape.cloud.machines()
+    );
+    assert_eq!(ready_nodes(&landscape.shoot_client).await.len(), 2);
     let took = landscape.delete_worker_and_check_nothing_is_left().await;
     eprintln!("machines e2e: Worker deleted in {took:.1} s");
 }
