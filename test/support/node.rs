@@ -88,6 +88,29 @@ const KUBELET_SYSCTLS: [(&str, &str); 6] = [
     ("kernel/keys/root_maxbytes", "25000000"),
 ];
 
+/// The inotify instances every node's processes share (systemd, journald, containerd and
+/// kubelet each hold some). The kernel counts them per user across user namespaces up to the
+/// host's, whose default (128) runs out at about ten nodes: systemd then logs "Failed to
+/// create inotify object: Too many open files" and its boot never finishes. Gardener's node
+/// sysctls set this value.
+const INOTIFY_MAX_USER_INSTANCES: u64 = 8192;
+
+/// Raises the host's `fs.inotify.max_user_instances` to [`INOTIFY_MAX_USER_INSTANCES`] when
+/// it is lower (never lowers it).
+fn ensure_inotify_instances() -> Result<(), String> {
+    let path = "/proc/sys/fs/inotify/max_user_instances";
+    let current: u64 = fs::read_to_string(path)
+        .map_err(|e| format!("{path}: {e}"))?
+        .trim()
+        .parse()
+        .map_err(|e| format!("{path}: {e}"))?;
+    if current < INOTIFY_MAX_USER_INSTANCES {
+        fs::write(path, INOTIFY_MAX_USER_INSTANCES.to_string())
+            .map_err(|e| format!("{path}: {e}"))?;
+    }
+    Ok(())
+}
+
 /// What a node is built from.
 #[derive(Debug, Clone)]
 pub struct NodeOptions {
@@ -142,6 +165,7 @@ impl Node {
         }
         // The mount point of the node's binaries; an FHS folder some hosts lack.
         fs::create_dir_all("/usr/local/sbin").map_err(|e| format!("/usr/local/sbin: {e}"))?;
+        ensure_inotify_instances()?;
         let folder = format!(
             "gen-node-{}-{}",
             std::process::id(),

@@ -535,8 +535,16 @@ impl Machine {
         let mut last = String::new();
         while started.elapsed() < timeout {
             // Fails while systemd's private socket is not up yet; then blocks until the
-            // boot transaction is done.
-            let output = self.run(&["systemctl", "is-system-running", "--wait"]);
+            // boot transaction is done — bounded by what is left of `timeout`, since a boot
+            // job that never finishes would block it for good.
+            let left = timeout.saturating_sub(started.elapsed()).as_secs().max(1);
+            let output = self.run(&[
+                "timeout",
+                &left.to_string(),
+                "systemctl",
+                "is-system-running",
+                "--wait",
+            ]);
             let state = output.stdout.trim().to_string();
             if state == "running" || state == "degraded" {
                 return Ok(());
