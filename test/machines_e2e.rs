@@ -38,7 +38,6 @@
 
 mod support;
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -50,16 +49,13 @@ use gardener_extension_node::api::{
 };
 use gardener_extension_node::controllers::worker::hash::{pool_hash, pool_hash_in_place};
 use k8s_openapi::api::core::v1::{Node as KubeNode, Secret};
-use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
 use support::gardenlet_osc::{PoolFacts, render};
 use support::machine_controllers::{Driver, MachineControllers, Targets};
-use support::node::{KubeletCredentials, Node, NodeOptions, NodeOsc};
-use support::node_agent_identity::{
-    allow_gardener_node_agent_extras, allow_node_agents, create_or_keep,
-};
+use support::node::{Node, NodeOptions, NodeOsc};
+use support::node_agent_identity::allow_node_agents;
 use support::node_cloud::{Boot, NodeCloud};
 use support::oci::{Image, ImageFile};
 use support::registry::Registry;
@@ -74,6 +70,14 @@ const POOL: &str = "rolling";
 
 /// The node-agent keys of the test's pools (shared with the authorizer task).
 type Keys = Arc<Mutex<Vec<String>>>;
+
+/// The rolling pool of [`Landscape::with_rolling_pool`].
+struct RollingPool {
+    key: String,
+    user_data_secret: String,
+    /// The keys the authorizer grants (a test adds the new key of a rolling update).
+    keys: Keys,
+}
 
 /// What gardenlet provisioned for a pool.
 struct Provisioned {
@@ -222,6 +226,22 @@ impl Landscape {
         }
     }
 
+    /// A landscape with gardenlet's content for the rolling pool [`POOL`] and the authorizer
+    /// of its nodes running; MCM is not started yet.
+    async fn with_rolling_pool() -> (Self, RollingPool) {
+        let landscape = Self::start().await;
+        let key = format!("gardener-node-agent-{POOL}");
+        let user_data_secret = landscape.provision_pool(POOL, &key).await;
+        let keys: Keys = Arc::new(Mutex::new(vec![key.clone()]));
+        landscape.authorize_new_nodes(keys.clone());
+        let pool = RollingPool {
+            key,
+            user_data_secret,
+            keys,
+        };
+        (landscape, pool)
+    }
+
     /// gardenlet's part for one pool: the node-agent RBAC of TLS bootstrapping, the provision
     /// and reconcile OSCs (gardenlet's own rendering); returns the user data Secret's name.
     async fn provision_pool(&self, pool: &str, key: &str) -> String {
@@ -251,39 +271,21 @@ impl Landscape {
                 node_agent_image: (&repository, "ours"),
             },
         );
-        for binding in &gardenlet.rbac {
-            let binding: ClusterRoleBinding = serde_json::from_value(binding.clone()).unwrap();
-            create_or_keep(Api::all(shoot_client.clone()), &binding).await;
-        }
-        allow_gardener_node_agent_extras(shoot_client).await;
-        let labels: BTreeMap<String, String> = [
-            ("worker.gardener.cloud/pool", pool),
-            ("worker.gardener.cloud/cri-name", "containerd"),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-        let node_osc = NodeOsc {
-            server_url: self.shoot.plane.server_url(),
-            ca_pem: self.shoot.plane.ca_pem().to_string(),
-            kubelet_credentials: KubeletCredentials::Bootstrap,
-            labels,
-            sandbox_image: PAUSE_IMAGE.into(),
-        };
+        gardenlet.install_shoot_rbac(shoot_client).await;
+        let node_osc = NodeOsc::bootstrapping(
+            self.shoot.plane.server_url(),
+            self.shoot.plane.ca_pem(),
+            pool,
+            PAUSE_IMAGE,
+        );
         let base = gardenlet.reconcile(node_osc.cri_config(), &node_osc.files(), &node_osc.units());
         let reconcile = match in_place {
             Some(in_place) => in_place.apply_to(&base),
             None => base.clone(),
         };
-        let oscs = Api::<OperatingSystemConfig>::namespaced(env.client.clone(), &env.namespace);
-        for osc in [&gardenlet.provision, &reconcile] {
-            oscs.create(
-                &PostParams::default(),
-                &serde_json::from_value(osc.clone()).unwrap(),
-            )
-            .await
-            .unwrap();
-        }
+        gardenlet
+            .create_oscs(&env.client, &env.namespace, &reconcile)
+            .await;
         support::agent::user_data(&env.client, &env.namespace, key, STAGE_TIMEOUT).await;
         Provisioned {
             user_data_secret: format!("osc-result-{key}-init"),
@@ -519,10 +521,14 @@ async fn ready_nodes(shoot: &Client) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs root and the node components: make e2e-machines"]
 async fn machines_of_the_real_mcm_boot_join_and_leave() {
-    let mut landscape = Landscape::start().await;
-    let key = format!("gardener-node-agent-{POOL}");
-    let user_data_secret = landscape.provision_pool(POOL, &key).await;
-    let _authorizer = landscape.authorize_new_nodes(Arc::new(Mutex::new(vec![key.clone()])));
+    let (
+        mut landscape,
+        RollingPool {
+            key,
+            user_data_secret,
+            ..
+        },
+    ) = Landscape::with_rolling_pool().await;
     landscape.start_machine_controllers();
     let applied = Instant::now();
     landscape
@@ -576,10 +582,14 @@ async fn machines_of_the_real_mcm_boot_join_and_leave() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs root and the node components: make e2e-machines"]
 async fn a_machine_the_driver_refuses_fails_the_worker_with_the_drivers_words() {
-    let mut landscape = Landscape::start().await;
-    let key = format!("gardener-node-agent-{POOL}");
-    let user_data_secret = landscape.provision_pool(POOL, &key).await;
-    let _authorizer = landscape.authorize_new_nodes(Arc::new(Mutex::new(vec![key.clone()])));
+    let (
+        mut landscape,
+        RollingPool {
+            key,
+            user_data_secret,
+            ..
+        },
+    ) = Landscape::with_rolling_pool().await;
     landscape.start_machine_controllers();
     let mut refused = pool(POOL, &key, &user_data_secret, 1);
     refused["providerConfig"] = json!({
@@ -759,11 +769,14 @@ async fn patch_pools(workers: &Api<Worker>, pools: Value) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs root and the node components: make e2e-machines-lifecycle"]
 async fn lifecycle_a_rolling_pool_rolls_and_scales_within_its_budget() {
-    let mut landscape = Landscape::start().await;
-    let key = format!("gardener-node-agent-{POOL}");
-    let keys: Keys = Arc::new(Mutex::new(vec![key.clone()]));
-    let user_data_secret = landscape.provision_pool(POOL, &key).await;
-    let _authorizer = landscape.authorize_new_nodes(keys.clone());
+    let (
+        mut landscape,
+        RollingPool {
+            key,
+            user_data_secret,
+            keys,
+        },
+    ) = Landscape::with_rolling_pool().await;
     landscape.start_machine_controllers();
     let wanted = Arc::new(AtomicUsize::new(2));
     let applied = Instant::now();
@@ -993,10 +1006,14 @@ async fn lifecycle_an_in_place_pool_is_updated_through_mcms_in_place_flow() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs root and the node components: make e2e-machines-lifecycle"]
 async fn lifecycle_a_driver_crash_mid_create_leaves_one_machine_and_no_orphan() {
-    let mut landscape = Landscape::start().await;
-    let key = format!("gardener-node-agent-{POOL}");
-    let user_data_secret = landscape.provision_pool(POOL, &key).await;
-    let _authorizer = landscape.authorize_new_nodes(Arc::new(Mutex::new(vec![key.clone()])));
+    let (
+        mut landscape,
+        RollingPool {
+            key,
+            user_data_secret,
+            ..
+        },
+    ) = Landscape::with_rolling_pool().await;
     let mut held = landscape.cloud.hold_creates();
     landscape.start_machine_controllers();
     landscape
@@ -1091,10 +1108,14 @@ fn machine_identities(machines: &[McmMachine]) -> Vec<(String, String, String)> 
 async fn lifecycle_migrate_and_restore_keep_the_machines_running() {
     use gardener_extension_node::api::machine::{MachineClass, MachineDeployment};
 
-    let mut landscape = Landscape::start().await;
-    let key = format!("gardener-node-agent-{POOL}");
-    let user_data_secret = landscape.provision_pool(POOL, &key).await;
-    let _authorizer = landscape.authorize_new_nodes(Arc::new(Mutex::new(vec![key.clone()])));
+    let (
+        mut landscape,
+        RollingPool {
+            key,
+            user_data_secret,
+            ..
+        },
+    ) = Landscape::with_rolling_pool().await;
     landscape.start_machine_controllers();
     landscape
         .create_worker(json!([pool(POOL, &key, &user_data_secret, 2)]))
@@ -1160,24 +1181,9 @@ async fn lifecycle_migrate_and_restore_keep_the_machines_running() {
     }
     landscape.namespace = destination.clone();
     let mut worker = fixtures::worker_json(&destination);
-    worker["metadata"]["annotations"] = json!({"gardener.cloud/operation": "wait-for-state"});
     worker["spec"]["pools"] = json!([pool(POOL, &key, &user_data_secret, 2)]);
     let workers = landscape.workers();
-    workers
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(worker).unwrap(),
-        )
-        .await
-        .unwrap();
-    workers
-        .patch_status(
-            "worker",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"state": state}})),
-        )
-        .await
-        .unwrap();
+    support::gardener::create_waiting_for_state(&workers, worker, state).await;
     support::gardener::annotate(&workers, "worker", "restore").await;
     let machines = landscape.machines();
     wait_for("the machines restored", STAGE_TIMEOUT, || async {
@@ -1237,11 +1243,14 @@ fn mean_node_memory(cloud: &NodeCloud) -> (f64, f64, f64) {
 #[ignore = "needs root and the node components: make bench-machines"]
 async fn pool_at_scale_is_created_and_rolled_by_the_real_mcm() {
     const SIZE: usize = 10;
-    let mut landscape = Landscape::start().await;
-    let key = format!("gardener-node-agent-{POOL}");
-    let keys: Keys = Arc::new(Mutex::new(vec![key.clone()]));
-    let user_data_secret = landscape.provision_pool(POOL, &key).await;
-    let _authorizer = landscape.authorize_new_nodes(keys.clone());
+    let (
+        mut landscape,
+        RollingPool {
+            key,
+            user_data_secret,
+            keys,
+        },
+    ) = Landscape::with_rolling_pool().await;
     landscape.start_machine_controllers();
     let scaled = |key: &str, user_data: &str| {
         let mut pool = pool(POOL, key, user_data, SIZE as i32);

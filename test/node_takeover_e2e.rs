@@ -38,7 +38,6 @@
 
 mod support;
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -46,17 +45,13 @@ use gardener_extension_node::agent::client_certificate::rules::client_certificat
 use gardener_extension_node::api::{Cluster, OperatingSystemConfig};
 use gardener_extension_node::kubeconfig::x509::{CertificateFacts, first_certificate_facts};
 use k8s_openapi::api::core::v1::{Node as KubeNode, Secret};
-use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::config::Kubeconfig;
 use kube::{Api, Client};
 use serde_json::{Value, json};
 use support::gardenlet_osc::{GardenletOsc, PoolFacts, render, with_node_agent_image};
-use support::node::{KUBELET_UNIT, KubeletCredentials, Node, NodeOptions, NodeOsc};
-use support::node_agent_identity::{
-    allow_gardener_node_agent_extras, allow_node_agents, create_bootstrap_token, create_machine,
-    create_or_keep,
-};
+use support::node::{KUBELET_UNIT, Node, NodeOptions, NodeOsc};
+use support::node_agent_identity::{allow_node_agents, create_bootstrap_token, create_machine};
 use support::oci::{Image, ImageFile};
 use support::registry::Registry;
 use support::shoot::Shoot;
@@ -261,37 +256,19 @@ impl Pool {
                 node_agent_image: (&repository, tag),
             },
         );
-        for binding in &gardenlet.rbac {
-            let binding: ClusterRoleBinding = serde_json::from_value(binding.clone()).unwrap();
-            create_or_keep(Api::all(shoot_client.clone()), &binding).await;
-        }
+        gardenlet.install_shoot_rbac(shoot_client).await;
         allow_node_agents(shoot_client, &node_name, &key).await;
-        allow_gardener_node_agent_extras(shoot_client).await;
-        let labels: BTreeMap<String, String> = [
-            ("worker.gardener.cloud/pool", pool),
-            ("worker.gardener.cloud/cri-name", "containerd"),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-        let node_osc = NodeOsc {
-            server_url: landscape.shoot.plane.server_url(),
-            ca_pem: landscape.shoot.plane.ca_pem().to_string(),
-            kubelet_credentials: KubeletCredentials::Bootstrap,
-            labels,
-            sandbox_image: PAUSE_IMAGE.into(),
-        };
+        let node_osc = NodeOsc::bootstrapping(
+            landscape.shoot.plane.server_url(),
+            landscape.shoot.plane.ca_pem(),
+            pool,
+            PAUSE_IMAGE,
+        );
         let reconcile =
             gardenlet.reconcile(node_osc.cri_config(), &node_osc.files(), &node_osc.units());
-        let oscs = Api::<OperatingSystemConfig>::namespaced(env.client.clone(), &env.namespace);
-        for osc in [&gardenlet.provision, &reconcile] {
-            oscs.create(
-                &PostParams::default(),
-                &serde_json::from_value(osc.clone()).unwrap(),
-            )
-            .await
-            .unwrap();
-        }
+        gardenlet
+            .create_oscs(&env.client, &env.namespace, &reconcile)
+            .await;
 
         // machine-controller-manager's part: the bootstrap token, the Machine, the placeholders.
         let token = create_bootstrap_token(shoot_client, Duration::from_secs(3600)).await;

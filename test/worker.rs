@@ -978,23 +978,8 @@ async fn migrate_leaves_the_state_to_gardenlet_and_restore_elsewhere_brings_back
         .unwrap();
     let mut worker = fixtures::worker_json(&destination.namespace);
     two_zones(&mut worker);
-    worker["metadata"]["annotations"] = json!({"gardener.cloud/operation": "wait-for-state"});
     let workers = api::<Worker>(&destination);
-    workers
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(worker).unwrap(),
-        )
-        .await
-        .unwrap();
-    workers
-        .patch_status(
-            WORKER,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"state": recorded_value}})),
-        )
-        .await
-        .unwrap();
+    support::gardener::create_waiting_for_state(&workers, worker, recorded_value).await;
     let mut audit = support::audit::AuditLog::from_end(support::audit_log_path());
     annotate(&workers, WORKER, "restore").await;
 

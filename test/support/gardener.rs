@@ -8,7 +8,7 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use gardener_extension_node::api::{
     ExtensionObject, LastOperationState, LastOperationType, ManagedResource,
 };
-use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -154,6 +154,34 @@ where
     .await
     .expect("annotate");
     now
+}
+
+/// gardenlet's first step of a restore in the destination seed: creates the extension object
+/// `object` with the `wait-for-state` operation, then writes the recorded `state` into its
+/// status (the caller annotates `restore` next).
+pub async fn create_waiting_for_state<K>(
+    api: &Api<K>,
+    mut object: serde_json::Value,
+    state: serde_json::Value,
+) where
+    K: Resource + Clone + DeserializeOwned + Serialize + std::fmt::Debug,
+{
+    object["metadata"]["annotations"] = json!({"gardener.cloud/operation": "wait-for-state"});
+    let name = object["metadata"]["name"]
+        .as_str()
+        .expect("a name")
+        .to_string();
+    let object: K = serde_json::from_value(object).expect("the object decodes");
+    api.create(&PostParams::default(), &object)
+        .await
+        .expect("create");
+    api.patch_status(
+        &name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"state": state}})),
+    )
+    .await
+    .expect("state written");
 }
 
 /// Confirms the deletion and deletes, as gardenlet does.

@@ -10,7 +10,13 @@
 use std::path::Path;
 use std::process::Command;
 
+use gardener_extension_node::api::OperatingSystemConfig;
+use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
+use kube::api::PostParams;
+use kube::{Api, Client};
 use serde_json::{Value, json};
+
+use super::node_agent_identity::{allow_gardener_node_agent_extras, create_or_keep};
 
 /// A pool's node-agent content from gardenlet.
 #[derive(Debug, Clone)]
@@ -113,6 +119,29 @@ impl GardenletOsc {
             "spec": {"type": self.provision["spec"]["type"], "purpose": "reconcile",
                      "criConfig": cri, "files": all_files, "units": all_units},
         })
+    }
+
+    /// gardenlet's part in the shoot for the pool's nodes to bootstrap: its TLS-bootstrapping
+    /// ClusterRoleBindings, plus the RBAC standing in for GRM's authorizer extras.
+    pub async fn install_shoot_rbac(&self, shoot: &Client) {
+        for binding in &self.rbac {
+            let binding: ClusterRoleBinding =
+                serde_json::from_value(binding.clone()).expect("a ClusterRoleBinding");
+            create_or_keep(Api::all(shoot.clone()), &binding).await;
+        }
+        allow_gardener_node_agent_extras(shoot).await;
+    }
+
+    /// Creates the provision OSC and `reconcile` in `namespace` of the seed, as gardenlet does.
+    pub async fn create_oscs(&self, seed: &Client, namespace: &str, reconcile: &Value) {
+        let oscs = Api::<OperatingSystemConfig>::namespaced(seed.clone(), namespace);
+        for osc in [&self.provision, reconcile] {
+            let osc: OperatingSystemConfig =
+                serde_json::from_value(osc.clone()).expect("an OperatingSystemConfig");
+            oscs.create(&PostParams::default(), &osc)
+                .await
+                .expect("OSC created");
+        }
     }
 
     /// The node agent's image in the reconcile OSC (the `imageRef` of its binary).

@@ -61,17 +61,12 @@ impl Drop for Controller {
 /// MCM core and a driver, running.
 pub struct MachineControllers {
     dir: tempfile::TempDir,
-    targets: (String, Option<String>, String, PathBuf),
+    assets: PathBuf,
+    /// The flags both take: the kubeconfigs (written once into `dir`) and the namespace.
+    common_args: Vec<String>,
     driver: Driver,
     core: Option<Controller>,
     machine_controller: Option<Controller>,
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
 }
 
 impl MachineControllers {
@@ -81,14 +76,28 @@ impl MachineControllers {
             .prefix("gen-mcm-")
             .tempdir()
             .expect("MCM folder");
+        let write = |name: &str, kubeconfig: &str| {
+            let path = dir.path().join(name);
+            fs::write(&path, kubeconfig).expect("kubeconfig written");
+            path.display().to_string()
+        };
+        let seed = write("seed.kubeconfig", targets.seed_kubeconfig);
+        let target = match targets.shoot_kubeconfig {
+            Some(shoot) => write("shoot.kubeconfig", shoot),
+            None => "none".to_string(),
+        };
+        let common_args = vec![
+            format!("--control-kubeconfig={seed}"),
+            format!("--target-kubeconfig={target}"),
+            format!("--namespace={}", targets.namespace),
+            "--leader-elect=false".to_string(),
+            "--address=127.0.0.1".to_string(),
+            "--v=3".to_string(),
+        ];
         let mut controllers = Self {
             dir,
-            targets: (
-                targets.seed_kubeconfig.to_string(),
-                targets.shoot_kubeconfig.map(str::to_string),
-                targets.namespace.to_string(),
-                targets.assets.to_path_buf(),
-            ),
+            assets: targets.assets.to_path_buf(),
+            common_args,
             driver,
             core: None,
             machine_controller: None,
@@ -127,28 +136,12 @@ impl MachineControllers {
     }
 
     fn spawn(&self, binary: &'static str, extra: &[&str]) -> Controller {
-        let (seed, shoot, namespace, assets) = &self.targets;
-        let seed_path = self.dir.path().join("seed.kubeconfig");
-        fs::write(&seed_path, seed).expect("seed kubeconfig");
-        let target = match shoot {
-            Some(shoot) => {
-                let path = self.dir.path().join("shoot.kubeconfig");
-                fs::write(&path, shoot).expect("shoot kubeconfig");
-                path.display().to_string()
-            }
-            None => "none".to_string(),
-        };
         let log = self.dir.path().join(format!("{binary}.log"));
         let out = fs::File::create(&log).expect("log file");
-        let mut command = Command::new(assets.join(binary));
+        let mut command = Command::new(self.assets.join(binary));
         command
-            .arg(format!("--control-kubeconfig={}", seed_path.display()))
-            .arg(format!("--target-kubeconfig={target}"))
-            .arg(format!("--namespace={namespace}"))
-            .arg("--leader-elect=false")
-            .arg("--address=127.0.0.1")
-            .arg(format!("--port={}", free_port()))
-            .arg("--v=3")
+            .args(&self.common_args)
+            .arg(format!("--port={}", super::agent::free_port()))
             .args(extra)
             .stdin(Stdio::null())
             .stdout(out.try_clone().expect("log file"))

@@ -646,6 +646,30 @@ pub const KUBELET_UNIT: &str = "kubelet.service";
 pub const PRELOAD_UNIT: &str = "e2e-preload-images.service";
 
 impl NodeOsc {
+    /// A node of `pool` that enters through kubelet's TLS bootstrap, as a Gardener node
+    /// does: the pool and CRI labels, the preloaded `sandbox_image`.
+    pub fn bootstrapping(
+        server_url: String,
+        ca_pem: &str,
+        pool: &str,
+        sandbox_image: &str,
+    ) -> Self {
+        let labels = [
+            ("worker.gardener.cloud/pool", pool),
+            ("worker.gardener.cloud/cri-name", "containerd"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        NodeOsc {
+            server_url,
+            ca_pem: ca_pem.to_string(),
+            kubelet_credentials: KubeletCredentials::Bootstrap,
+            labels,
+            sandbox_image: sandbox_image.to_string(),
+        }
+    }
+
     /// `criConfig` of the OSC.
     pub fn cri_config(&self) -> Value {
         json!({

@@ -180,7 +180,7 @@ fn class_secret(
 fn provider_spec(inputs: &WorkerInputs, pool: &PoolInputs) -> Value {
     let placement = &inputs.machine_placement;
     let mut spec = Map::new();
-    spec.insert("image".into(), json!(pool.boot_image));
+    spec.insert("image".into(), json!(pool.boot_image.reference()));
     spec.insert("namespace".into(), json!(placement.namespace));
     for (key, name) in [
         ("ipPoolNameV4", &placement.ip_pool_v4),

@@ -60,7 +60,10 @@ impl WorkerInputs {
         let images: Vec<ResolvedImage> = self
             .pools
             .iter()
-            .filter_map(|p| p.resolved_image.clone())
+            .filter_map(|p| match &p.boot_image {
+                BootImage::LookedUp(image) => Some(image.clone()),
+                BootImage::Override(_) => None,
+            })
             .collect();
         machine_image::provider_status(&images)
     }
@@ -114,10 +117,8 @@ pub struct PoolInputs {
     pub hash: String,
     /// The machine image.
     pub image: MachineImage,
-    /// What the machines boot: the `providerConfig` image override, else the looked-up image.
-    pub boot_image: String,
-    /// The looked-up image (none with an override), for the provider status.
-    pub resolved_image: Option<ResolvedImage>,
+    /// What the machines boot.
+    pub boot_image: BootImage,
     /// Types of the extra container runtimes the shoot configures for the pool (e.g.
     /// `gvisor`), for the `containerruntime.worker.gardener.cloud/<type>` node labels.
     pub container_runtimes: Vec<String>,
@@ -422,7 +423,7 @@ fn validate_pool(
         }
         pool.zones.clone()
     };
-    let (boot_image, resolved_image) = boot_image(pool, &image, config.as_ref(), context)?;
+    let boot_image = boot_image(pool, &image, config.as_ref(), context)?;
     let extra = hash::provider_data(config.as_ref());
     let hash = if in_place::is_in_place(pool.update_strategy) {
         let in_place_hash = in_place::pool_hash(pool, context.credentials)?;
@@ -474,22 +475,40 @@ fn validate_pool(
         hash,
         image,
         boot_image,
-        resolved_image,
         container_runtimes: Vec::new(),
         deployments,
     })
 }
 
-/// The override of the pool's `providerConfig`, else the image looked up for the pool's
-/// machine image and type ([`machine_image::resolve`]).
+/// The image a pool's machines boot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BootImage {
+    /// The pool's `providerConfig.image`.
+    Override(String),
+    /// Looked up for the pool's machine image and type ([`machine_image::resolve`]); it goes
+    /// into the provider status.
+    LookedUp(ResolvedImage),
+}
+
+impl BootImage {
+    /// The image reference the driver boots.
+    pub fn reference(&self) -> &str {
+        match self {
+            BootImage::Override(reference) => reference,
+            BootImage::LookedUp(image) => &image.image,
+        }
+    }
+}
+
+/// The override of the pool's `providerConfig`, else the looked-up image.
 fn boot_image(
     pool: &WorkerPool,
     image: &MachineImage,
     config: Option<&PoolConfig>,
     context: &PoolContext<'_>,
-) -> Result<(String, Option<ResolvedImage>), ValidationError> {
+) -> Result<BootImage, ValidationError> {
     if let Some(reference) = config.and_then(|c| c.image.clone()) {
-        return Ok((reference, None));
+        return Ok(BootImage::Override(reference));
     }
     let resolved = machine_image::resolve(
         context.images,
@@ -501,7 +520,7 @@ fn boot_image(
         pool: pool.name.clone(),
         source,
     })?;
-    Ok((resolved.image.clone(), Some(resolved)))
+    Ok(BootImage::LookedUp(resolved))
 }
 
 #[cfg(test)]
@@ -703,7 +722,7 @@ pub(crate) mod tests {
             }))]));
             let inputs = validate(&w, "ns", None, Some(&profile)).unwrap();
             let pool = &inputs.pools[0];
-            (pool.hash.clone(), pool.boot_image.clone())
+            (pool.hash.clone(), pool.boot_image.reference().to_string())
         };
         let (before, image_before) = hash("AutoInPlaceUpdate", "13.2");
         let (after, image_after) = hash("AutoInPlaceUpdate", "13.3");
@@ -735,7 +754,10 @@ pub(crate) mod tests {
                 "kind": "WorkerConfig", "image": "registry.local/custom:1"},
         }))]));
         let inputs = validate(&w, "ns", None, Some(&profile())).unwrap();
-        assert_eq!(inputs.pools[0].boot_image, "registry.local/custom:1");
+        assert_eq!(
+            inputs.pools[0].boot_image,
+            BootImage::Override("registry.local/custom:1".into())
+        );
         assert_eq!(inputs.provider_status()["machineImages"], json!([]));
     }
 
