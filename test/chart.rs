@@ -32,7 +32,8 @@ use gardener_extension_node::api::{
 use gardener_extension_node::devenv::apply;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
-use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Pod, Secret, ServiceAccount};
 use k8s_openapi::api::rbac::v1::ClusterRole;
 use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
@@ -1033,6 +1034,7 @@ enum Object {
     MachineDeployment,
     MachineClass,
     Event,
+    Pod,
 }
 
 impl Object {
@@ -1062,6 +1064,7 @@ impl Object {
                 "machineclasses",
             ),
             Object::Event => ("events.k8s.io", "v1", "Event", "events"),
+            Object::Pod => ("", "v1", "Pod", "pods"),
         };
         kube::discovery::ApiResource {
             group: group.into(),
@@ -1100,6 +1103,13 @@ impl Object {
             }
             Object::MachineDeployment => object["spec"] = json!({"template": {}}),
             Object::MachineClass => object["providerSpec"] = json!({}),
+            Object::Pod => {
+                object["metadata"]["labels"] = json!({"role": "machine-controller-manager"});
+                object["spec"] = json!({
+                    "automountServiceAccountToken": false,
+                    "containers": [{"name": "c", "image": "example.invalid/c"}]
+                })
+            }
             // As the operator reports on a Worker.
             Object::Event => {
                 for (field, value) in [
@@ -1189,14 +1199,18 @@ const fn row(
     }
 }
 
-/// The one Deployment the operator touches (the Worker controller scales it).
+/// The one Deployment the operator touches (the Worker controller scales it), also the
+/// name of MCM core's leader Lease.
 const MCM: &str = "machine-controller-manager";
+
+/// A pod of machine-controller-manager (the Worker controller deletes a stuck one).
+const MCM_POD: &str = "machine-controller-manager-0";
 
 /// What each request of the chart's ServiceAccount may do; rows run in order (creates before
 /// the gets, patches and deletes of the same object).
 const ACCESS: &[Row] = {
     use Object::{
-        ConfigMap, Deployment, Event, Lease, MachineClass, MachineDeployment, ManagedResource,
+        ConfigMap, Deployment, Event, Lease, MachineClass, MachineDeployment, ManagedResource, Pod,
         Secret, Worker,
     };
     use Outcome::{Allowed, DeniedByPolicy, DeniedByRbac};
@@ -1345,6 +1359,18 @@ const ACCESS: &[Row] = {
         row(Operator, Patch, Lease, Release, HEARTBEAT, Allowed),
         row(Operator, Get, Lease, Release, "other", DeniedByRbac),
         row(Operator, Create, Lease, Shoot, "lease", DeniedByRbac),
+        // machine-controller-manager's leader Leases: read by name in shoot namespaces, no more.
+        row(Operator, Get, Lease, Shoot, MCM, Allowed),
+        row(Operator, Get, Lease, Shoot, "other", DeniedByRbac),
+        row(Operator, Patch, Lease, Shoot, MCM, DeniedByRbac),
+        row(GvisorOnly, Get, Lease, Shoot, MCM, DeniedByRbac),
+        // machine-controller-manager's pods: listed and deleted (a stuck MCM), in shoot
+        // namespaces only.
+        row(Operator, List, Pod, Shoot, "", Allowed),
+        row(Operator, Get, Pod, Shoot, MCM_POD, DeniedByRbac),
+        row(Operator, Delete, Pod, Shoot, MCM_POD, Allowed),
+        row(Operator, Delete, Pod, Other, MCM_POD, DeniedByPolicy),
+        row(GvisorOnly, List, Pod, Shoot, "", DeniedByRbac),
         // The policy binds the operator only.
         row(Admin, Create, Secret, KubeSystem, "by-admin", Allowed),
         row(Admin, Delete, Secret, KubeSystem, "by-admin", Allowed),
@@ -1433,6 +1459,18 @@ async fn rbac_and_admission_policy_allow_and_deny_row_by_row() {
         )
         .await;
     }
+    for namespace in [shoot.namespace.as_str(), other.as_str()] {
+        // The ServiceAccount admission wants the pod's account (no controller makes it here).
+        let account = json!({"metadata": {"name": "default", "namespace": namespace}});
+        create::<ServiceAccount>(admin, namespace, account).await;
+        create::<Pod>(admin, namespace, Object::Pod.body(MCM_POD, namespace)).await;
+    }
+    create::<Lease>(
+        admin,
+        &shoot.namespace,
+        Object::Lease.body(MCM, &shoot.namespace),
+    )
+    .await;
     let mut worker = fixtures::worker_json(&other);
     worker["spec"]["type"] = json!("unserved");
     create::<Worker>(admin, &other, worker).await;

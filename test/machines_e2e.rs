@@ -38,6 +38,9 @@
 
 mod support;
 
+#[path = "machines_e2e/in_place_rollout.rs"]
+mod in_place_rollout;
+
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -301,6 +304,23 @@ impl Landscape {
         let patch = json!({"spec": reconcile["spec"].clone(),
                            "metadata": {"annotations": {"gardener.cloud/operation": "reconcile"}}});
         oscs.patch(&name, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+            .unwrap();
+    }
+
+    /// Adds `worker` (a Shoot's `spec.provider.workers` entry) to the Shoot in the Cluster, as
+    /// gardenlet's Cluster lists every pool of the Shoot.
+    async fn list_pool_in_cluster(&self, worker: Value) {
+        let mut workers =
+            fixtures::shoot_json(&self.namespace)["spec"]["provider"]["workers"].clone();
+        workers.as_array_mut().unwrap().push(worker);
+        let patch = json!({"spec": {"shoot": {"spec": {"provider": {"workers": workers}}}}});
+        Api::<Cluster>::all(self.env.client.clone())
+            .patch(
+                &self.env.namespace,
+                &PatchParams::default(),
+                &Patch::Merge(patch),
+            )
             .await
             .unwrap();
     }
@@ -623,7 +643,7 @@ async fn a_machine_the_driver_refuses_fails_the_worker_with_the_drivers_words() 
 #[derive(Debug, Default, Clone, Copy)]
 struct Extremes {
     samples: usize,
-    /// Most machines at once (not being deleted).
+    /// Most machines at once (neither deleted nor Terminating).
     most_machines: usize,
     /// Most wanted machines missing a Running one.
     most_unavailable: usize,
@@ -725,21 +745,16 @@ fn sample(
                 {
                     seen.lock().unwrap().hash_before_update += 1;
                 }
+                // As MCM's MachineSet controller counts (`manageReplicas`): a machine in phase
+                // Terminating is on its way out even before its deletionTimestamp is set.
                 let alive: Vec<&McmMachine> = list
                     .items
                     .iter()
-                    .filter(|m| m.metadata.deletion_timestamp.is_none())
-                    .collect();
-                let running = alive
-                    .iter()
                     .filter(|m| {
-                        m.status
-                            .as_ref()
-                            .and_then(|s| s.current_status.as_ref())
-                            .and_then(|c| c.phase.as_deref())
-                            == Some("Running")
+                        m.metadata.deletion_timestamp.is_none() && phase(m) != Some("Terminating")
                     })
-                    .count();
+                    .collect();
+                let running = alive.iter().filter(|m| phase(m) == Some("Running")).count();
                 let wanted = wanted.load(Ordering::SeqCst);
                 let mut seen = seen.lock().unwrap();
                 seen.samples += 1;
@@ -749,6 +764,15 @@ fn sample(
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
     })
+}
+
+/// MCM's phase of a machine.
+fn phase(machine: &McmMachine) -> Option<&str> {
+    machine
+        .status
+        .as_ref()
+        .and_then(|s| s.current_status.as_ref())
+        .and_then(|c| c.phase.as_deref())
 }
 
 async fn patch_pools(workers: &Api<Worker>, pools: Value) {
@@ -809,11 +833,34 @@ async fn lifecycle_a_rolling_pool_rolls_and_scales_within_its_budget() {
     .await;
     let controllers = landscape.controllers.as_mut().unwrap();
     controllers.stop_core();
-    tokio::time::sleep(Duration::from_secs(20)).await;
-    let during = workers.get("worker").await.unwrap();
+    let stopped = Instant::now();
+    // Its leader Lease goes stale after 15 s + 15 s of grace; the next rollout poll says so.
+    let said = wait_for(
+        "the Worker saying that MCM is not running",
+        Duration::from_secs(120),
+        || async {
+            let worker = workers.get("worker").await.map_err(|e| e.to_string())?;
+            match last_operation(&worker) {
+                Some((_, _, description))
+                    if description.contains("machine-controller-manager is not running: ") =>
+                {
+                    Ok(description)
+                }
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
     eprintln!(
-        "machines e2e: MCM core down for 20 s during the roll; the Worker says {:?}",
-        last_operation(&during)
+        "machines e2e: MCM core down during the roll; after {:.1} s the Worker says {said:?}",
+        since(stopped)
+    );
+    assert!(
+        said.contains(&format!(
+            "its leader Lease {}/machine-controller-manager was last renewed",
+            landscape.namespace
+        )),
+        "{said}"
     );
     landscape.controllers.as_mut().unwrap().start_core();
     landscape.worker_ready(LastOperationType::Reconcile).await;
@@ -1238,7 +1285,9 @@ fn mean_node_memory(cloud: &NodeCloud) -> (f64, f64, f64) {
 
 /// At pool scale (`make bench-machines`, figures into docs/benchmarks.md): a pool of 10 over
 /// 3 zones (maxSurge 2, maxUnavailable 1, distributed over the zones as upstream does) created
-/// by the real MCM, then rolled by a new node-agent key; Machines sampled at 2 Hz.
+/// by the real MCM, then rolled by a new node-agent key (Machines sampled at 2 Hz), then
+/// changed disruptively in place through the agents' rollout budget derived from the same
+/// maxUnavailable (Nodes and slot Leases sampled at 2 Hz).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs root and the node components: make bench-machines"]
 async fn pool_at_scale_is_created_and_rolled_by_the_real_mcm() {
@@ -1259,6 +1308,14 @@ async fn pool_at_scale_is_created_and_rolled_by_the_real_mcm() {
         pool["maxUnavailable"] = json!(1);
         pool
     };
+    landscape
+        .list_pool_in_cluster(json!({
+            "name": POOL,
+            "machine": {"type": "local", "image": {"name": "debian", "version": "13.2"}},
+            "minimum": SIZE, "maximum": SIZE, "maxSurge": 2, "maxUnavailable": 1,
+            "zones": ["a", "b", "c"],
+        }))
+        .await;
     let wanted = Arc::new(AtomicUsize::new(SIZE));
     let seen = Arc::new(Mutex::new(Extremes::default()));
     let sampler = sample(landscape.machines(), wanted, seen.clone(), None);
@@ -1285,7 +1342,10 @@ async fn pool_at_scale_is_created_and_rolled_by_the_real_mcm() {
     *seen.lock().unwrap() = Extremes::default();
     let new_key = format!("gardener-node-agent-{POOL}-2");
     keys.lock().unwrap().push(new_key.clone());
-    let new_user_data = landscape.provision_pool(POOL, &new_key).await;
+    let Provisioned {
+        user_data_secret: new_user_data,
+        reconcile,
+    } = landscape.provision_pool_with(POOL, &new_key, None).await;
     let rolling = Instant::now();
     patch_pools(
         &landscape.workers(),
@@ -1306,6 +1366,37 @@ async fn pool_at_scale_is_created_and_rolled_by_the_real_mcm() {
     sampler.abort();
     let rolled = *seen.lock().unwrap();
     eprintln!("machines e2e: pool of {SIZE} rolled in {rolled_in:.1} s: {rolled:?}");
+
+    // Step 2: a kubelet-restarting change in place, through the agents' disruptive rollout
+    // (budget = the pool's maxUnavailable 1, from the Cluster).
+    let shoot = landscape.shoot_client.clone();
+    let before = in_place_rollout::secret_checksum(&shoot, &new_key).await;
+    // Every node runs the current OSC first: a node's first apply is quiet (nothing runs
+    // there yet), so a node still joining would take the change without a slot.
+    let current = before.clone().expect("the rolled pool's node-agent Secret");
+    in_place_rollout::sample_until_rolled_out(&shoot, &new_key, 1, SIZE, &current, STAGE_TIMEOUT)
+        .await;
+    let changing = Instant::now();
+    landscape
+        .change_reconcile_osc(&in_place_rollout::with_kubelet_drop_in(&reconcile))
+        .await;
+    let (checksum, budget) =
+        in_place_rollout::new_secret(&shoot, &new_key, before.as_deref()).await;
+    assert_eq!(budget, "1", "the budget from maxUnavailable 1");
+    let in_place = in_place_rollout::sample_until_rolled_out(
+        &shoot,
+        &new_key,
+        1,
+        SIZE,
+        &checksum,
+        Duration::from_secs(900),
+    )
+    .await;
+    let in_place_in = since(changing);
+    eprintln!(
+        "machines e2e: disruptive change in place on {SIZE} nodes in {in_place_in:.1} s: {in_place:?}"
+    );
+
     let deleted_in = landscape.delete_worker_and_check_nothing_is_left().await;
 
     // The per-zone surges allow 4+1, 3+1 and 3 machines.
@@ -1313,7 +1404,11 @@ async fn pool_at_scale_is_created_and_rolled_by_the_real_mcm() {
         0 => "The machines stayed within the per-zone surges (4+1, 3+1, 3).".to_string(),
         over => format!(
             "The most machines seen exceeded the per-zone surges (4+1, 3+1, 3) by {over} in a \
-             sample (not explained yet)."
+             sample: MCM's scale-up of a new MachineSet (`NewISNewReplicas`) counts the sets' \
+             `status.replicas` (`GetActualReplicaCountForMachineSets`), which trail the \
+             Machines, so a set may scale up before an old one's count has dropped; MCM's own \
+             safety controller (`--machine-safety-overshooting-period`) exists for such \
+             overshoots."
         ),
     };
     let body = format!(
@@ -1325,12 +1420,23 @@ async fn pool_at_scale_is_created_and_rolled_by_the_real_mcm() {
          through the CSR flow and joins with kubelet and containerd 2.x; pool of {SIZE}, zones \
          a/b/c, maxSurge 2 and maxUnavailable 1 (per zone as upstream distributes them: surge \
          1/1/0, unavailable 1/0/0); the rolling update by a new node-agent key. Machines sampled \
-         every 500 ms; unavailable = wanted machines without a `Running` one; 2 cores.\n\n\
+         every 500 ms; machines = neither deleted nor in phase Terminating (as MCM's MachineSet \
+         controller counts them); unavailable = wanted machines without a `Running` one; 2 \
+         cores.\n\n\
          | step | duration | samples | most machines | most unavailable |\n\
          |---|---:|---:|---:|---:|\n\
          | create (Worker applied → ready, {SIZE} Nodes Ready) | {created_in:.1} s | {} | {} | {} |\n\
          | rolling update (new key → every machine of the new class) | {rolled_in:.1} s | {} | {} | {} |\n\
          | delete (→ no Machine, Node or node) | {deleted_in:.1} s | — | — | — |\n\n\
+         Then, before the delete, a disruptive change in place: gardenlet's reconcile OSC of \
+         the rolled pool gets a drop-in on kubelet; our OSC controller ships it with the \
+         rollout budget it derives from the pool's maxUnavailable in the Cluster (1), and the \
+         agents apply it one slot at a time, each node held until Ready and healthy again \
+         (`docs/agent.md#disruptive-rollout`). Nodes and slot Leases sampled every 500 ms; \
+         unavailable = Nodes not Ready or holding a slot.\n\n\
+         | step | duration | samples | most unavailable | most NotReady | most slot holders | nodes that held a slot |\n\
+         |---|---:|---:|---:|---:|---:|---:|\n\
+         | disruptive change in place, budget 1 (OSC changed → every Node applied, Ready, no slot held) | {in_place_in:.1} s | {} | {} | {} | {} | {} |\n\n\
          Memory of the fixture per node ({SIZE} nodes, mean, after the create): VmRSS sum \
          {:.1} MiB, cgroup anonymous {:.1} MiB, cgroup page cache {:.1} MiB.\n\n\
          The budget MCM applies is per zone: zone c gets maxSurge 0 and maxUnavailable 0, which \
@@ -1343,6 +1449,11 @@ async fn pool_at_scale_is_created_and_rolled_by_the_real_mcm() {
         rolled.samples,
         rolled.most_machines,
         rolled.most_unavailable,
+        in_place.samples,
+        in_place.most_unavailable,
+        in_place.most_not_ready,
+        in_place.most_holders,
+        in_place.holders.len(),
         memory.0,
         memory.1,
         memory.2,
@@ -1352,5 +1463,14 @@ async fn pool_at_scale_is_created_and_rolled_by_the_real_mcm() {
     assert!(
         rolled.most_unavailable <= 2,
         "unavailable within MCM's per-zone budget: {rolled:?}"
+    );
+    assert!(
+        in_place.most_unavailable <= 1 && in_place.most_holders <= 1,
+        "the disruptive change within the budget of 1: {in_place:?}"
+    );
+    assert_eq!(
+        in_place.holders.len(),
+        SIZE,
+        "every node took the slot: {in_place:?}"
     );
 }

@@ -543,13 +543,27 @@ async fn internal_ip_is_restored(node: &Node, shoot: &Client) {
         },
     )
     .await;
-    let notes = support::agent::core_event_messages(shoot, &name, "kubelet").await;
-    for expected in [
-        "Node status does neither have an internal nor an external IP, try to recover from last known internal IP: 10.88.0.1",
-        "Updated the lost internal IP address of node status to the previous known: 10.88.0.1 ",
-    ] {
-        assert!(notes.iter().any(|n| n == expected), "{expected}: {notes:?}");
-    }
+    // The Normal event follows the status patch, so it may land a moment after the IP.
+    node.wait_until(
+        "the lost and restored IP events",
+        Duration::from_secs(30),
+        || async {
+            let notes = support::agent::core_event_messages(shoot, &name, "kubelet").await;
+            let missing: Vec<&str> = [
+                "Node status does neither have an internal nor an external IP, try to recover from last known internal IP: 10.88.0.1",
+                "Updated the lost internal IP address of node status to the previous known: 10.88.0.1 ",
+            ]
+            .into_iter()
+            .filter(|expected| !notes.iter().any(|n| n == expected))
+            .collect();
+            if missing.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("missing {missing:?} among {notes:?}"))
+            }
+        },
+    )
+    .await;
 }
 
 /// The restart annotation: containerd restarted, the annotation removed.

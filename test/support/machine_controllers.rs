@@ -7,8 +7,8 @@
 //! `github.com/gardener/machine-controller-manager`, provider-local's machine controller from
 //! gardener v1.149.3, our `machine-provider-nspawn` from `hack/envtest/components`). They
 //! watch one namespace of the seed (`--control-kubeconfig`) and the shoot's Nodes
-//! (`--target-kubeconfig`, or `none` without a shoot), run without leader election on free
-//! loopback ports, log to files (printed when a test fails), and never outlive the test
+//! (`--target-kubeconfig`, or `none` without a shoot), run with leader election (their Leases
+//! in that namespace) on free loopback ports, log to files (printed when a test fails), and never outlive the test
 //! binary (process group plus [`super::spawn_child_watchdog`]).
 
 use std::fs;
@@ -90,7 +90,10 @@ impl MachineControllers {
             format!("--control-kubeconfig={seed}"),
             format!("--target-kubeconfig={target}"),
             format!("--namespace={}", targets.namespace),
-            "--leader-elect=false".to_string(),
+            // As gardenlet runs them: each keeps its leader Lease in the namespace, which the
+            // Worker reads to tell a stopped MCM (`mcm_liveness`). The identity is the host
+            // name, so a restarted process takes its Lease back at once.
+            "--leader-elect=true".to_string(),
             "--address=127.0.0.1".to_string(),
             "--v=3".to_string(),
         ];

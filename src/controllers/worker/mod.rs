@@ -12,7 +12,8 @@
 //! 2. [`render`]: → class secrets, MachineClasses, MachineDeployments;
 //! 3. [`replicas`]: replicas of each deployment from what exists;
 //! 4. [`availability`]: is the rollout done, failed or still running; [`leftovers`]: unwanted
-//!    deployments and a stuck MCM; [`poll`]: what a poll may skip; [`in_place`] (with
+//!    deployments and a stuck MCM; [`mcm_liveness`]: a MCM that stopped renewing its Lease;
+//!    [`poll`]: what a poll may skip; [`in_place`] (with
 //!    [`crate::api::quantity`]): in-place pool hashes and status; [`credentials`]: MCM's hold on the
 //!    credentials secret;
 //! 5. the operations, one file each: [`reconcile`], [`delete`], [`migrate`], [`restore`];
@@ -146,6 +147,7 @@ pub mod leftovers;
 pub mod machine_image;
 pub mod machine_sets;
 pub mod machine_watch;
+pub mod mcm_liveness;
 pub mod migrate;
 mod objects;
 pub mod poll;
