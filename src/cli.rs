@@ -75,10 +75,12 @@ impl Command {
     }
 
     /// glibc malloc tunables the subcommand runs with ([`crate::malloc_tuning`]): the node
-    /// agent, which stays up on every node, returns large freed blocks at once.
+    /// agent, which stays up on every node, and the operator return large freed blocks at
+    /// once.
     pub fn malloc_tunables(&self) -> Option<&'static str> {
         match self {
             Command::Agent(_) => Some(crate::malloc_tuning::AGENT_TUNABLES),
+            Command::Operator(_) => Some(crate::malloc_tuning::OPERATOR_TUNABLES),
             _ => None,
         }
     }

@@ -1,5 +1,5 @@
-//! glibc malloc settings for the node agent, the one long-running process this binary runs on
-//! every node. Sits between `main` (which calls [`reexec_with_tunables`] before anything else
+//! glibc malloc settings for the long-running subcommands: the node agent, which runs on every
+//! node, and the operator, whose memory follows the seed's object count. Sits between `main` (which calls [`reexec_with_tunables`] before anything else
 //! starts) and the subcommands (which say what they want through
 //! [`crate::cli::Command::malloc_tunables`]).
 //!
@@ -26,6 +26,13 @@ pub const ENV_GLIBC_TUNABLES: &str = "GLIBC_TUNABLES";
 /// returned).
 pub const AGENT_TUNABLES: &str =
     "glibc.malloc.mmap_threshold=131072:glibc.malloc.trim_threshold=131072";
+
+/// Tunables of the operator: two malloc arenas instead of eight per core (its worker threads
+/// then share arenas, so memory freed by one thread is reused by the others and an idle
+/// operator does not keep one high-water mark per thread), and the agent's fixed mmap and
+/// trim thresholds, so the multi-megabyte list responses of a large seed go back to the
+/// kernel once decoded and a seed that loses thousands of objects gives the memory back.
+pub const OPERATOR_TUNABLES: &str = "glibc.malloc.arena_max=2:glibc.malloc.mmap_threshold=131072:glibc.malloc.trim_threshold=131072";
 
 /// Whether to execute again with `wanted`: only when glibc is the C library and the
 /// environment sets no tunables of its own (which also ends the loop after one exec). Pure.

@@ -2,16 +2,22 @@
 //! every run, each filled by one watch and shared by all controllers, so a run reads what a
 //! watch already delivered instead of sending a GET or a list.
 //!
-//! - **Clusters**, whole (the shoot spec is what the runs read);
-//! - **our ManagedResources** (label `origin=gardener-extension-node`), whole: a run compares
-//!   the rendered MR with the stored one and writes only a difference;
+//! - **Clusters**, slim ([`slim_cluster`]): name, resourceVersion, annotations and the fields
+//!   of the shoot that [`crate::api::ShootView`] reads; the CloudProfile and Seed are dropped
+//!   (the Worker, which needs them, reads its Cluster with a GET). Every change is also
+//!   announced ([`SeedCache::cluster_changes`]) for kinds that wake their objects on it;
+//! - **our ManagedResources** (label `origin=gardener-extension-node`), without the list of
+//!   applied objects ([`slim_managed_resource`]): a run compares the rendered MR with the
+//!   stored one and writes only a difference;
 //! - **the garbage-collectable secrets** (label
-//!   `resources.gardener.cloud/garbage-collectable-reference=true`), metadata only: the
-//!   manifest secrets are named by content, so the name says whether the content is there,
-//!   and the data (up to a few hundred KiB per secret) is never held.
+//!   `resources.gardener.cloud/garbage-collectable-reference=true`), name and namespace only:
+//!   the manifest secrets are named by content, so the name says whether the content is
+//!   there, and the data (up to a few hundred KiB per secret) is never held.
 //!
 //! `managedFields` are dropped before an object is stored (they are often larger than the
-//! object and nobody reads them).
+//! object and nobody reads them). Kind-specific stores beside these use [`SyncedStore`]. What
+//! the cache remembers of its own writes ([`Written`]) and its per-MR locks are dropped once
+//! old or unused, so a seed that loses thousands of objects gives the memory back.
 //!
 //! A store lags behind the API server by the watch latency, so writes never trust it blindly:
 //! a missing object is read with a GET before it is treated as absent where that matters
@@ -53,9 +59,13 @@ pub struct SeedCache {
     pub secrets: Store<PartialObjectMeta<Secret>>,
     /// Our own writes the stores may not show yet.
     pub written: Written,
+    /// The name of every Cluster the store took a change or deletion of (after the store has
+    /// it; not for the first list), for kinds that wake their objects on Cluster changes
+    /// ([`SeedCache::cluster_changes`]).
+    cluster_changes: tokio::sync::broadcast::Sender<String>,
     /// One lock per MR (namespace, name): runs of sibling objects that write the same MR
     /// (the shared gVisor MR of a namespace) take turns, so the second sees the first's write
-    /// in [`Written`] instead of repeating it. An entry is a few dozen bytes and stays.
+    /// in [`Written`] instead of repeating it. Unused entries are dropped as the map grows.
     locks: Locks,
 }
 
@@ -72,11 +82,22 @@ impl SeedCache {
     /// the `watch` on secrets only then); otherwise those stores stay empty.
     pub fn start(client: &Client, shutdown: &CancellationToken, shoot_resources: bool) -> Self {
         let (clusters, writer) = reflector::store();
+        let (cluster_changes, _) = tokio::sync::broadcast::channel(CLUSTER_CHANGES_BUFFER);
+        let changes = cluster_changes.clone();
         spawn(
             watcher::watcher(Api::<Cluster>::all(client.clone()), Config::default())
                 .default_backoff()
-                .modify(|c| c.metadata.managed_fields = None)
-                .reflect(writer),
+                .modify(slim_cluster)
+                .reflect(writer)
+                .inspect(move |event| {
+                    if let Ok(watcher::Event::Apply(cluster) | watcher::Event::Delete(cluster)) =
+                        event
+                        && let Some(name) = &cluster.metadata.name
+                    {
+                        // No receiver (no kind listens) is fine.
+                        let _ = changes.send(name.clone());
+                    }
+                }),
             shutdown,
         );
         let (managed_resources, writer) = reflector::store();
@@ -88,6 +109,7 @@ impl SeedCache {
                 managed_resources,
                 secrets,
                 written: Written::default(),
+                cluster_changes,
                 locks: Arc::default(),
             };
         }
@@ -97,7 +119,7 @@ impl SeedCache {
                 Config::default().labels(&format!("origin={ORIGIN}")),
             )
             .default_backoff()
-            .modify(|m| m.metadata.managed_fields = None)
+            .modify(slim_managed_resource)
             .reflect(writer),
             shutdown,
         );
@@ -107,7 +129,7 @@ impl SeedCache {
                 Config::default().labels(&format!("{LABEL_GARBAGE_COLLECTABLE}=true")),
             )
             .default_backoff()
-            .modify(|s| s.metadata.managed_fields = None)
+            .modify(|s| s.metadata = name_only(&s.metadata))
             .reflect(secrets_writer),
             shutdown,
         );
@@ -116,14 +138,27 @@ impl SeedCache {
             managed_resources,
             secrets,
             written: Written::default(),
+            cluster_changes,
             locks: Arc::default(),
         }
+    }
+
+    /// The names of the Clusters that change or go from now on. A receiver that falls more
+    /// than [`CLUSTER_CHANGES_BUFFER`] names behind is told so (`Lagged`) and must look at
+    /// every stored Cluster.
+    pub fn cluster_changes(&self) -> tokio::sync::broadcast::Receiver<String> {
+        self.cluster_changes.subscribe()
     }
 
     /// Takes the lock of MR `namespace/name` (held until the guard is dropped).
     pub async fn lock(&self, namespace: &str, name: &str) -> tokio::sync::OwnedMutexGuard<()> {
         let lock = {
             let mut locks = self.locks.lock().unwrap_or_else(|p| p.into_inner());
+            if locks.len() >= LOCKS_PRUNE_AT && locks.len().is_power_of_two() {
+                // Nobody holds or waits for a lock only this map refers to.
+                locks.retain(|_, lock| Arc::strong_count(lock) > 1);
+                shrink_when_sparse(&mut locks);
+            }
             Arc::clone(
                 locks
                     .entry((namespace.to_string(), name.to_string()))
@@ -154,6 +189,15 @@ impl SeedCache {
         self.written
             .is_current(namespace, name, stored.meta().resource_version.as_deref())
             .then_some(stored)
+    }
+
+    /// Whether our MR `namespace/name` is surely absent: the store lacks it and we have not
+    /// applied it since (an MR we wrote a moment ago may not be in the store yet).
+    pub fn knows_absent(&self, namespace: &str, name: &str) -> bool {
+        self.managed_resources
+            .get(&ObjectRef::new(name).within(namespace))
+            .is_none()
+            && !self.written.has_applied(namespace, name)
     }
 
     /// Whether secret `namespace/name` exists as far as we know: we created it, or the store
@@ -191,6 +235,69 @@ impl SeedCache {
     }
 }
 
+/// What the store keeps of a Cluster: its name, resourceVersion and annotations, and of
+/// `spec.shoot` only the fields [`crate::api::ShootView`] reads (re-encoded from the view, so
+/// a run decodes the same view from it). The CloudProfile and the Seed, the bulk of a Cluster,
+/// are dropped: the kinds that read them (the Worker) read the Cluster with a GET. A shoot
+/// that does not decode is kept as it is, so the run reports the decode error.
+pub fn slim_cluster(cluster: &mut Cluster) {
+    cluster.metadata = kube::api::ObjectMeta {
+        name: cluster.metadata.name.take(),
+        resource_version: cluster.metadata.resource_version.take(),
+        annotations: cluster.metadata.annotations.take(),
+        ..Default::default()
+    };
+    cluster.spec.cloud_profile = serde_json::Value::Null;
+    cluster.spec.seed = None;
+    if let Ok(view) = cluster.shoot()
+        && let Ok(slim) = serde_json::to_value(&view)
+    {
+        cluster.spec.shoot = slim;
+    }
+}
+
+/// What the store keeps of our ManagedResources: what the runs compare (metadata without
+/// managed fields, the spec, the observed generation and the conditions with messages cut at
+/// [`MAX_STORED_MESSAGE`]). `status.resources`, the list of every applied object, is
+/// dropped.
+pub fn slim_managed_resource(mr: &mut ManagedResource) {
+    mr.metadata.managed_fields = None;
+    if let Some(status) = mr.status.as_mut() {
+        status.resources = Vec::new();
+        status.secrets_data_checksum = None;
+        for condition in &mut status.conditions {
+            let message = &mut condition.message;
+            if message.len() > MAX_STORED_MESSAGE {
+                let mut end = MAX_STORED_MESSAGE;
+                while !message.is_char_boundary(end) {
+                    end -= 1;
+                }
+                message.truncate(end);
+            }
+        }
+    }
+}
+
+/// The longest condition message a stored ManagedResource keeps (runs quote at most the
+/// first line, within 300 characters).
+pub const MAX_STORED_MESSAGE: usize = 1024;
+
+/// Only name and namespace (what a stored secret's presence needs).
+fn name_only(meta: &kube::api::ObjectMeta) -> kube::api::ObjectMeta {
+    kube::api::ObjectMeta {
+        name: meta.name.clone(),
+        namespace: meta.namespace.clone(),
+        ..Default::default()
+    }
+}
+
+/// From this many MR locks on, unused ones are dropped whenever the count reaches a power of
+/// two (so the map stays within twice the MRs in use).
+const LOCKS_PRUNE_AT: usize = 256;
+
+/// How many Cluster changes a receiver of [`SeedCache::cluster_changes`] may fall behind.
+pub const CLUSTER_CHANGES_BUFFER: usize = 1024;
+
 /// How long our own write stands in for a store that has not shown it yet: far above the
 /// watch latency, short enough that an object someone else deletes is written again by the
 /// next run.
@@ -206,8 +313,44 @@ pub struct Written(Arc<Mutex<WrittenState>>);
 #[derive(Default)]
 struct WrittenState {
     managed_resources: HashMap<(String, String), Write>,
-    /// `true`: created by us; `false`: deleted by us.
-    secrets: HashMap<(String, String), bool>,
+    /// `true`: created by us; `false`: deleted by us; and when.
+    secrets: HashMap<(String, String), (bool, Instant)>,
+    /// When entries older than [`FORGET_WRITES_AFTER`] were last dropped.
+    pruned: Option<Instant>,
+}
+
+/// How long a write is remembered: far beyond any watch latency, so by then the stores show
+/// it; forgetting keeps the memory of a seed whose objects come and go bounded.
+pub const FORGET_WRITES_AFTER: Duration = Duration::from_secs(300);
+
+/// How often old writes are dropped (on the next write after this long).
+const PRUNE_WRITES_EVERY: Duration = Duration::from_secs(60);
+
+impl WrittenState {
+    /// Drops the writes older than [`FORGET_WRITES_AFTER`] when due, and gives the maps'
+    /// spare room back after large deletions.
+    fn prune_if_due(&mut self) {
+        if self
+            .pruned
+            .is_some_and(|at| at.elapsed() < PRUNE_WRITES_EVERY)
+        {
+            return;
+        }
+        self.pruned = Some(Instant::now());
+        self.managed_resources
+            .retain(|_, write| write.at().elapsed() < FORGET_WRITES_AFTER);
+        self.secrets
+            .retain(|_, (_, at)| at.elapsed() < FORGET_WRITES_AFTER);
+        shrink_when_sparse(&mut self.managed_resources);
+        shrink_when_sparse(&mut self.secrets);
+    }
+}
+
+/// Gives a map's spare room back when it uses less than a quarter of it.
+pub(crate) fn shrink_when_sparse<K: std::hash::Hash + Eq, V>(map: &mut HashMap<K, V>) {
+    if map.capacity() > 64 && map.len() < map.capacity() / 4 {
+        map.shrink_to_fit();
+    }
 }
 
 /// Our last write of one MR.
@@ -219,13 +362,28 @@ enum Write {
         content: String,
         at: Instant,
     },
-    /// Deleted, and gone at once.
-    Deleted,
+    /// Deleted, and gone at once (when).
+    Deleted { at: Instant },
+}
+
+impl Write {
+    fn at(&self) -> Instant {
+        match self {
+            Write::Applied { at, .. } | Write::Deleted { at } => *at,
+        }
+    }
 }
 
 impl Written {
     fn state(&self) -> std::sync::MutexGuard<'_, WrittenState> {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The state for a write (old writes dropped first when due).
+    fn state_for_write(&self) -> std::sync::MutexGuard<'_, WrittenState> {
+        let mut state = self.state();
+        state.prune_if_due();
+        state
     }
 
     /// Records an apply of `content` (a digest of what was applied) answered with
@@ -238,7 +396,7 @@ impl Written {
         content: &str,
     ) {
         let key = (namespace.to_string(), name.to_string());
-        let mut state = self.state();
+        let mut state = self.state_for_write();
         match resource_version.and_then(|v| v.parse().ok()) {
             Some(version) => {
                 state.managed_resources.insert(
@@ -258,9 +416,10 @@ impl Written {
 
     /// Records that our delete of the MR removed it at once.
     pub fn record_deleted(&self, namespace: &str, name: &str) {
-        self.state()
-            .managed_resources
-            .insert((namespace.to_string(), name.to_string()), Write::Deleted);
+        self.state_for_write().managed_resources.insert(
+            (namespace.to_string(), name.to_string()),
+            Write::Deleted { at: Instant::now() },
+        );
     }
 
     /// Forgets our last write of the MR (its deletion started but waits for finalizers: only
@@ -276,7 +435,7 @@ impl Written {
         self.state()
             .managed_resources
             .get(&(namespace.to_string(), name.to_string()))
-            == Some(&Write::Deleted)
+            .is_some_and(|write| matches!(write, Write::Deleted { .. }))
     }
 
     /// Whether our last write applied exactly `content` to the MR within [`TRUST_OWN_WRITE`]
@@ -289,6 +448,16 @@ impl Written {
         )
     }
 
+    /// Whether our last write of the MR (still remembered) was an apply.
+    pub fn has_applied(&self, namespace: &str, name: &str) -> bool {
+        matches!(
+            self.state()
+                .managed_resources
+                .get(&(namespace.to_string(), name.to_string())),
+            Some(Write::Applied { .. })
+        )
+    }
+
     /// Whether a stored MR with `resource_version` is at least as new as our last write.
     pub fn is_current(&self, namespace: &str, name: &str, resource_version: Option<&str>) -> bool {
         match self
@@ -297,7 +466,7 @@ impl Written {
             .get(&(namespace.to_string(), name.to_string()))
         {
             None => true,
-            Some(Write::Deleted) => false,
+            Some(Write::Deleted { .. }) => false,
             Some(Write::Applied { version, .. }) => resource_version
                 .and_then(|v| v.parse::<u64>().ok())
                 .is_some_and(|stored| stored >= *version),
@@ -306,9 +475,10 @@ impl Written {
 
     /// Records a secret we created (`true`) or deleted (`false`).
     pub fn record_secret(&self, namespace: &str, name: &str, exists: bool) {
-        self.state()
-            .secrets
-            .insert((namespace.to_string(), name.to_string()), exists);
+        self.state_for_write().secrets.insert(
+            (namespace.to_string(), name.to_string()),
+            (exists, Instant::now()),
+        );
     }
 
     /// Whether our last write created (`Some(true)`) or deleted (`Some(false)`) the secret.
@@ -316,7 +486,7 @@ impl Written {
         self.state()
             .secrets
             .get(&(namespace.to_string(), name.to_string()))
-            .copied()
+            .map(|(exists, _)| *exists)
     }
 }
 
@@ -329,6 +499,62 @@ pub fn object_store<K: Resource<DynamicType = ()>>()
 -> (ObjectStore, reflector::store::Writer<DynamicObject>) {
     let writer = reflector::store::Writer::new(ApiResource::erase::<K>(&()));
     (writer.as_reader(), writer)
+}
+
+/// A reflector store of one label-selected kind beside [`SeedCache`], with its own "first
+/// list is in" flag: kube-runtime's readiness future wakes only one waiter
+/// (docs/architecture.md#store-readiness-wakes-one-waiter), and runs only need to know
+/// whether a missing object is really missing.
+#[derive(Clone)]
+pub struct SyncedStore<K: Resource<DynamicType = ()> + 'static> {
+    /// The stored objects.
+    pub store: Store<K>,
+    synced: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl<K> SyncedStore<K>
+where
+    K: Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned,
+    K: Send + Sync + 'static,
+{
+    /// Starts a watch of the objects `config` selects (until `shutdown`), stored after
+    /// `slim` (drop what nobody reads; `managedFields` are always dropped).
+    pub fn start(
+        api: Api<K>,
+        config: Config,
+        slim: fn(&mut K),
+        shutdown: &CancellationToken,
+    ) -> Self {
+        let (store, writer) = reflector::store();
+        let synced = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let mark = Arc::clone(&synced);
+        spawn(
+            watcher::watcher(api, config)
+                .default_backoff()
+                .modify(move |object| {
+                    object.meta_mut().managed_fields = None;
+                    slim(object);
+                })
+                .reflect(writer)
+                .inspect(move |event| {
+                    if matches!(event, Ok(watcher::Event::InitDone)) {
+                        mark.store(true, std::sync::atomic::Ordering::Release);
+                    }
+                }),
+            shutdown,
+        );
+        SyncedStore { store, synced }
+    }
+
+    /// Whether the store holds its first list (before, a missing object says nothing).
+    pub fn synced(&self) -> bool {
+        self.synced.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// The stored object `namespace/name`.
+    pub fn get(&self, namespace: &str, name: &str) -> Option<Arc<K>> {
+        self.store.get(&ObjectRef::new(name).within(namespace))
+    }
 }
 
 fn spawn<S, K>(stream: S, shutdown: &CancellationToken)
@@ -356,6 +582,116 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
+
+    fn cluster() -> Cluster {
+        serde_json::from_value(json!({
+            "apiVersion": "extensions.gardener.cloud/v1alpha1", "kind": "Cluster",
+            "metadata": {"name": "shoot--a--b", "resourceVersion": "7", "uid": "u",
+                "labels": {"l": "v"},
+                "annotations": {"generic-token-kubeconfig.secret.gardener.cloud/name": "gtk"}},
+            "spec": {
+                "cloudProfile": {"spec": {"machineImages": [{"name": "debian", "versions": [{"version": "13.2"}]}]}},
+                "seed": {"metadata": {"name": "seed"}, "spec": {"provider": {"type": "local"}}},
+                "shoot": {
+                    "metadata": {"name": "b", "namespace": "garden-a",
+                        "annotations": {"confirmation.gardener.cloud/force-deletion": "true"},
+                        "deletionTimestamp": "2026-12-05T10:00:00Z"},
+                    "spec": {
+                        "hibernation": {"enabled": true},
+                        "kubernetes": {"version": "1.36.3", "kubelet": {"maxPods": 110}},
+                        "networking": {"ipFamilies": ["IPv4"]},
+                        "provider": {"type": "local", "workers": [{
+                            "name": "pool", "minimum": 2, "maximum": 4, "maxUnavailable": "50%",
+                            "machine": {"type": "local", "image": {"name": "debian", "version": "13.2"}},
+                            "cri": {"name": "containerd", "containerRuntimes": [{"type": "gvisor"}]},
+                            "zones": ["a"]
+                        }]},
+                        "secretBindingName": "dropped"
+                    },
+                    "status": {"technicalID": "shoot--a--b",
+                        "lastOperation": {"type": "Reconcile", "state": "Failed", "progress": 10}}
+                }
+            }
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_slim_cluster_decodes_to_the_same_shoot_view_and_keeps_the_annotations() {
+        let full = cluster();
+        let mut slim = full.clone();
+        slim_cluster(&mut slim);
+        assert_eq!(slim.shoot().unwrap(), full.shoot().unwrap());
+        assert!(slim.shoot().unwrap().is_failed());
+        assert_eq!(slim.generic_token_kubeconfig_secret_name(), "gtk");
+        assert_eq!(slim.metadata.resource_version.as_deref(), Some("7"));
+        assert_eq!(slim.spec.cloud_profile, serde_json::Value::Null);
+        assert_eq!(slim.spec.seed, None);
+        let size = |c: &Cluster| serde_json::to_vec(c).unwrap().len();
+        assert!(
+            size(&slim) < size(&full),
+            "{} < {}",
+            size(&slim),
+            size(&full)
+        );
+    }
+
+    #[test]
+    fn a_shoot_that_does_not_decode_is_kept() {
+        let mut odd = cluster();
+        odd.spec.shoot = json!("not an object");
+        slim_cluster(&mut odd);
+        assert_eq!(odd.spec.shoot, json!("not an object"));
+        assert!(odd.shoot().is_err());
+    }
+
+    #[test]
+    fn a_slim_managed_resource_keeps_what_runs_compare() {
+        let mut mr: ManagedResource = serde_json::from_value(json!({
+            "metadata": {"name": "mr", "namespace": "ns", "labels": {"origin": "o"},
+                "managedFields": [{"manager": "x"}]},
+            "spec": {"secretRefs": [{"name": "s"}], "keepObjects": false},
+            "status": {"observedGeneration": 3,
+                "conditions": [{"type": "ResourcesApplied", "status": "False",
+                    "lastTransitionTime": "2026-12-05T10:00:00Z", "lastUpdateTime": "2026-12-05T10:00:00Z",
+                    "reason": "R", "message": "é".repeat(1000)}],
+                "resources": [{"apiVersion": "v1", "kind": "Secret", "name": "x", "namespace": "kube-system"}],
+                "secretsDataChecksum": "abc"}
+        }))
+        .unwrap();
+        let spec = mr.spec.clone();
+        slim_managed_resource(&mut mr);
+        let status = mr.status.as_ref().unwrap();
+        assert_eq!(mr.spec, spec);
+        assert!(mr.metadata.managed_fields.is_none());
+        assert_eq!(status.observed_generation, Some(3));
+        assert!(status.resources.is_empty());
+        let message = &status.conditions[0].message;
+        assert!(message.len() <= MAX_STORED_MESSAGE && message.starts_with("éé"));
+    }
+
+    #[test]
+    fn old_writes_are_forgotten_and_recent_ones_kept() {
+        let written = Written::default();
+        written.record_deleted("ns", "old");
+        written.record_secret("ns", "old-secret", true);
+        {
+            let mut state = written.state();
+            let long_ago = Instant::now() - FORGET_WRITES_AFTER - Duration::from_secs(1);
+            for write in state.managed_resources.values_mut() {
+                *write = Write::Deleted { at: long_ago };
+            }
+            for (_, at) in state.secrets.values_mut() {
+                *at = long_ago;
+            }
+            state.pruned = Some(long_ago);
+        }
+        written.record_applied("ns", "new", Some("5"), "c");
+        assert!(!written.deleted("ns", "old"), "forgotten");
+        assert_eq!(written.secret("ns", "old-secret"), None, "forgotten");
+        assert!(written.has_applied("ns", "new"), "kept");
+    }
 
     #[test]
     fn a_store_entry_older_than_our_write_is_not_current() {

@@ -75,11 +75,13 @@ pub trait ExtensionKind:
     const MIGRATE_REQUIRES_FINALIZER: bool;
     /// Whether runs may take the Cluster from the operator's cache. gardenlet changes the
     /// Cluster and then annotates the extension objects, and the two watches do not deliver
-    /// in a common order, so a store may still hold the Cluster from before the change. Kinds
-    /// whose actuator acts on the shoot spec (hibernation, pools, OS settings: Worker, OSC)
-    /// read it with a GET. The gVisor actuator reads only the failed, deleting, hibernated
-    /// and force-delete markers of the shoot; a deletion that started on an old view is
-    /// polled again and takes the new one then.
+    /// in a common order, so a store may still hold the Cluster from before the change. A
+    /// kind may read it cached when a stale view corrects itself: the gVisor actuator reads
+    /// only the failed, deleting, hibernated and force-delete markers of the shoot (a
+    /// deletion that started on an old view is polled again and takes the new one then); the
+    /// OSC actuator reads only the pools' rollout budgets, and its objects run again when
+    /// those change (`controllers::operatingsystemconfig::budget_wake`). The Worker acts on
+    /// the whole shoot spec (hibernation, pools, machine images) and reads it with a GET.
     const CACHED_CLUSTER: bool;
 }
 
@@ -96,7 +98,7 @@ impl ExtensionKind for OperatingSystemConfig {
     const FINALIZER: &'static str = FINALIZER_OPERATING_SYSTEM_CONFIG;
     const MIGRATE_REMOVES_ALL_FINALIZERS: bool = true;
     const MIGRATE_REQUIRES_FINALIZER: bool = true;
-    const CACHED_CLUSTER: bool = false;
+    const CACHED_CLUSTER: bool = true;
 }
 
 impl ExtensionKind for Worker {

@@ -114,7 +114,10 @@ pub async fn run_serving(
     let cache = SeedCache::start(
         &client,
         &shutdown,
-        args.controllers.contains(&ControllerName::Containerruntime),
+        args.controllers.contains(&ControllerName::Containerruntime)
+            || args
+                .controllers
+                .contains(&ControllerName::Operatingsystemconfig),
     );
     tokio::select! {
         _ = shutdown.cancelled() => return finish(server, leadership).await,

@@ -1,20 +1,25 @@
 //! Starting the OperatingSystemConfig controller (what Gardener's per-kind `add.go` does) with
 //! its two side tasks: the node-agent secret hand-over ([`super::handover::run`]) and the
-//! rollout watch that writes the pools' rollout condition ([`super::rollout::watch::run`]).
+//! rollout watch that writes the pools' rollout condition ([`super::rollout::watch::run`]);
+//! its runs are woken when a Cluster's rollout budgets change ([`super::budget_wake`]).
 
 use super::handover::{self, NodeAgentSecrets};
-use super::{OscActuator, rollout};
+use super::{OscActuator, budget_wake, rollout, user_data_secrets};
 use crate::api::OperatingSystemConfig;
 use crate::extension::predicate::Filter;
 use crate::extension::start::{Setup, Started, Store};
 
 /// Starts the controller and its side tasks for the OSCs `filter` accepts.
 pub fn add(setup: &Setup, filter: Filter, node_agent_secrets: NodeAgentSecrets) -> Started {
+    let access_secrets = rollout::watch::access_secrets(&setup.client, &setup.shutdown);
     let actuator = OscActuator::new(
         setup.client.clone(),
+        Some(setup.cache.clone()),
         setup.events.clone(),
         node_agent_secrets,
-    );
+    )
+    .with_access_secrets(access_secrets.clone())
+    .with_user_data_secrets(user_data_secrets::start(&setup.client, &setup.shutdown));
     let handover = tokio::spawn(handover::run(
         actuator.clone(),
         filter.clone(),
@@ -25,9 +30,11 @@ pub fn add(setup: &Setup, filter: Filter, node_agent_secrets: NodeAgentSecrets) 
         setup.client.clone(),
         setup.cache.clone(),
         store.objects.clone(),
+        access_secrets,
         setup.shutdown.clone(),
     ));
-    let mut started = setup.start(actuator, filter, store, None);
+    let wake = budget_wake::wake_on_budget_changes(setup.cache.clone());
+    let mut started = setup.start(actuator, filter, store, Some(wake));
     started.tasks.extend([handover, rollout_watch]);
     started
 }

@@ -46,7 +46,7 @@ pub async fn delete(
             }
             if !managed_resource::delete_and_wait(
                 &actuator.client,
-                None,
+                actuator.cache.as_ref(),
                 request.namespace(),
                 &mr,
                 wait,
@@ -120,7 +120,7 @@ async fn release_keep_object(
         let unstamped = nodeagent::without_keep_object(&data).map_err(Error::NodeAgent)?;
         managed_resource::apply_for_shoot(
             &actuator.client,
-            None,
+            actuator.cache.as_ref(),
             namespace,
             name,
             &unstamped,
@@ -149,27 +149,32 @@ async fn delete_result_secret(
             source: Box::new(source),
         }
     };
-    let Some(secret) = api.get_opt(name).await.map_err(error("reading"))? else {
-        return Ok(true);
+    // Its metadata from the store when the store has it (ours carry the label), else a GET
+    // (a Secret written before the label, or one the store has not shown yet).
+    let stored = actuator
+        .user_data_secrets
+        .as_ref()
+        .and_then(|s| s.get(namespace, name))
+        .map(|s| s.metadata.clone());
+    let metadata = match stored {
+        Some(metadata) => metadata,
+        None => match api.get_opt(name).await.map_err(error("reading"))? {
+            Some(secret) => secret.metadata,
+            None => return Ok(true),
+        },
     };
-    let ours = secret.owner_references().iter().any(|owner| {
+    let ours = metadata.owner_references.iter().flatten().any(|owner| {
         owner.controller == Some(true) && Some(owner.uid.as_str()) == osc.metadata.uid.as_deref()
     });
     if !ours {
         tracing::info!(secret = %name, "user-data Secret is not controlled by this OSC; leaving it");
         return Ok(true);
     }
-    if secret.metadata.deletion_timestamp.is_none() {
-        match api.delete(name, &DeleteParams::default()).await {
-            Ok(_) => {}
-            Err(source) if crate::extension::managed_resource::not_found(&source) => {
-                return Ok(true);
-            }
-            Err(source) => return Err(error("deleting")(source)),
-        }
-    }
-    if !wait {
-        return Ok(true);
-    }
-    Ok(api.get_opt(name).await.map_err(error("reading"))?.is_none())
+    // The answer says whether it is gone at once (Right) or still held by finalizers (Left).
+    let gone = match api.delete(name, &DeleteParams::default()).await {
+        Ok(answer) => answer.is_right(),
+        Err(source) if crate::extension::managed_resource::not_found(&source) => true,
+        Err(source) => return Err(error("deleting")(source)),
+    };
+    Ok(gone || !wait)
 }

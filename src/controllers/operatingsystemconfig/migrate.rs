@@ -23,7 +23,15 @@ pub async fn migrate(
         let namespace = request.namespace();
         let mr = node_agent_managed_resource(osc);
         managed_resource::set_keep_objects(&actuator.client, namespace, &mr, true).await?;
-        if !managed_resource::delete_and_wait(&actuator.client, None, namespace, &mr, true).await? {
+        if !managed_resource::delete_and_wait(
+            &actuator.client,
+            actuator.cache.as_ref(),
+            namespace,
+            &mr,
+            true,
+        )
+        .await?
+        {
             return Ok(managed_resource::pending_deletion(&format!(
                 "ManagedResource {mr}"
             )));

@@ -16,9 +16,11 @@
 //!   status patch with the Succeeded state.
 //!
 //! Layout: [`content`], [`userdata`], [`extensions`] and [`nodeagent`] are pure; [`fetch`]
-//! reads referenced Secrets; [`reconcile`], [`delete`], [`migrate`], [`restore`] are the
+//! reads referenced Secrets; [`user_data_secrets`] remembers the user-data Secrets we wrote; [`reconcile`], [`delete`], [`migrate`], [`restore`] are the
 //! operations (one file each), and [`handover`] moves the node-agent secrets between
-//! gardenlet and us when gardenlet's own ManagedResource for them comes or goes.
+//! gardenlet and us when gardenlet's own ManagedResource for them comes or goes; runs read
+//! the Cluster from the operator's cache, and [`budget_wake`] runs a namespace's OSCs again
+//! when its pools' rollout budgets change.
 //!
 //! Errors a user must fix carry `ERR_CONFIGURATION_PROBLEM` (bad encoding, `imageRef` in a
 //! provision OSC, invalid paths or unit names, a reconcile OSC without pool label). A missing
@@ -27,6 +29,7 @@
 //! backoff instead of failing the shoot at once. API failures carry no code.
 
 pub mod add;
+pub mod budget_wake;
 pub mod content;
 pub mod delete;
 pub mod extensions;
@@ -38,6 +41,7 @@ pub mod os_update;
 pub mod reconcile;
 pub mod restore;
 pub mod rollout;
+pub mod user_data_secrets;
 pub mod userdata;
 pub mod validate;
 
@@ -47,6 +51,7 @@ use kube::Client;
 
 use crate::api::constants::DATA_KEY_CLOUD_CONFIG;
 use crate::api::{ErrorCode, OperatingSystemConfig};
+use crate::extension::cache::SeedCache;
 use crate::extension::events::EventPublisher;
 use crate::extension::managed_resource::ManagedResourceError;
 use crate::extension::{Classify, Outcome, Request};
@@ -163,6 +168,15 @@ impl From<ManagedResourceError> for Error {
 #[derive(Clone)]
 pub struct OscActuator {
     client: Client,
+    /// The operator's seed cache (our ManagedResources, the manifest secrets); `None` reads
+    /// with GETs.
+    cache: Option<SeedCache>,
+    /// Our access Secrets of the rollout status ([`rollout::watch::access_secrets`]); `None`
+    /// reads with GETs.
+    access_secrets: Option<rollout::watch::AccessSecrets>,
+    /// Our user-data Secrets' metadata ([`user_data_secrets`]); `None` applies them on every
+    /// run and reads them with GETs.
+    user_data_secrets: Option<user_data_secrets::UserDataSecrets>,
     events: EventPublisher,
     node_agent_secrets: handover::NodeAgentSecrets,
     claims: Arc<handover::claims::SecretClaims>,
@@ -174,15 +188,31 @@ impl OscActuator {
     /// controller, it feeds the actuator's view of the other ManagedResources.
     pub fn new(
         client: Client,
+        cache: Option<SeedCache>,
         events: EventPublisher,
         node_agent_secrets: handover::NodeAgentSecrets,
     ) -> Self {
         OscActuator {
             client,
+            cache,
+            access_secrets: None,
+            user_data_secrets: None,
             events,
             node_agent_secrets,
             claims: Arc::default(),
         }
+    }
+
+    /// Reads the access Secrets from `store` instead of with GETs.
+    pub fn with_access_secrets(mut self, store: rollout::watch::AccessSecrets) -> Self {
+        self.access_secrets = Some(store);
+        self
+    }
+
+    /// Reads the user-data Secrets' metadata from `store` ([`user_data_secrets::start`]).
+    pub fn with_user_data_secrets(mut self, store: user_data_secrets::UserDataSecrets) -> Self {
+        self.user_data_secrets = Some(store);
+        self
     }
 
     /// Whether we ship the node-agent secret of the `reconcile` OSC `osc` now: the mode

@@ -26,6 +26,7 @@ use serde_json::{Map, Value, json};
 use super::content::ReferencedSecrets;
 use super::extensions::{self, Extensions};
 use super::rollout::rules as rollout_rules;
+use super::user_data_secrets;
 use super::{
     Error, OscActuator, USER_DATA_KEY, fetch, node_agent_managed_resource, nodeagent,
     result_secret_ref, userdata, validate,
@@ -122,8 +123,11 @@ async fn provision(
         fetch::referenced_secrets(&actuator.client, request.namespace(), &osc.spec.files).await?;
     let user_data = render_user_data(osc, &secrets)?;
     let (name, namespace) = result_secret_ref(osc);
-    apply_result_secret(actuator, osc, &name, &namespace, user_data.as_bytes()).await?;
-    tracing::info!(secret = %name, bytes = user_data.len(), "user data written");
+    let written =
+        apply_result_secret(actuator, osc, &name, &namespace, user_data.as_bytes()).await?;
+    if written {
+        tracing::info!(secret = %name, bytes = user_data.len(), "user data written");
+    }
 
     let mut status = Map::new();
     status.insert(
@@ -135,6 +139,8 @@ async fn provision(
     }
     if user_data.len() > userdata::USER_DATA_SIZE_WARNING {
         warn_size(actuator, request, user_data.len(), &mut status).await;
+    } else if !written && status_holds(osc, &status) {
+        return Ok(Outcome::Unchanged);
     }
     Ok(Outcome::Done { status })
 }
@@ -158,6 +164,14 @@ pub fn result_secret(
         metadata: ObjectMeta {
             name: Some(name.to_string()),
             namespace: Some(namespace.to_string()),
+            labels: Some(BTreeMap::from([(
+                user_data_secrets::LABEL_USER_DATA.to_string(),
+                "true".to_string(),
+            )])),
+            annotations: Some(BTreeMap::from([(
+                user_data_secrets::ANNOTATION_CHECKSUM.to_string(),
+                user_data_secrets::checksum(user_data),
+            )])),
             owner_references: owner.map(|owner| vec![owner]),
             ..Default::default()
         },
@@ -176,8 +190,15 @@ async fn apply_result_secret(
     name: &str,
     namespace: &str,
     user_data: &[u8],
-) -> Result<(), Error> {
+) -> Result<bool, Error> {
     let secret = result_secret(osc, name, namespace, user_data);
+    let stored = actuator
+        .user_data_secrets
+        .as_ref()
+        .and_then(|s| s.get(namespace, name));
+    if stored.is_some_and(|stored| user_data_secrets::is_current(&stored, &secret)) {
+        return Ok(false);
+    }
     let api: Api<Secret> = Api::namespaced(actuator.client.clone(), namespace);
     api.patch(
         name,
@@ -191,7 +212,7 @@ async fn apply_result_secret(
         name: name.to_string(),
         source: Box::new(source),
     })?;
-    Ok(())
+    Ok(true)
 }
 
 /// Warns about oversized user data: a Warning event, and a note in the Succeeded
@@ -247,7 +268,7 @@ async fn original(
 ) -> Result<Outcome, Error> {
     let osc = request.object;
     let namespace = request.namespace();
-    let extensions = if actuator.ships_node_agent_secret(osc).await? {
+    let (extensions, written) = if actuator.ships_node_agent_secret(osc).await? {
         ship_node_agent_secret(actuator, osc, request.cluster.map(|c| &c.shoot)).await?
     } else {
         // Another ManagedResource (gardenlet's) delivers this node-agent secret: leave the
@@ -255,8 +276,14 @@ async fn original(
         // The same release as the hand-over's (`super::handover::release`), called directly:
         // the hand-over ships through this module, so this one does not import it back.
         let mr = node_agent_managed_resource(osc);
-        managed_resource::release_objects(&actuator.client, namespace, &mr).await?;
-        extensions_of(osc)?
+        managed_resource::release_objects(
+            &actuator.client,
+            actuator.cache.as_ref(),
+            namespace,
+            &mr,
+        )
+        .await?;
+        (extensions_of(osc)?, false)
     };
     let mut status = Map::new();
     status.insert("extensionUnits".into(), list_or_null(&extensions.units)?);
@@ -266,18 +293,32 @@ async fn original(
         None => Value::Null,
     };
     status.insert("inPlaceUpdates".into(), in_place);
+    if !written && status_holds(osc, &status) {
+        return Ok(Outcome::Unchanged);
+    }
     Ok(Outcome::Done { status })
 }
 
+/// Whether the OSC's status already has every field of `fields` (a `null` field: absent or
+/// `null`), so a run that wrote nothing may leave them out of its status patch (pure).
+pub fn status_holds(osc: &OperatingSystemConfig, fields: &Map<String, Value>) -> bool {
+    let Ok(Value::Object(current)) = serde_json::to_value(&osc.status) else {
+        return false;
+    };
+    fields
+        .iter()
+        .all(|(key, wanted)| current.get(key).unwrap_or(&Value::Null) == wanted)
+}
+
 /// Renders the node-agent secret of a `reconcile` OSC and applies its ManagedResource;
-/// returns the extension units/files that went into it. Also the take-over step of
+/// returns the extension units/files that went into it and whether anything was written. Also the take-over step of
 /// [`super::handover`]. With the `shoot` known, the secret carries the pool's rollout budget
 /// ([`nodeagent::rollout_budget`]).
 pub async fn ship_node_agent_secret(
     actuator: &OscActuator,
     osc: &OperatingSystemConfig,
     shoot: Option<&ShootView>,
-) -> Result<Extensions, Error> {
+) -> Result<(Extensions, bool), Error> {
     let namespace = osc.metadata.namespace.as_deref().unwrap_or_default();
     let mr = node_agent_managed_resource(osc);
     let files = osc.spec.files.iter();
@@ -288,15 +329,25 @@ pub async fn ship_node_agent_secret(
         .map(nodeagent::rollout_budget);
     let mut data = secret.managed_resource_data().map_err(Error::NodeAgent)?;
     data.extend(rollout_rules::rbac_manifests(&secret.name));
-    managed_resource::apply_for_shoot(&actuator.client, None, namespace, &mr, &data, false).await?;
-    apply_access_secret(actuator, osc, namespace, &secret).await?;
-    tracing::info!(
-        managed_resource = %mr,
-        secret = %secret.name,
-        checksum = %secret.checksum(),
-        "node-agent secret applied"
-    );
-    Ok(extensions)
+    let applied = managed_resource::apply_for_shoot(
+        &actuator.client,
+        actuator.cache.as_ref(),
+        namespace,
+        &mr,
+        &data,
+        false,
+    )
+    .await?;
+    let access_written = apply_access_secret(actuator, osc, namespace, &secret).await?;
+    if applied || access_written {
+        tracing::info!(
+            managed_resource = %mr,
+            secret = %secret.name,
+            checksum = %secret.checksum(),
+            "node-agent secret applied"
+        );
+    }
+    Ok((extensions, applied || access_written))
 }
 
 /// The shoot access Secret through which the rollout watch sees the pool's Nodes
@@ -307,9 +358,9 @@ async fn apply_access_secret(
     osc: &OperatingSystemConfig,
     namespace: &str,
     shipped: &nodeagent::NodeAgentSecret,
-) -> Result<(), Error> {
+) -> Result<bool, Error> {
     let Some(owner) = osc.controller_owner_ref(&()) else {
-        return Ok(());
+        return Ok(false);
     };
     let wanted = rollout_rules::access_secret(
         namespace,
@@ -329,7 +380,11 @@ async fn apply_access_secret(
             source: Box::new(source),
         }
     };
-    let current = api.get_opt(&name).await.map_err(error("reading"))?;
+    let current = match actuator.access_secrets.as_ref().filter(|s| s.synced()) {
+        // A Secret the store lacks is written (an apply of what exists changes nothing).
+        Some(store) => store.get(namespace, &name).map(|s| (*s).clone()),
+        None => api.get_opt(&name).await.map_err(error("reading"))?,
+    };
     let up_to_date = current.is_some_and(|current| {
         managed_resource::contains_all(&current.metadata.labels, &wanted.metadata.labels)
             && managed_resource::contains_all(
@@ -347,7 +402,7 @@ async fn apply_access_secret(
         .await
         .map_err(error("applying"))?;
     }
-    Ok(())
+    Ok(!up_to_date)
 }
 
 /// The list as JSON, or `null` (clears the field) when empty.

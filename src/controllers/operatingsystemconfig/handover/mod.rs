@@ -187,10 +187,14 @@ pub async fn hand_over(
         tracing::info!(%namespace, osc = %osc.name_any(), "shipping the node-agent secret");
         if cluster.is_none() {
             cluster = Some(
-                crate::extension::cluster::lookup(&actuator.client, None, namespace)
-                    .await
-                    .ok()
-                    .flatten(),
+                crate::extension::cluster::lookup(
+                    &actuator.client,
+                    actuator.cache.as_ref(),
+                    namespace,
+                )
+                .await
+                .ok()
+                .flatten(),
             );
         }
         let shoot = cluster.as_ref().and_then(Option::as_ref).map(|c| &c.shoot);
@@ -203,7 +207,8 @@ pub async fn hand_over(
 /// ([`managed_resource::release_objects`]: GRM does not apply ours once more on the way out,
 /// so the other ManagedResource is the only one writing the Secret from then on).
 pub async fn release(actuator: &OscActuator, namespace: &str, name: &str) -> Result<(), Error> {
-    managed_resource::release_objects(&actuator.client, namespace, name).await?;
+    managed_resource::release_objects(&actuator.client, actuator.cache.as_ref(), namespace, name)
+        .await?;
     Ok(())
 }
 

@@ -22,10 +22,8 @@ use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use chrono::Utc;
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Secret};
 use kube::api::{ListParams, Patch, PatchParams};
-use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
@@ -36,7 +34,7 @@ use super::rules::{self, ANNOTATION_POOL, ANNOTATION_SHIPPED_CHECKSUM, CONDITION
 use crate::api::OperatingSystemConfig;
 use crate::api::common::Condition;
 use crate::controllers::operatingsystemconfig::nodeagent;
-use crate::extension::cache::{ObjectStore, SeedCache};
+use crate::extension::cache::{ObjectStore, SeedCache, SyncedStore};
 
 /// How often unfinished rollouts are looked at.
 pub const INTERVAL: Duration = Duration::from_secs(10);
@@ -72,16 +70,25 @@ impl WatchError {
     }
 }
 
-/// Runs until `shutdown` (see the module docs).
-pub async fn run(client: Client, cache: SeedCache, oscs: ObjectStore, shutdown: CancellationToken) {
-    let api: Api<Secret> = Api::all(client.clone());
+/// Our access Secrets, stored whole (the token is what [`run`] builds shoot clients with).
+pub type AccessSecrets = SyncedStore<Secret>;
+
+/// Starts the reflector on our access Secrets (until `shutdown`); its store is read by
+/// [`run`] and by the OSC runs, which write an access Secret only when the stored one differs.
+pub fn access_secrets(client: &Client, shutdown: &CancellationToken) -> AccessSecrets {
     let config = watcher::Config::default().labels(&format!("{}=true", rules::LABEL_ACCESS));
-    let (store, writer) = reflector::store();
-    let reflect = watcher::watcher(api, config)
-        .default_backoff()
-        .reflect(writer)
-        .for_each(|_| futures::future::ready(()));
-    let watch = tokio::spawn(reflect);
+    SyncedStore::start(Api::all(client.clone()), config, |_| {}, shutdown)
+}
+
+/// Runs until `shutdown` (see the module docs); `store` is [`access_secrets`]'.
+pub async fn run(
+    client: Client,
+    cache: SeedCache,
+    oscs: ObjectStore,
+    access: AccessSecrets,
+    shutdown: CancellationToken,
+) {
+    let store = access.store;
     let mut clients = ShootClients::new();
     loop {
         tokio::select! {
@@ -97,7 +104,6 @@ pub async fn run(client: Client, cache: SeedCache, oscs: ObjectStore, shutdown: 
         }
         round(&client, &cache, &oscs, &store, &mut clients).await;
     }
-    watch.abort();
 }
 
 async fn round(
