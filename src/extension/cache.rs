@@ -509,7 +509,7 @@ pub fn object_store<K: Resource<DynamicType = ()>>()
 pub struct SyncedStore<K: Resource<DynamicType = ()> + 'static> {
     /// The stored objects.
     pub store: Store<K>,
-    synced: Arc<std::sync::atomic::AtomicBool>,
+    synced: tokio::sync::watch::Sender<bool>,
 }
 
 impl<K> SyncedStore<K>
@@ -526,8 +526,8 @@ where
         shutdown: &CancellationToken,
     ) -> Self {
         let (store, writer) = reflector::store();
-        let synced = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let mark = Arc::clone(&synced);
+        let synced = tokio::sync::watch::Sender::new(false);
+        let mark = synced.clone();
         spawn(
             watcher::watcher(api, config)
                 .default_backoff()
@@ -538,7 +538,7 @@ where
                 .reflect(writer)
                 .inspect(move |event| {
                     if matches!(event, Ok(watcher::Event::InitDone)) {
-                        mark.store(true, std::sync::atomic::Ordering::Release);
+                        mark.send_replace(true);
                     }
                 }),
             shutdown,
@@ -548,7 +548,12 @@ where
 
     /// Whether the store holds its first list (before, a missing object says nothing).
     pub fn synced(&self) -> bool {
-        self.synced.load(std::sync::atomic::Ordering::Acquire)
+        *self.synced.borrow()
+    }
+
+    /// Resolves once the store holds its first list (any number of waiters).
+    pub async fn wait_synced(&self) {
+        let _ = self.synced.subscribe().wait_for(|synced| *synced).await;
     }
 
     /// The stored object `namespace/name`.

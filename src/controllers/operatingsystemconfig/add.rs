@@ -34,7 +34,17 @@ pub fn add(setup: &Setup, filter: Filter, node_agent_secrets: NodeAgentSecrets) 
         setup.shutdown.clone(),
     ));
     let wake = budget_wake::wake_on_budget_changes(setup.cache.clone());
+    let views = actuator.clone();
     let mut started = setup.start(actuator, filter, store, Some(wake));
     started.tasks.extend([handover, rollout_watch]);
+    // Ready once the controller's store and the actuator's own views are listed.
+    let (ready, synced) = tokio::sync::oneshot::channel();
+    let controller_synced = std::mem::replace(&mut started.synced, synced);
+    tokio::spawn(async move {
+        if controller_synced.await.is_ok() {
+            views.wait_synced().await;
+            let _ = ready.send(());
+        }
+    });
     started
 }

@@ -203,6 +203,20 @@ impl OscActuator {
         }
     }
 
+    /// Resolves once every view the runs read beside the caches holds its first list: the
+    /// other ManagedResources' claims and the access and user-data Secret stores (part of
+    /// the controller's readiness, so that runs right after start-up neither wait nor fall
+    /// back to requests).
+    pub async fn wait_synced(&self) {
+        self.claims.wait_synced().await;
+        if let Some(store) = &self.access_secrets {
+            store.wait_synced().await;
+        }
+        if let Some(store) = &self.user_data_secrets {
+            store.wait_synced().await;
+        }
+    }
+
     /// Reads the access Secrets from `store` instead of with GETs.
     pub fn with_access_secrets(mut self, store: rollout::watch::AccessSecrets) -> Self {
         self.access_secrets = Some(store);

@@ -153,6 +153,11 @@ impl SecretClaims {
         changed.into_iter().collect()
     }
 
+    /// Resolves once the view is listed (for readiness).
+    pub async fn wait_synced(&self) {
+        let _ = self.synced.subscribe().wait_for(|synced| *synced).await;
+    }
+
     /// Marks the view as listed: reconciles waiting in [`Self::owner`] go on.
     pub fn mark_synced(&self) {
         self.synced.send_replace(true);
