@@ -9,6 +9,8 @@
 #   make check-generate  fail if generated files are out of date
 #   make envtest         build (once) kube-apiserver, etcd, kube-controller-manager, kube-scheduler,
 #                        kubelet, gardener-resource-manager and helm and print their folder
+#   make peers           build (once) the Go extensions the benches measure beside ours
+#                        (runtime-gvisor, os-gardenlinux) from the shared/peers folder next to the checkout and print their folder
 #   make test-resilience the fault-injection tests at full counts (docs/reliability.md)
 #   make e2e             the whole path on a real shoot node: kubelet, containerd, runsc (test/node_e2e.rs)
 #   make e2e-rollout     the disruptive rollout on four real nodes: budget, stop on failure, resume
@@ -25,6 +27,7 @@
 #   make e2e-machines-lifecycle  the longer run: a rolling update by a new node-agent key with MCM
 #                        down mid-way, scale up and down, an in-place pool updated by MCM's real
 #                        in-place flow, a driver crash mid-create, migrate + restore; sampled at 2 Hz
+#   make bench-scale     ContainerRuntimes at 200, 2,000 and 5,000: time, requests, memory, workers, restart
 #   make bench-machines  a pool of 10 over 3 zones created and rolled by the real MCM into docs/benchmarks.md
 #   make bench-rollout   GNA's rollout modes against the disruptive rollout on four nodes into docs/benchmarks.md
 #   make bench-node      what one such node costs (boot, Ready, memory) into docs/benchmarks.md
@@ -38,9 +41,9 @@ SHELL := /bin/bash
 CARGO ?= cargo
 KUBECONFIG_DEV := dev/kubeconfig
 
-.PHONY: start start-clean test fmt lint generate check-generate envtest deps unit integration check-orphans
+.PHONY: start start-clean test fmt lint generate check-generate envtest peers deps unit integration check-orphans
 .PHONY: test-resilience fuzz advisories e2e e2e-rollout e2e-health e2e-takeover e2e-machines e2e-machines-lifecycle bench-machines bench-rollout bench-node
-.PHONY: bench-agent-certificate
+.PHONY: bench-agent-certificate bench-scale
 
 # The fault-injection binaries; `make test` runs them at reduced counts.
 RESILIENCE_TESTS := --test resilience_apiserver --test resilience_etcd \
@@ -66,6 +69,9 @@ start-clean:
 
 envtest:
 	@hack/envtest.sh
+
+peers:
+	@hack/peers.sh
 
 deps:
 	@hack/install-deps.sh
@@ -154,6 +160,11 @@ e2e-machines-lifecycle: deps
 # A pool of 10 over 3 zones created and rolled by the real MCM: docs/benchmarks.md.
 bench-machines: deps
 	@$(call node-run,bench-machines,$(CARGO) test --test machines_e2e pool_at_scale -- --ignored --nocapture)
+
+# The scale curve: ContainerRuntimes at 200, 2,000 and 5,000, workers 1/5/20, a restart at the
+# largest point: docs/benchmarks.md (BENCH_SCALE_POINTS=200,2000 measures fewer points).
+bench-scale: deps
+	@export ENVTEST_ASSETS="$$(hack/envtest.sh)"; $(CARGO) bench --bench scale
 
 bench-rollout: deps
 	@$(call node-run,bench-rollout,$(CARGO) test --test rollout_e2e compare_rollout_modes -- --ignored --nocapture)

@@ -505,6 +505,12 @@ pub async fn delete(
         Some(cache) => Some(cache.lock(namespace, name).await),
         None => None,
     };
+    // Nothing to delete and nothing to read: the store lacks the MR and its legacy secret,
+    // and we have not applied it since the store could have shown it.
+    let legacy = format!("managedresource-{name}");
+    if cache.is_some_and(|c| c.knows_absent(namespace, name) && !c.has_secret(namespace, &legacy)) {
+        return Ok(true);
+    }
     let existing = get(client, cache, namespace, name).await?;
     delete_found(client, cache, namespace, name, existing.as_ref()).await
 }

@@ -8,8 +8,14 @@ use std::io::{Read, Seek, SeekFrom};
 use std::path::PathBuf;
 use std::time::Duration;
 
-/// Requests by `"<verb> <resource>[/<subresource>]"`.
+/// Requests by `"<verb> <resource>[/<subresource>]"`; in a mix taken with codes
+/// ([`AuditLog::take_coded`]) the requests answered 404 or 409 count under the same key with
+/// `" → 404"` or `" → 409"` appended.
 pub type Mix = BTreeMap<String, usize>;
+
+/// The response codes a mix taken with codes counts apart: Not Found and Conflict, the answers
+/// that tell a cache's miss and a stale write from a useful request.
+pub const CODES_APART: [u16; 2] = [404, 409];
 
 /// A reader of the audit log from a position on.
 pub struct AuditLog {
@@ -30,6 +36,19 @@ impl AuditLog {
     /// call.
     pub fn take(&mut self, client: impl Fn(&str) -> bool) -> Mix {
         self.take_where(|event| client(event["userAgent"].as_str().unwrap_or_default()))
+    }
+
+    /// Like [`Self::take`], with the requests answered 404 or 409 counted apart (keys
+    /// `"<verb> <resource> → <code>"`, see [`CODES_APART`]), from kube-apiserver's
+    /// `responseStatus.code`.
+    pub fn take_coded(&mut self, client: impl Fn(&str) -> bool) -> Mix {
+        let mut mix = Mix::new();
+        self.read_events(|event, key| {
+            if client(event["userAgent"].as_str().unwrap_or_default()) {
+                *mix.entry(coded_key(event, key)).or_default() += 1;
+            }
+        });
+        mix
     }
 
     /// The requests logged since the last call about objects in `namespace`, from any client
@@ -96,18 +115,67 @@ impl AuditLog {
     /// since the last call (the tail of a phase: status writes and events after the last
     /// object became ready).
     pub async fn take_when_quiet(&mut self, client: impl Fn(&str) -> bool, quiet: Duration) -> Mix {
+        self.take_when_quiet_with(client, quiet, false, |_| false)
+            .await
+    }
+
+    /// [`Self::take_when_quiet`] with the requests answered 404 or 409 counted apart (see
+    /// [`Self::take_coded`]), where the requests whose key `periodic` accepts (a heartbeat,
+    /// a health check that writes every object's status every few seconds) count but do not
+    /// keep the client from being quiet.
+    pub async fn take_coded_when_quiet(
+        &mut self,
+        client: impl Fn(&str) -> bool,
+        quiet: Duration,
+        periodic: impl Fn(&str) -> bool,
+    ) -> Mix {
+        self.take_when_quiet_with(client, quiet, true, periodic)
+            .await
+    }
+
+    async fn take_when_quiet_with(
+        &mut self,
+        client: impl Fn(&str) -> bool,
+        quiet: Duration,
+        coded: bool,
+        periodic: impl Fn(&str) -> bool,
+    ) -> Mix {
         let mut total = Mix::new();
         loop {
             tokio::time::sleep(quiet).await;
-            let more = self.take(&client);
-            if more.is_empty() {
-                return total;
-            }
+            let more = if coded {
+                self.take_coded(&client)
+            } else {
+                self.take(&client)
+            };
+            let done = more.keys().all(|key| periodic(key));
             for (key, count) in more {
                 *total.entry(key).or_default() += count;
             }
+            if done {
+                return total;
+            }
         }
     }
+}
+
+/// The key of `event` with its response code appended where it is one of [`CODES_APART`].
+fn coded_key(event: &serde_json::Value, key: String) -> String {
+    match event["responseStatus"]["code"].as_u64() {
+        Some(code) if CODES_APART.iter().any(|c| u64::from(*c) == code) => {
+            format!("{key} → {code}")
+        }
+        _ => key,
+    }
+}
+
+/// Requests of a mix taken with codes that were answered `code` (404 or 409).
+pub fn answered(mix: &Mix, code: u16) -> usize {
+    let suffix = format!(" → {code}");
+    mix.iter()
+        .filter(|(key, _)| key.ends_with(&suffix))
+        .map(|(_, count)| count)
+        .sum()
 }
 
 /// Total requests of a mix.

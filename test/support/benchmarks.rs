@@ -21,6 +21,17 @@ pub fn write_section(name: &str, body: &str) {
     std::fs::write(&path, updated).expect("docs/benchmarks.md written");
 }
 
+/// The current body of section `name`, if `docs/benchmarks.md` has it.
+pub fn read_section(name: &str) -> Option<String> {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("docs/benchmarks.md");
+    let current = std::fs::read_to_string(path).ok()?;
+    let begin = format!("<!-- {name}:begin -->\n");
+    let end = format!("<!-- {name}:end -->");
+    let start = current.find(&begin)? + begin.len();
+    let stop = start + current[start..].find(&end)?;
+    Some(current[start..stop].to_string())
+}
+
 /// Whether the binary runs under `cargo bench` (which passes `--bench`). `cargo test
 /// --all-targets` also runs bench targets, without that flag; benches then return at once,
 /// so measuring never slows down or rewrites docs from a test run.

@@ -25,8 +25,11 @@ pub mod node_cloud;
 pub mod nspawn;
 pub mod oci;
 pub mod operator;
+pub mod peer;
+pub mod process;
 pub mod registry;
 pub mod shoot;
+pub mod side_by_side;
 
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -210,6 +213,21 @@ pub async fn restart_etcd() {
     let shared = SHARED.get().expect("control plane started by env() first");
     let mut plane = shared.plane.lock().await;
     plane.restart_etcd().await.expect("etcd restarts");
+}
+
+/// The process id of this binary's kube-apiserver (for its CPU time and memory,
+/// [`process`]): the `kube-apiserver` whose certificates are in this binary's state folder.
+/// Looked up in `/proc` on each call, so it follows [`restart_apiserver`].
+pub fn apiserver_pid() -> Option<u32> {
+    let cert_dir = format!("--cert-dir={}", state_dir().join("certs").display());
+    std::fs::read_dir("/proc").ok()?.find_map(|entry| {
+        let pid: u32 = entry.ok()?.file_name().to_str()?.parse().ok()?;
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+        let mut args = cmdline.split(|b| *b == 0);
+        let program = args.next()?;
+        let ours = program.ends_with(b"/kube-apiserver") && args.any(|a| a == cert_dir.as_bytes());
+        ours.then_some(pid)
+    })
 }
 
 /// Creates a namespace labelled as a shoot namespace (`gardener.cloud/role=shoot`).

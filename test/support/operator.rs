@@ -161,12 +161,17 @@ impl OperatorProcess {
 
     /// Peak resident set size (VmHWM) of the operator process in KiB, from /proc.
     pub fn peak_rss_kib(&self) -> Option<u64> {
-        let status = fs::read_to_string(format!("/proc/{}/status", self.child.id())).ok()?;
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmHWM:"))
-            .and_then(|v| v.split_whitespace().next())
-            .and_then(|v| v.parse().ok())
+        super::process::peak_rss_kib(self.child.id())
+    }
+
+    /// Current resident set size (VmRSS) of the operator process in KiB, from /proc.
+    pub fn rss_kib(&self) -> Option<u64> {
+        super::process::rss_kib(self.child.id())
+    }
+
+    /// CPU time (user + system) the operator process has used so far, in seconds.
+    pub fn cpu_seconds(&self) -> Option<f64> {
+        super::process::cpu_seconds(self.child.id())
     }
 
     /// The log so far (for assertion messages).

@@ -1,0 +1,566 @@
+//! Benchmark: the scale curve (`make bench-scale`). gVisor ContainerRuntimes at 200, 2,000 and
+//! 5,000 objects (4 per shoot namespace) on one real kube-apiserver. Each point gets a fresh
+//! operator (the bench build), and each phase is timed until every object passes gardenlet's
+//! readiness check (or is gone):
+//!
+//! 1. create;
+//! 2. reconcile (gardenlet annotates all);
+//! 3. restart at the largest point only: the operator is killed and started again. Until
+//!    `/readyz`, and what it sends for unchanged objects;
+//! 4. delete.
+//!
+//! Per point it reports:
+//! - requests per object (the operator's `User-Agent` in the audit log, 404 and 409 counted
+//!   apart);
+//! - the operator's peak RSS (VmHWM) and RSS per object;
+//! - RSS after every object is deleted against RSS at start;
+//! - CPU seconds of the operator and of kube-apiserver per phase;
+//! - the most and mean reconciles in flight (`controller_active_workers`, sampled every
+//!   250 ms).
+//!
+//! At 2,000 objects the create phase also runs with 1, 5 and 20 workers, so the curve shows
+//! whether the workers or the API server bound the throughput. Writes the section `scale` of
+//! `docs/benchmarks.md`.
+//!
+//! Run: `make bench-scale` (`cargo bench --bench scale`). `BENCH_SCALE_POINTS=200,2000`
+//! measures fewer points (the section says which ran).
+
+#![allow(clippy::unwrap_used, clippy::panic, dead_code)] // a measuring tool, not a controller
+
+#[path = "../test/support/mod.rs"]
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use gardener_extension_node::api::{Cluster, ContainerRuntime, LastOperationType};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use serde_json::json;
+use support::audit::{self, AuditLog, Mix};
+use support::gardener::check_ready;
+use support::operator::OperatorProcess;
+use support::{fixtures, wait_for};
+
+const PER_NAMESPACE: usize = 4;
+const POINTS: [usize; 3] = [200, 2_000, 5_000];
+/// Where the worker counts are compared, and with which counts.
+const CONCURRENCY_AT: usize = 2_000;
+const WORKERS: [usize; 3] = [1, 5, 20];
+/// The operator's default `--max-concurrent-reconciles`.
+const DEFAULT_WORKERS: usize = 5;
+/// How long the operator must have been silent before a phase's count is closed.
+const QUIET: Duration = Duration::from_secs(3);
+/// Requests sent in parallel by the bench's own client (creates, annotations, deletes).
+const CLIENT_PARALLEL: usize = 32;
+/// The longest any phase may take.
+const PHASE_TIMEOUT: Duration = Duration::from_secs(900);
+
+/// The operator's requests: its `User-Agent` names the subcommand.
+fn from_operator(user_agent: &str) -> bool {
+    user_agent.starts_with("gardener-extension-node/") && user_agent.ends_with("(operator)")
+}
+
+/// One phase as measured.
+#[derive(Debug, Clone, Default)]
+struct Phase {
+    seconds: f64,
+    requests: Mix,
+    operator_cpu: f64,
+    apiserver_cpu: f64,
+    in_flight: InFlight,
+}
+
+/// Reconciles in flight, sampled from the operator's metrics.
+#[derive(Debug, Clone, Copy, Default)]
+struct InFlight {
+    most: u64,
+    mean: f64,
+}
+
+/// One point of the curve.
+#[derive(Debug, Clone, Default)]
+struct Point {
+    objects: usize,
+    create: Phase,
+    reconcile: Phase,
+    restart: Option<Restart>,
+    delete: Phase,
+    rss_start_kib: u64,
+    peak_kib: u64,
+    rss_after_delete_kib: u64,
+}
+
+/// The restart at the largest point.
+#[derive(Debug, Clone, Default)]
+struct Restart {
+    ready_seconds: f64,
+    requests: Mix,
+}
+
+fn writes(mix: &Mix) -> usize {
+    mix.iter()
+        .filter(|(key, _)| {
+            ["create ", "update ", "patch ", "delete "]
+                .iter()
+                .any(|verb| key.starts_with(verb))
+        })
+        .map(|(_, n)| n)
+        .sum()
+}
+
+/// Samples `gardener_extension_node_controller_active_workers{kind="ContainerRuntime"}` every
+/// 250 ms until stopped.
+fn sample_in_flight(address: String, stop: Arc<AtomicBool>) -> tokio::task::JoinHandle<InFlight> {
+    tokio::spawn(async move {
+        let (mut most, mut sum, mut samples) = (0u64, 0u64, 0u64);
+        while !stop.load(Ordering::SeqCst) {
+            if let Some((200, body)) = OperatorProcess::http_get_at(&address, "/metrics").await
+                && let Some(value) = body.lines().find_map(|line| {
+                    line.split_once(r#"controller_active_workers{kind="ContainerRuntime"} "#)
+                        .map(|(_, value)| value)
+                })
+                && let Ok(value) = value.trim().parse::<u64>()
+            {
+                most = most.max(value);
+                sum += value;
+                samples += 1;
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        InFlight {
+            most,
+            mean: if samples == 0 {
+                0.0
+            } else {
+                sum as f64 / samples as f64
+            },
+        }
+    })
+}
+
+/// The measurement around one phase: CPU of both processes, reconciles in flight, requests.
+struct Meter<'a> {
+    operator: &'a OperatorProcess,
+    log: &'a mut AuditLog,
+    started: Instant,
+    operator_cpu: f64,
+    apiserver_cpu: f64,
+    stop: Arc<AtomicBool>,
+    sampler: tokio::task::JoinHandle<InFlight>,
+}
+
+impl<'a> Meter<'a> {
+    fn start(operator: &'a OperatorProcess, log: &'a mut AuditLog) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        Meter {
+            sampler: sample_in_flight(operator.http_address.clone(), stop.clone()),
+            operator_cpu: operator.cpu_seconds().unwrap_or_default(),
+            apiserver_cpu: apiserver_cpu(),
+            started: Instant::now(),
+            operator,
+            log,
+            stop,
+        }
+    }
+
+    /// Ends the phase once the operator has been quiet (its time ends at `done`).
+    async fn finish(self, done: Instant) -> Phase {
+        let seconds = done.duration_since(self.started).as_secs_f64();
+        let requests = self
+            .log
+            .take_coded_when_quiet(from_operator, QUIET, |_| false)
+            .await;
+        self.stop.store(true, Ordering::SeqCst);
+        let in_flight = self.sampler.await.unwrap_or_default();
+        Phase {
+            seconds,
+            requests,
+            operator_cpu: self.operator.cpu_seconds().unwrap_or_default() - self.operator_cpu,
+            apiserver_cpu: apiserver_cpu() - self.apiserver_cpu,
+            in_flight,
+        }
+    }
+}
+
+fn apiserver_cpu() -> f64 {
+    support::apiserver_pid()
+        .and_then(support::process::cpu_seconds)
+        .unwrap_or_default()
+}
+
+/// Starts an operator with `workers` and waits for `/readyz`; returns it and the seconds.
+async fn start_operator(kubeconfig: &str, workers: usize) -> (OperatorProcess, f64) {
+    let workers = format!("--max-concurrent-reconciles={workers}");
+    let started = Instant::now();
+    let operator = OperatorProcess::start(
+        kubeconfig,
+        &[
+            "--controllers=containerruntime",
+            "--gvisor-uninstall-timeout-seconds=0",
+            &workers,
+        ],
+    );
+    wait_ready(&operator).await;
+    (operator, started.elapsed().as_secs_f64())
+}
+
+async fn wait_ready(operator: &OperatorProcess) {
+    wait_for("operator ready", Duration::from_secs(120), || async {
+        match operator.http_get("/readyz").await {
+            Some((200, _)) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+}
+
+/// Creates the namespaces and Clusters of a point (`shoot--scale<tag>--<i>`).
+async fn create_namespaces(client: &Client, tag: &str, count: usize) -> Vec<String> {
+    let names: Vec<String> = (0..count)
+        .map(|i| format!("shoot--scale{tag}--{i:04}"))
+        .collect();
+    futures::stream::iter(names.clone())
+        .for_each_concurrent(CLIENT_PARALLEL, |namespace| async move {
+            support::create_namespace(client, &namespace).await;
+            Api::<Cluster>::all(client.clone())
+                .create(&PostParams::default(), &fixtures::cluster(&namespace))
+                .await
+                .unwrap();
+        })
+        .await;
+    names
+}
+
+async fn create_runtimes(client: &Client, namespaces: &[String]) {
+    let objects = namespaces
+        .iter()
+        .flat_map(|ns| (0..PER_NAMESPACE).map(move |p| (ns.clone(), format!("pool-{p}"))));
+    futures::stream::iter(objects)
+        .for_each_concurrent(CLIENT_PARALLEL, |(namespace, pool)| async move {
+            let mut cr = fixtures::container_runtime_json(&namespace, &pool);
+            cr["metadata"]["annotations"] = json!({"gardener.cloud/operation": "reconcile"});
+            Api::<ContainerRuntime>::namespaced(client.clone(), &namespace)
+                .create(&PostParams::default(), &serde_json::from_value(cr).unwrap())
+                .await
+                .unwrap();
+        })
+        .await;
+}
+
+async fn annotate_runtimes(client: &Client, namespaces: &[String]) {
+    let timestamp = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let objects = namespaces
+        .iter()
+        .flat_map(|ns| (0..PER_NAMESPACE).map(move |p| (ns.clone(), format!("pool-{p}"))));
+    futures::stream::iter(objects)
+        .for_each_concurrent(CLIENT_PARALLEL, |(namespace, pool)| {
+            let timestamp = timestamp.clone();
+            async move {
+                let patch = json!({"metadata": {"annotations": {
+                    "gardener.cloud/operation": "reconcile",
+                    "gardener.cloud/timestamp": timestamp,
+                }}});
+                Api::<ContainerRuntime>::namespaced(client.clone(), &namespace)
+                    .patch(
+                        &format!("gvisor-{pool}"),
+                        &PatchParams::default(),
+                        &Patch::Merge(patch),
+                    )
+                    .await
+                    .unwrap();
+            }
+        })
+        .await;
+}
+
+async fn delete_runtimes(client: &Client, namespaces: &[String]) {
+    futures::stream::iter(namespaces.to_vec())
+        .for_each_concurrent(CLIENT_PARALLEL, |namespace| async move {
+            Api::<ContainerRuntime>::namespaced(client.clone(), &namespace)
+                .delete_collection(&DeleteParams::default(), &ListParams::default())
+                .await
+                .unwrap();
+        })
+        .await;
+}
+
+/// Waits until the `total` ContainerRuntimes of `namespaces` pass gardenlet's readiness check
+/// for `operation` (listed by label-free LISTs of all; the bench's other points are gone).
+async fn wait_all_ready(client: &Client, total: usize, operation: LastOperationType) -> Instant {
+    let all: Api<ContainerRuntime> = Api::all(client.clone());
+    wait_for("all ContainerRuntimes ready", PHASE_TIMEOUT, || async {
+        let list = all
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| e.to_string())?;
+        let ready = list
+            .items
+            .iter()
+            .filter(|cr| check_ready(*cr, operation).is_ok())
+            .count();
+        if ready == total {
+            Ok(())
+        } else {
+            Err(format!("{ready}/{total} ready"))
+        }
+    })
+    .await;
+    Instant::now()
+}
+
+async fn wait_all_gone(client: &Client) -> Instant {
+    let all: Api<ContainerRuntime> = Api::all(client.clone());
+    wait_for("all ContainerRuntimes gone", PHASE_TIMEOUT, || async {
+        let left = all
+            .list(&ListParams::default().limit(1))
+            .await
+            .map_err(|e| e.to_string())?
+            .items
+            .len();
+        if left == 0 {
+            Ok(())
+        } else {
+            Err("some left".to_string())
+        }
+    })
+    .await;
+    Instant::now()
+}
+
+/// RSS once it has settled (two samples 2 s apart within 5 %), at most 20 s.
+async fn settled_rss(operator: &OperatorProcess) -> u64 {
+    let mut last = operator.rss_kib().unwrap_or_default();
+    for _ in 0..10 {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let now = operator.rss_kib().unwrap_or_default();
+        if now.abs_diff(last) * 20 <= last.max(1) {
+            return now;
+        }
+        last = now;
+    }
+    last
+}
+
+/// One point of the curve with `workers`; `restart` adds the restart phase.
+async fn measure_point(
+    env: &support::TestEnv,
+    objects: usize,
+    workers: usize,
+    restart: bool,
+) -> Point {
+    let tag = format!("{objects}w{workers}");
+    let namespaces = create_namespaces(&env.client, &tag, objects / PER_NAMESPACE).await;
+    let (mut operator, _) = start_operator(&env.kubeconfig, workers).await;
+    let mut log = AuditLog::from_end(support::audit_log_path());
+    log.take_when_quiet(from_operator, QUIET).await;
+    let rss_start_kib = settled_rss(&operator).await;
+
+    let meter = Meter::start(&operator, &mut log);
+    create_runtimes(&env.client, &namespaces).await;
+    let done = wait_all_ready(&env.client, objects, LastOperationType::Create).await;
+    let create = meter.finish(done).await;
+
+    let meter = Meter::start(&operator, &mut log);
+    annotate_runtimes(&env.client, &namespaces).await;
+    let done = wait_all_ready(&env.client, objects, LastOperationType::Reconcile).await;
+    let reconcile = meter.finish(done).await;
+
+    let restart = if restart {
+        operator.kill();
+        log.take(|_| true);
+        let started = Instant::now();
+        operator.restart();
+        wait_ready(&operator).await;
+        let ready_seconds = started.elapsed().as_secs_f64();
+        let requests = log
+            .take_coded_when_quiet(from_operator, QUIET, |_| false)
+            .await;
+        Some(Restart {
+            ready_seconds,
+            requests,
+        })
+    } else {
+        None
+    };
+
+    let meter = Meter::start(&operator, &mut log);
+    delete_runtimes(&env.client, &namespaces).await;
+    let done = wait_all_gone(&env.client).await;
+    let delete = meter.finish(done).await;
+    let rss_after_delete_kib = settled_rss(&operator).await;
+    let peak_kib = operator.peak_rss_kib().unwrap_or_default();
+    operator.kill();
+    futures::stream::iter(namespaces)
+        .for_each_concurrent(CLIENT_PARALLEL, |namespace| {
+            let client = env.client.clone();
+            async move {
+                let _ = Api::<Cluster>::all(client)
+                    .delete(&namespace, &DeleteParams::default())
+                    .await;
+            }
+        })
+        .await;
+    Point {
+        objects,
+        create,
+        reconcile,
+        restart,
+        delete,
+        rss_start_kib,
+        peak_kib,
+        rss_after_delete_kib,
+    }
+}
+
+fn points() -> Vec<usize> {
+    std::env::var("BENCH_SCALE_POINTS")
+        .ok()
+        .map(|list| {
+            list.split(',')
+                .filter_map(|n| n.trim().parse().ok())
+                .filter(|n: &usize| *n >= PER_NAMESPACE)
+                .collect()
+        })
+        .filter(|list: &Vec<usize>| !list.is_empty())
+        .unwrap_or_else(|| POINTS.to_vec())
+}
+
+fn mib(kib: u64) -> f64 {
+    kib as f64 / 1024.0
+}
+
+fn phase_cells(phase: &Phase, objects: usize) -> String {
+    let total = audit::total(&phase.requests);
+    format!(
+        "{:.1} s | {:.2} | {} / {} | {:.1} s | {:.1} s | {} / {:.1}",
+        phase.seconds,
+        total as f64 / objects as f64,
+        audit::answered(&phase.requests, 404),
+        audit::answered(&phase.requests, 409),
+        phase.operator_cpu,
+        phase.apiserver_cpu,
+        phase.in_flight.most,
+        phase.in_flight.mean,
+    )
+}
+
+fn render(points: &[Point], concurrency: &[(usize, Phase)]) -> String {
+    let mut curve = String::new();
+    for point in points {
+        let n = point.objects;
+        for (name, phase) in [
+            ("create → all ready", &point.create),
+            ("reconcile → all ready", &point.reconcile),
+            ("delete → all gone", &point.delete),
+        ] {
+            curve.push_str(&format!("| {n} | {name} | {} |\n", phase_cells(phase, n)));
+        }
+    }
+    let mut memory = String::new();
+    for point in points {
+        let n = point.objects;
+        let per_object = (point.peak_kib.saturating_sub(point.rss_start_kib)) as f64 / n as f64;
+        let back = point.rss_after_delete_kib as f64 / point.rss_start_kib.max(1) as f64;
+        memory.push_str(&format!(
+            "| {n} | {:.1} MiB | {:.1} MiB | {per_object:.1} KiB | {:.1} MiB | {:+.0} % |\n",
+            mib(point.rss_start_kib),
+            mib(point.peak_kib),
+            mib(point.rss_after_delete_kib),
+            (back - 1.0) * 100.0,
+        ));
+    }
+    let mut workers = String::new();
+    for (count, phase) in concurrency {
+        workers.push_str(&format!(
+            "| {count} | {} |\n",
+            phase_cells(phase, CONCURRENCY_AT)
+        ));
+    }
+    let restart = points
+        .iter()
+        .filter_map(|p| p.restart.as_ref().map(|r| (p.objects, r)))
+        .map(|(n, r)| {
+            format!(
+                "| {n} | {:.2} s | {} | {} | {} |\n",
+                r.ready_seconds,
+                audit::total(&r.requests),
+                writes(&r.requests),
+                audit::describe(&r.requests),
+            )
+        })
+        .collect::<String>();
+    let measured: Vec<String> = points.iter().map(|p| p.objects.to_string()).collect();
+    format!(
+        "## Scale curve: ContainerRuntimes at {}\n\n\
+         Command: `make bench-scale` (`benches/scale.rs`, operator in the bench profile, one real \
+         kube-apiserver v1.36.3 + etcd on loopback, {cores} cores, shared by the bench's client \
+         ({CLIENT_PARALLEL} requests in parallel), the operator and the API server). 4 objects \
+         per shoot namespace, a fresh operator per point (`--max-concurrent-reconciles=\
+         {DEFAULT_WORKERS}`). A phase runs from the bench's first request to the moment every \
+         object passes gardenlet's readiness check (or is gone). Requests are the operator's \
+         (its `User-Agent` in the audit log) until it has been silent for {QUIET:?}. In flight \
+         = `controller_active_workers{{kind=\"ContainerRuntime\"}}`, sampled every 250 ms.\n\n\
+         | objects | phase | time | requests / object | answered 404 / 409 | operator CPU | \
+         kube-apiserver CPU | in flight (most / mean) |\n\
+         |---:|---|---:|---:|---:|---:|---:|---:|\n{curve}\n\
+         Memory (VmRSS when settled; peak = VmHWM; per object = (peak − start) / objects; \
+         after = every object deleted, settled):\n\n\
+         | objects | RSS at start | peak RSS | per object | RSS after delete | after vs start |\n\
+         |---:|---:|---:|---:|---:|---:|\n{memory}\n\
+         Workers at {CONCURRENCY_AT} objects (create phase, `--max-concurrent-reconciles`):\n\n\
+         | workers | time | requests / object | answered 404 / 409 | operator CPU | \
+         kube-apiserver CPU | in flight (most / mean) |\n\
+         |---:|---:|---:|---:|---:|---:|---:|\n{workers}\n\
+         Restart at the largest point (every object unchanged; the operator killed and started \
+         again):\n\n\
+         | objects | start → /readyz | requests until quiet | writes | mix |\n\
+         |---:|---:|---:|---:|---|\n{restart}\n\
+         Measured on {date}.\n",
+        measured.join(" → "),
+        cores = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(0),
+        date = chrono::Utc::now().format("%Y-%m-%d"),
+    )
+}
+
+#[tokio::main]
+async fn main() {
+    if !support::benchmarks::invoked_by_cargo_bench() {
+        return;
+    }
+    support::enable_audit_log();
+    let env = support::env().await;
+    let points_wanted = points();
+    let largest = points_wanted.iter().copied().max().unwrap_or_default();
+    let mut points = Vec::new();
+    for objects in &points_wanted {
+        let point = measure_point(&env, *objects, DEFAULT_WORKERS, *objects == largest).await;
+        eprintln!("scale: {objects} objects: {point:?}");
+        points.push(point);
+    }
+    let mut concurrency = Vec::new();
+    if points_wanted.contains(&CONCURRENCY_AT) {
+        for workers in WORKERS {
+            let phase = if workers == DEFAULT_WORKERS {
+                points
+                    .iter()
+                    .find(|p| p.objects == CONCURRENCY_AT)
+                    .map(|p| p.create.clone())
+                    .unwrap_or_default()
+            } else {
+                measure_point(&env, CONCURRENCY_AT, workers, false)
+                    .await
+                    .create
+            };
+            eprintln!("scale: {workers} workers: {phase:?}");
+            concurrency.push((workers, phase));
+        }
+    }
+    let section = render(&points, &concurrency);
+    println!("{section}");
+    support::benchmarks::write_section("scale", &section);
+}
