@@ -225,6 +225,14 @@ async fn main() {
         None => "not comparable in this run".to_string(),
     };
 
+    let all = PHASES.len();
+    let rate = match figures.summary() {
+        Some(theirs) => format!(
+            "{:.1} requests/s over all phases here",
+            theirs.phases[all].requests / theirs.phases[all].time_s.max(0.001)
+        ),
+        None => "about 10 requests/s".to_string(),
+    };
     let section = format!(
         "## ContainerRuntime (gVisor): {TOTAL} objects in {NAMESPACES} namespaces, beside \
          gardener-extension-runtime-gvisor\n\n\
@@ -239,7 +247,8 @@ async fn main() {
          are the contender's (`User-Agent`) in kube-apiserver's audit log from then until \
          it has sent nothing but periodic requests (below) for {quiet:?}, CPU is the contender's user + system time over \
          the same span, kube-apiserver CPU the API server's (it also serves the bench's \
-         writes and its watch of the objects, alike for both). Figures are medians of the runs. \
+         writes and its watch of the objects, alike for both, and its own work over the \
+         phase's span, so a longer phase costs more). Figures are medians of the runs. \
          Periodic requests count in the phase they fall into but do not hold it open: both \
          heartbeats (their Lease) and the peer's health check, which updates the status of \
          every ContainerRuntime every 30 s whatever happens (`update containerruntimes/status`; \
@@ -247,8 +256,8 @@ async fn main() {
          requests without them.\n\n\
          Flags: ours `{ours_flags}` (`--gvisor-uninstall-timeout-seconds=0` as the peer has \
          no uninstall); the peer {peer_flags}. The peer has no client rate flags: its \
-         client runs with client-go's defaults, QPS 5 and burst 10, which bound it (about 10 \
-         requests/s); ours has no client-side limiter. Both run their controller with \
+         client runs with client-go's defaults, QPS 5 and burst 10, which bound it ({rate}); \
+         ours has no client-side limiter. Both run their controller with \
          {WORKERS} workers; the peer also runs its health-check and heartbeat controllers, \
          ours its heartbeat.\n\n\
          {provenance}\n\n\

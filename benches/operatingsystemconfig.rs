@@ -317,7 +317,8 @@ async fn main() {
          the contender's (`User-Agent`) in kube-apiserver's audit log from then until it has \
          sent nothing but periodic requests (below) for {quiet:?}, CPU is the contender's user + system time over the same \
          span, kube-apiserver CPU the API server's (it also serves the bench's writes and its \
-         watch of the objects, alike for both). Figures are medians of the runs. The periodic \
+         watch of the objects, alike for both, and its own work over the phase's span, so a \
+         longer phase costs more). Figures are medians of the runs. The periodic \
          requests, both heartbeats (their Lease), count in the phase they fall into but do \
          not hold it open; the table gives them apart.\n\n\
          Flags: ours `{ours_flags}`; the peer {peer_flags} (its chart's client settings: QPS \

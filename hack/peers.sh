@@ -50,7 +50,9 @@ build_peer() {
   local peer="$1" binary="gardener-extension-$1"
   local archive="$archives/$peer.tar.gz"
   if [[ ! -f "$archive" ]]; then
-    echo "peers: $peer: no source archive $peer.tar.gz in the peers folder ($archives)" >&2
+    # The reason last and without the machine's paths: the benches quote it in docs.
+    echo "peers: looked for $peer.tar.gz in $archives" >&2
+    echo "peers: $peer: no source archive $peer.tar.gz (the shared/peers folder next to the checkout, or PEERS_ARCHIVES)" >&2
     return 1
   fi
   local hash

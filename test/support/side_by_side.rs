@@ -371,8 +371,8 @@ fn summarize_phases(phases: &[&PhaseRun], periodic: &dyn Fn(&str) -> bool) -> Ph
             p.requests
                 .iter()
                 .filter(|(key, _)| periodic(key))
-                .map(|(_, count)| *count as f64)
-                .sum()
+                .map(|(_, count)| *count)
+                .sum::<usize>() as f64
         }),
         not_found: of(&|p| audit::answered(&p.requests, 404) as f64),
         conflict: of(&|p| audit::answered(&p.requests, 409) as f64),
