@@ -18,8 +18,8 @@ use std::time::Duration;
 
 use gardener_extension_node::api::{Cluster, ContainerRuntime, ManagedResource};
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kube::{Api, Client, ResourceExt};
+use kube::api::PostParams;
+use kube::{Api, Client};
 use serde_json::json;
 use support::peer::{Peer, PeerOptions};
 use support::side_by_side::{self, Side, Workload};
@@ -83,39 +83,9 @@ impl Workload for ContainerRuntimes {
                 futures::future::join_all(creates).await;
             }
             // gardenlet annotates every object with `reconcile` and a timestamp.
-            1 => {
-                let timestamp =
-                    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
-                let objects = self.all().list(&ListParams::default()).await.unwrap().items;
-                futures::future::join_all(objects.iter().map(|cr| {
-                    let api: Api<ContainerRuntime> =
-                        Api::namespaced(self.client.clone(), &cr.namespace().unwrap());
-                    let name = cr.name_any();
-                    let patch = json!({"metadata": {"annotations": {
-                        "gardener.cloud/operation": "reconcile",
-                        "gardener.cloud/timestamp": timestamp,
-                    }}});
-                    async move {
-                        api.patch(&name, &PatchParams::default(), &Patch::Merge(patch))
-                            .await
-                            .unwrap();
-                    }
-                }))
-                .await;
-            }
+            1 => side_by_side::annotate_all_reconcile(&self.client, &self.all()).await,
             // gardenlet deletes every object.
-            _ => {
-                let objects = self.all().list(&ListParams::default()).await.unwrap().items;
-                futures::future::join_all(objects.iter().map(|cr| {
-                    let api: Api<ContainerRuntime> =
-                        Api::namespaced(self.client.clone(), &cr.namespace().unwrap());
-                    let name = cr.name_any();
-                    async move {
-                        api.delete(&name, &DeleteParams::default()).await.unwrap();
-                    }
-                }))
-                .await;
-            }
+            _ => side_by_side::delete_every(&self.client, &self.all()).await,
         }
     }
 

@@ -16,8 +16,8 @@ use std::time::Duration;
 
 use gardener_extension_node::api::{Cluster, ManagedResource, OperatingSystemConfig};
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kube::{Api, Client, ResourceExt};
+use kube::api::PostParams;
+use kube::{Api, Client};
 use serde_json::json;
 use support::peer::{Peer, PeerOptions};
 use support::side_by_side::{self, Side, Workload};
@@ -113,39 +113,9 @@ impl Workload for OperatingSystemConfigs {
                 futures::future::join_all(creates).await;
             }
             // gardenlet annotates every OSC with `reconcile` and a timestamp.
-            1 => {
-                let timestamp =
-                    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
-                let objects = self.all().list(&ListParams::default()).await.unwrap().items;
-                futures::future::join_all(objects.iter().map(|osc| {
-                    let api: Api<OperatingSystemConfig> =
-                        Api::namespaced(self.client.clone(), &osc.namespace().unwrap());
-                    let name = osc.name_any();
-                    let patch = json!({"metadata": {"annotations": {
-                        "gardener.cloud/operation": "reconcile",
-                        "gardener.cloud/timestamp": timestamp,
-                    }}});
-                    async move {
-                        api.patch(&name, &PatchParams::default(), &Patch::Merge(patch))
-                            .await
-                            .unwrap();
-                    }
-                }))
-                .await;
-            }
+            1 => side_by_side::annotate_all_reconcile(&self.client, &self.all()).await,
             // gardenlet deletes every OSC.
-            _ => {
-                let objects = self.all().list(&ListParams::default()).await.unwrap().items;
-                futures::future::join_all(objects.iter().map(|osc| {
-                    let api: Api<OperatingSystemConfig> =
-                        Api::namespaced(self.client.clone(), &osc.namespace().unwrap());
-                    let name = osc.name_any();
-                    async move {
-                        api.delete(&name, &DeleteParams::default()).await.unwrap();
-                    }
-                }))
-                .await;
-            }
+            _ => side_by_side::delete_every(&self.client, &self.all()).await,
         }
     }
 

@@ -517,24 +517,16 @@ where
     K: Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned,
     K: Send + Sync + 'static,
 {
-    /// Starts a watch of the objects `config` selects (until `shutdown`), stored after
-    /// `slim` (drop what nobody reads; `managedFields` are always dropped).
-    pub fn start(
-        api: Api<K>,
-        config: Config,
-        slim: fn(&mut K),
-        shutdown: &CancellationToken,
-    ) -> Self {
+    /// Starts a watch of the objects `config` selects (until `shutdown`), stored without
+    /// their `managedFields`.
+    pub fn start(api: Api<K>, config: Config, shutdown: &CancellationToken) -> Self {
         let (store, writer) = reflector::store();
         let synced = tokio::sync::watch::Sender::new(false);
         let mark = synced.clone();
         spawn(
             watcher::watcher(api, config)
                 .default_backoff()
-                .modify(move |object| {
-                    object.meta_mut().managed_fields = None;
-                    slim(object);
-                })
+                .modify(|object| object.meta_mut().managed_fields = None)
                 .reflect(writer)
                 .inspect(move |event| {
                     if matches!(event, Ok(watcher::Event::InitDone)) {

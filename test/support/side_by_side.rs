@@ -721,6 +721,52 @@ where
     .await;
 }
 
+/// What gardenlet does to every extension object of a kind on a shoot reconcile: the
+/// `reconcile` operation annotation with a timestamp, on every object `all` lists.
+pub async fn annotate_all_reconcile<K>(client: &Client, all: &Api<K>)
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug,
+{
+    let timestamp = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let objects = all.list(&ListParams::default()).await.unwrap().items;
+    futures::future::join_all(objects.iter().map(|object| {
+        let api: Api<K> = Api::namespaced(client.clone(), &object.namespace().unwrap());
+        let name = object.name_any();
+        let patch = serde_json::json!({"metadata": {"annotations": {
+            "gardener.cloud/operation": "reconcile",
+            "gardener.cloud/timestamp": timestamp,
+        }}});
+        async move {
+            api.patch(&name, &PatchParams::default(), &Patch::Merge(patch))
+                .await
+                .unwrap();
+        }
+    }))
+    .await;
+}
+
+/// What gardenlet does on a shoot deletion: deletes every object `all` lists.
+pub async fn delete_every<K>(client: &Client, all: &Api<K>)
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug,
+{
+    let objects = all.list(&ListParams::default()).await.unwrap().items;
+    futures::future::join_all(objects.iter().map(|object| {
+        let api: Api<K> = Api::namespaced(client.clone(), &object.namespace().unwrap());
+        let name = object.name_any();
+        async move {
+            api.delete(&name, &DeleteParams::default()).await.unwrap();
+        }
+    }))
+    .await;
+}
+
 /// Waits until `api` has no object left.
 pub async fn wait_all_gone<K>(api: &Api<K>)
 where

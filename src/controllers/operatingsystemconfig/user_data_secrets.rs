@@ -29,7 +29,7 @@ pub type UserDataSecrets = SyncedStore<PartialObjectMeta<Secret>>;
 /// Starts the watch (until `shutdown`).
 pub fn start(client: &Client, shutdown: &CancellationToken) -> UserDataSecrets {
     let config = Config::default().labels(&format!("{LABEL_USER_DATA}=true"));
-    SyncedStore::start(Api::all(client.clone()), config, |_| {}, shutdown)
+    SyncedStore::start(Api::all(client.clone()), config, shutdown)
 }
 
 /// The checksum annotation's value for `user_data`.

@@ -77,7 +77,7 @@ pub type AccessSecrets = SyncedStore<Secret>;
 /// [`run`] and by the OSC runs, which write an access Secret only when the stored one differs.
 pub fn access_secrets(client: &Client, shutdown: &CancellationToken) -> AccessSecrets {
     let config = watcher::Config::default().labels(&format!("{}=true", rules::LABEL_ACCESS));
-    SyncedStore::start(Api::all(client.clone()), config, |_| {}, shutdown)
+    SyncedStore::start(Api::all(client.clone()), config, shutdown)
 }
 
 /// Runs until `shutdown` (see the module docs); `store` is [`access_secrets`]'.
