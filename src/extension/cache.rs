@@ -364,12 +364,15 @@ enum Write {
     },
     /// Deleted, and gone at once (when).
     Deleted { at: Instant },
+    /// Deletion started but waits for finalizers: the resourceVersion that carries the
+    /// deletionTimestamp (a stored copy older than it still looks alive) and when.
+    Deleting { version: u64, at: Instant },
 }
 
 impl Write {
     fn at(&self) -> Instant {
         match self {
-            Write::Applied { at, .. } | Write::Deleted { at } => *at,
+            Write::Applied { at, .. } | Write::Deleted { at } | Write::Deleting { at, .. } => *at,
         }
     }
 }
@@ -422,12 +425,24 @@ impl Written {
         );
     }
 
-    /// Forgets our last write of the MR (its deletion started but waits for finalizers: only
-    /// the store can tell when it is gone).
-    pub fn forget(&self, namespace: &str, name: &str) {
-        self.state()
-            .managed_resources
-            .remove(&(namespace.to_string(), name.to_string()));
+    /// Records that our delete of the MR started its deletion (finalizers still pending),
+    /// answered with `resource_version`: only a stored copy at least that new tells what the
+    /// MR is from then on (an older one does not show the deletion). Without a version, our
+    /// last write is forgotten.
+    pub fn record_deleting(&self, namespace: &str, name: &str, resource_version: Option<&str>) {
+        let key = (namespace.to_string(), name.to_string());
+        let mut state = self.state_for_write();
+        match resource_version.and_then(|v| v.parse().ok()) {
+            Some(version) => {
+                let at = Instant::now();
+                state
+                    .managed_resources
+                    .insert(key, Write::Deleting { version, at });
+            }
+            None => {
+                state.managed_resources.remove(&key);
+            }
+        }
     }
 
     /// Whether our last write deleted the MR (and nothing applied it since).
@@ -436,6 +451,15 @@ impl Written {
             .managed_resources
             .get(&(namespace.to_string(), name.to_string()))
             .is_some_and(|write| matches!(write, Write::Deleted { .. }))
+    }
+
+    /// Whether our last write of the MR (still remembered) started a deletion that waited
+    /// for finalizers.
+    pub fn deleting(&self, namespace: &str, name: &str) -> bool {
+        self.state()
+            .managed_resources
+            .get(&(namespace.to_string(), name.to_string()))
+            .is_some_and(|write| matches!(write, Write::Deleting { .. }))
     }
 
     /// Whether our last write applied exactly `content` to the MR within [`TRUST_OWN_WRITE`]
@@ -467,9 +491,11 @@ impl Written {
         {
             None => true,
             Some(Write::Deleted { .. }) => false,
-            Some(Write::Applied { version, .. }) => resource_version
-                .and_then(|v| v.parse::<u64>().ok())
-                .is_some_and(|stored| stored >= *version),
+            Some(Write::Applied { version, .. } | Write::Deleting { version, .. }) => {
+                resource_version
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .is_some_and(|stored| stored >= *version)
+            }
         }
     }
 
@@ -708,6 +734,28 @@ mod tests {
         assert!(!written.applied("ns", "mr", "a"));
         written.record_applied("ns", "mr", None, "a");
         assert!(written.is_current("ns", "mr", Some("1")), "forgotten");
+    }
+
+    #[test]
+    fn a_store_entry_older_than_our_deletion_is_not_current() {
+        let written = Written::default();
+        written.record_applied("ns", "mr", Some("10"), "a");
+        written.record_deleting("ns", "mr", Some("12"));
+        assert!(written.deleting("ns", "mr"));
+        assert!(!written.has_applied("ns", "mr"));
+        assert!(
+            !written.applied("ns", "mr", "a"),
+            "the apply is no longer ours to trust"
+        );
+        assert!(!written.deleted("ns", "mr"), "not gone yet");
+        assert!(
+            !written.is_current("ns", "mr", Some("11")),
+            "still looks alive"
+        );
+        assert!(written.is_current("ns", "mr", Some("12")));
+        written.record_deleting("ns", "mr", None);
+        assert!(!written.deleting("ns", "mr"), "no version: forgotten");
+        assert!(written.is_current("ns", "mr", Some("1")));
     }
 
     #[test]

@@ -85,6 +85,17 @@ pub enum ManagedResourceError {
         /// Codes derived from the message.
         codes: Vec<ErrorCode>,
     },
+    /// An apply met the MR while its deletion (ours, e.g. a hand-over) was still waiting for
+    /// gardener-resource-manager: it is applied again on the retry, once it is gone.
+    #[error(
+        "ManagedResource {namespace}/{name} is still being deleted; it is applied again once it is gone"
+    )]
+    StillDeleting {
+        /// Namespace.
+        namespace: String,
+        /// Name.
+        name: String,
+    },
 }
 
 impl ManagedResourceError {
@@ -92,7 +103,9 @@ impl ManagedResourceError {
     pub fn codes(&self) -> Vec<ErrorCode> {
         match self {
             ManagedResourceError::DeletionStuck { codes, .. } => codes.clone(),
-            ManagedResourceError::Api { .. } => Vec::new(),
+            ManagedResourceError::Api { .. } | ManagedResourceError::StillDeleting { .. } => {
+                Vec::new()
+            }
         }
     }
 }
@@ -389,9 +402,13 @@ pub async fn apply_for_shoot(
     };
     // What we applied: the rest of the MR follows from namespace and name.
     let content = format!("{secret_name} keepObjects={keep_objects}");
-    let mr_current = cache.is_some_and(|cache| match cache.managed_resource(namespace, name) {
+    let stored = cache.and_then(|cache| cache.managed_resource(namespace, name));
+    if is_deleting(client, cache, stored.as_deref(), namespace, name).await? {
+        return Err(still_deleting(namespace, name));
+    }
+    let mr_current = cache.is_some_and(|cache| match &stored {
         // The store is at least as new as our last write: it tells.
-        Some(stored) => matches(&stored, &desired),
+        Some(stored) => matches(stored, &desired),
         // It is not (or has not seen the MR yet): our last write tells.
         None => cache.written.applied(namespace, name, &content),
     });
@@ -416,6 +433,10 @@ pub async fn apply_for_shoot(
             .patch(name, &params, &Patch::Apply(&desired))
             .await
             .map_err(api_error("applying", "ManagedResource", namespace, name))?;
+        if written.metadata.deletion_timestamp.is_some() {
+            // GRM removes it soon whatever we applied; the retry creates it anew.
+            return Err(still_deleting(namespace, name));
+        }
         if let Some(cache) = cache {
             cache.written.record_applied(
                 namespace,
@@ -430,6 +451,39 @@ pub async fn apply_for_shoot(
         delete_superseded_secrets(client, cache, namespace, name, Some(&secret_name)).await?;
     }
     Ok(true)
+}
+
+/// Whether the MR is being deleted, as far as an apply must know: the stored copy tells when
+/// it is current; when it is not (or absent) and our last write started its deletion, a GET
+/// does (the store may not have seen the deletion, or the MR at all). Without a cache: no.
+async fn is_deleting(
+    client: &Client,
+    cache: Option<&SeedCache>,
+    stored: Option<&ManagedResource>,
+    namespace: &str,
+    name: &str,
+) -> Result<bool, ManagedResourceError> {
+    if let Some(stored) = stored {
+        return Ok(stored.metadata.deletion_timestamp.is_some());
+    }
+    if !cache.is_some_and(|cache| cache.written.deleting(namespace, name)) {
+        return Ok(false);
+    }
+    let mrs: Api<ManagedResource> = Api::namespaced(client.clone(), namespace);
+    let current = mrs.get_opt(name).await.map_err(api_error(
+        "reading",
+        "ManagedResource",
+        namespace,
+        name,
+    ))?;
+    Ok(current.is_some_and(|mr| mr.metadata.deletion_timestamp.is_some()))
+}
+
+fn still_deleting(namespace: &str, name: &str) -> ManagedResourceError {
+    ManagedResourceError::StillDeleting {
+        namespace: namespace.to_string(),
+        name: name.to_string(),
+    }
 }
 
 /// Sets `spec.keepObjects` (merge patch); a missing MR is fine.
@@ -464,6 +518,10 @@ pub async fn release_objects(
     namespace: &str,
     name: &str,
 ) -> Result<(), ManagedResourceError> {
+    let _turn = match cache {
+        Some(cache) => Some(cache.lock(namespace, name).await),
+        None => None,
+    };
     if cache.is_some_and(|c| c.knows_absent(namespace, name)) {
         return Ok(());
     }
@@ -553,15 +611,18 @@ async fn delete_found(
     let deleted = ignore_not_found(mrs.delete(name, &DeleteParams::default()).await)
         .map_err(api_error("deleting", "ManagedResource", namespace, name))?;
     // `Right`: deleted at once (no finalizer); `Left`: still there, deleting.
-    let gone = deleted.is_none_or(|d| d.is_right());
+    let deleting = deleted.and_then(|d| d.left());
     if let Some(cache) = cache {
-        if gone {
-            cache.written.record_deleted(namespace, name);
-        } else {
-            cache.written.forget(namespace, name);
+        match &deleting {
+            None => cache.written.record_deleted(namespace, name),
+            Some(mr) => cache.written.record_deleting(
+                namespace,
+                name,
+                mr.metadata.resource_version.as_deref(),
+            ),
         }
     }
-    Ok(gone)
+    Ok(deleting.is_none())
 }
 
 /// Whether the MR is gone. While it is still deleting, `Ok(false)`; once it has been deleting
