@@ -27,7 +27,7 @@
 #   make e2e-machines-lifecycle  the longer run: a rolling update by a new node-agent key with MCM
 #                        down mid-way, scale up and down, an in-place pool updated by MCM's real
 #                        in-place flow, a driver crash mid-create, migrate + restore; sampled at 2 Hz
-#   make bench-scale     ContainerRuntimes at 200, 2,000 and 5,000: time, requests, memory, workers, restart
+#   make bench-scale     ContainerRuntimes and OSCs at 200, 2,000 and 5,000: time, requests, memory, workers, restart
 #   make bench-machines  a pool of 10 over 3 zones created and rolled by the real MCM into docs/benchmarks.md
 #   make bench-rollout   GNA's rollout modes against the disruptive rollout on four nodes into docs/benchmarks.md
 #   make bench-node      what one such node costs (boot, Ready, memory) into docs/benchmarks.md
@@ -161,10 +161,15 @@ e2e-machines-lifecycle: deps
 bench-machines: deps
 	@$(call node-run,bench-machines,$(CARGO) test --test machines_e2e pool_at_scale -- --ignored --nocapture)
 
-# The scale curve: ContainerRuntimes at 200, 2,000 and 5,000, workers 1/5/20, a restart at the
-# largest point: docs/benchmarks.md (BENCH_SCALE_POINTS=200,2000 measures fewer points).
+# The scale curves: ContainerRuntimes and OSCs at 200, 2,000 and 5,000, workers 1/5/20, a
+# restart at the largest point: docs/benchmarks.md (BENCH_SCALE_POINTS=200,2000 measures fewer
+# points, BENCH_SCALE_KINDS=containerruntime one kind). The operator measured is the image's
+# binary: the static (musl) release build.
 bench-scale: deps
-	@export ENVTEST_ASSETS="$$(hack/envtest.sh)"; $(CARGO) bench --bench scale
+	@export ENVTEST_ASSETS="$$(hack/envtest.sh)"; \
+	  $(CARGO) build --release --target $(STATIC_TARGET) --bin gardener-extension-node && \
+	  OPERATOR_BINARY="$(TARGET_DIR)/$(STATIC_TARGET)/release/gardener-extension-node" \
+	    $(CARGO) bench --bench scale
 
 bench-rollout: deps
 	@$(call node-run,bench-rollout,$(CARGO) test --test rollout_e2e compare_rollout_modes -- --ignored --nocapture)

@@ -18,7 +18,6 @@ use gardener_extension_node::api::{Cluster, ManagedResource, OperatingSystemConf
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::PostParams;
 use kube::{Api, Client};
-use serde_json::json;
 use support::peer::{Peer, PeerOptions};
 use support::side_by_side::{self, Side, Workload};
 use support::{Crds, fixtures};
@@ -50,7 +49,7 @@ const OURS_TYPE: &str = "debian";
 /// The OSC type the peer serves.
 const PEER_TYPE: &str = "gardenlinux";
 /// gardenlet's ManagedResource that ships the node-agent secrets in a current seed.
-const GARDENLET_MR: &str = "shoot-gardener-node-agent";
+const GARDENLET_MR: &str = fixtures::GARDENLET_NODE_AGENT_MR;
 /// The Secret the fixture's `secretRef` file reads.
 const FILE_SECRET: &str = "example-secret";
 
@@ -74,15 +73,9 @@ fn osc(
     purpose: &str,
     type_: &str,
 ) -> OperatingSystemConfig {
-    let name = match purpose {
-        "provision" => format!("{key}-init"),
-        _ => format!("{key}-original"),
-    };
-    let mut osc = fixtures::operating_system_config_json(namespace, &name, purpose);
-    osc["metadata"]["labels"] = json!({"worker.gardener.cloud/pool": pool});
-    osc["metadata"]["annotations"] = json!({"gardener.cloud/operation": "reconcile"});
-    osc["spec"]["type"] = json!(type_);
-    serde_json::from_value(osc).unwrap()
+    let mut osc = fixtures::gardenlet_osc(namespace, pool, key, purpose);
+    osc.spec.default.type_ = type_.to_string();
+    osc
 }
 
 impl Workload for OperatingSystemConfigs {
@@ -146,25 +139,7 @@ impl Workload for OperatingSystemConfigs {
 
 /// The fixture Cluster with both pools of [`POOLS`].
 fn cluster(namespace: &str) -> Cluster {
-    let mut cluster = fixtures::cluster_json(namespace);
-    let workers = &mut cluster["spec"]["shoot"]["spec"]["provider"]["workers"];
-    let mut second = workers[0].clone();
-    second["name"] = json!(POOLS[1].0);
-    workers.as_array_mut().unwrap().push(second);
-    serde_json::from_value(cluster).unwrap()
-}
-
-/// gardenlet's ManagedResource for the node-agent secrets, as a seed with gardenlet v1.149.3
-/// has it in every shoot namespace (`origin=gardener`, no class); no gardener-resource-manager
-/// runs here, so it never reports what it applied.
-fn gardenlet_managed_resource(namespace: &str) -> ManagedResource {
-    serde_json::from_value(json!({
-        "apiVersion": "resources.gardener.cloud/v1alpha1",
-        "kind": "ManagedResource",
-        "metadata": {"name": GARDENLET_MR, "namespace": namespace, "labels": {"origin": "gardener"}},
-        "spec": {"secretRefs": [{"name": format!("{GARDENLET_MR}-data")}], "keepObjects": false}
-    }))
-    .unwrap()
+    fixtures::cluster_with_pools(namespace, &POOLS.map(|(pool, _)| pool))
 }
 
 /// The requests that come periodically whatever the phase: both sides' heartbeat (its Lease).
@@ -201,7 +176,7 @@ async fn main() {
         Api::<ManagedResource>::namespaced(env.client.clone(), &namespace)
             .create(
                 &PostParams::default(),
-                &gardenlet_managed_resource(&namespace),
+                &fixtures::gardenlet_node_agent_managed_resource(&namespace),
             )
             .await
             .unwrap();

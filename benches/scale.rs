@@ -1,6 +1,8 @@
-//! Benchmark: the scale curve (`make bench-scale`). gVisor ContainerRuntimes at 200, 2,000 and
-//! 5,000 objects (4 per shoot namespace) on one real kube-apiserver. Each point gets a fresh
-//! operator (the bench build), and each phase is timed until every object passes gardenlet's
+//! Benchmark: the scale curves (`make bench-scale`). gVisor ContainerRuntimes and
+//! OperatingSystemConfigs at 200, 2,000 and 5,000 objects (4 per shoot namespace: 4 pools, or
+//! gardenlet's two OSCs of 2 pools) on one real kube-apiserver. Each point gets a fresh
+//! operator (`OPERATOR_BINARY`, which `make bench-scale` sets to the image's static build;
+//! else the bench build), and each phase is timed until every object passes gardenlet's
 //! readiness check (or is gone):
 //!
 //! 1. create;
@@ -18,12 +20,12 @@
 //! - the most and mean reconciles in flight (`controller_active_workers`, sampled every
 //!   250 ms).
 //!
-//! At 2,000 objects the create phase also runs with 1, 5 and 20 workers, so the curve shows
-//! whether the workers or the API server bound the throughput. Writes the section `scale` of
-//! `docs/benchmarks.md`.
+//! At 2,000 ContainerRuntimes the create phase also runs with 1, 5 and 20 workers, so the
+//! curve shows whether the workers or the API server bound the throughput. Writes the sections
+//! `scale` and `scale-operatingsystemconfig` of `docs/benchmarks.md`.
 //!
-//! Run: `make bench-scale` (`cargo bench --bench scale`). `BENCH_SCALE_POINTS=200,2000`
-//! measures fewer points (the section says which ran).
+//! Run: `make bench-scale`. `BENCH_SCALE_POINTS=200,2000` measures fewer points and
+//! `BENCH_SCALE_KINDS=containerruntime` one kind (the sections say what ran).
 
 #![allow(clippy::unwrap_used, clippy::panic, dead_code)] // a measuring tool, not a controller
 
@@ -35,14 +37,17 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use gardener_extension_node::api::{Cluster, ContainerRuntime, LastOperationType};
+use gardener_extension_node::api::{
+    Cluster, ContainerRuntime, ManagedResource, OperatingSystemConfig,
+};
+use k8s_openapi::api::core::v1::Secret;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
+use serde::de::DeserializeOwned;
 use serde_json::json;
 use support::audit::{self, AuditLog, Mix};
-use support::gardener::check_ready;
 use support::operator::OperatorProcess;
-use support::{fixtures, wait_for};
+use support::{fixtures, side_by_side, wait_for};
 
 const PER_NAMESPACE: usize = 4;
 const POINTS: [usize; 3] = [200, 2_000, 5_000];
@@ -111,17 +116,21 @@ fn writes(mix: &Mix) -> usize {
         .sum()
 }
 
-/// Samples `gardener_extension_node_controller_active_workers{kind="ContainerRuntime"}` every
+/// Samples `gardener_extension_node_controller_active_workers{kind="<kind>"}` every
 /// 250 ms until stopped.
-fn sample_in_flight(address: String, stop: Arc<AtomicBool>) -> tokio::task::JoinHandle<InFlight> {
+fn sample_in_flight(
+    address: String,
+    kind: Kind,
+    stop: Arc<AtomicBool>,
+) -> tokio::task::JoinHandle<InFlight> {
+    let metric = format!("controller_active_workers{{kind=\"{}\"}} ", kind.name());
     tokio::spawn(async move {
         let (mut most, mut sum, mut samples) = (0u64, 0u64, 0u64);
         while !stop.load(Ordering::SeqCst) {
             if let Some((200, body)) = OperatorProcess::http_get_at(&address, "/metrics").await
-                && let Some(value) = body.lines().find_map(|line| {
-                    line.split_once(r#"controller_active_workers{kind="ContainerRuntime"} "#)
-                        .map(|(_, value)| value)
-                })
+                && let Some(value) = body
+                    .lines()
+                    .find_map(|line| line.split_once(metric.as_str()).map(|(_, value)| value))
                 && let Ok(value) = value.trim().parse::<u64>()
             {
                 most = most.max(value);
@@ -153,10 +162,10 @@ struct Meter<'a> {
 }
 
 impl<'a> Meter<'a> {
-    fn start(operator: &'a OperatorProcess, log: &'a mut AuditLog) -> Self {
+    fn start(operator: &'a OperatorProcess, kind: Kind, log: &'a mut AuditLog) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         Meter {
-            sampler: sample_in_flight(operator.http_address.clone(), stop.clone()),
+            sampler: sample_in_flight(operator.http_address.clone(), kind, stop.clone()),
             operator_cpu: operator.cpu_seconds().unwrap_or_default(),
             apiserver_cpu: apiserver_cpu(),
             started: Instant::now(),
@@ -192,13 +201,13 @@ fn apiserver_cpu() -> f64 {
 }
 
 /// Starts an operator with `workers` and waits for `/readyz`; returns it and the seconds.
-async fn start_operator(kubeconfig: &str, workers: usize) -> (OperatorProcess, f64) {
+async fn start_operator(kubeconfig: &str, kind: Kind, workers: usize) -> (OperatorProcess, f64) {
     let workers = format!("--max-concurrent-reconciles={workers}");
     let started = Instant::now();
     let operator = OperatorProcess::start(
         kubeconfig,
         &[
-            "--controllers=containerruntime",
+            kind.controllers(),
             "--gvisor-uninstall-timeout-seconds=0",
             &workers,
         ],
@@ -217,58 +226,223 @@ async fn wait_ready(operator: &OperatorProcess) {
     .await;
 }
 
-/// Creates the namespaces and Clusters of a point (`shoot--scale<tag>--<i>`).
-async fn create_namespaces(client: &Client, tag: &str, count: usize) -> Vec<String> {
+/// The kind a curve measures, and what gardenlet does with its objects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// gVisor ContainerRuntimes, one per pool (4 pools per shoot).
+    ContainerRuntime,
+    /// gardenlet's OperatingSystemConfig pairs (`provision` and `reconcile`) of 2 pools per
+    /// shoot, with gardenlet's node-agent ManagedResource in the namespace as a current seed
+    /// has it (so ours ships no node-agent secret; no gardener-resource-manager runs here).
+    OperatingSystemConfig,
+}
+
+/// Worker pools of an OSC shoot and their node-agent keys.
+const OSC_POOLS: [(&str, &str); 2] = [
+    ("worker-a", "gardener-node-agent-worker-a-0123456789abcdef"),
+    ("worker-b", "gardener-node-agent-worker-b-fedcba9876543210"),
+];
+
+impl Kind {
+    fn name(self) -> &'static str {
+        match self {
+            Kind::ContainerRuntime => "ContainerRuntime",
+            Kind::OperatingSystemConfig => "OperatingSystemConfig",
+        }
+    }
+
+    fn section(self) -> &'static str {
+        match self {
+            Kind::ContainerRuntime => "scale",
+            Kind::OperatingSystemConfig => "scale-operatingsystemconfig",
+        }
+    }
+
+    fn controllers(self) -> &'static str {
+        match self {
+            Kind::ContainerRuntime => "--controllers=containerruntime",
+            Kind::OperatingSystemConfig => "--controllers=operatingsystemconfig",
+        }
+    }
+
+    fn tag(self) -> &'static str {
+        match self {
+            Kind::ContainerRuntime => "cr",
+            Kind::OperatingSystemConfig => "osc",
+        }
+    }
+
+    /// What a shoot namespace has before the objects come: the Cluster, and for OSCs the
+    /// Secret their `secretRef` file reads and gardenlet's node-agent ManagedResource.
+    async fn prepare(self, client: &Client, namespace: &str) {
+        match self {
+            Kind::ContainerRuntime => {
+                create(Api::all(client.clone()), fixtures::cluster(namespace)).await;
+            }
+            Kind::OperatingSystemConfig => {
+                let pools: Vec<&str> = OSC_POOLS.iter().map(|(pool, _)| *pool).collect();
+                create(
+                    Api::all(client.clone()),
+                    fixtures::cluster_with_pools(namespace, &pools),
+                )
+                .await;
+                let secret: Secret = serde_json::from_value(fixtures::osc_file_secret_json(
+                    namespace,
+                    "from a secret\n",
+                ))
+                .unwrap();
+                create(in_namespace(client, namespace), secret).await;
+                let gardenlets = fixtures::gardenlet_node_agent_managed_resource(namespace);
+                create(in_namespace(client, namespace), gardenlets).await;
+            }
+        }
+    }
+
+    /// Removes what [`Kind::prepare`] created (no namespace controller runs here, so the
+    /// namespaces stay, empty).
+    async fn clean(self, client: &Client, namespace: String) {
+        let params = DeleteParams::default();
+        let _ = Api::<Cluster>::all(client.clone())
+            .delete(&namespace, &params)
+            .await;
+        if self == Kind::OperatingSystemConfig {
+            let secrets: Api<Secret> = Api::namespaced(client.clone(), &namespace);
+            let _ = secrets.delete("example-secret", &params).await;
+            let mrs: Api<ManagedResource> = Api::namespaced(client.clone(), &namespace);
+            let _ = mrs.delete(fixtures::GARDENLET_NODE_AGENT_MR, &params).await;
+        }
+    }
+
+    /// gardenlet creates the objects of `namespace`, each with the reconcile annotation.
+    async fn create_objects(self, client: &Client, namespace: &str) {
+        match self {
+            Kind::ContainerRuntime => {
+                for pool in 0..PER_NAMESPACE {
+                    let mut cr =
+                        fixtures::container_runtime_json(namespace, &format!("pool-{pool}"));
+                    cr["metadata"]["annotations"] =
+                        json!({"gardener.cloud/operation": "reconcile"});
+                    let cr: ContainerRuntime = serde_json::from_value(cr).unwrap();
+                    create(in_namespace(client, namespace), cr).await;
+                }
+            }
+            Kind::OperatingSystemConfig => {
+                for (pool, key) in OSC_POOLS {
+                    for purpose in ["provision", "reconcile"] {
+                        let osc = fixtures::gardenlet_osc(namespace, pool, key, purpose);
+                        create(in_namespace(client, namespace), osc).await;
+                    }
+                }
+            }
+        }
+    }
+
+    async fn annotate_all(self, client: &Client) {
+        match self {
+            Kind::ContainerRuntime => annotate_every::<ContainerRuntime>(client).await,
+            Kind::OperatingSystemConfig => annotate_every::<OperatingSystemConfig>(client).await,
+        }
+    }
+
+    async fn delete_all(self, client: &Client, namespaces: &[String]) {
+        match self {
+            Kind::ContainerRuntime => delete_in::<ContainerRuntime>(client, namespaces).await,
+            Kind::OperatingSystemConfig => {
+                delete_in::<OperatingSystemConfig>(client, namespaces).await
+            }
+        }
+    }
+
+    async fn wait_all_ready(self, client: &Client, total: usize) -> Instant {
+        match self {
+            Kind::ContainerRuntime => {
+                side_by_side::wait_all_ready(&Api::<ContainerRuntime>::all(client.clone()), total)
+                    .await
+            }
+            Kind::OperatingSystemConfig => {
+                let all = Api::<OperatingSystemConfig>::all(client.clone());
+                side_by_side::wait_all_ready(&all, total).await
+            }
+        }
+        Instant::now()
+    }
+
+    async fn wait_all_gone(self, client: &Client) -> Instant {
+        match self {
+            Kind::ContainerRuntime => {
+                side_by_side::wait_all_gone(&Api::<ContainerRuntime>::all(client.clone())).await
+            }
+            Kind::OperatingSystemConfig => {
+                side_by_side::wait_all_gone(&Api::<OperatingSystemConfig>::all(client.clone()))
+                    .await
+            }
+        }
+        Instant::now()
+    }
+}
+
+/// Creates `object` through `api`.
+async fn create<K>(api: Api<K>, object: K)
+where
+    K: kube::Resource + Clone + serde::Serialize + DeserializeOwned + std::fmt::Debug,
+{
+    api.create(&PostParams::default(), &object).await.unwrap();
+}
+
+fn in_namespace<K>(client: &Client, namespace: &str) -> Api<K>
+where
+    K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>,
+{
+    Api::namespaced(client.clone(), namespace)
+}
+
+/// Creates the namespaces of a point (`shoot--scale<tag>--<i>`) with what `kind` needs.
+async fn create_namespaces(client: &Client, kind: Kind, tag: &str, count: usize) -> Vec<String> {
     let names: Vec<String> = (0..count)
         .map(|i| format!("shoot--scale{tag}--{i:04}"))
         .collect();
     futures::stream::iter(names.clone())
         .for_each_concurrent(CLIENT_PARALLEL, |namespace| async move {
             support::create_namespace(client, &namespace).await;
-            Api::<Cluster>::all(client.clone())
-                .create(&PostParams::default(), &fixtures::cluster(&namespace))
-                .await
-                .unwrap();
+            kind.prepare(client, &namespace).await;
         })
         .await;
     names
 }
 
-async fn create_runtimes(client: &Client, namespaces: &[String]) {
-    let objects = namespaces
-        .iter()
-        .flat_map(|ns| (0..PER_NAMESPACE).map(move |p| (ns.clone(), format!("pool-{p}"))));
-    futures::stream::iter(objects)
-        .for_each_concurrent(CLIENT_PARALLEL, |(namespace, pool)| async move {
-            let mut cr = fixtures::container_runtime_json(&namespace, &pool);
-            cr["metadata"]["annotations"] = json!({"gardener.cloud/operation": "reconcile"});
-            Api::<ContainerRuntime>::namespaced(client.clone(), &namespace)
-                .create(&PostParams::default(), &serde_json::from_value(cr).unwrap())
-                .await
-                .unwrap();
+async fn create_objects(client: &Client, kind: Kind, namespaces: &[String]) {
+    futures::stream::iter(namespaces)
+        .for_each_concurrent(CLIENT_PARALLEL / PER_NAMESPACE, |namespace| {
+            kind.create_objects(client, namespace)
         })
         .await;
 }
 
-async fn annotate_runtimes(client: &Client, namespaces: &[String]) {
+/// gardenlet's shoot reconcile: the `reconcile` annotation with a timestamp on every object.
+async fn annotate_every<K>(client: &Client)
+where
+    K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug,
+{
     let timestamp = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
-    let objects = namespaces
-        .iter()
-        .flat_map(|ns| (0..PER_NAMESPACE).map(move |p| (ns.clone(), format!("pool-{p}"))));
+    let objects = Api::<K>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items;
     futures::stream::iter(objects)
-        .for_each_concurrent(CLIENT_PARALLEL, |(namespace, pool)| {
-            let timestamp = timestamp.clone();
+        .for_each_concurrent(CLIENT_PARALLEL, |object| {
+            let patch = json!({"metadata": {"annotations": {
+                "gardener.cloud/operation": "reconcile",
+                "gardener.cloud/timestamp": timestamp,
+            }}});
             async move {
-                let patch = json!({"metadata": {"annotations": {
-                    "gardener.cloud/operation": "reconcile",
-                    "gardener.cloud/timestamp": timestamp,
-                }}});
-                Api::<ContainerRuntime>::namespaced(client.clone(), &namespace)
-                    .patch(
-                        &format!("gvisor-{pool}"),
-                        &PatchParams::default(),
-                        &Patch::Merge(patch),
-                    )
+                let namespace = object.meta().namespace.clone().unwrap_or_default();
+                let name = object.meta().name.clone().unwrap_or_default();
+                Api::<K>::namespaced(client.clone(), &namespace)
+                    .patch(&name, &PatchParams::default(), &Patch::Merge(patch))
                     .await
                     .unwrap();
             }
@@ -276,58 +450,21 @@ async fn annotate_runtimes(client: &Client, namespaces: &[String]) {
         .await;
 }
 
-async fn delete_runtimes(client: &Client, namespaces: &[String]) {
+async fn delete_in<K>(client: &Client, namespaces: &[String])
+where
+    K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug,
+{
     futures::stream::iter(namespaces.to_vec())
         .for_each_concurrent(CLIENT_PARALLEL, |namespace| async move {
-            Api::<ContainerRuntime>::namespaced(client.clone(), &namespace)
+            Api::<K>::namespaced(client.clone(), &namespace)
                 .delete_collection(&DeleteParams::default(), &ListParams::default())
                 .await
                 .unwrap();
         })
         .await;
-}
-
-/// Waits until the `total` ContainerRuntimes of `namespaces` pass gardenlet's readiness check
-/// for `operation` (listed by label-free LISTs of all; the bench's other points are gone).
-async fn wait_all_ready(client: &Client, total: usize, operation: LastOperationType) -> Instant {
-    let all: Api<ContainerRuntime> = Api::all(client.clone());
-    wait_for("all ContainerRuntimes ready", PHASE_TIMEOUT, || async {
-        let list = all
-            .list(&ListParams::default())
-            .await
-            .map_err(|e| e.to_string())?;
-        let ready = list
-            .items
-            .iter()
-            .filter(|cr| check_ready(*cr, operation).is_ok())
-            .count();
-        if ready == total {
-            Ok(())
-        } else {
-            Err(format!("{ready}/{total} ready"))
-        }
-    })
-    .await;
-    Instant::now()
-}
-
-async fn wait_all_gone(client: &Client) -> Instant {
-    let all: Api<ContainerRuntime> = Api::all(client.clone());
-    wait_for("all ContainerRuntimes gone", PHASE_TIMEOUT, || async {
-        let left = all
-            .list(&ListParams::default().limit(1))
-            .await
-            .map_err(|e| e.to_string())?
-            .items
-            .len();
-        if left == 0 {
-            Ok(())
-        } else {
-            Err("some left".to_string())
-        }
-    })
-    .await;
-    Instant::now()
 }
 
 /// RSS once it has settled (two samples 2 s apart within 5 %), at most 20 s.
@@ -347,25 +484,26 @@ async fn settled_rss(operator: &OperatorProcess) -> u64 {
 /// One point of the curve with `workers`; `restart` adds the restart phase.
 async fn measure_point(
     env: &support::TestEnv,
+    kind: Kind,
     objects: usize,
     workers: usize,
     restart: bool,
 ) -> Point {
-    let tag = format!("{objects}w{workers}");
-    let namespaces = create_namespaces(&env.client, &tag, objects / PER_NAMESPACE).await;
-    let (mut operator, _) = start_operator(&env.kubeconfig, workers).await;
+    let tag = format!("{}{objects}w{workers}", kind.tag());
+    let namespaces = create_namespaces(&env.client, kind, &tag, objects / PER_NAMESPACE).await;
+    let (mut operator, _) = start_operator(&env.kubeconfig, kind, workers).await;
     let mut log = AuditLog::from_end(support::audit_log_path());
     log.take_when_quiet(from_operator, QUIET).await;
     let rss_start_kib = settled_rss(&operator).await;
 
-    let meter = Meter::start(&operator, &mut log);
-    create_runtimes(&env.client, &namespaces).await;
-    let done = wait_all_ready(&env.client, objects, LastOperationType::Create).await;
+    let meter = Meter::start(&operator, kind, &mut log);
+    create_objects(&env.client, kind, &namespaces).await;
+    let done = kind.wait_all_ready(&env.client, objects).await;
     let create = meter.finish(done).await;
 
-    let meter = Meter::start(&operator, &mut log);
-    annotate_runtimes(&env.client, &namespaces).await;
-    let done = wait_all_ready(&env.client, objects, LastOperationType::Reconcile).await;
+    let meter = Meter::start(&operator, kind, &mut log);
+    kind.annotate_all(&env.client).await;
+    let done = kind.wait_all_ready(&env.client, objects).await;
     let reconcile = meter.finish(done).await;
 
     let restart = if restart {
@@ -386,21 +524,16 @@ async fn measure_point(
         None
     };
 
-    let meter = Meter::start(&operator, &mut log);
-    delete_runtimes(&env.client, &namespaces).await;
-    let done = wait_all_gone(&env.client).await;
+    let meter = Meter::start(&operator, kind, &mut log);
+    kind.delete_all(&env.client, &namespaces).await;
+    let done = kind.wait_all_gone(&env.client).await;
     let delete = meter.finish(done).await;
     let rss_after_delete_kib = settled_rss(&operator).await;
     let peak_kib = operator.peak_rss_kib().unwrap_or_default();
     operator.kill();
     futures::stream::iter(namespaces)
         .for_each_concurrent(CLIENT_PARALLEL, |namespace| {
-            let client = env.client.clone();
-            async move {
-                let _ = Api::<Cluster>::all(client)
-                    .delete(&namespace, &DeleteParams::default())
-                    .await;
-            }
+            kind.clean(&env.client, namespace)
         })
         .await;
     Point {
@@ -415,6 +548,26 @@ async fn measure_point(
     }
 }
 
+/// The kinds to measure: `BENCH_SCALE_KINDS` (`containerruntime`, `operatingsystemconfig`,
+/// comma-separated), both by default.
+fn kinds() -> Vec<Kind> {
+    let wanted = std::env::var("BENCH_SCALE_KINDS").unwrap_or_default();
+    let all = [Kind::ContainerRuntime, Kind::OperatingSystemConfig];
+    let chosen: Vec<Kind> = all
+        .into_iter()
+        .filter(|kind| {
+            wanted
+                .split(',')
+                .any(|w| w.trim() == kind.name().to_lowercase())
+        })
+        .collect();
+    if chosen.is_empty() {
+        all.to_vec()
+    } else {
+        chosen
+    }
+}
+
 fn points() -> Vec<usize> {
     std::env::var("BENCH_SCALE_POINTS")
         .ok()
@@ -426,6 +579,23 @@ fn points() -> Vec<usize> {
         })
         .filter(|list: &Vec<usize>| !list.is_empty())
         .unwrap_or_else(|| POINTS.to_vec())
+}
+
+/// Which operator binary ran, as the section says it.
+fn operator_binary() -> String {
+    match std::env::var("OPERATOR_BINARY") {
+        Ok(path) if path.contains("-musl/release/") => {
+            "the image's binary (static, musl, release profile)".to_string()
+        }
+        Ok(path) => format!(
+            "`{}`",
+            std::path::Path::new(&path)
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default()
+        ),
+        Err(_) => "the bench build (glibc, release profile)".to_string(),
+    }
 }
 
 fn mib(kib: u64) -> f64 {
@@ -447,7 +617,7 @@ fn phase_cells(phase: &Phase, objects: usize) -> String {
     )
 }
 
-fn render(points: &[Point], concurrency: &[(usize, Phase)]) -> String {
+fn render(kind: Kind, points: &[Point], concurrency: &[(usize, Phase)]) -> String {
     let mut curve = String::new();
     for point in points {
         let n = point.objects;
@@ -494,15 +664,15 @@ fn render(points: &[Point], concurrency: &[(usize, Phase)]) -> String {
         .collect::<String>();
     let measured: Vec<String> = points.iter().map(|p| p.objects.to_string()).collect();
     format!(
-        "## Scale curve: ContainerRuntimes at {}\n\n\
-         Command: `make bench-scale` (`benches/scale.rs`, operator in the bench profile, one real \
+        "## Scale curve: {kind}s at {}\n\n\
+         Command: `make bench-scale` (`benches/scale.rs`, operator: {binary}, one real \
          kube-apiserver v1.36.3 + etcd on loopback, {cores} cores, shared by the bench's client \
          ({CLIENT_PARALLEL} requests in parallel), the operator and the API server). 4 objects \
          per shoot namespace, a fresh operator per point (`--max-concurrent-reconciles=\
          {DEFAULT_WORKERS}`). A phase runs from the bench's first request to the moment every \
          object passes gardenlet's readiness check (or is gone). Requests are the operator's \
          (its `User-Agent` in the audit log) until it has been silent for {QUIET:?}. In flight \
-         = `controller_active_workers{{kind=\"ContainerRuntime\"}}`, sampled every 250 ms.\n\n\
+         = `controller_active_workers{{kind=\"{kind}\"}}`, sampled every 250 ms. {about}\n\n\
          | objects | phase | time | requests / object | answered 404 / 409 | operator CPU | \
          kube-apiserver CPU | in flight (most / mean) |\n\
          |---:|---|---:|---:|---:|---:|---:|---:|\n{curve}\n\
@@ -520,6 +690,16 @@ fn render(points: &[Point], concurrency: &[(usize, Phase)]) -> String {
          |---:|---:|---:|---:|---|\n{restart}\n\
          Measured on {date}.\n",
         measured.join(" → "),
+        kind = kind.name(),
+        binary = operator_binary(),
+        about = match kind {
+            Kind::ContainerRuntime => "",
+            Kind::OperatingSystemConfig => {
+                "Per shoot gardenlet's `provision` and `reconcile` OSC of two pools, the \
+                 Secret a `secretRef` file reads and gardenlet's node-agent ManagedResource (as \
+                 in a current seed, so ours ships no node-agent secret)."
+            }
+        },
         cores = std::thread::available_parallelism()
             .map(|n| n.get())
             .unwrap_or(0),
@@ -536,31 +716,34 @@ async fn main() {
     let env = support::env().await;
     let points_wanted = points();
     let largest = points_wanted.iter().copied().max().unwrap_or_default();
-    let mut points = Vec::new();
-    for objects in &points_wanted {
-        let point = measure_point(&env, *objects, DEFAULT_WORKERS, *objects == largest).await;
-        eprintln!("scale: {objects} objects: {point:?}");
-        points.push(point);
-    }
-    let mut concurrency = Vec::new();
-    if points_wanted.contains(&CONCURRENCY_AT) {
-        for workers in WORKERS {
-            let phase = if workers == DEFAULT_WORKERS {
-                points
-                    .iter()
-                    .find(|p| p.objects == CONCURRENCY_AT)
-                    .map(|p| p.create.clone())
-                    .unwrap_or_default()
-            } else {
-                measure_point(&env, CONCURRENCY_AT, workers, false)
-                    .await
-                    .create
-            };
-            eprintln!("scale: {workers} workers: {phase:?}");
-            concurrency.push((workers, phase));
+    for kind in kinds() {
+        let mut points = Vec::new();
+        for objects in &points_wanted {
+            let restart = *objects == largest;
+            let point = measure_point(&env, kind, *objects, DEFAULT_WORKERS, restart).await;
+            eprintln!("scale: {kind:?} {objects} objects: {point:?}");
+            points.push(point);
         }
+        let mut concurrency = Vec::new();
+        if kind == Kind::ContainerRuntime && points_wanted.contains(&CONCURRENCY_AT) {
+            for workers in WORKERS {
+                let phase = if workers == DEFAULT_WORKERS {
+                    points
+                        .iter()
+                        .find(|p| p.objects == CONCURRENCY_AT)
+                        .map(|p| p.create.clone())
+                        .unwrap_or_default()
+                } else {
+                    measure_point(&env, kind, CONCURRENCY_AT, workers, false)
+                        .await
+                        .create
+                };
+                eprintln!("scale: {workers} workers: {phase:?}");
+                concurrency.push((workers, phase));
+            }
+        }
+        let section = render(kind, &points, &concurrency);
+        println!("{section}");
+        support::benchmarks::write_section(kind.section(), &section);
     }
-    let section = render(&points, &concurrency);
-    println!("{section}");
-    support::benchmarks::write_section("scale", &section);
 }

@@ -185,6 +185,94 @@ async fn reconcile_annotation_is_removed_and_status_refreshed() {
     assert!(last.last_update_time.timestamp() >= requested.timestamp());
 }
 
+/// Every state a watch shows of `name` while `act` runs and until the object passes
+/// gardenlet's readiness check for a Reconcile: (lastOperation state, passes the check).
+async fn states_until_reconciled(
+    env: &TestEnv,
+    name: &str,
+    act: impl std::future::Future<Output = ()>,
+) -> Vec<(String, bool)> {
+    use futures::StreamExt;
+    use kube::runtime::{WatchStreamExt, watcher};
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let mut stream = watcher::watcher(crs(env), config).applied_objects().boxed();
+    // The current state first, so what `act` causes comes after it.
+    stream.next().await.unwrap().unwrap();
+    act.await;
+    let mut seen = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while let Ok(Some(Ok(cr))) = tokio::time::timeout_at(deadline, stream.next()).await {
+        let state = cr
+            .status
+            .as_ref()
+            .and_then(|s| s.default.last_operation.as_ref())
+            .map(|l| format!("{:?} {:?}", l.type_, l.state))
+            .unwrap_or_default();
+        let ready = support::gardener::check_ready(&cr, LastOperationType::Reconcile).is_ok();
+        let annotated = cr.annotations().contains_key("gardener.cloud/operation");
+        seen.push((state, ready));
+        if ready && !annotated {
+            return seen;
+        }
+    }
+    panic!("not reconciled within 60 s: {seen:?}");
+}
+
+/// docs/contract.md#reconcile-and-restore: a run gardenlet asks for over an earlier success
+/// writes Processing at once only when that success could pass gardenlet's readiness check
+/// for the new request (written in the second of the `gardener.cloud/timestamp`); when the
+/// timestamp is in a later second, it goes straight to Succeeded (one status write fewer).
+#[tokio::test]
+async fn processing_comes_first_only_when_the_earlier_success_could_pass_for_the_request() {
+    let env = setup().await;
+    let name = create_cr(&env, "worker-a", json!({})).await;
+    let created = wait_ready(&crs(&env), &name, LastOperationType::Create).await;
+    let succeeded_at = created
+        .status
+        .unwrap()
+        .default
+        .last_operation
+        .unwrap()
+        .last_update_time;
+
+    // gardenlet's request in the second the success was written.
+    let same_second = states_until_reconciled(&env, &name, async {
+        let patch = json!({"metadata": {"annotations": {
+            "gardener.cloud/operation": "reconcile",
+            "gardener.cloud/timestamp": succeeded_at.to_rfc3339(),
+        }}});
+        crs(&env)
+            .patch(&name, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+            .unwrap();
+    })
+    .await;
+    assert!(
+        same_second
+            .iter()
+            .any(|(state, _)| state == "Reconcile Processing"),
+        "Processing written: {same_second:?}"
+    );
+
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let later = states_until_reconciled(&env, &name, async {
+        annotate(&crs(&env), &name, "reconcile").await;
+    })
+    .await;
+    assert!(
+        later
+            .iter()
+            .all(|(state, _)| !state.ends_with("Processing")),
+        "no Processing: {later:?}"
+    );
+    let first_ready = later.iter().position(|(_, ready)| *ready);
+    assert_eq!(
+        first_ready,
+        Some(later.len() - 1),
+        "never ready before the run's own success: {later:?}"
+    );
+}
+
 #[tokio::test]
 async fn bad_provider_config_reports_a_configuration_problem_and_changes_nothing() {
     let env = setup().await;

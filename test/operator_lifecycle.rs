@@ -2,7 +2,7 @@
 //!
 //! - Every worker of a kind reconciles: with `--max-concurrent-reconciles=N`, N slow runs
 //!   are in flight at once (kube-runtime's store readiness wakes one waiter only, see
-//!   docs/architecture.md#store-readiness-wakes-one-waiter).
+//!   docs/architecture.md#store-readiness-wakes-one-waiter; ours wakes every one).
 //! - The operator binary stops within 5 s of SIGTERM while it works through many objects.
 //! - A spec edit alone waits (with a log line saying so), and the README's `kubectl
 //!   annotate` line makes it run.
@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use gardener_extension_node::api::{Cluster, ContainerRuntime, LastOperationType};
-use gardener_extension_node::extension::cache::object_store;
+use gardener_extension_node::extension::cache::ObjectStore;
 use gardener_extension_node::extension::controller::{self, ControllerOptions};
 use gardener_extension_node::extension::error::{Classify, RetryPolicy};
 use gardener_extension_node::extension::events::EventPublisher;
@@ -120,7 +120,7 @@ async fn every_worker_reconciles_and_a_shutdown_does_not_wait_for_idle_workers()
     create_container_runtimes(&env, 10).await;
 
     let actuator = Arc::new(Counts::default());
-    let (objects, writer) = object_store::<ContainerRuntime>();
+    let objects = ObjectStore::default();
     let mut registry = prometheus_client::registry::Registry::default();
     let reconciler = Arc::new(Reconciler {
         client: env.client.clone(),
@@ -133,7 +133,7 @@ async fn every_worker_reconciles_and_a_shutdown_does_not_wait_for_idle_workers()
         events: EventPublisher::new(env.client.clone()),
         metrics: ControllerMetrics::register(&mut registry),
         cache: None,
-        objects: Some(objects),
+        objects: Some(objects.clone()),
         read_fresh: Default::default(),
         woken: Default::default(),
     });
@@ -147,7 +147,7 @@ async fn every_worker_reconciles_and_a_shutdown_does_not_wait_for_idle_workers()
     let run = tokio::spawn(controller::run(
         reconciler,
         options,
-        writer,
+        objects,
         synced,
         None,
         shutdown.clone(),

@@ -1,4 +1,4 @@
-//! The operator's read cache: reflector stores of the seed objects the controllers read on
+//! The operator's read cache: stores ([`CompactStore`]) of the seed objects the controllers read on
 //! every run, each filled by one watch and shared by all controllers, so a run reads what a
 //! watch already delivered instead of sending a GET or a list.
 //!
@@ -34,13 +34,15 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, ApiResource, DynamicObject, PartialObjectMeta};
+use kube::api::{Api, ApiResource, PartialObjectMeta};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher::{self, Config};
 use kube::{Client, Resource};
 use tokio_util::sync::CancellationToken;
 
+use super::compact_store::CompactStore;
+pub(crate) use super::compact_store::shrink_when_sparse;
 use super::watch_error::WatchErrorLog;
 use crate::api::constants::{LABEL_GARBAGE_COLLECTABLE, ORIGIN};
 use crate::api::{Cluster, ManagedResource};
@@ -51,12 +53,12 @@ type Locks = Arc<Mutex<HashMap<(String, String), Arc<tokio::sync::Mutex<()>>>>>;
 /// The shared stores (cheap to clone: every clone reads the same stores).
 #[derive(Clone)]
 pub struct SeedCache {
-    /// All Clusters.
-    pub clusters: Store<Cluster>,
-    /// Our ManagedResources.
-    pub managed_resources: Store<ManagedResource>,
-    /// Metadata of the garbage-collectable secrets.
-    pub secrets: Store<PartialObjectMeta<Secret>>,
+    /// All Clusters, slim ([`slim_cluster`]).
+    pub clusters: CompactStore,
+    /// Our ManagedResources, slim ([`slim_managed_resource`]).
+    pub managed_resources: CompactStore,
+    /// Names of the garbage-collectable secrets.
+    pub secrets: CompactStore,
     /// Our own writes the stores may not show yet.
     pub written: Written,
     /// The name of every Cluster the store took a change or deletion of (after the store has
@@ -81,29 +83,30 @@ impl SeedCache {
     /// `shoot_resources` (the controllers that read them are enabled, and the chart grants
     /// the `watch` on secrets only then); otherwise those stores stay empty.
     pub fn start(client: &Client, shutdown: &CancellationToken, shoot_resources: bool) -> Self {
-        let (clusters, writer) = reflector::store();
+        let clusters = CompactStore::default();
         let (cluster_changes, _) = tokio::sync::broadcast::channel(CLUSTER_CHANGES_BUFFER);
         let changes = cluster_changes.clone();
+        let cluster_list = Config::default().page_size(CLUSTER_LIST_PAGE);
+        let cluster_events = watcher::watcher(Api::<Cluster>::all(client.clone()), cluster_list)
+            .default_backoff()
+            .modify(slim_cluster);
         spawn(
-            watcher::watcher(Api::<Cluster>::all(client.clone()), Config::default())
-                .default_backoff()
-                .modify(slim_cluster)
-                .reflect(writer)
-                .inspect(move |event| {
-                    if let Ok(watcher::Event::Apply(cluster) | watcher::Event::Delete(cluster)) =
-                        event
-                        && let Some(name) = &cluster.metadata.name
-                    {
-                        // No receiver (no kind listens) is fine.
-                        let _ = changes.send(name.clone());
-                    }
-                }),
+            clusters.fed_by(cluster_events).inspect(move |event| {
+                if let Ok(watcher::Event::Apply(cluster) | watcher::Event::Delete(cluster)) = event
+                    && let Some(name) = &cluster.metadata.name
+                {
+                    // No receiver (no kind listens) is fine.
+                    let _ = changes.send(name.clone());
+                }
+            }),
             shutdown,
         );
-        let (managed_resources, writer) = reflector::store();
-        let (secrets, secrets_writer) = reflector::store();
+        let managed_resources = CompactStore::default();
+        let secrets = CompactStore::default();
         if !shoot_resources {
-            // Dropping the writers makes the stores ready (and empty) at once.
+            // Nobody fills them: ready (and empty) at once.
+            managed_resources.mark_synced();
+            secrets.mark_synced();
             return SeedCache {
                 clusters,
                 managed_resources,
@@ -113,31 +116,38 @@ impl SeedCache {
                 locks: Arc::default(),
             };
         }
+        let written = Written::default();
+        let managed_resource_events = watcher::watcher(
+            Api::<ManagedResource>::all(client.clone()),
+            Config::default().labels(&format!("origin={ORIGIN}")),
+        )
+        .default_backoff()
+        .modify(slim_managed_resource);
+        let confirm = written.clone();
         spawn(
-            watcher::watcher(
-                Api::<ManagedResource>::all(client.clone()),
-                Config::default().labels(&format!("origin={ORIGIN}")),
-            )
-            .default_backoff()
-            .modify(slim_managed_resource)
-            .reflect(writer),
+            managed_resources
+                .fed_by(managed_resource_events)
+                .inspect(move |event| confirm.confirm(Confirmed::ManagedResource, event)),
             shutdown,
         );
+        let secret_events = watcher::watcher(
+            Api::<PartialObjectMeta<Secret>>::all(client.clone()),
+            Config::default().labels(&format!("{LABEL_GARBAGE_COLLECTABLE}=true")),
+        )
+        .default_backoff()
+        .modify(|s| s.metadata = name_only(&s.metadata));
+        let confirm = written.clone();
         spawn(
-            watcher::watcher(
-                Api::<PartialObjectMeta<Secret>>::all(client.clone()),
-                Config::default().labels(&format!("{LABEL_GARBAGE_COLLECTABLE}=true")),
-            )
-            .default_backoff()
-            .modify(|s| s.metadata = name_only(&s.metadata))
-            .reflect(secrets_writer),
+            secrets
+                .fed_by(secret_events)
+                .inspect(move |event| confirm.confirm(Confirmed::Secret, event)),
             shutdown,
         );
         SeedCache {
             clusters,
             managed_resources,
             secrets,
-            written: Written::default(),
+            written,
             cluster_changes,
             locks: Arc::default(),
         }
@@ -171,32 +181,36 @@ impl SeedCache {
     /// Resolves once every store holds its first list (runs before that would see empty
     /// stores and send the reads the cache is there to save).
     pub async fn synced(&self) {
-        let _ = self.clusters.wait_until_ready().await;
-        let _ = self.managed_resources.wait_until_ready().await;
-        let _ = self.secrets.wait_until_ready().await;
+        self.clusters.synced().await;
+        self.managed_resources.synced().await;
+        self.secrets.synced().await;
     }
 
-    /// The stored Cluster `name`.
+    /// The stored Cluster `name`, decoded (`None` also when it does not decode: the caller
+    /// reads it with a GET and reports what is wrong with it).
     pub fn cluster(&self, name: &str) -> Option<Arc<Cluster>> {
-        self.clusters.get(&ObjectRef::new(name))
+        let stored = self.clusters.get("", name)?;
+        stored.decode().ok().map(Arc::new)
     }
 
     /// The stored MR `namespace/name`, unless our last write of it is newer than the store.
-    pub fn managed_resource(&self, namespace: &str, name: &str) -> Option<Arc<ManagedResource>> {
-        let stored = self
-            .managed_resources
-            .get(&ObjectRef::new(name).within(namespace))?;
+    pub fn managed_resource(&self, namespace: &str, name: &str) -> Option<ManagedResource> {
+        let stored = self.managed_resources.get(namespace, name)?;
         self.written
-            .is_current(namespace, name, stored.meta().resource_version.as_deref())
-            .then_some(stored)
+            .is_current(namespace, name, stored.resource_version.as_deref())
+            .then(|| stored.decode().ok())
+            .flatten()
+    }
+
+    /// The stored MR `namespace/name` as the store has it (whatever we wrote since).
+    pub fn stored_managed_resource(&self, namespace: &str, name: &str) -> Option<ManagedResource> {
+        self.managed_resources.get(namespace, name)?.decode().ok()
     }
 
     /// Whether our MR `namespace/name` is surely absent: the store lacks it and we have not
     /// applied it since (an MR we wrote a moment ago may not be in the store yet).
     pub fn knows_absent(&self, namespace: &str, name: &str) -> bool {
-        self.managed_resources
-            .get(&ObjectRef::new(name).within(namespace))
-            .is_none()
+        self.managed_resources.get(namespace, name).is_none()
             && !self.written.has_applied(namespace, name)
     }
 
@@ -205,20 +219,16 @@ impl SeedCache {
     pub fn has_secret(&self, namespace: &str, name: &str) -> bool {
         match self.written.secret(namespace, name) {
             Some(exists) => exists,
-            None => self
-                .secrets
-                .get(&ObjectRef::new(name).within(namespace))
-                .is_some(),
+            None => self.secrets.get(namespace, name).is_some(),
         }
     }
 
     /// Names of the stored garbage-collectable secrets of `namespace`.
     pub fn secret_names(&self, namespace: &str) -> Vec<String> {
         self.secrets
-            .state()
-            .iter()
-            .filter(|s| s.metadata.namespace.as_deref() == Some(namespace))
-            .filter_map(|s| s.metadata.name.clone())
+            .in_namespace(namespace)
+            .into_iter()
+            .map(|(name, _)| name)
             .filter(|name| self.written.secret(namespace, name) != Some(false))
             .collect()
     }
@@ -226,11 +236,10 @@ impl SeedCache {
     /// Names of our stored ManagedResources of `namespace` that are not being deleted.
     pub fn managed_resource_names(&self, namespace: &str) -> Vec<String> {
         self.managed_resources
-            .state()
-            .iter()
-            .filter(|m| m.metadata.namespace.as_deref() == Some(namespace))
-            .filter(|m| m.metadata.deletion_timestamp.is_none())
-            .filter_map(|m| m.metadata.name.clone())
+            .in_namespace(namespace)
+            .into_iter()
+            .filter(|(_, stored)| !stored.deleting)
+            .map(|(name, _)| name)
             .collect()
     }
 }
@@ -298,6 +307,12 @@ const LOCKS_PRUNE_AT: usize = 256;
 /// How many Cluster changes a receiver of [`SeedCache::cluster_changes`] may fall behind.
 pub const CLUSTER_CHANGES_BUFFER: usize = 1024;
 
+/// Clusters per page of the Cluster watch's (re)list. A Cluster embeds its Shoot, Seed and
+/// CloudProfile (tens of KiB each); kube-runtime's default of 500 per page decodes up to
+/// 500 whole Clusters at once before [`slim_cluster`] drops most of them, and glibc keeps the
+/// high-water mark of that (12 MiB at 500 shoots, docs/benchmarks.md, the scale curve).
+pub const CLUSTER_LIST_PAGE: u32 = 50;
+
 /// How long our own write stands in for a store that has not shown it yet: far above the
 /// watch latency, short enough that an object someone else deletes is written again by the
 /// next run.
@@ -346,13 +361,6 @@ impl WrittenState {
     }
 }
 
-/// Gives a map's spare room back when it uses less than a quarter of it.
-pub(crate) fn shrink_when_sparse<K: std::hash::Hash + Eq, V>(map: &mut HashMap<K, V>) {
-    if map.capacity() > 64 && map.len() < map.capacity() / 4 {
-        map.shrink_to_fit();
-    }
-}
-
 /// Our last write of one MR.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Write {
@@ -377,7 +385,63 @@ impl Write {
     }
 }
 
+/// Which of our writes a store event may confirm.
+#[derive(Debug, Clone, Copy)]
+enum Confirmed {
+    ManagedResource,
+    Secret,
+}
+
 impl Written {
+    /// Forgets the writes a store event shows arrived: an apply of an MR once the store holds
+    /// that version or a newer one, a deletion once the store dropped the object, a secret's
+    /// creation or deletion once the store agrees. From then on the store tells what the
+    /// entry would have, so what is remembered stays as small as the writes in flight.
+    fn confirm<K: Resource>(
+        &self,
+        kind: Confirmed,
+        event: &Result<watcher::Event<K>, watcher::Error>,
+    ) {
+        let (object, present) = match event {
+            Ok(watcher::Event::Apply(object) | watcher::Event::InitApply(object)) => (object, true),
+            Ok(watcher::Event::Delete(object)) => (object, false),
+            _ => return,
+        };
+        let meta = object.meta();
+        let key = (
+            meta.namespace.clone().unwrap_or_default(),
+            meta.name.clone().unwrap_or_default(),
+        );
+        let mut state = self.state();
+        match kind {
+            Confirmed::ManagedResource => {
+                let stored = meta
+                    .resource_version
+                    .as_deref()
+                    .and_then(|v| v.parse::<u64>().ok());
+                let arrived = match state.managed_resources.get(&key) {
+                    Some(Write::Applied { version, .. }) => {
+                        present && stored.is_some_and(|stored| stored >= *version)
+                    }
+                    Some(Write::Deleted { .. } | Write::Deleting { .. }) => !present,
+                    None => false,
+                };
+                if arrived {
+                    state.managed_resources.remove(&key);
+                }
+            }
+            Confirmed::Secret => {
+                if state
+                    .secrets
+                    .get(&key)
+                    .is_some_and(|(exists, _)| *exists == present)
+                {
+                    state.secrets.remove(&key);
+                }
+            }
+        }
+    }
+
     fn state(&self) -> std::sync::MutexGuard<'_, WrittenState> {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -518,14 +582,7 @@ impl Written {
 
 /// The store of an extension kind's objects, kept by the kind's controller watch
 /// ([`super::controller`]) and read by its runs and its actuator.
-pub type ObjectStore = Store<DynamicObject>;
-
-/// A writer and reader pair for an extension kind `K`'s objects.
-pub fn object_store<K: Resource<DynamicType = ()>>()
--> (ObjectStore, reflector::store::Writer<DynamicObject>) {
-    let writer = reflector::store::Writer::new(ApiResource::erase::<K>(&()));
-    (writer.as_reader(), writer)
-}
+pub type ObjectStore = super::compact_store::CompactStore;
 
 /// A reflector store of one label-selected kind beside [`SeedCache`], with its own "first
 /// list is in" flag: kube-runtime's readiness future wakes only one waiter
@@ -756,6 +813,62 @@ mod tests {
         written.record_deleting("ns", "mr", None);
         assert!(!written.deleting("ns", "mr"), "no version: forgotten");
         assert!(written.is_current("ns", "mr", Some("1")));
+    }
+
+    #[test]
+    fn writes_the_store_shows_are_forgotten() {
+        let mr = |version: &str| -> ManagedResource {
+            serde_json::from_value(json!({
+                "metadata": {"name": "mr", "namespace": "ns", "resourceVersion": version},
+                "spec": {"secretRefs": []}
+            }))
+            .unwrap()
+        };
+        let written = Written::default();
+        written.record_applied("ns", "mr", Some("10"), "a");
+        written.confirm(
+            Confirmed::ManagedResource,
+            &Ok(watcher::Event::Apply(mr("9"))),
+        );
+        assert!(
+            written.has_applied("ns", "mr"),
+            "an older version confirms nothing"
+        );
+        written.confirm(
+            Confirmed::ManagedResource,
+            &Ok(watcher::Event::Apply(mr("10"))),
+        );
+        assert!(!written.has_applied("ns", "mr"), "the store has it now");
+
+        written.record_deleting("ns", "mr", Some("11"));
+        written.confirm(
+            Confirmed::ManagedResource,
+            &Ok(watcher::Event::Apply(mr("11"))),
+        );
+        assert!(written.deleting("ns", "mr"), "still there, deleting");
+        written.confirm(
+            Confirmed::ManagedResource,
+            &Ok(watcher::Event::Delete(mr("11"))),
+        );
+        assert!(!written.deleting("ns", "mr"), "gone from the store");
+
+        let secret = |name: &str| PartialObjectMeta::<Secret> {
+            metadata: kube::api::ObjectMeta {
+                name: Some(name.to_string()),
+                namespace: Some("ns".to_string()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        written.record_secret("ns", "s", false);
+        written.confirm(Confirmed::Secret, &Ok(watcher::Event::Apply(secret("s"))));
+        assert_eq!(
+            written.secret("ns", "s"),
+            Some(false),
+            "the store still lists it"
+        );
+        written.confirm(Confirmed::Secret, &Ok(watcher::Event::Delete(secret("s"))));
+        assert_eq!(written.secret("ns", "s"), None);
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! [`WorkQueue`], and `max_concurrent` workers running the [`Reconciler`].
 //!
 //! The watch keeps a [`Fingerprint`] per object for the update rule and fills the kind's
-//! object store (a reflector [`Writer`], objects without `managedFields`), from which the
+//! object store ([`ObjectStore`], objects without `managedFields`), from which the
 //! runs and the actuator read. Namespace wake-ups enqueue every object of a namespace: in
 //! ignore-operation-annotation mode from a second watch on Clusters, and from a kind's own
 //! source ([`WakeNamespaces`]; the Worker's comes from its Machines).
@@ -15,12 +15,12 @@ use std::sync::{Arc, Mutex};
 use futures::{StreamExt, TryStreamExt};
 use kube::api::{ApiResource, DynamicObject};
 use kube::runtime::WatchStreamExt;
-use kube::runtime::reflector::store::Writer;
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, ResourceExt};
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
+use super::cache::ObjectStore;
 use super::error::RetryPolicy;
 use super::predicate::{self, Fingerprint};
 use super::queue::WorkQueue;
@@ -59,7 +59,7 @@ pub type WakeNamespaces = futures::stream::BoxStream<'static, String>;
 pub async fn run<A: Actuator>(
     reconciler: Arc<Reconciler<A>>,
     options: ControllerOptions,
-    store: Writer<DynamicObject>,
+    store: ObjectStore,
     synced: oneshot::Sender<()>,
     wake: Option<WakeNamespaces>,
     shutdown: CancellationToken,
@@ -97,12 +97,10 @@ pub async fn run<A: Actuator>(
 
     // The store takes the first list in at its end, so before that it is empty: a run must
     // not take that for "no objects" (the gVisor sweep would delete the installations of
-    // every pool). One wait here, before any worker starts: kube-runtime's store readiness
-    // wakes only the last of several waiters (docs/architecture.md#store-readiness-wakes-one-waiter),
-    // so workers that each waited would, all but one, sleep forever.
+    // every pool). One wait here, before any worker starts.
     let ready = async {
         if let Some(store) = &reconciler.objects {
-            let _ = store.wait_until_ready().await;
+            store.synced().await;
         }
     };
     reconciler
@@ -230,7 +228,7 @@ async fn watch_objects<A: Actuator>(
     reconciler: Arc<Reconciler<A>>,
     queue: Arc<WorkQueue<ObjectKey>>,
     fingerprints: Fingerprints,
-    store: Writer<DynamicObject>,
+    store: ObjectStore,
     synced: oneshot::Sender<()>,
 ) {
     let kind = A::Object::KIND;
@@ -242,7 +240,6 @@ async fn watch_objects<A: Actuator>(
     let mut stream = watcher::watcher(api, watcher::Config::default())
         .default_backoff()
         .modify(|o| o.metadata.managed_fields = None)
-        .reflect(store)
         .boxed();
     let mut synced = Some(synced);
     // Keys seen during a (re)list, to forget objects deleted while the watch was down.
@@ -257,6 +254,7 @@ async fn watch_objects<A: Actuator>(
             }
         };
         errors.observed(&event);
+        store.apply(&event);
         match event {
             Event::Init => relisted = Some(HashSet::new()),
             Event::InitApply(object) => {
@@ -276,7 +274,9 @@ async fn watch_objects<A: Actuator>(
             }
             Event::Apply(object) => observe(&reconciler, &queue, &fingerprints, object),
             Event::Delete(object) => {
-                lock(&fingerprints).remove(&key_of(&object));
+                let mut fingerprints = lock(&fingerprints);
+                fingerprints.remove(&key_of(&object));
+                crate::extension::compact_store::shrink_when_sparse(&mut fingerprints);
             }
         }
         reconciler.metrics.set_queue_depth(kind, queue.len());
@@ -366,7 +366,11 @@ mod tests {
     /// fails after an upgrade, upstream fixed it and the note can go.
     #[tokio::test(flavor = "current_thread")]
     async fn kube_runtime_store_readiness_wakes_only_the_last_waiter() {
-        let (store, mut writer) = crate::extension::cache::object_store::<crate::api::Worker>();
+        let mut writer =
+            kube::runtime::reflector::store::Writer::<DynamicObject>::new(ApiResource::erase::<
+                crate::api::Worker,
+            >(&()));
+        let store = writer.as_reader();
         let woken = Arc::new(AtomicUsize::new(0));
         for _ in 0..3 {
             let store = store.clone();

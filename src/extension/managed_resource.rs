@@ -284,7 +284,7 @@ pub async fn get(
 ) -> Result<Option<ManagedResource>, ManagedResourceError> {
     if let Some(cache) = cache {
         if let Some(mr) = cache.managed_resource(namespace, name) {
-            return Ok(Some((*mr).clone()));
+            return Ok(Some(mr));
         }
         if cache.written.deleted(namespace, name) {
             return Ok(None);
@@ -403,7 +403,7 @@ pub async fn apply_for_shoot(
     // What we applied: the rest of the MR follows from namespace and name.
     let content = format!("{secret_name} keepObjects={keep_objects}");
     let stored = cache.and_then(|cache| cache.managed_resource(namespace, name));
-    if is_deleting(client, cache, stored.as_deref(), namespace, name).await? {
+    if is_deleting(client, cache, stored.as_ref(), namespace, name).await? {
         return Err(still_deleting(namespace, name));
     }
     let mr_current = cache.is_some_and(|cache| match &stored {
@@ -636,10 +636,7 @@ pub async fn is_deleted(
 ) -> Result<bool, ManagedResourceError> {
     let mr = match cache {
         Some(cache) if cache.written.deleted(namespace, name) => None,
-        Some(cache) => cache
-            .managed_resources
-            .get(&kube::runtime::reflector::ObjectRef::new(name).within(namespace))
-            .map(|mr| (*mr).clone()),
+        Some(cache) => cache.stored_managed_resource(namespace, name),
         None => {
             let mrs: Api<ManagedResource> = Api::namespaced(client.clone(), namespace);
             mrs.get_opt(name).await.map_err(api_error(

@@ -17,6 +17,7 @@
 
 pub mod cache;
 pub mod cluster;
+pub mod compact_store;
 pub mod controller;
 pub mod error;
 pub mod events;

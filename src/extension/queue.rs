@@ -31,6 +31,9 @@ pub struct WorkQueue<K> {
     notify: Notify,
 }
 
+/// Queue slots kept when the queue runs empty.
+const SPARE_ROOM: usize = 64;
+
 impl<K: Clone + Eq + Hash + Send + 'static> Default for WorkQueue<K> {
     fn default() -> Self {
         Self::new()
@@ -111,6 +114,11 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
                     // Wake another worker if more work is waiting.
                     if !state.queue.is_empty() {
                         self.notify.notify_one();
+                    } else if state.queue.capacity() > SPARE_ROOM {
+                        // A burst (a seed's first list, thousands of deletions) is through:
+                        // give its room back.
+                        state.queue.shrink_to_fit();
+                        state.queued.shrink_to_fit();
                     }
                     return Some(key);
                 }

@@ -13,8 +13,9 @@
 //!
 //! Writes per run: the `reconcile` annotation goes in the same patch that adds the finalizer
 //! when both are due; Processing is written at once for a run gardenlet asked for (the
-//! `reconcile` annotation) over an earlier success — its readiness check would otherwise take
-//! that success, written in the same second, for this run's — and otherwise only when the
+//! `reconcile` annotation) over an earlier success that its readiness check could take for
+//! this run's (written in the second of the request's timestamp, or no timestamp) — and
+//! otherwise only when the
 //! actuator has not finished after [`PROCESSING_AFTER`] (or waits, or fails): a first create
 //! that finishes at once goes straight to Succeeded. Normal events: none for a first create
 //! (`success_event_wanted`) and none for a reconcile that found nothing to change
@@ -26,7 +27,6 @@ use std::time::Duration;
 
 use chrono::Utc;
 use kube::api::{ApiResource, DynamicObject};
-use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Client, Resource, ResourceExt};
 use tracing::{Instrument, info_span};
 
@@ -169,14 +169,9 @@ impl<A: Actuator> Reconciler<A> {
             .unwrap_or_else(|p| p.into_inner())
             .contains(&(namespace.to_string(), name.to_string()));
         if let Some(store) = self.objects.as_ref().filter(|_| !fresh) {
-            let resource = ApiResource::erase::<A::Object>(&());
-            let key = ObjectRef::<DynamicObject>::new_with(name, resource).within(namespace);
             // Not in the store: gone, or (rarely) not seen yet; the API server tells.
-            if let Some(stored) = store.get(&key) {
-                return serde_json::to_value(&*stored)
-                    .and_then(serde_json::from_value)
-                    .map(Some)
-                    .map_err(kube::Error::SerdeError);
+            if let Some(stored) = store.get(namespace, name) {
+                return stored.decode().map(Some).map_err(kube::Error::SerdeError);
             }
         }
         api.get_opt(name).await
@@ -271,10 +266,10 @@ impl<A: Actuator> Reconciler<A> {
         // gardenlet now waits for this object. Its readiness check compares
         // `lastOperation.lastUpdateTime` with the `gardener.cloud/timestamp` annotation at
         // second granularity, so a Succeeded status written in the same second as the
-        // annotation would read as "done" before this run did anything: a run gardenlet asked
-        // for over an earlier success says Processing at once.
+        // annotation (or without one) would read as "done" before this run did anything: a
+        // run gardenlet asked for over such a success says Processing at once.
         let object = match planned {
-            Step::Reconcile(operation) if strip && last_succeeded(&object) => {
+            Step::Reconcile(operation) if strip && success_would_pass(&object) => {
                 match self.processing(&api, &object, operation, None).await {
                     Ok(object) => object,
                     Err(failure) => return (label, Err(failure)),
@@ -780,11 +775,16 @@ fn last_description<K: ExtensionObject>(object: &K) -> Option<&str> {
 }
 
 /// Whether the object's last operation succeeded.
-fn last_succeeded<K: ExtensionObject>(object: &K) -> bool {
+/// Whether `object`'s last operation succeeded in a way gardenlet's readiness check would
+/// take for the run its annotations ask for ([`status::earlier_success_passes`]).
+fn success_would_pass<K: ExtensionObject + kube::Resource>(object: &K) -> bool {
     object
         .default_status()
         .and_then(|s| s.last_operation.as_ref())
-        .is_some_and(|l| l.state == LastOperationState::Succeeded)
+        .is_some_and(|l| {
+            l.state == LastOperationState::Succeeded
+                && status::earlier_success_passes(l.last_update_time, object.annotations())
+        })
 }
 
 /// Whether `object` carries this extension's finalizer for its kind.

@@ -7,8 +7,6 @@
 use std::sync::Arc;
 
 use kube::Client;
-use kube::api::DynamicObject;
-use kube::runtime::reflector::store::Writer;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -47,19 +45,11 @@ pub struct Started {
 }
 
 /// The store a controller fills from its watch and reads objects from.
+#[derive(Default)]
 pub struct Store {
-    /// Read side (also handed to side tasks that look at the same objects).
+    /// The objects (also handed to side tasks that look at the same objects); the
+    /// controller's watch fills them.
     pub objects: ObjectStore,
-    /// Write side, fed by the controller's watch.
-    pub writer: Writer<DynamicObject>,
-}
-
-impl Store {
-    /// An empty store for objects of kind `K`.
-    pub fn of<K: kube::Resource<DynamicType = ()>>() -> Self {
-        let (objects, writer) = super::cache::object_store::<K>();
-        Store { objects, writer }
-    }
 }
 
 impl Setup {
@@ -81,7 +71,7 @@ impl Setup {
             events: self.events.clone(),
             metrics: self.metrics.clone(),
             cache: Some(self.cache.clone()),
-            objects: Some(store.objects),
+            objects: Some(store.objects.clone()),
             read_fresh: Default::default(),
             woken: Default::default(),
         });
@@ -89,7 +79,7 @@ impl Setup {
         let task = tokio::spawn(controller::run(
             reconciler,
             self.options,
-            store.writer,
+            store.objects,
             sender,
             wake,
             self.shutdown.clone(),

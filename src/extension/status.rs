@@ -24,16 +24,33 @@ pub fn last_update_time(
     now: DateTime<Utc>,
     annotations: &BTreeMap<String, String>,
 ) -> DateTime<Utc> {
-    let requested = annotations
-        .get(ANNOTATION_TIMESTAMP)
-        .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
-        .map(|t| t.with_timezone(&Utc))
-        .and_then(|t| t.with_nanosecond_truncated());
     let now = now.with_nanosecond_truncated().unwrap_or(now);
-    match requested {
+    match requested_at(annotations) {
         Some(requested) if requested > now => requested,
         _ => now,
     }
+}
+
+/// `gardener.cloud/timestamp` truncated to whole seconds, as gardenlet's readiness check reads
+/// it; `None` when absent or not RFC 3339.
+fn requested_at(annotations: &BTreeMap<String, String>) -> Option<DateTime<Utc>> {
+    annotations
+        .get(ANNOTATION_TIMESTAMP)
+        .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
+        .map(|t| t.with_timezone(&Utc))
+        .and_then(|t| t.with_nanosecond_truncated())
+}
+
+/// Whether an earlier success written at `last_update_time` would pass gardenlet's readiness
+/// check for the run the annotations ask for, once the `reconcile` annotation is gone: it
+/// would unless the `gardener.cloud/timestamp` says the request came in a later second
+/// (`docs/contract.md#readiness`, rule 5). Then the run needs no Processing write to keep
+/// gardenlet waiting.
+pub fn earlier_success_passes(
+    last_update_time: DateTime<Utc>,
+    annotations: &BTreeMap<String, String>,
+) -> bool {
+    requested_at(annotations).is_none_or(|requested| last_update_time >= requested)
 }
 
 trait TruncateNanos: Sized {

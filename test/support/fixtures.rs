@@ -2,7 +2,9 @@
 //! Gardener's upstream CRDs by `test/crds_upstream.rs`, so whatever a test creates is known
 //! to be accepted by a real seed.
 
-use gardener_extension_node::api::{Cluster, ContainerRuntime, OperatingSystemConfig, Worker};
+use gardener_extension_node::api::{
+    Cluster, ContainerRuntime, ManagedResource, OperatingSystemConfig, Worker,
+};
 use serde_json::{Value, json};
 
 /// The Shoot embedded in a Cluster: one pool `worker-a` with gVisor, k8s 1.36.
@@ -55,6 +57,58 @@ pub fn cluster_json(namespace: &str) -> Value {
             "shoot": shoot_json(namespace),
         }
     })
+}
+
+/// [`cluster`] with one worker pool per name of `pools` (copies of the fixture's pool).
+pub fn cluster_with_pools(namespace: &str, pools: &[&str]) -> Cluster {
+    let mut cluster = cluster_json(namespace);
+    let workers = &mut cluster["spec"]["shoot"]["spec"]["provider"]["workers"];
+    let template = workers[0].clone();
+    *workers = Value::Array(
+        pools
+            .iter()
+            .map(|pool| {
+                let mut worker = template.clone();
+                worker["name"] = json!(pool);
+                worker
+            })
+            .collect(),
+    );
+    serde_json::from_value(cluster).expect("cluster fixture")
+}
+
+/// gardenlet's OSC of `purpose` (`provision`: `<key>-init`, else `<key>-original`) for `pool`,
+/// with the reconcile annotation gardenlet creates it with.
+pub fn gardenlet_osc(
+    namespace: &str,
+    pool: &str,
+    key: &str,
+    purpose: &str,
+) -> OperatingSystemConfig {
+    let name = match purpose {
+        "provision" => format!("{key}-init"),
+        _ => format!("{key}-original"),
+    };
+    let mut osc = operating_system_config_json(namespace, &name, purpose);
+    osc["metadata"]["labels"] = json!({"worker.gardener.cloud/pool": pool});
+    osc["metadata"]["annotations"] = json!({"gardener.cloud/operation": "reconcile"});
+    serde_json::from_value(osc).expect("osc fixture")
+}
+
+/// Name of gardenlet's ManagedResource for the node-agent secrets.
+pub const GARDENLET_NODE_AGENT_MR: &str = "shoot-gardener-node-agent";
+
+/// gardenlet's ManagedResource for the node-agent secrets, as a seed with gardenlet v1.149.3
+/// has it in every shoot namespace (`origin=gardener`, no class), before
+/// gardener-resource-manager reported anything for it.
+pub fn gardenlet_node_agent_managed_resource(namespace: &str) -> ManagedResource {
+    serde_json::from_value(json!({
+        "apiVersion": "resources.gardener.cloud/v1alpha1",
+        "kind": "ManagedResource",
+        "metadata": {"name": GARDENLET_NODE_AGENT_MR, "namespace": namespace, "labels": {"origin": "gardener"}},
+        "spec": {"secretRefs": [{"name": format!("{GARDENLET_NODE_AGENT_MR}-data")}], "keepObjects": false}
+    }))
+    .expect("managed resource fixture")
 }
 
 /// The CloudProfile of the fixture Cluster: provider-local's `CloudProfileConfig` lists the
@@ -237,6 +291,19 @@ pub fn all_objects_json(namespace: &str) -> Vec<Value> {
         operating_system_config_json(namespace, "osc-reconcile", "reconcile"),
         operating_system_config_with_image_ref_json(namespace, "osc-image-ref"),
         worker_json(namespace),
+        serde_json::to_value(cluster_with_pools(
+            &format!("{namespace}-pools"),
+            &["a", "b"],
+        ))
+        .expect("cluster"),
+        serde_json::to_value(gardenlet_osc(
+            namespace,
+            "worker-b",
+            "gardener-node-agent-worker-b-1",
+            "provision",
+        ))
+        .expect("osc"),
+        serde_json::to_value(gardenlet_node_agent_managed_resource(namespace)).expect("mr"),
         rendered_machine_deployment_json(namespace),
         mcm_machine_set_json(
             namespace,

@@ -74,7 +74,7 @@ impl OperatorProcess {
             .open(&log)
             .expect("log file");
         let err = out.try_clone().expect("log file");
-        let mut command = Command::new(env!("CARGO_BIN_EXE_gardener-extension-node"));
+        let mut command = Command::new(binary());
         command
             .arg("operator")
             .arg(format!("--kubeconfig={}", kubeconfig.display()))
@@ -209,4 +209,11 @@ impl Drop for OperatorProcess {
             let _ = fs::remove_dir_all(dir);
         }
     }
+}
+
+/// The operator binary: this build's, or `OPERATOR_BINARY` (a benchmark measuring another
+/// build of the same source, e.g. the musl one of the image).
+fn binary() -> std::ffi::OsString {
+    std::env::var_os("OPERATOR_BINARY")
+        .unwrap_or_else(|| env!("CARGO_BIN_EXE_gardener-extension-node").into())
 }

@@ -3,7 +3,6 @@
 
 use super::render::Templates;
 use super::{Caches, GVisorActuator, Options};
-use crate::api::ContainerRuntime;
 use crate::extension::predicate::Filter;
 use crate::extension::start::{Setup, Started, Store};
 use crate::imagevector::ImageVector;
@@ -17,7 +16,7 @@ pub fn add(
     images: ImageVector,
     options: Options,
 ) -> Started {
-    let store = Store::of::<ContainerRuntime>();
+    let store = Store::default();
     let caches = Caches {
         seed: setup.cache.clone(),
         runtimes: store.objects.clone(),

@@ -108,6 +108,28 @@ pub struct Options {
     pub uninstall_timeout: Duration,
 }
 
+/// The part of a stored ContainerRuntime `GVisorActuator::runtimes` reads: decoded
+/// leniently, so one object our types reject does not hide its siblings.
+#[derive(serde::Deserialize, Default)]
+#[serde(default)]
+struct StoredParts {
+    spec: StoredSpec,
+}
+
+#[derive(serde::Deserialize, Default)]
+#[serde(default, rename_all = "camelCase")]
+struct StoredSpec {
+    #[serde(rename = "type")]
+    type_: Option<String>,
+    worker_pool: Option<StoredPool>,
+}
+
+#[derive(serde::Deserialize, Default)]
+#[serde(default)]
+struct StoredPool {
+    name: Option<String>,
+}
+
 /// What the actuator reads instead of asking the API server: the operator's [`SeedCache`]
 /// and the store of ContainerRuntimes the controller's watch keeps.
 #[derive(Clone)]
@@ -160,16 +182,16 @@ impl GVisorActuator {
         if let Some(caches) = &self.caches {
             return Ok(caches
                 .runtimes
-                .state()
-                .iter()
-                .filter(|o| o.metadata.namespace.as_deref() == Some(namespace))
-                .filter(|o| o.data["spec"]["type"].as_str() == Some(TYPE))
-                .filter_map(|o| {
+                .in_namespace(namespace)
+                .into_iter()
+                .filter_map(|(name, stored)| {
+                    let parts: StoredParts = stored.decode().ok()?;
                     Some(Runtime {
-                        name: o.metadata.name.clone()?,
-                        pool: o.data["spec"]["workerPool"]["name"].as_str()?.to_string(),
-                        deleting: o.metadata.deletion_timestamp.is_some(),
+                        name,
+                        pool: parts.spec.worker_pool?.name?,
+                        deleting: stored.deleting,
                     })
+                    .filter(|_| parts.spec.type_.as_deref() == Some(TYPE))
                 })
                 .collect());
         }

@@ -5,7 +5,6 @@
 
 use super::handover::{self, NodeAgentSecrets};
 use super::{OscActuator, budget_wake, rollout, user_data_secrets};
-use crate::api::OperatingSystemConfig;
 use crate::extension::predicate::Filter;
 use crate::extension::start::{Setup, Started, Store};
 
@@ -25,7 +24,7 @@ pub fn add(setup: &Setup, filter: Filter, node_agent_secrets: NodeAgentSecrets) 
         filter.clone(),
         setup.shutdown.clone(),
     ));
-    let store = Store::of::<OperatingSystemConfig>();
+    let store = Store::default();
     let rollout_watch = tokio::spawn(rollout::watch::run(
         setup.client.clone(),
         setup.cache.clone(),

@@ -102,9 +102,9 @@ pub fn wake_on_budget_changes(cache: SeedCache) -> WakeNamespaces {
 fn stored_names(cache: &SeedCache) -> Vec<String> {
     cache
         .clusters
-        .state()
-        .iter()
-        .filter_map(|c| c.metadata.name.clone())
+        .in_namespace("")
+        .into_iter()
+        .map(|(name, _)| name)
         .collect()
 }
 

@@ -5,7 +5,6 @@
 use futures::StreamExt;
 
 use super::{WorkerActuator, machine_watch};
-use crate::api::Worker;
 use crate::extension::predicate::Filter;
 use crate::extension::start::{Setup, Started, Store};
 
@@ -13,5 +12,5 @@ use crate::extension::start::{Setup, Started, Store};
 pub fn add(setup: &Setup, filter: Filter) -> Started {
     let actuator = WorkerActuator::new(setup.client.clone(), setup.events.clone());
     let wake = machine_watch::namespaces_to_wake(setup.client.clone()).boxed();
-    setup.start(actuator, filter, Store::of::<Worker>(), Some(wake))
+    setup.start(actuator, filter, Store::default(), Some(wake))
 }

@@ -114,7 +114,10 @@ pub async fn run(actuator: OscActuator, filter: Filter, shutdown: CancellationTo
 }
 
 /// After start-up: release ours wherever we must not ship, and ship where ours is missing
-/// (other ManagedResources may have come or gone while we were not running).
+/// (other ManagedResources may have come or gone while we were not running). Only the
+/// namespaces where one of these is due are handed over: a namespace whose Secrets another
+/// ManagedResource manages and where we have none costs no request (a restart in a seed where
+/// gardenlet ships them all lists nothing per namespace).
 async fn initial_pass(actuator: &OscActuator, filter: &Filter) -> Result<(), Error> {
     let ours = list_ours(actuator, None).await?;
     let mut namespaces: HashSet<String> = ours.iter().filter_map(|mr| mr.namespace()).collect();
@@ -130,7 +133,9 @@ async fn initial_pass(actuator: &OscActuator, filter: &Filter) -> Result<(), Err
     for osc in all.items.iter().filter(|osc| shippable(osc, filter)) {
         let namespace = osc.namespace().unwrap_or_default();
         let mr = super::node_agent_managed_resource(osc);
-        if !existing.contains(&(namespace.clone(), mr)) {
+        if !existing.contains(&(namespace.clone(), mr))
+            && actuator.ships_node_agent_secret(osc).await?
+        {
             namespaces.insert(namespace);
         }
     }

@@ -24,7 +24,7 @@ use std::time::Duration;
 use chrono::Utc;
 use k8s_openapi::api::core::v1::{Node, Secret};
 use kube::api::{ListParams, Patch, PatchParams};
-use kube::runtime::reflector::{self, Store};
+use kube::runtime::reflector::Store;
 use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
@@ -156,6 +156,19 @@ struct Target {
     resource_version: Option<String>,
 }
 
+/// The part of a stored OSC [`Target::of`] reads.
+#[derive(serde::Deserialize, Default)]
+#[serde(default)]
+struct StoredConditions {
+    status: StoredStatus,
+}
+
+#[derive(serde::Deserialize, Default)]
+#[serde(default)]
+struct StoredStatus {
+    conditions: Vec<Condition>,
+}
+
 impl Target {
     /// The OSC the access Secret belongs to, when it still exists and is not being deleted.
     fn of(secret: &Secret, oscs: &ObjectStore) -> Option<Self> {
@@ -165,21 +178,13 @@ impl Target {
             .iter()
             .find(|o| o.kind == "OperatingSystemConfig" && o.controller == Some(true))?;
         let namespace = secret.namespace()?;
-        let resource = kube::api::ApiResource::erase::<OperatingSystemConfig>(&());
-        let object = oscs.get(
-            &reflector::ObjectRef::<kube::api::DynamicObject>::new_with(&owner.name, resource)
-                .within(&namespace),
-        )?;
-        if object.metadata.deletion_timestamp.is_some()
-            || object.metadata.uid.as_deref() != Some(owner.uid.as_str())
-        {
+        let object = oscs.get(&namespace, &owner.name)?;
+        if object.deleting || object.uid.as_deref() != Some(owner.uid.as_str()) {
             return None;
         }
         let (ours, others): (Vec<Condition>, Vec<Condition>) = object
-            .data
-            .get("status")
-            .and_then(|s| s.get("conditions"))
-            .and_then(|c| serde_json::from_value::<Vec<Condition>>(c.clone()).ok())
+            .decode::<StoredConditions>()
+            .map(|stored| stored.status.conditions)
             .unwrap_or_default()
             .into_iter()
             .partition(|c| c.type_ == CONDITION_TYPE);
@@ -190,7 +195,7 @@ impl Target {
             checksum: annotations.get(ANNOTATION_SHIPPED_CHECKSUM)?.clone(),
             previous: ours.into_iter().next(),
             others,
-            resource_version: object.metadata.resource_version.clone(),
+            resource_version: object.resource_version.clone(),
         })
     }
 
