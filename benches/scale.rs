@@ -649,6 +649,16 @@ fn render(kind: Kind, points: &[Point], concurrency: &[(usize, Phase)]) -> Strin
             phase_cells(phase, CONCURRENCY_AT)
         ));
     }
+    let workers = if workers.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "Workers at {CONCURRENCY_AT} objects (create phase, `--max-concurrent-reconciles`):\n\n\
+             | workers | time | requests / object | answered 404 / 409 | operator CPU | \
+             kube-apiserver CPU | in flight (most / mean) |\n\
+             |---:|---:|---:|---:|---:|---:|---:|\n{workers}\n"
+        )
+    };
     let restart = points
         .iter()
         .filter_map(|p| p.restart.as_ref().map(|r| (p.objects, r)))
@@ -680,10 +690,7 @@ fn render(kind: Kind, points: &[Point], concurrency: &[(usize, Phase)]) -> Strin
          after = every object deleted, settled):\n\n\
          | objects | RSS at start | peak RSS | per object | RSS after delete | after vs start |\n\
          |---:|---:|---:|---:|---:|---:|\n{memory}\n\
-         Workers at {CONCURRENCY_AT} objects (create phase, `--max-concurrent-reconciles`):\n\n\
-         | workers | time | requests / object | answered 404 / 409 | operator CPU | \
-         kube-apiserver CPU | in flight (most / mean) |\n\
-         |---:|---:|---:|---:|---:|---:|---:|\n{workers}\n\
+         {workers}\
          Restart at the largest point (every object unchanged; the operator killed and started \
          again):\n\n\
          | objects | start → /readyz | requests until quiet | writes | mix |\n\
