@@ -123,6 +123,10 @@ pub struct ControlPlaneOptions {
     pub csr_signing: Option<Duration>,
 }
 
+/// `--audit-log-maxsize` in MB: far beyond what a benchmark writes (a scale run writes a few
+/// hundred MB).
+const AUDIT_LOG_MAX_MB: u32 = 1_000_000;
+
 /// The audit policy of [`ControlPlaneOptions::audit_log`]: metadata of every request, one
 /// event when the response is complete (a watch also logs when its response starts).
 const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n- level: Metadata\n";
@@ -446,7 +450,10 @@ impl ControlPlane {
                 .arg(format!("--audit-policy-file={}", policy.display()))
                 .arg(format!("--audit-log-path={}", path("audit.log")))
                 .arg("--audit-log-format=json")
-                .arg("--audit-log-mode=blocking");
+                .arg("--audit-log-mode=blocking")
+                // Never rotated (0 means lumberjack's 100 MB): a reader counting from an
+                // offset would lose every request after a rotation.
+                .arg(format!("--audit-log-maxsize={AUDIT_LOG_MAX_MB}"));
         }
         spawn_logged(command, "kube-apiserver", &state.join("kube-apiserver.log"))
     }
