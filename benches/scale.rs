@@ -60,6 +60,9 @@ const DEFAULT_WORKERS: usize = 5;
 const QUIET: Duration = Duration::from_secs(3);
 /// Requests sent in parallel by the bench's own client (creates, annotations, deletes).
 const CLIENT_PARALLEL: usize = 32;
+/// How long the operator idles after the deletion before its RSS is taken again: longer than
+/// the HTTP client keeps an idle connection (90 s) and its buffers.
+const IDLE: Duration = Duration::from_secs(100);
 /// The longest any phase may take.
 const PHASE_TIMEOUT: Duration = Duration::from_secs(900);
 
@@ -96,6 +99,8 @@ struct Point {
     rss_start_kib: u64,
     peak_kib: u64,
     rss_after_delete_kib: u64,
+    /// RSS once the operator has been idle for [`IDLE`] after the deletion (curve points only).
+    rss_idle_kib: Option<u64>,
 }
 
 /// The restart at the largest point.
@@ -488,6 +493,7 @@ async fn measure_point(
     objects: usize,
     workers: usize,
     restart: bool,
+    curve: bool,
 ) -> Point {
     let tag = format!("{}{objects}w{workers}", kind.tag());
     let namespaces = create_namespaces(&env.client, kind, &tag, objects / PER_NAMESPACE).await;
@@ -506,6 +512,8 @@ async fn measure_point(
     let done = kind.wait_all_ready(&env.client, objects).await;
     let reconcile = meter.finish(done).await;
 
+    // The restart below starts a new process: its high-water mark counts from there.
+    let peak_before_restart_kib = operator.peak_rss_kib().unwrap_or_default();
     let restart = if restart {
         operator.kill();
         log.take(|_| true);
@@ -529,7 +537,16 @@ async fn measure_point(
     let done = kind.wait_all_gone(&env.client).await;
     let delete = meter.finish(done).await;
     let rss_after_delete_kib = settled_rss(&operator).await;
-    let peak_kib = operator.peak_rss_kib().unwrap_or_default();
+    let rss_idle_kib = if curve {
+        tokio::time::sleep(IDLE).await;
+        Some(settled_rss(&operator).await)
+    } else {
+        None
+    };
+    let peak_kib = operator
+        .peak_rss_kib()
+        .unwrap_or_default()
+        .max(peak_before_restart_kib);
     operator.kill();
     futures::stream::iter(namespaces)
         .for_each_concurrent(CLIENT_PARALLEL, |namespace| {
@@ -545,6 +562,7 @@ async fn measure_point(
         rss_start_kib,
         peak_kib,
         rss_after_delete_kib,
+        rss_idle_kib,
     }
 }
 
@@ -633,13 +651,16 @@ fn render(kind: Kind, points: &[Point], concurrency: &[(usize, Phase)]) -> Strin
     for point in points {
         let n = point.objects;
         let per_object = (point.peak_kib.saturating_sub(point.rss_start_kib)) as f64 / n as f64;
-        let back = point.rss_after_delete_kib as f64 / point.rss_start_kib.max(1) as f64;
+        let versus_start = |kib: u64| {
+            let back = kib as f64 / point.rss_start_kib.max(1) as f64;
+            format!("{:.1} MiB | {:+.0} %", mib(kib), (back - 1.0) * 100.0)
+        };
         memory.push_str(&format!(
-            "| {n} | {:.1} MiB | {:.1} MiB | {per_object:.1} KiB | {:.1} MiB | {:+.0} % |\n",
+            "| {n} | {:.1} MiB | {:.1} MiB | {per_object:.1} KiB | {} | {} |\n",
             mib(point.rss_start_kib),
             mib(point.peak_kib),
-            mib(point.rss_after_delete_kib),
-            (back - 1.0) * 100.0,
+            versus_start(point.rss_after_delete_kib),
+            point.rss_idle_kib.map_or("— | —".to_string(), versus_start),
         ));
     }
     let mut workers = String::new();
@@ -686,10 +707,12 @@ fn render(kind: Kind, points: &[Point], concurrency: &[(usize, Phase)]) -> Strin
          | objects | phase | time | requests / object | answered 404 / 409 | operator CPU | \
          kube-apiserver CPU | in flight (most / mean) |\n\
          |---:|---|---:|---:|---:|---:|---:|---:|\n{curve}\n\
-         Memory (VmRSS when settled; peak = VmHWM; per object = (peak − start) / objects; \
-         after = every object deleted, settled):\n\n\
-         | objects | RSS at start | peak RSS | per object | RSS after delete | after vs start |\n\
-         |---:|---:|---:|---:|---:|---:|\n{memory}\n\
+         Memory (VmRSS when settled; peak = VmHWM, at the largest point the higher of the \
+         processes before and after the restart; per object = (peak − start) / objects; \
+         after = every object deleted, settled; idle = {IDLE:?} later):\n\n\
+         | objects | RSS at start | peak RSS | per object | RSS after delete | after vs start | \
+         RSS idle after delete | idle vs start |\n\
+         |---:|---:|---:|---:|---:|---:|---:|---:|\n{memory}\n\
          {workers}\
          Restart at the largest point (every object unchanged; the operator killed and started \
          again):\n\n\
@@ -727,7 +750,7 @@ async fn main() {
         let mut points = Vec::new();
         for objects in &points_wanted {
             let restart = *objects == largest;
-            let point = measure_point(&env, kind, *objects, DEFAULT_WORKERS, restart).await;
+            let point = measure_point(&env, kind, *objects, DEFAULT_WORKERS, restart, true).await;
             eprintln!("scale: {kind:?} {objects} objects: {point:?}");
             points.push(point);
         }
@@ -741,7 +764,7 @@ async fn main() {
                         .map(|p| p.create.clone())
                         .unwrap_or_default()
                 } else {
-                    measure_point(&env, kind, CONCURRENCY_AT, workers, false)
+                    measure_point(&env, kind, CONCURRENCY_AT, workers, false, false)
                         .await
                         .create
                 };

@@ -108,6 +108,17 @@ impl CompactStore {
             .collect()
     }
 
+    /// Every stored object, with its namespace and name.
+    pub fn all(&self) -> Vec<(String, String, Arc<StoredObject>)> {
+        let inner = self.read();
+        let objects = inner.live.iter().flat_map(|(namespace, by_name)| {
+            by_name
+                .iter()
+                .map(|(name, object)| (namespace.clone(), name.clone(), Arc::clone(object)))
+        });
+        objects.collect()
+    }
+
     /// How many objects are stored.
     pub fn len(&self) -> usize {
         self.read().live.values().map(HashMap::len).sum()

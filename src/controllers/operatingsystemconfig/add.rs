@@ -19,12 +19,13 @@ pub fn add(setup: &Setup, filter: Filter, node_agent_secrets: NodeAgentSecrets) 
     )
     .with_access_secrets(access_secrets.clone())
     .with_user_data_secrets(user_data_secrets::start(&setup.client, &setup.shutdown));
+    let store = Store::default();
     let handover = tokio::spawn(handover::run(
         actuator.clone(),
         filter.clone(),
+        store.objects.clone(),
         setup.shutdown.clone(),
     ));
-    let store = Store::default();
     let rollout_watch = tokio::spawn(rollout::watch::run(
         setup.client.clone(),
         setup.cache.clone(),

@@ -48,6 +48,7 @@ use super::{Error, OscActuator, nodeagent, reconcile};
 use crate::api::constants::ORIGIN;
 use crate::api::operatingsystemconfig::OperatingSystemConfigPurpose;
 use crate::api::{ExtensionObject, LastOperationType, ManagedResource, OperatingSystemConfig};
+use crate::extension::cache::ObjectStore;
 use crate::extension::managed_resource;
 use crate::extension::operation;
 use crate::extension::predicate::Filter;
@@ -82,7 +83,12 @@ const RETRY: std::time::Duration = std::time::Duration::from_secs(10);
 /// Watches the other ManagedResources and hands Secrets over when a namespace's claims
 /// change, until `shutdown`. The initial pass also brings every namespace to the mode (a
 /// `never` operator releases what an earlier configuration shipped).
-pub async fn run(actuator: OscActuator, filter: Filter, shutdown: CancellationToken) {
+pub async fn run(
+    actuator: OscActuator,
+    filter: Filter,
+    oscs: ObjectStore,
+    shutdown: CancellationToken,
+) {
     let (changes, mut changed) = mpsc::unbounded_channel::<watch::Change>();
     let claims = Arc::clone(&actuator.claims);
     let client = actuator.client.clone();
@@ -99,7 +105,7 @@ pub async fn run(actuator: OscActuator, filter: Filter, shutdown: CancellationTo
         // `None`: the first list is in; look at every namespace once.
         let result = match &next {
             Some(namespace) => hand_over(&actuator, &filter, namespace).await,
-            None => initial_pass(&actuator, &filter).await,
+            None => initial_pass(&actuator, &filter, &oscs).await,
         };
         if let Err(error) = result {
             tracing::error!(error = %crate::error_chain::chain(&error), retry_in = ?RETRY, "node-agent secret hand-over failed");
@@ -118,23 +124,29 @@ pub async fn run(actuator: OscActuator, filter: Filter, shutdown: CancellationTo
 /// namespaces where one of these is due are handed over: a namespace whose Secrets another
 /// ManagedResource manages and where we have none costs no request (a restart in a seed where
 /// gardenlet ships them all lists nothing per namespace).
-async fn initial_pass(actuator: &OscActuator, filter: &Filter) -> Result<(), Error> {
+async fn initial_pass(
+    actuator: &OscActuator,
+    filter: &Filter,
+    oscs: &ObjectStore,
+) -> Result<(), Error> {
     let ours = list_ours(actuator, None).await?;
     let mut namespaces: HashSet<String> = ours.iter().filter_map(|mr| mr.namespace()).collect();
-    let oscs: Api<OperatingSystemConfig> = Api::all(actuator.client.clone());
-    let all = oscs
-        .list(&ListParams::default())
-        .await
-        .map_err(list_error("OperatingSystemConfigs", ""))?;
     let existing: HashSet<(String, String)> = ours
         .iter()
         .map(|mr| (mr.namespace().unwrap_or_default(), mr.name_any()))
         .collect();
-    for osc in all.items.iter().filter(|osc| shippable(osc, filter)) {
+    // From the controller's store, one OSC decoded at a time: a seed-wide list would hold
+    // every OSC of the seed at once (100 MiB at 5,000, docs/benchmarks.md).
+    oscs.synced().await;
+    let stored = oscs.all();
+    let all = stored
+        .iter()
+        .filter_map(|(_, _, stored)| stored.decode::<OperatingSystemConfig>().ok());
+    for osc in all.filter(|osc| shippable(osc, filter)) {
         let namespace = osc.namespace().unwrap_or_default();
-        let mr = super::node_agent_managed_resource(osc);
+        let mr = super::node_agent_managed_resource(&osc);
         if !existing.contains(&(namespace.clone(), mr))
-            && actuator.ships_node_agent_secret(osc).await?
+            && actuator.ships_node_agent_secret(&osc).await?
         {
             namespaces.insert(namespace);
         }
