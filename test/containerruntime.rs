@@ -165,18 +165,19 @@ async fn a_second_pool_shares_the_runtime_class_managed_resource() {
     );
 }
 
+/// Creates `gvisor-worker-a` and waits for its create to succeed; its name and the
+/// `lastUpdateTime` of that success.
+async fn create_ready(env: &TestEnv) -> (String, chrono::DateTime<chrono::Utc>) {
+    let name = create_cr(env, "worker-a", json!({})).await;
+    let created = wait_ready(&crs(env), &name, LastOperationType::Create).await;
+    let last = created.status.unwrap().default.last_operation.unwrap();
+    (name, last.last_update_time)
+}
+
 #[tokio::test]
 async fn reconcile_annotation_is_removed_and_status_refreshed() {
     let env = setup().await;
-    let name = create_cr(&env, "worker-a", json!({})).await;
-    let first = wait_ready(&crs(&env), &name, LastOperationType::Create).await;
-    let before = first
-        .status
-        .unwrap()
-        .default
-        .last_operation
-        .unwrap()
-        .last_update_time;
+    let (name, before) = create_ready(&env).await;
     tokio::time::sleep(Duration::from_millis(1100)).await;
     let requested = annotate(&crs(&env), &name, "reconcile").await;
     let cr = wait_ready(&crs(&env), &name, LastOperationType::Reconcile).await;
@@ -225,15 +226,7 @@ async fn states_until_reconciled(
 #[tokio::test]
 async fn processing_comes_first_only_when_the_earlier_success_could_pass_for_the_request() {
     let env = setup().await;
-    let name = create_cr(&env, "worker-a", json!({})).await;
-    let created = wait_ready(&crs(&env), &name, LastOperationType::Create).await;
-    let succeeded_at = created
-        .status
-        .unwrap()
-        .default
-        .last_operation
-        .unwrap()
-        .last_update_time;
+    let (name, succeeded_at) = create_ready(&env).await;
 
     // gardenlet's request in the second the success was written.
     let same_second = states_until_reconciled(&env, &name, async {
