@@ -6,14 +6,17 @@
 //!    on `spec.secretRef`; `waitUntilCredentialsSecretAcquiredOrReleased(acquired=true)`,
 //!    [`super::credentials`]);
 //! 3. label every Machine `force-deletion=True` (MCM then skips draining), delete every
-//!    MachineDeployment, MachineClass and class secret of the namespace;
+//!    MachineDeployment, MachineClass and class secret of the namespace (one
+//!    `deletecollection` per kind, as upstream's `DeleteAllOf`);
 //! 4. (delete only) wait until no machine object and no class secret is left, failing at once
-//!    with the errors of failed machines (`WaitUntilMachineResourcesDeleted`);
+//!    with the errors of failed machines (`WaitUntilMachineResourcesDeleted`); a poll lists
+//!    kind by kind only until one has objects left;
 //! 5. (delete only) wait until MCM has let go of the credentials secret (`acquired=false`).
 //!
 //! The waits are series of runs by requeue, each bounded by
-//! [`super::Timings::deletion_timeout`]; steps 1 and 2 are remembered for the series
-//! ([`super::wait::Step`]) so a later run does not bring back the deleted classes.
+//! [`super::Timings::deletion_timeout`]; steps 1 to 3 are remembered for the series
+//! ([`super::wait::Step`]) so a later run does not bring back the deleted classes nor
+//! delete again.
 //!
 //! Nothing here needs the Worker to be valid: a Worker that cannot be rendered (it never
 //! reconciled, its user data is gone) skips step 1 with a warning event, and the credentials
@@ -25,15 +28,11 @@ use kube::ResourceExt;
 use kube::api::ListParams;
 
 use super::wait::{Step, WaitKind};
-use super::{Error, LABEL_PURPOSE, PURPOSE_MACHINE_CLASS, WorkerActuator};
+use super::{Error, WorkerActuator};
 use super::{availability, credentials, objects, reconcile};
 use crate::api::Worker;
 use crate::api::machine::{Machine, MachineClass, MachineDeployment, MachineSet};
 use crate::extension::{Outcome, Request};
-
-fn class_secret_selector() -> ListParams {
-    ListParams::default().labels(&format!("{LABEL_PURPOSE}={PURPOSE_MACHINE_CLASS}"))
-}
 
 /// Deletes everything; `wait = false` is force deletion.
 pub async fn delete(
@@ -53,55 +52,55 @@ pub async fn delete(
     wait_machine_objects_gone(actuator, request).await
 }
 
-/// Labels the machines for force deletion and deletes the deployments, classes and class
-/// secrets not yet deleting; one event says how many of each.
+/// Step 3, once per series: labels the machines for force deletion and deletes every
+/// deployment, class and class secret of the namespace, one `deletecollection` per kind.
+/// Nobody but us creates these while the Worker is deleting, so the runs that poll after it
+/// only wait.
 async fn delete_machine_objects(
     actuator: &WorkerActuator,
     request: &Request<'_, Worker>,
 ) -> Result<(), Error> {
-    let namespace = request.namespace();
+    let (namespace, name) = (request.namespace(), request.name());
+    if actuator
+        .waits
+        .has_done(namespace, name, Step::MachineObjectsDeleted)
+    {
+        return Ok(());
+    }
     let client = &actuator.client;
     let marked = objects::mark_machines_for_force_deletion(client, namespace).await?;
-
-    let deployments = objects::api::<MachineDeployment>(client, namespace);
-    let classes = objects::api::<MachineClass>(client, namespace);
-    let secrets = objects::api::<Secret>(client, namespace);
-    let mut deleted = (0usize, 0usize, 0usize);
-    for d in objects::list(&deployments, &ListParams::default(), "MachineDeployment").await? {
-        if d.metadata.deletion_timestamp.is_none()
-            && objects::delete(&deployments, &d.name_any(), "MachineDeployment").await?
-        {
-            deleted.0 += 1;
-        }
-    }
-    for c in objects::list(&classes, &ListParams::default(), "MachineClass").await? {
-        if c.metadata.deletion_timestamp.is_none()
-            && objects::delete(&classes, &c.name_any(), "MachineClass").await?
-        {
-            deleted.1 += 1;
-        }
-    }
-    for s in objects::list(&secrets, &class_secret_selector(), "Secret").await? {
-        if s.metadata.deletion_timestamp.is_none()
-            && objects::delete(&secrets, &s.name_any(), "Secret").await?
-        {
-            deleted.2 += 1;
-        }
-    }
-    if marked + deleted.0 + deleted.1 + deleted.2 > 0 {
-        actuator
-            .steps
-            .normal(
-                request.object,
-                request.operation,
-                "MachineObjectsDeleted",
-                format!(
-                    "Labelled {marked} machine(s) force-deletion=True; deleted {} machine deployment(s), {} machine class(es), {} class secret(s)",
-                    deleted.0, deleted.1, deleted.2
-                ),
-            )
-            .await;
-    }
+    let everything = ListParams::default();
+    let deployments = objects::delete_all(
+        &objects::api::<MachineDeployment>(client, namespace),
+        &everything,
+        "MachineDeployment",
+        namespace,
+    )
+    .await?;
+    let classes = objects::delete_all(
+        &objects::api::<MachineClass>(client, namespace),
+        &everything,
+        "MachineClass",
+        namespace,
+    )
+    .await?;
+    let secrets = objects::delete_all(
+        &objects::api::<Secret>(client, namespace),
+        &objects::class_secret_selector(),
+        "Secret",
+        namespace,
+    )
+    .await?;
+    actuator
+        .waits
+        .note_done(namespace, name, Step::MachineObjectsDeleted);
+    actuator.steps.routine(
+        request.object,
+        "MachineObjectsDeleted",
+        format!(
+            "Labelled {marked} machine(s) force-deletion=True; deleted {deployments} machine deployment(s), {classes} machine class(es), {secrets} class secret(s)"
+        ),
+    );
     Ok(())
 }
 
@@ -113,72 +112,33 @@ async fn wait_machine_objects_gone(
 ) -> Result<Outcome, Error> {
     let namespace = request.namespace();
     let client = &actuator.client;
-    let deployments = objects::api::<MachineDeployment>(client, namespace);
-    let classes = objects::api::<MachineClass>(client, namespace);
-    let secrets = objects::api::<Secret>(client, namespace);
     // An operation that failed during the deletion fails the wait at once, with the
     // machines' own errors (`WaitUntilMachineResourcesDeleted`).
-    let left_deployments =
-        objects::list(&deployments, &ListParams::default(), "MachineDeployment").await?;
-    if let Some(failed) = left_deployments
+    let deployments = objects::list(
+        &objects::api::<MachineDeployment>(client, namespace),
+        &ListParams::default(),
+        "MachineDeployment",
+    )
+    .await?;
+    if let Some(failed) = deployments
         .iter()
         .find_map(|d| availability::failed_machines(&d.name_any(), d.status.as_ref()?))
     {
         return Err(Error::MachinesFailed(failed));
     }
-    let remaining = [
-        (
-            objects::list(
-                &objects::api::<Machine>(client, namespace),
-                &ListParams::default(),
-                "Machine",
-            )
-            .await?
-            .len(),
-            "machine(s)",
-        ),
-        (
-            objects::list(
-                &objects::api::<MachineSet>(client, namespace),
-                &ListParams::default(),
-                "MachineSet",
-            )
-            .await?
-            .len(),
-            "machine set(s)",
-        ),
-        (left_deployments.len(), "machine deployment(s)"),
-        (
-            objects::list(&classes, &ListParams::default(), "MachineClass")
-                .await?
-                .len(),
-            "machine class(es)",
-        ),
-        (
-            objects::list(&secrets, &class_secret_selector(), "Secret")
-                .await?
-                .len(),
-            "class secret(s)",
-        ),
-    ];
-    let left: Vec<String> = remaining
-        .iter()
-        .filter(|(count, _)| *count > 0)
-        .map(|(count, what)| format!("{count} {what}"))
-        .collect();
-    if left.is_empty() {
-        actuator
-            .steps
-            .normal(
-                request.object,
-                request.operation,
-                "MachineObjectsGone",
-                "All machine objects are deleted".to_string(),
-            )
-            .await;
+    let left = match deployments.len() {
+        0 => first_kind_left(client, namespace).await?,
+        count => Some(format!("{count} machine deployment(s)")),
+    };
+    let Some(left) = left else {
+        actuator.steps.routine(
+            request.object,
+            "MachineObjectsGone",
+            "All machine objects are deleted".to_string(),
+        );
         return wait_for_credentials_release(actuator, request).await;
-    }
-    let message = format!("waiting until {} are deleted", left.join(", "));
+    };
+    let message = format!("waiting until {left} are deleted");
     actuator
         .keep_waiting(
             request,
@@ -191,6 +151,35 @@ async fn wait_machine_objects_gone(
             message,
         )
         .await
+}
+
+/// What is left besides deployments — machines, machine sets, classes, class secrets, in
+/// the order machine-controller-manager lets go of them — as the count of the first kind
+/// that has any, or `None` when all are gone. The wait ends only when every kind is empty, so
+/// a poll lists kind by kind and stops at the first one with objects left.
+async fn first_kind_left(client: &kube::Client, namespace: &str) -> Result<Option<String>, Error> {
+    let everything = ListParams::default();
+    let machines = objects::count::<Machine>(client, namespace, &everything, "Machine").await?;
+    if machines > 0 {
+        return Ok(Some(format!("{machines} machine(s)")));
+    }
+    let sets = objects::count::<MachineSet>(client, namespace, &everything, "MachineSet").await?;
+    if sets > 0 {
+        return Ok(Some(format!("{sets} machine set(s)")));
+    }
+    let classes =
+        objects::count::<MachineClass>(client, namespace, &everything, "MachineClass").await?;
+    if classes > 0 {
+        return Ok(Some(format!("{classes} machine class(es)")));
+    }
+    let secrets = objects::count::<Secret>(
+        client,
+        namespace,
+        &objects::class_secret_selector(),
+        "Secret",
+    )
+    .await?;
+    Ok((secrets > 0).then(|| format!("{secrets} class secret(s)")))
 }
 
 /// Steps 1 and 2: `Some(Pending)` while machine-controller-manager does not hold the

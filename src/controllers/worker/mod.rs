@@ -13,7 +13,8 @@
 //! 3. [`replicas`]: replicas of each deployment from what exists;
 //! 4. [`availability`]: is the rollout done, failed or still running; [`leftovers`]: unwanted
 //!    deployments and a stuck MCM; [`mcm_liveness`]: a MCM that stopped renewing its Lease;
-//!    [`poll`]: what a poll may skip; [`in_place`] (with
+//!    [`poll`]: what a poll may skip; [`unchanged`]: what a reconcile need not write again;
+//!    [`in_place`] (with
 //!    [`crate::api::quantity`]): in-place pool hashes and status; [`credentials`]: MCM's hold on the
 //!    credentials secret;
 //! 5. the operations, one file each: [`reconcile`], [`delete`], [`migrate`], [`restore`];
@@ -158,6 +159,7 @@ pub mod restore;
 pub mod state;
 pub mod state_objects;
 pub mod step_events;
+pub mod unchanged;
 pub mod validate;
 pub mod wait;
 pub mod zones;
@@ -210,6 +212,12 @@ pub const ANNOTATION_SCALE_DOWN_UNREADY_TIME: &str =
 /// See [`ANNOTATION_SCALE_DOWN_UTILIZATION_THRESHOLD`].
 pub const ANNOTATION_MAX_NODE_PROVISION_TIME: &str =
     "autoscaler.gardener.cloud/max-node-provision-time";
+
+/// How long a wait may last before it is out of the ordinary: from then on it publishes an
+/// event ([`step_events`]) and the rollout wait looks whether machine-controller-manager still
+/// renews its Leases ([`mcm_liveness`]). MCM answers a new deployment within seconds, so a
+/// normal rollout of a pool without machines, or of machines that boot, costs neither.
+pub const SLOW_WAIT: Duration = Duration::from_secs(30);
 
 /// Poll interval and bounds of the waits. A wait is a series of runs [`Timings::poll`]
 /// apart, each returning `Pending` (Processing with what it waits for, and the bound); a
@@ -374,10 +382,14 @@ impl WorkerActuator {
             bound,
         );
         match state {
-            wait::WaitState::Within(_) => {
-                self.steps
-                    .normal(request.object, request.operation, reason, message.clone())
-                    .await;
+            wait::WaitState::Within(waited) => {
+                if waited >= SLOW_WAIT {
+                    self.steps
+                        .normal(request.object, request.operation, reason, message.clone())
+                        .await;
+                } else {
+                    self.steps.routine(request.object, reason, message.clone());
+                }
                 Ok(Outcome::Pending {
                     reason: format!("{message} (waiting at most {}s)", bound.as_secs()),
                     retry_after: self.timings.poll,

@@ -14,7 +14,10 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
-use super::{Error, FORCE_DELETION_TRUE, LABEL_FORCE_DELETION, MCM_DEPLOYMENT};
+use super::{
+    Error, FORCE_DELETION_TRUE, LABEL_FORCE_DELETION, LABEL_PURPOSE, MCM_DEPLOYMENT,
+    PURPOSE_MACHINE_CLASS,
+};
 use crate::api::Machine;
 use crate::api::worker::{Worker, WorkerPool};
 use crate::extension::finalizer::is_not_found;
@@ -34,6 +37,11 @@ fn api_error(
         name,
         source: Box::new(source),
     }
+}
+
+/// Selects the class secrets (`gardener.cloud/purpose=machineclass`).
+pub fn class_secret_selector() -> ListParams {
+    ListParams::default().labels(&format!("{LABEL_PURPOSE}={PURPOSE_MACHINE_CLASS}"))
 }
 
 /// A namespaced API of `K`.
@@ -98,6 +106,44 @@ where
         Err(error) if is_not_found(&error) => Ok(false),
         Err(error) => Err(api_error("deleting", kind, name.to_string())(error)),
     }
+}
+
+/// Deletes every object of `api`'s kind and namespace that `selector` matches, in one
+/// request (`deletecollection`, as upstream's `DeleteAllOf`); returns how many the API server
+/// deleted or marked for deletion (those already deleting included).
+pub async fn delete_all<K>(
+    api: &Api<K>,
+    selector: &ListParams,
+    kind: &'static str,
+    namespace: &str,
+) -> Result<usize, Error>
+where
+    K: Resource + Clone + DeserializeOwned + Debug,
+{
+    api.delete_collection(&DeleteParams::default(), selector)
+        .await
+        .map(|answer| answer.map_left(|list| list.items.len()).left_or(0))
+        .map_err(api_error("deleting all", kind, namespace.to_string()))
+}
+
+/// How many objects of `K` in `namespace` match `selector` (their metadata listed only).
+pub async fn count<K>(
+    client: &Client,
+    namespace: &str,
+    selector: &ListParams,
+    kind: &'static str,
+) -> Result<usize, Error>
+where
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + Debug,
+{
+    api::<K>(client, namespace)
+        .list_metadata(selector)
+        .await
+        .map(|list| list.items.len())
+        .map_err(api_error("listing", kind, namespace.to_string()))
 }
 
 /// The bytes of `pool`'s user data (`userDataSecretRef`), which must exist and be non-empty.

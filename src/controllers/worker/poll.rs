@@ -68,9 +68,11 @@ pub fn fingerprint(rendered: &[RenderedDeployment], key: RequestKey<'_>) -> Fing
 }
 
 /// Whether a poll must write the deployment: it is missing, or its listed `spec.replicas`
-/// differ from the decided value.
+/// differ from the decided value. No `spec.replicas` is 0: machine-controller-manager's Go
+/// types omit a zero when it updates the deployment (`omitempty`), as it does to add its
+/// finalizer, and read a missing one as 0.
 pub fn needs_write(listed: Option<&MachineDeployment>, decided: i32) -> bool {
-    listed.is_none_or(|d| d.spec.replicas != Some(decided))
+    listed.is_none_or(|d| d.spec.replicas.unwrap_or(0) != decided)
 }
 
 /// Whether `status.machineDeployments` must be written: the entries differ from the current
@@ -148,8 +150,10 @@ mod tests {
         listed.spec.replicas = Some(3);
         assert!(!needs_write(Some(&listed), 3));
         assert!(needs_write(Some(&listed), 2));
+        // MCM's Go types drop a zero: no replicas is 0, not a reason to write again.
         listed.spec.replicas = None;
-        assert!(needs_write(Some(&listed), 0));
+        assert!(!needs_write(Some(&listed), 0));
+        assert!(needs_write(Some(&listed), 1));
     }
 
     #[test]

@@ -27,8 +27,8 @@ use super::poll::{self, RequestKey};
 use super::render::{self, RenderedDeployment};
 use super::replicas::{self, ReplicaInputs};
 use super::validate::{self, WorkerInputs};
-use super::wait::WaitKind;
-use super::{Error, LABEL_PURPOSE, PURPOSE_MACHINE_CLASS, WorkerActuator};
+use super::wait::{SeriesRequest, UserData, WaitKind};
+use super::{Error, WorkerActuator, unchanged};
 use crate::api::constants::ANNOTATION_TIMESTAMP;
 use crate::api::machine::{Machine, MachineClass, MachineDeployment, MachineSet};
 use crate::api::{Worker, WorkerStatus};
@@ -71,16 +71,50 @@ pub async fn prepare(
         request.cluster.map(|c| &c.cluster.spec.cloud_profile),
     )
     .map_err(Error::Validate)?;
-    let mut user_data = BTreeMap::new();
-    for pool in &inputs.pools {
-        let data = objects::user_data(&actuator.client, namespace, &pool.pool).await?;
-        user_data.insert(pool.pool.name.clone(), data);
-    }
+    let user_data = series_user_data(actuator, request, &inputs).await?;
     let rendered = render::render(&inputs, &user_data);
     Ok(Prepared { inputs, rendered })
 }
 
-/// Applies every class secret, then every class.
+/// gardenlet's `gardener.cloud/timestamp` annotation of the request.
+fn requested_at(worker: &Worker) -> Option<&str> {
+    worker
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(ANNOTATION_TIMESTAMP))
+        .map(String::as_str)
+}
+
+/// Each pool's user data: read from its Secret by the first run of a series, reused by the
+/// runs that poll after it ([`SeriesRequest`]).
+async fn series_user_data(
+    actuator: &WorkerActuator,
+    request: &Request<'_, Worker>,
+    inputs: &WorkerInputs,
+) -> Result<UserData, Error> {
+    let (namespace, name) = (request.namespace(), request.name());
+    let series = SeriesRequest {
+        generation: request.object.metadata.generation,
+        timestamp: requested_at(request.object).map(str::to_string),
+    };
+    if let Some(read) = actuator.waits.user_data(namespace, name, &series) {
+        return Ok(read);
+    }
+    let mut user_data = UserData::new();
+    for pool in &inputs.pools {
+        let data = objects::user_data(&actuator.client, namespace, &pool.pool).await?;
+        user_data.insert(pool.pool.name.clone(), data);
+    }
+    actuator
+        .waits
+        .note_user_data(namespace, name, series, user_data.clone());
+    Ok(user_data)
+}
+
+/// Applies the class secrets, then the classes. A Worker that deployed before
+/// (`status.machineDeploymentsLastUpdateTime` is set) lists what is there and applies only
+/// what differs ([`unchanged`]); a new one has nothing to compare with and applies all.
 pub async fn deploy_classes(
     actuator: &WorkerActuator,
     request: &Request<'_, Worker>,
@@ -89,21 +123,36 @@ pub async fn deploy_classes(
     let namespace = request.namespace();
     let secrets = objects::api::<Secret>(&actuator.client, namespace);
     let classes = objects::api::<MachineClass>(&actuator.client, namespace);
-    let tasks: Vec<_> = prepared
-        .rendered
+    let deployed_before = request
+        .object
+        .status
+        .as_ref()
+        .is_some_and(|s| s.machine_deployments_last_update_time.is_some());
+    let (existing_secrets, existing_classes) = if deployed_before {
+        (
+            objects::list(&secrets, &objects::class_secret_selector(), "Secret").await?,
+            objects::list(&classes, &ListParams::default(), "MachineClass").await?,
+        )
+    } else {
+        (Vec::new(), Vec::new())
+    };
+    let changed_secrets = changed(
+        &existing_secrets,
+        prepared.rendered.iter().map(|d| &d.class_secret),
+    );
+    let changed_classes = changed(
+        &existing_classes,
+        prepared.rendered.iter().map(|d| &d.class),
+    );
+    let tasks: Vec<_> = changed_secrets
         .iter()
-        .map(|d| async {
-            objects::apply(&secrets, &d.class_secret, "Secret")
-                .await
-                .map(drop)
-        })
+        .map(|&secret| async { objects::apply(&secrets, secret, "Secret").await.map(drop) })
         .collect();
     run_all(tasks).await?;
-    let tasks: Vec<_> = prepared
-        .rendered
+    let tasks: Vec<_> = changed_classes
         .iter()
-        .map(|d| async {
-            objects::apply(&classes, &d.class, "MachineClass")
+        .map(|&class| async {
+            objects::apply(&classes, class, "MachineClass")
                 .await
                 .map(drop)
         })
@@ -114,20 +163,32 @@ pub async fn deploy_classes(
         .iter()
         .map(|d| d.class_name.as_str())
         .collect();
-    actuator
-        .steps
-        .normal(
-            request.object,
-            request.operation,
-            "MachineClassesDeployed",
-            format!(
-                "Applied {} machine class(es) and their secrets: {}",
-                names.len(),
-                names.join(", ")
-            ),
-        )
-        .await;
+    actuator.steps.routine(
+        request.object,
+        "MachineClassesDeployed",
+        format!(
+            "Applied {} of {} machine class(es) and {} of their secrets (the others unchanged): {}",
+            changed_classes.len(),
+            names.len(),
+            changed_secrets.len(),
+            names.join(", ")
+        ),
+    );
     Ok(())
+}
+
+/// The objects of `desired` that `existing` lacks or holds differently.
+fn changed<'a, K>(existing: &[K], desired: impl Iterator<Item = &'a K>) -> Vec<&'a K>
+where
+    K: kube::Resource + serde::Serialize + 'a,
+{
+    desired
+        .filter(|wanted| {
+            !existing.iter().any(|found| {
+                found.meta().name == wanted.meta().name && unchanged::unchanged(found, *wanted)
+            })
+        })
+        .collect()
 }
 
 /// Reconciles from scratch.
@@ -155,13 +216,7 @@ pub async fn run(
         RequestKey {
             hibernated,
             generation: request.object.metadata.generation,
-            timestamp: request
-                .object
-                .metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(ANNOTATION_TIMESTAMP))
-                .map(String::as_str),
+            timestamp: requested_at(request.object),
         },
     );
     // A poll of a running series: its first run deployed exactly this (see [`poll`]).
@@ -209,7 +264,9 @@ pub async fn run(
     };
     write_in_place_status(actuator, request, &deployments).await?;
     cleanup(actuator, request, prepared, &deployments).await?;
-    if let Some(pending) = wait_for_unwanted_deletion(actuator, request, prepared).await? {
+    if let Some(pending) =
+        wait_for_unwanted_deletion(actuator, request, prepared, &deployments).await?
+    {
         return Ok(pending);
     }
     let scaled = if hibernated {
@@ -298,7 +355,13 @@ async fn deploy_deployments(
             let listed = existing
                 .iter()
                 .find(|l| l.metadata.name.as_deref() == Some(d.name.as_str()));
-            let write = !polling || poll::needs_write(listed, decide(d, listed).0);
+            let replicas = decide(d, listed).0;
+            // A poll writes only a replica change; a first run also what differs otherwise.
+            let write = poll::needs_write(listed, replicas)
+                || (!polling
+                    && !listed.is_some_and(|l| {
+                        unchanged::unchanged(l, &d.deployment_with_replicas(replicas))
+                    }));
             write.then(|| {
                 let (api, decide, listed) = (&api, &decide, listed.cloned());
                 async move { apply_deployment(api, d, listed, decide).await }
@@ -309,19 +372,15 @@ async fn deploy_deployments(
     if summary.is_empty() {
         return Ok(false);
     }
-    actuator
-        .steps
-        .normal(
-            request.object,
-            request.operation,
-            "MachineDeploymentsDeployed",
-            format!(
-                "Applied {} machine deployment(s): {}",
-                summary.len(),
-                summary.join(", ")
-            ),
-        )
-        .await;
+    actuator.steps.routine(
+        request.object,
+        "MachineDeploymentsDeployed",
+        format!(
+            "Applied {} machine deployment(s): {}",
+            summary.len(),
+            summary.join(", ")
+        ),
+    );
     Ok(true)
 }
 
@@ -391,18 +450,16 @@ async fn write_status(
         "Wrote {} machine deployment(s) to the Worker status",
         entries.len()
     );
-    patch_status_and_report(
-        actuator,
-        request,
-        json!({
-            "machineDeployments": entries,
-            "machineDeploymentsLastUpdateTime": at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
-            "providerStatus": provider_status,
-        }),
-        "MachineDeploymentsReported",
-        message,
-    )
-    .await
+    let status = json!({
+        "machineDeployments": entries,
+        "machineDeploymentsLastUpdateTime": at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        "providerStatus": provider_status,
+    });
+    objects::patch_worker_status(&actuator.client, request.object, status).await?;
+    actuator
+        .steps
+        .routine(request.object, "MachineDeploymentsReported", message);
+    Ok(())
 }
 
 /// Merge-patches the Worker's status and records the step (event and log line).
@@ -542,28 +599,37 @@ async fn wait_for_rollout(
         prepared.inputs.hibernation_enabled,
     ) {
         Rollout::Complete => {
-            actuator
-                .steps
-                .normal(
-                    request.object,
-                    request.operation,
-                    "MachinesRolledOut",
-                    if prepared.inputs.hibernation_enabled {
-                        "All machines are hibernated".to_string()
-                    } else {
-                        format!(
-                            "All {} machine deployment(s) are rolled out and healthy",
-                            wanted.len()
-                        )
-                    },
-                )
-                .await;
+            actuator.steps.routine(
+                request.object,
+                "MachinesRolledOut",
+                if prepared.inputs.hibernation_enabled {
+                    "All machines are hibernated".to_string()
+                } else {
+                    format!(
+                        "All {} machine deployment(s) are rolled out and healthy",
+                        wanted.len()
+                    )
+                },
+            );
             return Ok(RolledOut::Done(deployments));
         }
         Rollout::Failed(message) => return Err(Error::MachinesFailed(message)),
-        Rollout::Waiting(message) => machine_controller_down(client, namespace)
-            .await
-            .unwrap_or(message),
+        Rollout::Waiting(message) => {
+            let waited = actuator.waits.waited(
+                namespace,
+                request.name(),
+                WaitKind::Rollout,
+                request.object.metadata.generation,
+                std::time::Instant::now(),
+            );
+            if waited >= super::SLOW_WAIT {
+                machine_controller_down(client, namespace)
+                    .await
+                    .unwrap_or(message)
+            } else {
+                message
+            }
+        }
     };
     let waited = actuator
         .keep_waiting(
@@ -644,14 +710,24 @@ async fn restart_stuck_machine_controller(
 }
 
 /// `None` once the deployments the cleanup deleted are gone (or nothing runs MCM), while
-/// they remain `Some(Pending)`; fails with their failed machines' errors.
+/// they remain `Some(Pending)`; fails with their failed machines' errors. `listed` is the
+/// deployments as the rollout check listed them, before the cleanup: when all of them are
+/// wanted there is nothing to wait for, and nothing is read.
 async fn wait_for_unwanted_deletion(
     actuator: &WorkerActuator,
     request: &Request<'_, Worker>,
     prepared: &Prepared,
+    listed: &[MachineDeployment],
 ) -> Result<Option<Outcome>, Error> {
     let namespace = request.namespace();
     let client = &actuator.client;
+    let wanted: BTreeSet<&str> = prepared.rendered.iter().map(|d| d.name.as_str()).collect();
+    if matches!(
+        leftovers::unwanted_deployments(listed, &wanted),
+        Unwanted::Gone
+    ) {
+        return Ok(None);
+    }
     // Upstream waits only while MCM runs: without it (hibernated, scaled down by hand)
     // nothing would ever delete them.
     let mcm_running = objects::machine_controller_manager_replicas(client, namespace)
@@ -666,7 +742,6 @@ async fn wait_for_unwanted_deletion(
         "MachineDeployment",
     )
     .await?;
-    let wanted: BTreeSet<&str> = prepared.rendered.iter().map(|d| d.name.as_str()).collect();
     match leftovers::unwanted_deployments(&deployments, &wanted) {
         Unwanted::Gone => Ok(None),
         Unwanted::Failed(message) => Err(Error::MachinesFailed(message)),
@@ -728,10 +803,8 @@ async fn cleanup(
         }
     }
     let secrets = objects::api::<Secret>(client, namespace);
-    let selector =
-        ListParams::default().labels(&format!("{LABEL_PURPOSE}={PURPOSE_MACHINE_CLASS}"));
     let mut deleted_secrets = Vec::new();
-    for secret in objects::list(&secrets, &selector, "Secret").await? {
+    for secret in objects::list(&secrets, &objects::class_secret_selector(), "Secret").await? {
         let name = secret.name_any();
         if !wanted_classes.contains(name.as_str())
             && objects::delete(&secrets, &name, "Secret").await?

@@ -1,8 +1,18 @@
-//! Events for the steps of a Worker operation ("machine classes deployed", "waiting for
-//! machines", ...), on top of the generic reconciler's one event per outcome.
+//! The steps of a Worker operation ("machine classes deployed", "waiting for machines", ...):
+//! a log line each, and an event for those worth one, on top of the generic reconciler's
+//! event per failure.
 //!
-//! A wait is a series of runs a few seconds apart that repeat the same steps, so a step
-//! event is published once per series: [`StepEvents`] remembers what it published for a
+//! Routine steps, which every reconcile or delete of every Worker goes through (classes
+//! applied, status written, rolled out, machine objects deleted), are logged only
+//! ([`StepEvents::routine`]): the Worker's `lastOperation` records how the operation went,
+//! gardener's own Worker controller publishes no events for them, and an event each would be
+//! several API requests per Worker and operation (docs/benchmarks.md, "Worker"). Steps out of
+//! the ordinary publish a Normal or Warning event ([`StepEvents::normal`],
+//! [`StepEvents::warning`]): hibernation, unwanted objects deleted, machine-controller-manager
+//! restarted, a wait that lasts ([`super::SLOW_WAIT`]).
+//!
+//! A wait is a series of runs a few seconds apart that repeat the same steps, so a step is
+//! logged and published once per series: [`StepEvents`] remembers what it reported for a
 //! Worker until the operation finishes or fails ([`StepEvents::forget`]). Publishing is best
 //! effort, like [`EventPublisher`] itself.
 
@@ -16,8 +26,8 @@ use crate::extension::events::EventPublisher;
 
 /// namespace/name of a Worker.
 type WorkerKey = (String, String);
-/// reason and note of an event.
-type Published = HashSet<(String, String)>;
+/// Whether it was published (not only logged), reason and note of a step.
+type Published = HashSet<(bool, String, String)>;
 
 /// Step event publisher with per-series de-duplication.
 pub struct StepEvents {
@@ -47,12 +57,23 @@ impl StepEvents {
         }
     }
 
-    fn first_time(&self, worker: &Worker, reason: &str, note: &str) -> bool {
+    fn first_time(&self, worker: &Worker, event: bool, reason: &str, note: &str) -> bool {
         let mut published = self.published.lock().unwrap_or_else(|p| p.into_inner());
-        published
-            .entry(key(worker))
-            .or_default()
-            .insert((reason.to_string(), note.to_string()))
+        published.entry(key(worker)).or_default().insert((
+            event,
+            reason.to_string(),
+            note.to_string(),
+        ))
+    }
+
+    /// A routine step: logged at info level the first time in this series, at debug level
+    /// on the repeats; no event.
+    pub fn routine(&self, worker: &Worker, reason: &str, note: String) {
+        if self.first_time(worker, false, reason, &note) {
+            tracing::info!(reason, %note, "step");
+        } else {
+            tracing::debug!(reason, %note, "step (unchanged)");
+        }
     }
 
     /// A Normal event for a step of `operation`, unless the same one was published in this
@@ -87,7 +108,7 @@ impl StepEvents {
         note: String,
         warning: bool,
     ) {
-        if !self.first_time(worker, reason, &note) {
+        if !self.first_time(worker, true, reason, &note) {
             tracing::debug!(reason, %note, "step (unchanged)");
             return;
         }

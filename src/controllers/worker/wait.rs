@@ -39,6 +39,8 @@ pub enum Step {
     ClassesRedeployed,
     /// Delete saw machine-controller-manager hold the credentials secret.
     CredentialsAcquired,
+    /// Delete labelled the machines and deleted the deployments, classes and class secrets.
+    MachineObjectsDeleted,
 }
 
 /// namespace/name of a Worker plus the wait kind.
@@ -52,6 +54,25 @@ pub struct WaitTracker {
     deployed: Mutex<HashMap<(String, String), Fingerprint>>,
     /// Per Worker (namespace, name): the steps the running series has done.
     done: Mutex<std::collections::HashSet<(String, String, Step)>>,
+    /// Per Worker (namespace, name): the pools' user data the running series read, and for
+    /// which request.
+    user_data: Mutex<HashMap<(String, String), (SeriesRequest, UserData)>>,
+}
+
+/// The pools' user data by pool name.
+pub type UserData = std::collections::BTreeMap<String, Vec<u8>>;
+
+/// What a series of runs was asked for: the Worker's `metadata.generation` and gardenlet's
+/// `gardener.cloud/timestamp` annotation. gardenlet changes one of them whenever it wants the
+/// Worker to take new user data (a new Secret name is a new generation; a new OSC comes with a
+/// new timestamp), so the runs of one series may reuse what its first run read, as upstream's
+/// reconcile reads the user data once and then only polls.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SeriesRequest {
+    /// `metadata.generation`.
+    pub generation: Option<i64>,
+    /// The `gardener.cloud/timestamp` annotation.
+    pub timestamp: Option<String>,
 }
 
 /// How a wait stands.
@@ -96,6 +117,23 @@ impl WaitTracker {
         }
     }
 
+    /// How long the Worker `namespace/name` (at `generation`) has been in its `kind` wait at
+    /// `now`; zero when no such wait runs. Unlike [`Self::waiting`] it starts nothing.
+    pub fn waited(
+        &self,
+        namespace: &str,
+        name: &str,
+        kind: WaitKind,
+        generation: Option<i64>,
+        now: Instant,
+    ) -> Duration {
+        let key = (namespace.to_string(), name.to_string(), kind);
+        match self.entries().get(&key) {
+            Some((seen, start)) if *seen == generation => now.saturating_duration_since(*start),
+            _ => Duration::ZERO,
+        }
+    }
+
     /// Forgets every wait of the Worker (it finished or failed), and what it deployed.
     pub fn forget(&self, namespace: &str, name: &str) {
         self.entries()
@@ -104,6 +142,39 @@ impl WaitTracker {
             .remove(&(namespace.to_string(), name.to_string()));
         self.steps_done()
             .retain(|(ns, n, _)| !(ns == namespace && n == name));
+        self.series_user_data()
+            .remove(&(namespace.to_string(), name.to_string()));
+    }
+
+    fn series_user_data(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<(String, String), (SeriesRequest, UserData)>> {
+        self.user_data.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The user data the running series of the Worker read for `request`, if it did.
+    pub fn user_data(
+        &self,
+        namespace: &str,
+        name: &str,
+        request: &SeriesRequest,
+    ) -> Option<UserData> {
+        self.series_user_data()
+            .get(&(namespace.to_string(), name.to_string()))
+            .filter(|(read_for, _)| read_for == request)
+            .map(|(_, data)| data.clone())
+    }
+
+    /// Notes the user data the running series of the Worker read for `request`.
+    pub fn note_user_data(
+        &self,
+        namespace: &str,
+        name: &str,
+        request: SeriesRequest,
+        data: UserData,
+    ) {
+        self.series_user_data()
+            .insert((namespace.to_string(), name.to_string()), (request, data));
     }
 
     fn steps_done(
@@ -157,6 +228,55 @@ mod tests {
     use super::*;
 
     const BOUND: Duration = Duration::from_secs(300);
+
+    #[test]
+    fn user_data_is_reused_within_a_series_for_the_same_request_only() {
+        let tracker = WaitTracker::default();
+        let request = |generation, timestamp: &str| SeriesRequest {
+            generation: Some(generation),
+            timestamp: Some(timestamp.to_string()),
+        };
+        let data = UserData::from([("a".to_string(), b"#!/bin/bash".to_vec())]);
+        assert_eq!(tracker.user_data("ns", "w", &request(1, "t1")), None);
+        tracker.note_user_data("ns", "w", request(1, "t1"), data.clone());
+        assert_eq!(tracker.user_data("ns", "w", &request(1, "t1")), Some(data));
+        assert_eq!(
+            tracker.user_data("ns", "w", &request(2, "t1")),
+            None,
+            "new generation"
+        );
+        assert_eq!(
+            tracker.user_data("ns", "w", &request(1, "t2")),
+            None,
+            "new timestamp"
+        );
+        tracker.forget("ns", "w");
+        assert_eq!(
+            tracker.user_data("ns", "w", &request(1, "t1")),
+            None,
+            "series over"
+        );
+    }
+
+    #[test]
+    fn how_long_a_wait_runs_is_read_without_starting_one() {
+        let tracker = WaitTracker::default();
+        let t0 = Instant::now();
+        let waited =
+            |generation, now| tracker.waited("ns", "w", WaitKind::Rollout, Some(generation), now);
+        assert_eq!(waited(1, t0), Duration::ZERO);
+        assert!(tracker.is_empty(), "reading starts no wait");
+        tracker.waiting("ns", "w", WaitKind::Rollout, Some(1), t0, BOUND);
+        assert_eq!(
+            waited(1, t0 + Duration::from_secs(40)),
+            Duration::from_secs(40)
+        );
+        assert_eq!(
+            waited(2, t0 + Duration::from_secs(40)),
+            Duration::ZERO,
+            "a new generation is a new series"
+        );
+    }
 
     #[test]
     fn a_wait_is_bounded_and_restarts_after_exceeding() {
