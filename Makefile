@@ -10,7 +10,8 @@
 #   make envtest         build (once) kube-apiserver, etcd, kube-controller-manager, kube-scheduler,
 #                        kubelet, gardener-resource-manager and helm and print their folder
 #   make peers           build (once) the Go extensions the benches measure beside ours
-#                        (runtime-gvisor, os-gardenlinux) from the shared/peers folder next to the checkout and print their folder
+#                        (runtime-gvisor, os-gardenlinux from the shared/peers folder next to the checkout;
+#                        provider-local from the Go module proxy) and print their folder
 #   make test-resilience the fault-injection tests at full counts (docs/reliability.md)
 #   make e2e             the whole path on a real shoot node: kubelet, containerd, runsc (test/node_e2e.rs)
 #   make e2e-rollout     the disruptive rollout on four real nodes: budget, stop on failure, resume

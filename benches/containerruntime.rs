@@ -21,7 +21,7 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::api::PostParams;
 use kube::{Api, Client};
 use serde_json::json;
-use support::peer::{Peer, PeerOptions};
+use support::peer::Peer;
 use support::side_by_side::{self, Side, Workload};
 use support::{Crds, fixtures};
 
@@ -131,39 +131,32 @@ async fn main() {
             .unwrap();
         namespaces.push(namespace);
     }
-    let heartbeat = |side: Side| format!("bench-heartbeat-{side:?}").to_lowercase();
-    for side in [Side::Ours, Side::Peer] {
-        support::create_namespace(&env.client, &heartbeat(side)).await;
-    }
     let workload = ContainerRuntimes {
         client: env.client.clone(),
         namespaces,
     };
-
-    // The peer does not uninstall gVisor from the nodes, and no gardener-resource-manager
-    // runs here to roll an uninstall DaemonSet out: the same work is a deletion without it.
-    let ours_flags = [
-        "--controllers=containerruntime".to_string(),
-        "--gvisor-uninstall-timeout-seconds=0".to_string(),
-        format!("--max-concurrent-reconciles={WORKERS}"),
-        format!("--heartbeat-namespace={}", heartbeat(Side::Ours)),
-    ];
-    let peer_options = PeerOptions {
-        max_concurrent_reconciles: WORKERS,
-        heartbeat_namespace: heartbeat(Side::Peer),
-    };
-    let side_by_side::Comparison {
-        ours,
-        peer: figures,
-        peer_flags,
-    } = side_by_side::compare(
+    let (
+        side_by_side::Comparison {
+            ours,
+            peer: figures,
+            peer_flags,
+        },
+        ours_flags,
+    ) = side_by_side::contest(
         &workload,
-        &side_by_side::Sitting {
+        &env.client,
+        &env.kubeconfig,
+        &side_by_side::Contest {
             section: SECTION,
-            kubeconfig: &env.kubeconfig,
             peer: Peer::RuntimeGvisor,
-            ours_flags: &ours_flags,
-            peer_options: &peer_options,
+            ours_flags: &[
+                // The peer does not uninstall gVisor from the nodes, and no
+                // gardener-resource-manager runs here to roll an uninstall DaemonSet out: the
+                // same work is a deletion without it.
+                "--controllers=containerruntime",
+                "--gvisor-uninstall-timeout-seconds=0",
+            ],
+            workers: WORKERS,
             runs: RUNS,
             quiet: QUIET,
             periodic,
@@ -172,11 +165,7 @@ async fn main() {
     .await;
     let peer = Peer::RuntimeGvisor.binary();
     let tables = side_by_side::render_tables(&PHASES, peer, &ours, &figures, None);
-    let peer_flags = if peer_flags.is_empty() {
-        "(not started in this run)".to_string()
-    } else {
-        format!("`{}`", peer_flags.join(" "))
-    };
+    let peer_flags = side_by_side::described_flags(&peer_flags);
     let create = &ours.phases[0];
     let requests_target = match figures.summary() {
         Some(theirs) => {

@@ -18,7 +18,7 @@ use gardener_extension_node::api::{Cluster, ManagedResource, OperatingSystemConf
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::PostParams;
 use kube::{Api, Client};
-use support::peer::{Peer, PeerOptions};
+use support::peer::Peer;
 use support::side_by_side::{self, Side, Workload};
 use support::{Crds, fixtures};
 
@@ -182,36 +182,26 @@ async fn main() {
             .unwrap();
         namespaces.push(namespace);
     }
-    let heartbeat = |side: Side| format!("bench-heartbeat-{side:?}").to_lowercase();
-    for side in [Side::Ours, Side::Peer] {
-        support::create_namespace(&env.client, &heartbeat(side)).await;
-    }
     let workload = OperatingSystemConfigs {
         client: env.client.clone(),
         namespaces,
     };
-
-    let ours_flags = [
-        "--controllers=operatingsystemconfig".to_string(),
-        format!("--max-concurrent-reconciles={WORKERS}"),
-        format!("--heartbeat-namespace={}", heartbeat(Side::Ours)),
-    ];
-    let peer_options = PeerOptions {
-        max_concurrent_reconciles: WORKERS,
-        heartbeat_namespace: heartbeat(Side::Peer),
-    };
-    let side_by_side::Comparison {
-        ours,
-        peer: figures,
-        peer_flags,
-    } = side_by_side::compare(
+    let (
+        side_by_side::Comparison {
+            ours,
+            peer: figures,
+            peer_flags,
+        },
+        ours_flags,
+    ) = side_by_side::contest(
         &workload,
-        &side_by_side::Sitting {
+        &env.client,
+        &env.kubeconfig,
+        &side_by_side::Contest {
             section: SECTION,
-            kubeconfig: &env.kubeconfig,
             peer: Peer::OsGardenlinux,
-            ours_flags: &ours_flags,
-            peer_options: &peer_options,
+            ours_flags: &["--controllers=operatingsystemconfig"],
+            workers: WORKERS,
             runs: RUNS,
             quiet: QUIET,
             periodic,
@@ -221,11 +211,7 @@ async fn main() {
 
     let peer = Peer::OsGardenlinux.binary();
     let tables = side_by_side::render_tables(&PHASES, peer, &ours, &figures, Some(STEADY_STATE));
-    let peer_flags = if peer_flags.is_empty() {
-        "(not started in this run)".to_string()
-    } else {
-        format!("`{}`", peer_flags.join(" "))
-    };
+    let peer_flags = side_by_side::described_flags(&peer_flags);
     let targets = match figures.summary() {
         Some(theirs) => {
             let all = PHASES.len();

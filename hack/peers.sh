@@ -8,6 +8,17 @@
 #   os-gardenlinux   gardener-extension-os-gardenlinux (OperatingSystemConfig,
 #                    benches/operatingsystemconfig.rs)
 #
+# and one the Go module proxy does serve, from gardener at the version hack/envtest/components
+# pins:
+#
+#   provider-local   gardener-extension-provider-local (its Worker controller,
+#                    benches/worker_side_by_side.rs)
+#
+# That one is built from a wrapper module in the cache made of the components module's go.mod
+# and go.sum (its tools dropped), so it links the same dependency versions as
+# gardener-resource-manager and provider-local's machine controller there, and the packages
+# they share come out of the Go build cache.
+#
 # Each archive is extracted into a cache folder outside the repository named after the
 # archive's hash (<cache>/<peer>-<16 hex>/src) and its cmd/ built there with the peer's own
 # go.mod (dependencies through the Go module proxy), with the machine's Go toolchain; a stamp
@@ -32,7 +43,9 @@ log_prefix=peers
 
 archives="${PEERS_ARCHIVES:-$here/../../shared/peers}"
 cache_root="${PEERS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gardener-extension-node/peers}"
-known=(runtime-gvisor os-gardenlinux)
+known=(runtime-gvisor os-gardenlinux provider-local)
+# Peers built from a Go module the proxy serves: <peer> → its main package.
+declare -A module_peers=([provider-local]=github.com/gardener/gardener/cmd/gardener-extension-provider-local)
 peers=("$@")
 if [[ ${#peers[@]} -eq 0 ]]; then peers=("${known[@]}"); fi
 
@@ -86,6 +99,33 @@ build_peer() {
   exec 9>&-
 }
 
+# build_module_peer <peer>: builds a peer of module_peers; non-zero with the reason on stderr.
+build_module_peer() {
+  local peer="$1" binary="gardener-extension-$1" package="${module_peers[$1]}"
+  local components="$here/envtest/components" hash
+  hash="$(cat "$components/go.mod" "$components/go.sum" | sha256sum | cut -c1-16)"
+  out="$cache_root/$peer-$hash"
+  mkdir -p "$out"
+  lock_out
+  local stamp="$hash $go_version" module="$out/module"
+  if ! built "$peer" "$stamp" "$binary"; then
+    rm -rf "$module" && mkdir -p "$module"
+    cp "$components/go.mod" "$components/go.sum" "$module/"
+    # The components' own packages are not in the copy: drop the tool directives naming them.
+    awk '/^tool \($/ { skip = 1; next } skip && /^\)$/ { skip = 0; next } skip || /^tool / { next } { print }' \
+      "$components/go.mod" >"$module/go.mod"
+    if ! (cd "$module" && go mod edit -module "peers/$peer") ||
+      ! build "$peer" "$stamp" "$module" "" "" "$package=$binary"; then
+      echo "peers: $peer: go build $package failed with $go_version (the Go error is above)" >&2
+      return 1
+    fi
+  else
+    echo "peers: $peer ($stamp) already built" >&2
+  fi
+  ln -sfn "$out/$binary" "$cache_root/bin/$binary"
+  exec 9>&-
+}
+
 failed=0
 for peer in "${peers[@]}"; do
   if [[ " ${known[*]} " != *" $peer "* ]]; then
@@ -93,7 +133,11 @@ for peer in "${peers[@]}"; do
     failed=1
     continue
   fi
-  build_peer "$peer" || failed=1
+  if [[ -n "${module_peers[$peer]:-}" ]]; then
+    build_module_peer "$peer" || failed=1
+  else
+    build_peer "$peer" || failed=1
+  fi
 done
 echo "$cache_root/bin"
 exit "$failed"

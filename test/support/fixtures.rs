@@ -112,7 +112,9 @@ pub fn gardenlet_node_agent_managed_resource(namespace: &str) -> ManagedResource
 }
 
 /// The CloudProfile of the fixture Cluster: provider-local's `CloudProfileConfig` lists the
-/// machine image versions the tests use (debian 13.2 and 13.3), as the Worker looks them up.
+/// machine image versions the tests use (debian 13.2 and 13.3), as the Worker looks them up;
+/// the machine type `local` of the pools is listed as a real CloudProfile lists it
+/// (provider-local's Worker reads its capabilities).
 pub fn cloud_profile_json() -> Value {
     json!({
         "apiVersion": "core.gardener.cloud/v1beta1",
@@ -120,6 +122,10 @@ pub fn cloud_profile_json() -> Value {
         "metadata": {"name": "local"},
         "spec": {
             "type": "local",
+            "machineTypes": [{
+                "name": "local", "cpu": "1", "gpu": "0", "memory": "1Gi",
+                "architecture": "amd64", "usable": true
+            }],
             "providerConfig": {
                 "apiVersion": "local.provider.extensions.gardener.cloud/v1alpha1",
                 "kind": "CloudProfileConfig",

@@ -24,6 +24,9 @@ pub enum Peer {
     RuntimeGvisor,
     /// gardener-extension-os-gardenlinux: OperatingSystemConfig of type `gardenlinux`.
     OsGardenlinux,
+    /// gardener-extension-provider-local (gardener v1.149.3): its Worker controller, Worker of
+    /// type `local`.
+    ProviderLocal,
 }
 
 impl Peer {
@@ -32,6 +35,7 @@ impl Peer {
         match self {
             Peer::RuntimeGvisor => "runtime-gvisor",
             Peer::OsGardenlinux => "os-gardenlinux",
+            Peer::ProviderLocal => "provider-local",
         }
     }
 
@@ -40,6 +44,7 @@ impl Peer {
         match self {
             Peer::RuntimeGvisor => "gardener-extension-runtime-gvisor",
             Peer::OsGardenlinux => "gardener-extension-os-gardenlinux",
+            Peer::ProviderLocal => "gardener-extension-provider-local",
         }
     }
 
@@ -48,6 +53,16 @@ impl Peer {
         match self {
             Peer::RuntimeGvisor => "containerruntime",
             Peer::OsGardenlinux => "operatingsystemconfig",
+            Peer::ProviderLocal => "worker",
+        }
+    }
+
+    /// Its flag for the main controller's workers: provider-local runs many controllers and
+    /// prefixes each one's options with its name.
+    fn max_concurrent_reconciles_flag(self) -> &'static str {
+        match self {
+            Peer::RuntimeGvisor | Peer::OsGardenlinux => "--max-concurrent-reconciles",
+            Peer::ProviderLocal => "--worker-max-concurrent-reconciles",
         }
     }
 
@@ -138,12 +153,14 @@ impl PeerProcess {
     /// Every peer: `--kubeconfig`, `--leader-election=false`, `--metrics-bind-address` and
     /// `--health-bind-address` on free loopback ports, `--heartbeat-namespace`,
     /// `--max-concurrent-reconciles`, `--ignore-operation-annotation=false` (as their charts
-    /// and gardenlet: act on the operation annotation). os-gardenlinux also gets its webhook
-    /// server's flags (URL mode on a free loopback port, certificates generated into a folder
-    /// of this run) and `--disable-webhooks=*`: its only webhook mutates gardenlinux OSCs as
-    /// gardenlet writes them, which is not the controller's work, and a registered
-    /// MutatingWebhookConfiguration would outlive the peer and intercept the next run's
-    /// writes.
+    /// and gardenlet: act on the operation annotation). os-gardenlinux and provider-local also
+    /// get their webhook server's flags (URL mode on a free loopback port, certificates
+    /// generated into a folder of this run) and `--disable-webhooks=*`: their webhooks mutate
+    /// what gardenlet or other components write (gardenlinux OSCs; provider-local's control
+    /// plane, shoot and node webhooks), which is not the measured controller's work, and a
+    /// registered webhook configuration would outlive the peer and intercept the next run's
+    /// writes. provider-local runs only `--controllers=worker,heartbeat`: the others reconcile
+    /// kinds the bench does not create.
     pub fn start(peer: Peer, binary: &Path, kubeconfig: &str, options: &PeerOptions) -> Self {
         let n = COUNTER.fetch_add(1, Ordering::SeqCst);
         let dir = std::env::temp_dir().join(format!(
@@ -180,11 +197,13 @@ impl PeerProcess {
             ),
             (
                 format!(
-                    "--max-concurrent-reconciles={}",
+                    "{}={}",
+                    peer.max_concurrent_reconciles_flag(),
                     options.max_concurrent_reconciles
                 ),
                 format!(
-                    "--max-concurrent-reconciles={}",
+                    "{}={}",
+                    peer.max_concurrent_reconciles_flag(),
                     options.max_concurrent_reconciles
                 ),
             ),
@@ -193,7 +212,14 @@ impl PeerProcess {
                 "--ignore-operation-annotation=false".into(),
             ),
         ];
-        if peer == Peer::OsGardenlinux {
+        if peer == Peer::ProviderLocal {
+            // Only the controller measured, and its heartbeat as every peer has one.
+            args.push((
+                "--controllers=worker,heartbeat".into(),
+                "--controllers=worker,heartbeat".into(),
+            ));
+        }
+        if matches!(peer, Peer::OsGardenlinux | Peer::ProviderLocal) {
             let port = free_port();
             let certs = dir.join("webhook-certs");
             fs::create_dir_all(&certs).expect("webhook cert dir");

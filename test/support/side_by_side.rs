@@ -217,6 +217,69 @@ pub struct Sitting<'a> {
     pub periodic: fn(&str) -> bool,
 }
 
+/// What a bench sets for a [`contest`]: its section, the peer, the flags ours gets for its
+/// controller, and how it measures.
+pub struct Contest<'a> {
+    /// The bench's section of `docs/benchmarks.md`.
+    pub section: &'a str,
+    /// The Go peer.
+    pub peer: Peer,
+    /// Ours' own flags (`--controllers=…` and what the bench needs); [`contest`] adds the
+    /// workers and the heartbeat namespace, which both sides get alike.
+    pub ours_flags: &'a [&'a str],
+    /// `--max-concurrent-reconciles` of both.
+    pub workers: usize,
+    /// Runs per side.
+    pub runs: usize,
+    /// See [`Sitting::quiet`].
+    pub quiet: Duration,
+    /// See [`Sitting::periodic`].
+    pub periodic: fn(&str) -> bool,
+}
+
+/// The heartbeat namespace of `side`: each side renews its own Lease.
+pub fn heartbeat_namespace(side: Side) -> String {
+    format!("bench-heartbeat-{side:?}").to_lowercase()
+}
+
+/// Creates both heartbeat namespaces and runs [`compare`] with the settings both sides share;
+/// returns what it found and ours' flags as started.
+pub async fn contest<W: Workload>(
+    workload: &W,
+    client: &Client,
+    kubeconfig: &str,
+    contest: &Contest<'_>,
+) -> (Comparison, Vec<String>) {
+    for side in [Side::Ours, Side::Peer] {
+        super::create_namespace(client, &heartbeat_namespace(side)).await;
+    }
+    let mut ours_flags: Vec<String> = contest.ours_flags.iter().map(|f| f.to_string()).collect();
+    ours_flags.push(format!("--max-concurrent-reconciles={}", contest.workers));
+    ours_flags.push(format!(
+        "--heartbeat-namespace={}",
+        heartbeat_namespace(Side::Ours)
+    ));
+    let peer_options = PeerOptions {
+        max_concurrent_reconciles: contest.workers,
+        heartbeat_namespace: heartbeat_namespace(Side::Peer),
+    };
+    let comparison = compare(
+        workload,
+        &Sitting {
+            section: contest.section,
+            kubeconfig,
+            peer: contest.peer,
+            ours_flags: &ours_flags,
+            peer_options: &peer_options,
+            runs: contest.runs,
+            quiet: contest.quiet,
+            periodic: contest.periodic,
+        },
+    )
+    .await;
+    (comparison, ours_flags)
+}
+
 /// Builds the peer and runs [`alternate`]: ours started with its flags (plus the kubeconfig
 /// and an HTTP port), the peer with its options. When the peer cannot be built, only ours
 /// runs and the peer's column comes from what the bench's section of `docs/benchmarks.md`
@@ -257,6 +320,15 @@ pub async fn compare<W: Workload>(workload: &W, sitting: &Sitting<'_>) -> Compar
             Err(why) => PeerFigures::not_measured(sitting.section, why),
         },
         peer_flags,
+    }
+}
+
+/// The peer's flags as a bench's text quotes them: in backticks, or that it did not run.
+pub fn described_flags(flags: &[String]) -> String {
+    if flags.is_empty() {
+        "(not started in this run)".to_string()
+    } else {
+        format!("`{}`", flags.join(" "))
     }
 }
 
