@@ -6,8 +6,8 @@
 //!    on `spec.secretRef`; `waitUntilCredentialsSecretAcquiredOrReleased(acquired=true)`,
 //!    [`super::credentials`]);
 //! 3. label every Machine `force-deletion=True` (MCM then skips draining), delete every
-//!    MachineDeployment, MachineClass and class secret of the namespace (one
-//!    `deletecollection` per kind, as upstream's `DeleteAllOf`);
+//!    MachineDeployment, MachineClass and class secret of the namespace (deployments and
+//!    classes with one `deletecollection` each, as upstream's `DeleteAllOf`);
 //! 4. (delete only) wait until no machine object and no class secret is left, failing at once
 //!    with the errors of failed machines (`WaitUntilMachineResourcesDeleted`); a poll lists
 //!    kind by kind only until one has objects left;
@@ -53,7 +53,8 @@ pub async fn delete(
 }
 
 /// Step 3, once per series: labels the machines for force deletion and deletes every
-/// deployment, class and class secret of the namespace, one `deletecollection` per kind.
+/// deployment and class of the namespace (one `deletecollection` each) and every class
+/// secret.
 /// Nobody but us creates these while the Worker is deleting, so the runs that poll after it
 /// only wait.
 async fn delete_machine_objects(
@@ -84,13 +85,17 @@ async fn delete_machine_objects(
         namespace,
     )
     .await?;
-    let secrets = objects::delete_all(
-        &objects::api::<Secret>(client, namespace),
-        &objects::class_secret_selector(),
-        "Secret",
-        namespace,
-    )
-    .await?;
+    // Class secrets one by one: a `deletecollection` of Secrets would need that verb on every
+    // Secret of the seed, where a label selector is all that tells ours apart.
+    let secrets = objects::api::<Secret>(client, namespace);
+    let mut deleted_secrets = 0;
+    for secret in objects::list(&secrets, &objects::class_secret_selector(), "Secret").await? {
+        if secret.metadata.deletion_timestamp.is_none()
+            && objects::delete(&secrets, &secret.name_any(), "Secret").await?
+        {
+            deleted_secrets += 1;
+        }
+    }
     actuator
         .waits
         .note_done(namespace, name, Step::MachineObjectsDeleted);
@@ -98,7 +103,7 @@ async fn delete_machine_objects(
         request.object,
         "MachineObjectsDeleted",
         format!(
-            "Labelled {marked} machine(s) force-deletion=True; deleted {deployments} machine deployment(s), {classes} machine class(es), {secrets} class secret(s)"
+            "Labelled {marked} machine(s) force-deletion=True; deleted {deployments} machine deployment(s), {classes} machine class(es), {deleted_secrets} class secret(s)"
         ),
     );
     Ok(())
