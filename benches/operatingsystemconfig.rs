@@ -186,14 +186,12 @@ async fn main() {
         client: env.client.clone(),
         namespaces,
     };
-    let (
-        side_by_side::Comparison {
-            ours,
-            peer: figures,
-            peer_flags,
-        },
+    let side_by_side::Comparison {
+        ours,
+        peer: figures,
+        peer_flags,
         ours_flags,
-    ) = side_by_side::contest(
+    } = side_by_side::contest(
         &workload,
         &env.client,
         &env.kubeconfig,

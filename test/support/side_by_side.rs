@@ -194,6 +194,8 @@ pub struct Comparison {
     /// The flags the peer was started with (described, see
     /// [`PeerProcess::described_flags`]); empty when it was not started.
     pub peer_flags: Vec<String>,
+    /// The flags ours was started with (besides the kubeconfig and the HTTP address).
+    pub ours_flags: Vec<String>,
 }
 
 /// What a bench compares: its section, the control plane, the peer and both sides' flags.
@@ -242,14 +244,13 @@ pub fn heartbeat_namespace(side: Side) -> String {
     format!("bench-heartbeat-{side:?}").to_lowercase()
 }
 
-/// Creates both heartbeat namespaces and runs [`compare`] with the settings both sides share;
-/// returns what it found and ours' flags as started.
+/// Creates both heartbeat namespaces and runs [`compare`] with the settings both sides share.
 pub async fn contest<W: Workload>(
     workload: &W,
     client: &Client,
     kubeconfig: &str,
     contest: &Contest<'_>,
-) -> (Comparison, Vec<String>) {
+) -> Comparison {
     for side in [Side::Ours, Side::Peer] {
         super::create_namespace(client, &heartbeat_namespace(side)).await;
     }
@@ -263,7 +264,7 @@ pub async fn contest<W: Workload>(
         max_concurrent_reconciles: contest.workers,
         heartbeat_namespace: heartbeat_namespace(Side::Peer),
     };
-    let comparison = compare(
+    compare(
         workload,
         &Sitting {
             section: contest.section,
@@ -276,8 +277,7 @@ pub async fn contest<W: Workload>(
             periodic: contest.periodic,
         },
     )
-    .await;
-    (comparison, ours_flags)
+    .await
 }
 
 /// Builds the peer and runs [`alternate`]: ours started with its flags (plus the kubeconfig
@@ -320,6 +320,7 @@ pub async fn compare<W: Workload>(workload: &W, sitting: &Sitting<'_>) -> Compar
             Err(why) => PeerFigures::not_measured(sitting.section, why),
         },
         peer_flags,
+        ours_flags: sitting.ours_flags.to_vec(),
     }
 }
 

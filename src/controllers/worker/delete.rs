@@ -199,7 +199,9 @@ async fn redeploy_classes_and_wait_for_credentials(
         .has_done(namespace, name, Step::ClassesRedeployed)
     {
         match reconcile::prepare(actuator, request).await {
-            Ok(prepared) => reconcile::deploy_classes(actuator, request, &prepared).await?,
+            Ok(prepared) => reconcile::deploy_classes(actuator, request, &prepared)
+                .await
+                .map(drop)?,
             Err(error @ (Error::Api { .. } | Error::State(_))) => return Err(error),
             Err(error) => {
                 actuator

@@ -112,14 +112,25 @@ async fn series_user_data(
     Ok(user_data)
 }
 
+/// The names of the class secrets and classes a run listed before applying its own: what a
+/// cleanup in the same run looks at, instead of listing them again.
+#[derive(Debug, Default)]
+pub struct ListedClasses {
+    /// Class secret names.
+    pub secrets: Vec<String>,
+    /// MachineClass names.
+    pub classes: Vec<String>,
+}
+
 /// Applies the class secrets, then the classes. A Worker that deployed before
 /// (`status.machineDeploymentsLastUpdateTime` is set) lists what is there and applies only
-/// what differs ([`unchanged`]); a new one has nothing to compare with and applies all.
+/// what differs ([`unchanged`]), and returns what it listed; a new one has nothing to compare
+/// with, applies all and returns `None`.
 pub async fn deploy_classes(
     actuator: &WorkerActuator,
     request: &Request<'_, Worker>,
     prepared: &Prepared,
-) -> Result<(), Error> {
+) -> Result<Option<ListedClasses>, Error> {
     let namespace = request.namespace();
     let secrets = objects::api::<Secret>(&actuator.client, namespace);
     let classes = objects::api::<MachineClass>(&actuator.client, namespace);
@@ -174,7 +185,10 @@ pub async fn deploy_classes(
             names.join(", ")
         ),
     );
-    Ok(())
+    Ok(deployed_before.then(|| ListedClasses {
+        secrets: existing_secrets.iter().map(ResourceExt::name_any).collect(),
+        classes: existing_classes.iter().map(ResourceExt::name_any).collect(),
+    }))
 }
 
 /// The objects of `desired` that `existing` lacks or holds differently.
@@ -222,9 +236,11 @@ pub async fn run(
     // A poll of a running series: its first run deployed exactly this (see [`poll`]).
     let polling = actuator.waits.deployed(namespace, request.name()).as_ref() == Some(&fingerprint);
 
-    if !polling {
-        deploy_classes(actuator, request, prepared).await?;
-    }
+    let listed_classes = if polling {
+        None
+    } else {
+        deploy_classes(actuator, request, prepared).await?
+    };
 
     let deployments = objects::api::<MachineDeployment>(client, namespace);
     let existing = objects::list(&deployments, &ListParams::default(), "MachineDeployment").await?;
@@ -263,7 +279,14 @@ pub async fn run(
         RolledOut::Pending(pending) => return Ok(pending),
     };
     write_in_place_status(actuator, request, &deployments).await?;
-    cleanup(actuator, request, prepared, &deployments).await?;
+    cleanup(
+        actuator,
+        request,
+        prepared,
+        &deployments,
+        listed_classes.as_ref(),
+    )
+    .await?;
     if let Some(pending) =
         wait_for_unwanted_deletion(actuator, request, prepared, &deployments).await?
     {
@@ -765,12 +788,14 @@ async fn wait_for_unwanted_deletion(
 }
 
 /// Deletes deployments (of `listed`, as the rollout check listed them), then classes, then
-/// class secrets that are no longer wanted.
+/// class secrets that are no longer wanted. The classes and secrets are those this run
+/// listed before applying (`listed_classes`; only we create them), else listed here.
 async fn cleanup(
     actuator: &WorkerActuator,
     request: &Request<'_, Worker>,
     prepared: &Prepared,
     listed: &[MachineDeployment],
+    listed_classes: Option<&ListedClasses>,
 ) -> Result<(), Error> {
     let namespace = request.namespace();
     let client = &actuator.client;
@@ -794,8 +819,15 @@ async fn cleanup(
     }
     let classes = objects::api::<MachineClass>(client, namespace);
     let mut deleted_classes = Vec::new();
-    for class in objects::list(&classes, &ListParams::default(), "MachineClass").await? {
-        let name = class.name_any();
+    let class_names = match listed_classes {
+        Some(listed) => listed.classes.clone(),
+        None => objects::list(&classes, &ListParams::default(), "MachineClass")
+            .await?
+            .iter()
+            .map(ResourceExt::name_any)
+            .collect(),
+    };
+    for name in class_names {
         if !wanted_classes.contains(name.as_str())
             && objects::delete(&classes, &name, "MachineClass").await?
         {
@@ -804,8 +836,15 @@ async fn cleanup(
     }
     let secrets = objects::api::<Secret>(client, namespace);
     let mut deleted_secrets = Vec::new();
-    for secret in objects::list(&secrets, &objects::class_secret_selector(), "Secret").await? {
-        let name = secret.name_any();
+    let secret_names = match listed_classes {
+        Some(listed) => listed.secrets.clone(),
+        None => objects::list(&secrets, &objects::class_secret_selector(), "Secret")
+            .await?
+            .iter()
+            .map(ResourceExt::name_any)
+            .collect(),
+    };
+    for name in secret_names {
         if !wanted_classes.contains(name.as_str())
             && objects::delete(&secrets, &name, "Secret").await?
         {

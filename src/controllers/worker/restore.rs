@@ -93,7 +93,9 @@ pub async fn restore(
     }
 
     if !to_create.is_empty() {
-        reconcile::deploy_classes(actuator, request, &prepared).await?;
+        reconcile::deploy_classes(actuator, request, &prepared)
+            .await
+            .map(drop)?;
         let sets_api = objects::dynamic_api::<MachineSet>(client, namespace);
         let machines_api = objects::dynamic_api::<Machine>(client, namespace);
         let sets: Vec<&DynamicObject> = to_create
