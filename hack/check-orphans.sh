@@ -40,21 +40,41 @@ stale_node_cgroups() {
   done
 }
 
-for _ in $(seq 1 50); do
+# What a left folder still holds: processes (with their state) and charged memory.
+describe_cgroup() {
+  local dir="$1" procs pid
+  procs="$(find "$dir" -name cgroup.procs -exec cat {} + 2>/dev/null | sort -u | tr '\n' ' ')"
+  echo "$dir (processes: ${procs:-none}; memory: $(cat "$dir/memory.usage_in_bytes" 2>/dev/null || echo -) bytes)"
+  for pid in $procs; do
+    echo "  $(ps -o pid=,stat=,args= -p "$pid" 2>/dev/null)"
+  done
+}
+
+# Processes get 10 s; a machine's watchdog retries its cgroup folders for 30 s
+# (test/support/nspawn.rs, CGROUP_REMOVAL_PATIENCE).
+SECONDS=0
+while true; do
   pids="$(leftovers)"
   cgroups="$(stale_node_cgroups)"
   if [[ -z "$pids" && -z "$cgroups" ]]; then
     echo "check-orphans: nothing this test run started is left running"
     exit 0
   fi
+  if [[ -n "$pids" && $SECONDS -ge 10 ]] || [[ $SECONDS -ge 35 ]]; then
+    break
+  fi
   sleep 0.2
 done
 if [[ -n "$cgroups" ]]; then
   echo "check-orphans: cgroup folders of finished machines are left:" >&2
-  echo "$cgroups" >&2
+  for dir in $cgroups; do
+    describe_cgroup "$dir" >&2
+  done
 fi
-echo "check-orphans: processes of this test run outlived the tests:" >&2
-for pid in $pids; do
-  ps -o pid=,args= -p "$pid" >&2
-done
+if [[ -n "$pids" ]]; then
+  echo "check-orphans: processes of this test run outlived the tests:" >&2
+  for pid in $pids; do
+    ps -o pid=,args= -p "$pid" >&2
+  done
+fi
 exit 1

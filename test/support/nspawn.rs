@@ -516,6 +516,12 @@ impl Machine {
             let _ = nspawn.kill();
             let _ = nspawn.wait();
         }
+        // The watchdog stays until the folders are gone: should this process exit while
+        // they are still being removed, it finishes the removal.
+        remove_cgroups(&self.cgroups);
+        for dir in &self.scratch_dirs {
+            let _ = fs::remove_dir_all(dir);
+        }
         let watchdog = self
             .watchdog
             .lock()
@@ -524,10 +530,6 @@ impl Machine {
         if let Some(mut watchdog) = watchdog {
             let _ = watchdog.kill();
             let _ = watchdog.wait();
-        }
-        remove_cgroups(&self.cgroups);
-        for dir in &self.scratch_dirs {
-            let _ = fs::remove_dir_all(dir);
         }
     }
 
@@ -593,9 +595,10 @@ fn spawn_watchdog(leader: u32, cgroups: &[PathBuf], scratch: &[PathBuf]) -> io::
         .iter()
         .map(|dir| {
             format!(
-                " for i in 1 2 3 4 5 6 7 8 9 10; do [ -d '{0}' ] || break; \
+                " i=0; while [ -d '{0}' ] && [ $i -lt {tries} ]; do i=$((i+1)); \
                  find '{0}' -depth -type d -exec rmdir {{}} + 2>/dev/null; sleep 0.5; done;",
-                dir.display().to_string().replace('\'', "")
+                dir.display().to_string().replace('\'', ""),
+                tries = CGROUP_REMOVAL_PATIENCE.as_millis() / 500,
             )
         })
         .collect();
@@ -698,10 +701,17 @@ fn remove_stale_cgroups() {
     }
 }
 
+/// How long a machine's cgroup folders are retried after its processes were killed. On a
+/// loaded host, the last processes of a machine (containerd, kubelet, their shims) can take
+/// several seconds to exit, and a folder cannot be removed before; CI once saw a memory
+/// folder outlive a 5 s budget.
+const CGROUP_REMOVAL_PATIENCE: Duration = Duration::from_secs(30);
+
 /// Removes cgroup folders deepest first, retrying while their processes finish exiting.
 fn remove_cgroups(cgroups: &[PathBuf]) {
+    let tries = CGROUP_REMOVAL_PATIENCE.as_millis() / 250;
     for dir in cgroups {
-        for _ in 0..20 {
+        for _ in 0..tries {
             if !dir.exists() {
                 break;
             }
