@@ -35,11 +35,7 @@ const QUIET: Duration = Duration::from_secs(3);
 /// `--max-concurrent-reconciles` of both (ours' default, the peer's chart's).
 const WORKERS: usize = 5;
 const SECTION: &str = "containerruntime";
-const PHASES: [(&str, &str); 3] = [
-    ("create", "create → all ready"),
-    ("reconcile", "reconcile-annotate all → all ready"),
-    ("delete", "delete all → all gone"),
-];
+const PHASES: [(&str, &str); 3] = side_by_side::GARDENLET_PHASES;
 
 /// The ContainerRuntimes of the bench, as gardenlet handles them.
 struct ContainerRuntimes {
@@ -48,8 +44,21 @@ struct ContainerRuntimes {
 }
 
 impl ContainerRuntimes {
-    fn all(&self) -> Api<ContainerRuntime> {
-        Api::all(self.client.clone())
+    /// gardenlet creates every object with the reconcile annotation.
+    async fn create_all(&self) {
+        let creates = self.namespaces.iter().flat_map(|namespace| {
+            (0..PER_NAMESPACE).map(|p| {
+                let api: Api<ContainerRuntime> = Api::namespaced(self.client.clone(), namespace);
+                let mut cr = fixtures::container_runtime_json(namespace, &format!("pool-{p}"));
+                cr["metadata"]["annotations"] = json!({"gardener.cloud/operation": "reconcile"});
+                async move {
+                    api.create(&PostParams::default(), &serde_json::from_value(cr).unwrap())
+                        .await
+                        .unwrap();
+                }
+            })
+        });
+        futures::future::join_all(creates).await;
     }
 }
 
@@ -59,41 +68,12 @@ impl Workload for ContainerRuntimes {
     }
 
     async fn act(&self, phase: usize, _side: Side) {
-        match phase {
-            // gardenlet creates every object with the reconcile annotation.
-            0 => {
-                let creates = self.namespaces.iter().flat_map(|namespace| {
-                    (0..PER_NAMESPACE).map(|p| {
-                        let api: Api<ContainerRuntime> =
-                            Api::namespaced(self.client.clone(), namespace);
-                        let mut cr =
-                            fixtures::container_runtime_json(namespace, &format!("pool-{p}"));
-                        cr["metadata"]["annotations"] =
-                            json!({"gardener.cloud/operation": "reconcile"});
-                        async move {
-                            api.create(
-                                &PostParams::default(),
-                                &serde_json::from_value(cr).unwrap(),
-                            )
-                            .await
-                            .unwrap();
-                        }
-                    })
-                });
-                futures::future::join_all(creates).await;
-            }
-            // gardenlet annotates every object with `reconcile` and a timestamp.
-            1 => side_by_side::annotate_all_reconcile(&self.client, &self.all()).await,
-            // gardenlet deletes every object.
-            _ => side_by_side::delete_every(&self.client, &self.all()).await,
-        }
+        side_by_side::gardenlet_acts::<ContainerRuntime>(&self.client, phase, self.create_all())
+            .await;
     }
 
     async fn settled(&self, phase: usize) {
-        match phase {
-            0 | 1 => side_by_side::wait_all_ready(&self.all(), TOTAL).await,
-            _ => side_by_side::wait_all_gone(&self.all()).await,
-        }
+        side_by_side::gardenlet_phase_done::<ContainerRuntime>(&self.client, phase, TOTAL).await;
     }
 
     async fn clean(&self) {
@@ -109,7 +89,7 @@ impl Workload for ContainerRuntimes {
 /// and the peer's health check, which writes every ContainerRuntime's status with an update
 /// every 30 s (ours patches status and has no such check).
 fn periodic(key: &str) -> bool {
-    key.split(' ').nth(1) == Some("leases") || key.starts_with("update containerruntimes/status")
+    side_by_side::is_lease_request(key) || key.starts_with("update containerruntimes/status")
 }
 
 #[tokio::main]

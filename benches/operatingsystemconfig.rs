@@ -37,11 +37,7 @@ const QUIET: Duration = Duration::from_secs(3);
 /// `--max-concurrent-reconciles` of both (ours' default, the peer's chart's).
 const WORKERS: usize = 5;
 const SECTION: &str = "operatingsystemconfig";
-const PHASES: [(&str, &str); 3] = [
-    ("create", "create → all ready"),
-    ("reconcile", "reconcile-annotate all → all ready"),
-    ("delete", "delete all → all gone"),
-];
+const PHASES: [(&str, &str); 3] = side_by_side::GARDENLET_PHASES;
 /// The phase in which nothing changes but gardenlet's annotation.
 const STEADY_STATE: usize = 1;
 /// The OSC type ours serves (`--os-types` default `debian,ubuntu`).
@@ -59,12 +55,6 @@ struct OperatingSystemConfigs {
     namespaces: Vec<String>,
 }
 
-impl OperatingSystemConfigs {
-    fn all(&self) -> Api<OperatingSystemConfig> {
-        Api::all(self.client.clone())
-    }
-}
-
 /// gardenlet's OSC of `purpose` for `pool`, of `type_`, with the reconcile annotation.
 fn osc(
     namespace: &str,
@@ -78,45 +68,46 @@ fn osc(
     osc
 }
 
+impl OperatingSystemConfigs {
+    /// gardenlet creates every OSC with the reconcile annotation, of the type `side` serves.
+    async fn create_all(&self, side: Side) {
+        let type_ = match side {
+            Side::Ours => OURS_TYPE,
+            Side::Peer => PEER_TYPE,
+        };
+        let creates = self.namespaces.iter().flat_map(|namespace| {
+            POOLS.iter().flat_map(move |(pool, key)| {
+                ["provision", "reconcile"].map(|purpose| {
+                    let api: Api<OperatingSystemConfig> =
+                        Api::namespaced(self.client.clone(), namespace);
+                    let object = osc(namespace, pool, key, purpose, type_);
+                    async move {
+                        api.create(&PostParams::default(), &object).await.unwrap();
+                    }
+                })
+            })
+        });
+        futures::future::join_all(creates).await;
+    }
+}
+
 impl Workload for OperatingSystemConfigs {
     fn phases(&self) -> &[(&'static str, &'static str)] {
         &PHASES
     }
 
     async fn act(&self, phase: usize, side: Side) {
-        match phase {
-            // gardenlet creates every OSC with the reconcile annotation.
-            0 => {
-                let type_ = match side {
-                    Side::Ours => OURS_TYPE,
-                    Side::Peer => PEER_TYPE,
-                };
-                let creates = self.namespaces.iter().flat_map(|namespace| {
-                    POOLS.iter().flat_map(move |(pool, key)| {
-                        ["provision", "reconcile"].map(|purpose| {
-                            let api: Api<OperatingSystemConfig> =
-                                Api::namespaced(self.client.clone(), namespace);
-                            let object = osc(namespace, pool, key, purpose, type_);
-                            async move {
-                                api.create(&PostParams::default(), &object).await.unwrap();
-                            }
-                        })
-                    })
-                });
-                futures::future::join_all(creates).await;
-            }
-            // gardenlet annotates every OSC with `reconcile` and a timestamp.
-            1 => side_by_side::annotate_all_reconcile(&self.client, &self.all()).await,
-            // gardenlet deletes every OSC.
-            _ => side_by_side::delete_every(&self.client, &self.all()).await,
-        }
+        side_by_side::gardenlet_acts::<OperatingSystemConfig>(
+            &self.client,
+            phase,
+            self.create_all(side),
+        )
+        .await;
     }
 
     async fn settled(&self, phase: usize) {
-        match phase {
-            0 | 1 => side_by_side::wait_all_ready(&self.all(), TOTAL).await,
-            _ => side_by_side::wait_all_gone(&self.all()).await,
-        }
+        side_by_side::gardenlet_phase_done::<OperatingSystemConfig>(&self.client, phase, TOTAL)
+            .await;
     }
 
     async fn clean(&self) {
@@ -140,11 +131,6 @@ impl Workload for OperatingSystemConfigs {
 /// The fixture Cluster with both pools of [`POOLS`].
 fn cluster(namespace: &str) -> Cluster {
     fixtures::cluster_with_pools(namespace, &POOLS.map(|(pool, _)| pool))
-}
-
-/// The requests that come periodically whatever the phase: both sides' heartbeat (its Lease).
-fn periodic(key: &str) -> bool {
-    key.split(' ').nth(1) == Some("leases")
 }
 
 #[tokio::main]
@@ -202,7 +188,7 @@ async fn main() {
             workers: WORKERS,
             runs: RUNS,
             quiet: QUIET,
-            periodic,
+            periodic: side_by_side::is_lease_request,
         },
     )
     .await;

@@ -45,11 +45,7 @@ const QUIET: Duration = Duration::from_secs(3);
 /// `--max-concurrent-reconciles` of both (ours' default, the peer's chart's).
 const WORKERS: usize = 5;
 const SECTION: &str = "worker-side-by-side";
-const PHASES: [(&str, &str); 3] = [
-    ("create", "create → all ready"),
-    ("reconcile", "reconcile-annotate all → all ready"),
-    ("delete", "delete all → all gone"),
-];
+const PHASES: [(&str, &str); 3] = side_by_side::GARDENLET_PHASES;
 /// The phase in which nothing changes but gardenlet's annotation.
 const STEADY_STATE: usize = 1;
 /// gardenlet's credentials Secret of the shoot (`spec.secretRef`).
@@ -59,12 +55,6 @@ const CLOUDPROVIDER: &str = "cloudprovider";
 struct Workers {
     client: Client,
     namespaces: Vec<String>,
-}
-
-impl Workers {
-    fn all(&self) -> Api<Worker> {
-        Api::all(self.client.clone())
-    }
 }
 
 /// The user-data Secret gardenlet writes for `pool` (its provision OSC's result).
@@ -104,36 +94,31 @@ fn worker(namespace: &str) -> Worker {
     serde_json::from_value(worker).unwrap()
 }
 
+impl Workers {
+    /// gardenlet creates every Worker with the reconcile annotation.
+    async fn create_all(&self) {
+        let creates = self.namespaces.iter().map(|namespace| {
+            let api: Api<Worker> = Api::namespaced(self.client.clone(), namespace);
+            let object = worker(namespace);
+            async move {
+                api.create(&PostParams::default(), &object).await.unwrap();
+            }
+        });
+        futures::future::join_all(creates).await;
+    }
+}
+
 impl Workload for Workers {
     fn phases(&self) -> &[(&'static str, &'static str)] {
         &PHASES
     }
 
     async fn act(&self, phase: usize, _side: Side) {
-        match phase {
-            // gardenlet creates every Worker with the reconcile annotation.
-            0 => {
-                let creates = self.namespaces.iter().map(|namespace| {
-                    let api: Api<Worker> = Api::namespaced(self.client.clone(), namespace);
-                    let object = worker(namespace);
-                    async move {
-                        api.create(&PostParams::default(), &object).await.unwrap();
-                    }
-                });
-                futures::future::join_all(creates).await;
-            }
-            // gardenlet annotates every Worker with `reconcile` and a timestamp.
-            1 => side_by_side::annotate_all_reconcile(&self.client, &self.all()).await,
-            // gardenlet deletes every Worker.
-            _ => side_by_side::delete_every(&self.client, &self.all()).await,
-        }
+        side_by_side::gardenlet_acts::<Worker>(&self.client, phase, self.create_all()).await;
     }
 
     async fn settled(&self, phase: usize) {
-        match phase {
-            0 | 1 => side_by_side::wait_all_ready(&self.all(), NAMESPACES).await,
-            _ => side_by_side::wait_all_gone(&self.all()).await,
-        }
+        side_by_side::gardenlet_phase_done::<Worker>(&self.client, phase, NAMESPACES).await;
     }
 
     async fn clean(&self) {
@@ -148,11 +133,6 @@ impl Workload for Workers {
         };
         side_by_side::delete_all_in::<Secret>(client, namespaces, fixture).await;
     }
-}
-
-/// The requests that come periodically whatever the phase: both sides' heartbeat (its Lease).
-fn periodic(key: &str) -> bool {
-    key.split(' ').nth(1) == Some("leases")
 }
 
 /// What gardenlet puts into a shoot namespace before the Worker: the Cluster, the
@@ -247,7 +227,7 @@ async fn main() {
             workers: WORKERS,
             runs: RUNS,
             quiet: QUIET,
-            periodic,
+            periodic: side_by_side::is_lease_request,
         },
     )
     .await;

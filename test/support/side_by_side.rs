@@ -752,6 +752,61 @@ pub fn render_tables(
     out
 }
 
+/// The phases every side-by-side bench plays, as gardenlet does them to an extension kind's
+/// objects ([`gardenlet_acts`], [`gardenlet_phase_done`]): short names for column heads, long
+/// ones for rows.
+pub const GARDENLET_PHASES: [(&str, &str); 3] = [
+    ("create", "create → all ready"),
+    ("reconcile", "reconcile-annotate all → all ready"),
+    ("delete", "delete all → all gone"),
+];
+
+/// Phase `phase` of [`GARDENLET_PHASES`] on every `K` of the seed: gardenlet creates every
+/// object with the reconcile annotation (`create`, which only the bench knows how to do),
+/// annotates every object with `reconcile` and a timestamp, or deletes every object.
+pub async fn gardenlet_acts<K>(
+    client: &Client,
+    phase: usize,
+    create: impl std::future::Future<Output = ()>,
+) where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug,
+{
+    let all = Api::<K>::all(client.clone());
+    match phase {
+        0 => create.await,
+        1 => annotate_all_reconcile(client, &all).await,
+        _ => delete_every(client, &all).await,
+    }
+}
+
+/// Waits until phase `phase` of [`GARDENLET_PHASES`] reached its goal: all `total` objects of
+/// `K` ready in gardenlet's eyes (create, reconcile) or every one gone (delete).
+pub async fn gardenlet_phase_done<K>(client: &Client, phase: usize, total: usize)
+where
+    K: Resource<DynamicType = ()>
+        + ExtensionObject
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + 'static,
+{
+    let all = Api::<K>::all(client.clone());
+    match phase {
+        0 | 1 => wait_all_ready(&all, total).await,
+        _ => wait_all_gone(&all).await,
+    }
+}
+
+/// Whether an audit key (`verb resource…`) is a heartbeat's Lease request: periodic whatever
+/// the phase, on both sides.
+pub fn is_lease_request(key: &str) -> bool {
+    key.split(' ').nth(1) == Some("leases")
+}
+
 /// gardenlet's readiness check (`CheckExtensionObject` of gardener's
 /// `pkg/utils/kubernetes/health`): [`check_ready`] without its extra rule on the operation
 /// type. gardenlet does not look at the type, and a Go peer that reconciles a new object a
