@@ -47,13 +47,9 @@ gvisor_module="$here/envtest/gvisor"
 node=false
 if [[ "${1:-}" == "--node" ]]; then node=true; fi
 
-module_version() { # <go.mod> <module path>
-  awk -v m="$2" '$1 == "require" && $2 == m { print $3 } $1 == m && $2 ~ /^v/ { print $2 }' "$1" | head -n 1
-}
-sum_hash() { # <module dir>: its dependency graph and its own Go files, in 16 hex digits
-  (cd "$1" && find . -name '*.go' -o -name go.mod -o -name go.sum | LC_ALL=C sort | xargs sha256sum) |
-    sha256sum | cut -c1-16
-}
+log_prefix=envtest
+# module_version, sum_hash, lock_out, build: shared with hack/peers.sh.
+source "$here/lib/gobuild.sh"
 
 kube_version="$(module_version "$components_module/go.mod" k8s.io/kubernetes)"
 etcd_version="$(module_version "$components_module/go.mod" go.etcd.io/etcd/server/v3)"
@@ -67,48 +63,9 @@ fi
 cache_root="${ENVTEST_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gardener-extension-node/envtest}"
 out="$cache_root/$kube_version-etcd-$etcd_version"
 mkdir -p "$out"
-exec 9>"$out/.lock"
-if ! flock -n 9; then
-  echo "envtest: another build into $out is running; waiting for it" >&2
-  flock 9
-fi
+lock_out
 
 export GOTOOLCHAIN=local GOFLAGS=-mod=mod CGO_ENABLED=0
-
-built() { # <stamp name> <stamp> <binary>...: whether every binary exists and the stamp matches
-  local stamp_file="$out/.$1.stamp" stamp="$2"
-  shift 2
-  [[ -f "$stamp_file" && "$(cat "$stamp_file")" == "$stamp" ]] || return 1
-  local name
-  for name in "$@"; do [[ -x "$out/$name" ]] || return 1; done
-}
-
-# build <set> <stamp> <module dir> <ldflags> <tags> <package=binary>...: one `go build` of
-# every package into a scratch folder, then each binary moved into place under its name.
-build() {
-  local set="$1" stamp="$2" dir="$3" ldflags="$4" tags="$5"
-  shift 5
-  local names=() pkgs=() pair
-  for pair in "$@"; do pkgs+=("${pair%%=*}"); names+=("${pair##*=}"); done
-  if built "$set" "$stamp" "${names[@]}"; then
-    echo "envtest: $set ($stamp) already built" >&2
-    return
-  fi
-  echo "envtest: building $set: ${names[*]} (this takes several minutes the first time)" >&2
-  local started=$SECONDS scratch="$out/.build-$set"
-  rm -rf "$scratch" && mkdir -p "$scratch"
-  (cd "$dir" && go build -trimpath -tags "$tags" -ldflags "-s -w $ldflags" -o "$scratch/" "${pkgs[@]}")
-  local i
-  for i in "${!pkgs[@]}"; do
-    # `go build -o DIR/` names a binary after its package path, the element before a /vN.
-    local produced="${pkgs[$i]}"
-    if [[ "$produced" =~ /v[0-9]+$ ]]; then produced="${produced%/*}"; fi
-    mv -f "$scratch/${produced##*/}" "$out/${names[$i]}"
-  done
-  rm -rf "$scratch"
-  echo "$stamp" >"$out/.$set.stamp"
-  echo "envtest: built $set in $((SECONDS - started)) s" >&2
-}
 
 # The versions the binaries report; upstream sets them with the same linker flags. One build
 # links one value per variable into every binary: gardener-resource-manager, which upstream
