@@ -818,7 +818,6 @@ async fn cleanup(
         }
     }
     let classes = objects::api::<MachineClass>(client, namespace);
-    let mut deleted_classes = Vec::new();
     let class_names = match listed_classes {
         Some(listed) => listed.classes.clone(),
         None => objects::list(&classes, &ListParams::default(), "MachineClass")
@@ -827,15 +826,9 @@ async fn cleanup(
             .map(ResourceExt::name_any)
             .collect(),
     };
-    for name in class_names {
-        if !wanted_classes.contains(name.as_str())
-            && objects::delete(&classes, &name, "MachineClass").await?
-        {
-            deleted_classes.push(name);
-        }
-    }
+    let deleted_classes =
+        delete_unwanted(&classes, class_names, &wanted_classes, "MachineClass").await?;
     let secrets = objects::api::<Secret>(client, namespace);
-    let mut deleted_secrets = Vec::new();
     let secret_names = match listed_classes {
         Some(listed) => listed.secrets.clone(),
         None => objects::list(&secrets, &objects::class_secret_selector(), "Secret")
@@ -844,13 +837,8 @@ async fn cleanup(
             .map(ResourceExt::name_any)
             .collect(),
     };
-    for name in secret_names {
-        if !wanted_classes.contains(name.as_str())
-            && objects::delete(&secrets, &name, "Secret").await?
-        {
-            deleted_secrets.push(name);
-        }
-    }
+    let deleted_secrets =
+        delete_unwanted(&secrets, secret_names, &wanted_classes, "Secret").await?;
     if deleted_deployments.len() + deleted_classes.len() + deleted_secrets.len() > 0 {
         actuator
             .steps
@@ -868,4 +856,24 @@ async fn cleanup(
             .await;
     }
     Ok(())
+}
+
+/// Deletes the objects of `names` that `wanted` does not hold; returns the names deleted
+/// (an object already gone is not among them).
+async fn delete_unwanted<K>(
+    api: &kube::Api<K>,
+    names: Vec<String>,
+    wanted: &BTreeSet<&str>,
+    kind: &'static str,
+) -> Result<Vec<String>, Error>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let mut deleted = Vec::new();
+    for name in names {
+        if !wanted.contains(name.as_str()) && objects::delete(api, &name, kind).await? {
+            deleted.push(name);
+        }
+    }
+    Ok(deleted)
 }
