@@ -40,7 +40,12 @@
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 CARGO ?= cargo
-KUBECONFIG_DEV := dev/kubeconfig
+KUBECONFIG_DEV ?= dev/kubeconfig
+# Where `make start` serves /healthz, /readyz and /metrics, and where its local control plane
+# keeps its state (`make start START_ADDRESS=127.0.0.1:9090 START_STATE_DIR=dev/local-env-2`
+# runs a second one beside the first).
+START_ADDRESS ?= 127.0.0.1:8080
+START_STATE_DIR ?= dev/local-env
 
 .PHONY: start start-clean test fmt lint generate check-generate envtest peers deps unit integration check-orphans
 .PHONY: test-resilience fuzz advisories e2e e2e-rollout e2e-health e2e-takeover e2e-machines e2e-machines-lifecycle bench-machines bench-rollout bench-node
@@ -54,19 +59,22 @@ FUZZ_SECONDS ?= 60
 # A phase marker on stderr that hack/ci-cold.sh times: $(call phase,NAME).
 phase = echo "ci-phase $(1) $$(date +%s)" >&2
 
+# `exec` hands the recipe's shell over to cargo, and `cargo run` execs the binary: a SIGTERM
+# that make passes on to its child reaches the operator or local-env itself, which stop
+# everything they started (a plain command would leave them running beside a dead make).
 start:
 	@if [[ -f $(KUBECONFIG_DEV) ]]; then \
 	  echo "Using $(KUBECONFIG_DEV)"; \
-	  $(CARGO) run -- operator --kubeconfig $(KUBECONFIG_DEV) --http-bind-address 127.0.0.1:8080; \
+	  exec $(CARGO) run -- operator --kubeconfig $(KUBECONFIG_DEV) --http-bind-address $(START_ADDRESS); \
 	else \
 	  echo "No $(KUBECONFIG_DEV): starting a local control plane with the example objects"; \
 	  assets="$$(hack/envtest.sh)"; \
-	  ENVTEST_ASSETS="$$assets" $(CARGO) run -- local-env; \
+	  ENVTEST_ASSETS="$$assets" exec $(CARGO) run -- local-env --state-dir $(START_STATE_DIR) --http-bind-address $(START_ADDRESS); \
 	fi
 
 start-clean:
 	@assets="$$(hack/envtest.sh)"; \
-	  ENVTEST_ASSETS="$$assets" $(CARGO) run -- local-env --clean
+	  ENVTEST_ASSETS="$$assets" exec $(CARGO) run -- local-env --clean --state-dir $(START_STATE_DIR) --http-bind-address $(START_ADDRESS)
 
 envtest:
 	@hack/envtest.sh

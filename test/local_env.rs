@@ -72,8 +72,14 @@ struct LocalEnv {
 impl LocalEnv {
     /// Starts `local-env` and waits until its operator answers `/healthz`.
     async fn start(state: &Path, http: SocketAddr, extra: &[&str], log: PathBuf) -> Self {
+        Self::spawn(command(state, http, extra), http, log).await
+    }
+
+    /// Runs `command` (local-env itself, or what starts it) in a process group of its own and
+    /// waits until the operator answers `/healthz` at `http`.
+    async fn spawn(mut command: Command, http: SocketAddr, log: PathBuf) -> Self {
         let out = std::fs::File::create(&log).unwrap();
-        let child = command(state, http, extra)
+        let child = command
             .stdout(out.try_clone().unwrap())
             .stderr(out)
             .process_group(0)
@@ -161,6 +167,11 @@ impl LocalEnv {
 impl Drop for LocalEnv {
     fn drop(&mut self) {
         self.stop();
+        // Whatever the child left behind in its group (a test that failed): gone too.
+        let _ = Command::new("kill")
+            .args(["-KILL", "--", &format!("-{}", self.child.id())])
+            .stderr(Stdio::null())
+            .status();
     }
 }
 
@@ -359,4 +370,93 @@ async fn a_restart_keeps_the_state_and_clean_resets_it() {
         workers.get_opt("local").await.unwrap().is_some(),
         "the examples are applied again"
     );
+}
+
+/// `make start` (its local-control-plane branch) as a user starts it, with the binary this test
+/// was built with: a `cargo` of the test's own (below) that execs it, as `cargo run` does on
+/// Unix, so the test does not build again under the test runner's cargo lock.
+fn make_start(state: &Path, http: SocketAddr, dir: &Path) -> Command {
+    let cargo = dir.join("cargo");
+    std::fs::write(
+        &cargo,
+        "#!/bin/sh\n\
+         # `cargo run -- ARGS` as cargo does it on Unix: exec the built binary.\n\
+         [ \"$1\" = run ] && [ \"$2\" = -- ] || { echo \"test cargo: unexpected $*\" >&2; exit 2; }\n\
+         shift 2\n\
+         exec \"$LOCAL_ENV_TEST_BINARY\" \"$@\"\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&cargo, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let mut command = Command::new("make");
+    command
+        .current_dir(support::repo_root())
+        .args(["--no-print-directory", "start"])
+        .arg(format!("CARGO={}", cargo.display()))
+        .arg(format!(
+            "KUBECONFIG_DEV={}",
+            dir.join("no-dev-kubeconfig").display()
+        ))
+        .arg(format!("START_STATE_DIR={}", state.display()))
+        .arg(format!("START_ADDRESS={http}"))
+        .env("LOCAL_ENV_TEST_BINARY", BINARY)
+        .env_remove("RUST_BACKTRACE")
+        .stdin(Stdio::null());
+    command
+}
+
+/// The processes whose command line names `needle` (the test's own state folder).
+fn processes_naming(needle: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        if cmdline.contains(needle) {
+            found.push(format!(
+                "{}: {}",
+                entry.file_name().to_string_lossy(),
+                cmdline.trim()
+            ));
+        }
+    }
+    found
+}
+
+/// `kill -TERM <make's pid>` stops what `make start` started, as Ctrl-C does: make passes
+/// the signal to its recipe, whose shell has handed over (`exec`) to the process that stops
+/// the control plane, gardener-resource-manager and the operator.
+#[tokio::test]
+async fn a_sigterm_to_make_start_stops_the_local_control_plane() {
+    let _serial = SERIAL.lock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let http = free_address();
+    let log = dir.path().join("make-start.log");
+    let mut make = LocalEnv::spawn(make_start(&state, http, dir.path()), http, log).await;
+    let needle = state.display().to_string();
+    assert!(
+        !processes_naming(&needle).is_empty(),
+        "local-env runs with its state folder on its command line"
+    );
+    make.stop_by_itself();
+    // make has exited; what it started must follow within the stop time.
+    let started = Instant::now();
+    let mut left = processes_naming(&needle);
+    while !left.is_empty() && started.elapsed() < STOP_TIMEOUT {
+        std::thread::sleep(Duration::from_millis(200));
+        left = processes_naming(&needle);
+    }
+    let serving = make.healthz().await;
+    // Clean up before asserting, so a failure leaves nothing running.
+    let _ = Command::new("pkill")
+        .args(["-KILL", "-f", &needle])
+        .status();
+    assert!(
+        left.is_empty(),
+        "still running {STOP_TIMEOUT:?} after make exited on SIGTERM:\n{}\n{}",
+        left.join("\n"),
+        make.log_text()
+    );
+    assert_eq!(serving, None, "nothing answers on {http} any more");
 }

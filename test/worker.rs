@@ -368,6 +368,20 @@ async fn waiting_clears_an_old_error_polls_quietly_and_migrate_counts_what_it_fo
     let (_, _, still) = last_operation(&api::<Worker>(&env).get(WORKER).await.unwrap()).unwrap();
     assert!(still.contains("waiting for"), "still waiting: {still}");
 
+    // A run asked for while it waits (what `make start`'s banner tells a user to do) answers
+    // at INFO level with what it waits for, though the poll before waited for the same.
+    annotate(&api::<Worker>(&env), WORKER, "reconcile").await;
+    let answer = wait_for("an INFO line for the requested run", WAIT, || async {
+        let lines = info_lines(&operator_log(), &env.namespace);
+        lines[before..]
+            .iter()
+            .find(|l| l.contains(" INFO ") && l.contains(" waiting reason=waiting for"))
+            .cloned()
+            .ok_or_else(|| format!("{:#?}", &lines[before..]))
+    })
+    .await;
+    assert!(answer.contains("machine-controller-manager"), "{answer}");
+
     annotate(&api::<Worker>(&env), WORKER, "migrate").await;
     let note = wait_for("MachinesLeftForGardenlet event", WAIT, || async {
         event_notes(&env, "MachinesLeftForGardenlet")

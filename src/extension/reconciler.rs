@@ -284,11 +284,13 @@ impl<A: Actuator> Reconciler<A> {
                 return ("none", Ok(Next::Done));
             }
             Step::Reconcile(operation) => {
-                self.reconcile_flow(&api, object, cluster.as_ref(), operation)
+                let call = ActuatorCall::Reconcile { requested: strip };
+                self.reconcile_flow(&api, object, cluster.as_ref(), operation, call)
                     .await
             }
             Step::Restore => {
-                self.reconcile_flow(&api, object, cluster.as_ref(), LastOperationType::Restore)
+                let (operation, call) = (LastOperationType::Restore, ActuatorCall::Restore);
+                self.reconcile_flow(&api, object, cluster.as_ref(), operation, call)
                     .await
             }
             Step::Delete => self.delete_flow(&api, object, cluster.as_ref()).await,
@@ -367,21 +369,18 @@ impl<A: Actuator> Reconciler<A> {
     }
 
     /// `docs/contract.md#reconcile-and-restore`: finalizer, Processing, actuator, Succeeded
-    /// (and for restore the annotation removal).
+    /// (and for restore the annotation removal). `call` is a reconcile or a restore.
     async fn reconcile_flow(
         &self,
         api: &Api<A::Object>,
         object: A::Object,
         cluster: Option<&ClusterContext>,
         operation: LastOperationType,
+        call: ActuatorCall,
     ) -> Result<Next, Failure> {
         let object = finalizer::add(api, &object, A::Object::FINALIZER)
             .await
             .map_err(|source| metadata_error("finalizers", &object, source))?;
-        let call = match operation {
-            LastOperationType::Restore => ActuatorCall::Restore,
-            _ => ActuatorCall::Reconcile,
-        };
         let object = match self
             .run_actuator(api, &object, cluster, operation, call, false)
             .await?
@@ -490,7 +489,12 @@ impl<A: Actuator> Reconciler<A> {
         call: ActuatorCall,
         vanishes: bool,
     ) -> Result<Ran<A::Object>, Failure> {
-        let before = last_description(object).map(String::from);
+        // A run asked for by `gardener.cloud/operation` says what it waits for at info level,
+        // even when an earlier run waited for the same: the one who asked sees an answer.
+        let before = match call {
+            ActuatorCall::Reconcile { requested: true } => None,
+            _ => last_description(object).map(String::from),
+        };
         let request = Request {
             object,
             cluster,
@@ -498,7 +502,7 @@ impl<A: Actuator> Reconciler<A> {
         };
         let work = async {
             match call {
-                ActuatorCall::Reconcile => self.actuator.reconcile(&request).await,
+                ActuatorCall::Reconcile { .. } => self.actuator.reconcile(&request).await,
                 ActuatorCall::Restore => self.actuator.restore(&request).await,
                 ActuatorCall::Delete => self.actuator.delete(&request).await,
                 ActuatorCall::ForceDelete => self.actuator.force_delete(&request).await,
@@ -684,7 +688,10 @@ impl<A: Actuator> Reconciler<A> {
 /// Which actuator method a flow calls.
 #[derive(Clone, Copy)]
 enum ActuatorCall {
-    Reconcile,
+    /// `requested`: the run was asked for by the `reconcile` operation annotation.
+    Reconcile {
+        requested: bool,
+    },
     Restore,
     Delete,
     ForceDelete,

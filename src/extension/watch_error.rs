@@ -67,7 +67,8 @@ pub fn missing_crd_message(resource: &str) -> String {
     format!(
         "the API server does not serve {resource}: its CustomResourceDefinition is not installed; \
          install it with `kubectl apply --server-side -f crds/` from this repository (a Gardener \
-         seed has it already; `make start` installs it into its local control plane); retrying"
+         seed has it already; `make start` installs it only into the control plane it starts \
+         itself when there is no dev/kubeconfig, never into a cluster you give it); retrying"
     )
 }
 
@@ -126,6 +127,15 @@ mod tests {
             "{message}"
         );
         assert!(!message.contains('\n'));
+        // `make start` against dev/kubeconfig prints this too: it must not promise to install.
+        assert!(
+            !message.contains("`make start` installs it into"),
+            "{message}"
+        );
+        assert!(
+            message.contains("never into a cluster you give it"),
+            "{message}"
+        );
         let secrets = ApiResource::erase::<k8s_openapi::api::core::v1::Secret>(&());
         assert_eq!(resource_name(&secrets), "secrets");
     }

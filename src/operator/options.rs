@@ -40,7 +40,8 @@ pub struct OperatorArgs {
     pub extension_classes: Vec<String>,
 
     /// Objects reconciled at the same time, per kind.
-    #[arg(long, env = "MAX_CONCURRENT_RECONCILES", default_value_t = 5)]
+    #[arg(long, env = "MAX_CONCURRENT_RECONCILES", default_value_t = 5,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1000))]
     pub max_concurrent_reconciles: usize,
 
     /// React to spec (generation) changes instead of the gardener.cloud/operation annotation.
@@ -164,6 +165,19 @@ mod tests {
     struct Wrapper {
         #[command(flatten)]
         args: OperatorArgs,
+    }
+
+    #[test]
+    fn zero_concurrent_reconciles_is_refused() {
+        let error = Wrapper::try_parse_from(["operator", "--max-concurrent-reconciles=0"])
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(error.contains("--max-concurrent-reconciles"), "{error}");
+        assert!(error.contains("1.."), "names the range: {error}");
+        let parsed =
+            Wrapper::try_parse_from(["operator", "--max-concurrent-reconciles=1"]).unwrap();
+        assert_eq!(parsed.args.max_concurrent_reconciles, 1);
     }
 
     #[test]
