@@ -191,9 +191,17 @@ pub fn user_agent(subcommand: &str) -> String {
 }
 
 /// Builds a client from `config` that sends [`user_agent`] with every request (replacing a
-/// `User-Agent` the configuration may carry). Fails only where [`kube::Client::try_from`]
-/// does (TLS set-up), or on a subcommand name that is no valid header value.
+/// `User-Agent` the configuration may carry). Fails where [`kube::Client::try_from`] does
+/// (TLS set-up), on a subcommand name that is no valid header value, and on a bearer token
+/// that is no valid header value ([`rules::check_bearer_token`], as
+/// [`kube::Error::Service`]): kube-rs would panic on that one (`token is not valid header`),
+/// so every client of the binary — the agent's, the bootstrap's, the operator's shoot
+/// clients — gets an error instead.
 pub fn build(mut config: kube::Config, subcommand: &str) -> Result<kube::Client, kube::Error> {
+    if let Some(token) = &config.auth_info.token {
+        rules::check_bearer_token(secrecy::ExposeSecret::expose_secret(token))
+            .map_err(|problem| kube::Error::Service(Box::new(problem)))?;
+    }
     let value = http::HeaderValue::from_str(&user_agent(subcommand))
         .map_err(|e| kube::Error::HttpError(http::Error::from(e)))?;
     config
@@ -295,6 +303,35 @@ mod tests {
             crate::cli::error_report(&anyhow::Error::from(error), false),
             format!("Error: {expected}")
         );
+    }
+
+    /// Issue #41 item 3: a token that is no header value is an error of `build`, not kube-rs's
+    /// panic, for every way a token reaches a client configuration.
+    #[tokio::test]
+    async fn a_token_that_is_no_header_value_is_an_error_not_a_panic() {
+        let ca = rcgen::generate_simple_self_signed(vec!["ca".into()]).unwrap();
+        let endpoint = Endpoint {
+            server: "https://127.0.0.1:1".into(),
+            certificate_authority_data: STANDARD.encode(ca.cert.pem()),
+        };
+        let config = token_config(&endpoint, "abc\ndef", "Secret ns/name")
+            .await
+            .unwrap();
+        let built =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| build(config, "operator")));
+        let Ok(Err(error)) = built else {
+            panic!("not an error: {:?}", built.map(|b| b.map(|_| "a client")));
+        };
+        assert_eq!(
+            chain(&error),
+            "ServiceError: the token has a line break at byte 3 of 7: a bearer token is one word \
+             of visible ASCII characters (whitespace around the token in a file is trimmed, \
+             inside it is refused)"
+        );
+        let good = token_config(&endpoint, "abcdef.0123456789abcdef", "Secret ns/name")
+            .await
+            .unwrap();
+        assert!(build(good, "operator").is_ok());
     }
 
     #[tokio::test]

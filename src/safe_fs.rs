@@ -322,6 +322,18 @@ pub fn read_following_links(path: &Path, limit: u64) -> Result<Vec<u8>, SafeFsEr
     read_whole(the_file_looked_at(&before, fd, path)?, limit, path)
 }
 
+/// [`read_following_links`], with `None` for a missing file (a link to nothing included).
+pub fn read_following_links_if_present(
+    path: &Path,
+    limit: u64,
+) -> Result<Option<Vec<u8>>, SafeFsError> {
+    match read_following_links(path, limit) {
+        Ok(content) => Ok(Some(content)),
+        Err(SafeFsError::Io { source, .. }) if source.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(error) => Err(error),
+    }
+}
+
 /// Reads the open `file` whole, refusing more than `limit` bytes; `path` names it in errors.
 fn read_whole(file: File, limit: u64, path: &Path) -> Result<Vec<u8>, SafeFsError> {
     let content = read_bounded(file, limit, path)?;

@@ -613,3 +613,183 @@ async fn idle_requests_with_the_certificate_flow() {
     support::benchmarks::write_section("agent-certificate", &body);
     assert!(certificate_in(&agent.machine).is_some());
 }
+
+/// Where gardenlet's node-init puts the binary, and the node agent's unit runs it from.
+const NODE_AGENT_BINARY: &str = "/opt/bin/gardener-node-agent";
+
+/// What gardenlet's user data leaves in `config_dir` of `machine` before gardener-node-init
+/// runs `bootstrap`: a configuration for `env`'s API server (with a metrics port of its own),
+/// its CA, the bootstrap token file holding `token` and the machine name; gardener-node-init's
+/// unit, enabled; the binary at [`NODE_AGENT_BINARY`].
+fn before_bootstrap(
+    machine: &support::nspawn::Machine,
+    env: &support::TestEnv,
+    config_dir: &str,
+    token: &str,
+) {
+    let config = json!({
+        "apiVersion": "nodeagent.config.gardener.cloud/v1alpha1",
+        "kind": "NodeAgentConfiguration",
+        "apiServer": {"server": env.server_url},
+        "controllers": {"operatingSystemConfig": {
+            "secretName": "gardener-node-agent-entry", "kubernetesVersion": KUBERNETES_VERSION,
+        }},
+        "server": {"metrics": {"port": free_port()}},
+    });
+    let init_unit = "[Unit]\nDescription=first boot\n[Service]\nType=oneshot\nExecStart=/bin/true\n[Install]\nWantedBy=multi-user.target\n";
+    for (path, content, mode) in [
+        (
+            format!("{config_dir}/config-v1.149.3.yaml"),
+            serde_norway::to_string(&config).unwrap(),
+            0o600,
+        ),
+        (
+            format!("{config_dir}/cluster-ca.crt"),
+            env.ca_pem.clone(),
+            0o644,
+        ),
+        (
+            format!("{config_dir}/credentials/bootstrap-token"),
+            token.to_string(),
+            0o600,
+        ),
+        (
+            format!("{config_dir}/machine-name"),
+            "machine-entry\n".to_string(),
+            0o644,
+        ),
+        (
+            "/etc/systemd/system/gardener-node-init.service".to_string(),
+            init_unit.to_string(),
+            0o644,
+        ),
+    ] {
+        machine.write_file(path, content.as_bytes(), mode).unwrap();
+    }
+    machine
+        .sh(&format!("systemctl daemon-reload && systemctl enable gardener-node-init.service && install -D -m 0755 {BIN_IN_MACHINE} {NODE_AGENT_BINARY}"))
+        .expect_success("node-init's part");
+}
+
+/// Waits until the node agent's journal in `machine` has `text`.
+async fn wait_for_journal(machine: &support::nspawn::Machine, text: &str) -> String {
+    let started = Instant::now();
+    loop {
+        let journal = machine.journal(AGENT_UNIT);
+        if journal.contains(text) {
+            return journal;
+        }
+        assert!(
+            started.elapsed() < STEP_TIMEOUT,
+            "{text:?} not in the node agent's journal within {STEP_TIMEOUT:?}:\n{journal}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// Issue #41 item 3: a bootstrap token file with a line break inside the token. `bootstrap`
+/// (gardener-node-init) finishes with a warning that names the file and the problem — its
+/// connectivity check fails, as GNA's does — instead of panicking (exit 101); the agent it
+/// starts says the same in its log and keeps trying in-process (the file may be fixed), with
+/// no panic and no restart, and writes no kubelet bootstrap kubeconfig with that token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bootstrap_token_with_a_line_break_is_refused_without_a_crash_loop() {
+    let env = support::env().await;
+    let machine = boot(BIN);
+    before_bootstrap(&machine, &env, CONFIG_DIR, "abcdef.01234\n56789abcdef\n");
+    let bootstrap = machine.run(&[
+        NODE_AGENT_BINARY,
+        "bootstrap",
+        &format!("--config-dir={CONFIG_DIR}"),
+    ]);
+    let output = format!("{}{}", bootstrap.stdout, bootstrap.stderr);
+    println!("bootstrap: {}", bootstrap.status);
+    assert!(
+        bootstrap.success(),
+        "bootstrap: {}\n{output}",
+        bootstrap.status
+    );
+    let refused = format!(
+        "{BOOTSTRAP_TOKEN} holds no usable bearer token: the token has a line break at byte 12 of 24"
+    );
+    assert!(
+        output.contains("API server connectivity test failed") && output.contains(&refused),
+        "{output}"
+    );
+
+    let journal = wait_for_journal(&machine, &refused).await;
+    assert!(journal.contains("trying again"), "{journal}");
+    // A few more rounds (5 s, 10 s): still the same process.
+    tokio::time::sleep(Duration::from_secs(16)).await;
+    let journal = machine.journal(AGENT_UNIT);
+    assert!(!journal.contains("panicked"), "{journal}");
+    assert_eq!(
+        machine.unit_property(AGENT_UNIT, "NRestarts"),
+        "0",
+        "{journal}"
+    );
+    assert_eq!(machine.unit_property(AGENT_UNIT, "ActiveState"), "active");
+    assert!(!exists(&machine, KUBELET_BOOTSTRAP), "{journal}");
+    println!(
+        "agent: {} refusals, no restart",
+        journal.matches(&refused).count()
+    );
+}
+
+/// Issue #41 item 8: `--config-dir` is a link (to a data disk, say) whose name has a space,
+/// quotes, a backslash, `$` and `%`. `bootstrap` follows the link (as GNA does) and writes the
+/// config dir into the unit's ExecStart quoted, so that systemd starts the agent with exactly
+/// that argument; the agent works in the folder the link leads to.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bootstrap_follows_a_linked_config_dir_and_quotes_it_for_systemd() {
+    let env = support::env().await;
+    let machine = boot(BIN);
+    let real = "/srv/data/gardener-node-agent";
+    let given = "/var/lib/gna \"q\" \\b $HOME %n";
+    before_bootstrap(&machine, &env, real, "abcdef.0123456789abcdef\n");
+    machine
+        .run(&["ln", "-s", real, given])
+        .expect_success("the link");
+    let bootstrap = machine.run(&[
+        NODE_AGENT_BINARY,
+        "bootstrap",
+        &format!("--config-dir={given}"),
+    ]);
+    let output = format!("{}{}", bootstrap.stdout, bootstrap.stderr);
+    println!("bootstrap: {}", bootstrap.status);
+    assert!(
+        bootstrap.success(),
+        "bootstrap: {}\n{output}",
+        bootstrap.status
+    );
+
+    let unit = String::from_utf8(
+        machine
+            .read_file("/etc/systemd/system/gardener-node-agent.service")
+            .unwrap(),
+    )
+    .unwrap();
+    assert!(
+        unit.contains(
+            "\nExecStart=/opt/bin/gardener-node-agent \"--config-dir=/var/lib/gna \\\"q\\\" \\\\b $$HOME %%n\"\n"
+        ),
+        "{unit}"
+    );
+    // systemd read it back as one argument, exactly the given folder.
+    let journal = wait_for_journal(&machine, "starting the node agent").await;
+    assert!(
+        journal.contains(&format!("{real}/config-v1.149.3.yaml")),
+        "{journal}"
+    );
+    let pid = machine.unit_property(AGENT_UNIT, "MainPID");
+    let argv = machine
+        .run(&["cat", &format!("/proc/{pid}/cmdline")])
+        .expect_success("the agent's command line")
+        .stdout;
+    assert_eq!(
+        argv.split('\0').collect::<Vec<_>>(),
+        [NODE_AGENT_BINARY, &format!("--config-dir={given}"), ""],
+        "{journal}"
+    );
+    assert!(exists(&machine, &format!("{real}/tmp")));
+}

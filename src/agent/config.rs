@@ -7,6 +7,15 @@
 //! `--config-file` when given, otherwise the most recently written `config-*.yaml` (or
 //! `config.yaml`) in the folder ([`choose_config_file`]): after an update gardenlet writes the
 //! new version's file next to the old one, and the newest one is the one it means.
+//!
+//! The config dir may be a symbolic link (or have one on its way), as gardener-node-agent,
+//! which uses it as given, allows — `/var/lib/gardener-node-agent` on a data disk, say. It
+//! is resolved once at start ([`resolve_config_dir`]) and the agent works in the resolved
+//! folder from then on: the folder is named by the agent's own unit (root's), and inside it,
+//! where every file is read and written through [`crate::safe_fs`], links stay refused.
+//! The configuration file is read bounded ([`MAX_CONFIG_BYTES`]) and never from a FIFO or a
+//! device; one found in the config dir not through a link, one given by `--config-file`
+//! following links (whoever names it may point at a mounted ConfigMap's file).
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -94,9 +103,18 @@ fn parse_interval(text: &str) -> Result<Duration, String> {
     Ok(parsed.magnitude)
 }
 
+/// The largest configuration file read (gardenlet's is about 1 KiB).
+pub const MAX_CONFIG_BYTES: u64 = 1024 * 1024;
+
 /// Why the configuration cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
+    /// The config file was refused or could not be read (a FIFO, too large, ...).
+    #[error(transparent)]
+    File(#[from] crate::safe_fs::SafeFsError),
+    /// `--config-dir` is not a folder.
+    #[error("--config-dir {0} is not a folder")]
+    NotAFolder(String),
     /// No config file in the folder.
     #[error(
         "no config-*.yaml or config.yaml in {0}; is the node provisioned? (or pass --config-file)"
@@ -205,6 +223,7 @@ pub fn load(args: AgentArgs) -> Result<Settings, ConfigError> {
         containerd_address,
         containerd_namespace,
     } = args;
+    let config_dir = resolve_config_dir(&config_dir)?;
     let (config_file, config) = read_configuration(&config_dir, config_file)?;
     let display = config_file.display().to_string();
     let invalid = |problem: String| ConfigError::Invalid {
@@ -294,20 +313,51 @@ pub fn load(args: AgentArgs) -> Result<Settings, ConfigError> {
     })
 }
 
-/// The NodeAgentConfiguration: `config_file` when given, else the one [`choose_config_file`]
-/// picks in `config_dir`; with the path it was read from.
+/// `--config-dir` with its links resolved (see the module docs): an absolute path without
+/// links, so that [`crate::safe_fs`] can work below it. A link is said in the log.
+pub fn resolve_config_dir(config_dir: &Path) -> Result<PathBuf, ConfigError> {
+    let shown = config_dir.display().to_string();
+    let resolved = std::fs::canonicalize(config_dir).map_err(|source| ConfigError::Read {
+        path: shown.clone(),
+        source,
+    })?;
+    if !resolved.is_dir() {
+        return Err(ConfigError::NotAFolder(shown));
+    }
+    if resolved != config_dir {
+        tracing::info!(
+            config_dir = %shown,
+            resolved = %resolved.display(),
+            "the config dir is reached through a link; working in the folder it leads to"
+        );
+    }
+    Ok(resolved)
+}
+
+/// The NodeAgentConfiguration: `config_file` when given (links followed), else the one
+/// [`choose_config_file`] picks in `config_dir` (which [`resolve_config_dir`] resolved; no
+/// link followed); at most [`MAX_CONFIG_BYTES`], never a FIFO or a device; with the path it
+/// was read from.
 pub fn read_configuration(
     config_dir: &Path,
     config_file: Option<PathBuf>,
 ) -> Result<(PathBuf, NodeAgentConfiguration), ConfigError> {
-    let config_file = match config_file {
-        Some(file) => file,
-        None => find_config_file(config_dir)?,
+    let (config_file, bytes) = match config_file {
+        Some(file) => {
+            let bytes = crate::safe_fs::read_following_links(&file, MAX_CONFIG_BYTES)?;
+            (file, bytes)
+        }
+        None => {
+            let file = find_config_file(config_dir)?;
+            let bytes = crate::safe_fs::read_at_most(&file, MAX_CONFIG_BYTES)?
+                .ok_or_else(|| ConfigError::NotFound(config_dir.display().to_string()))?;
+            (file, bytes)
+        }
     };
     let display = config_file.display().to_string();
-    let text = std::fs::read_to_string(&config_file).map_err(|source| ConfigError::Read {
+    let text = String::from_utf8(bytes).map_err(|error| ConfigError::Read {
         path: display.clone(),
-        source,
+        source: std::io::Error::new(std::io::ErrorKind::InvalidData, error),
     })?;
     let config = NodeAgentConfiguration::from_yaml(&text).map_err(|source| ConfigError::Parse {
         path: display,
@@ -418,6 +468,77 @@ mod tests {
             load(args(empty.path())),
             Err(ConfigError::NotFound(_))
         ));
+    }
+
+    const MINIMAL: &str = "controllers:\n  operatingSystemConfig:\n    secretName: s\n";
+
+    /// Issue #41 item 8: a config dir that is a link is followed once; the agent then works
+    /// in the folder it leads to, where its no-link file rules hold.
+    #[test]
+    fn a_linked_config_dir_is_resolved_and_worked_in() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path().canonicalize().unwrap();
+        let real = base.join("data").join("gardener-node-agent");
+        std::fs::create_dir_all(&real).unwrap();
+        std::fs::write(real.join("config-v1.149.3.yaml"), MINIMAL).unwrap();
+        let link = base.join("gardener-node-agent");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+
+        let settings = load(args(&link)).unwrap();
+        assert_eq!(settings.paths.base(), real.as_path());
+        assert_eq!(settings.config_file, real.join("config-v1.149.3.yaml"));
+        // What the agent writes there goes through safe_fs, which refuses links on the way.
+        crate::safe_fs::write(&settings.paths.last_applied(), b"state", 0o600).unwrap();
+
+        std::fs::write(base.join("file"), "").unwrap();
+        assert!(matches!(
+            load(args(&base.join("file"))),
+            Err(ConfigError::NotAFolder(_))
+        ));
+        assert!(matches!(
+            load(args(&base.join("missing"))),
+            Err(ConfigError::Read { .. })
+        ));
+    }
+
+    /// Runs `f` on another thread; `None` when it has not returned within 10 s (it blocks).
+    fn within_10s<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Option<T> {
+        let (send, receive) = std::sync::mpsc::channel();
+        std::thread::spawn(move || send.send(f()));
+        receive.recv_timeout(Duration::from_secs(10)).ok()
+    }
+
+    /// Issue #41 item 9: the configuration file is read bounded, and a FIFO (given or found)
+    /// is refused instead of blocking the start.
+    #[test]
+    fn the_config_file_is_bounded_and_never_a_fifo() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path().canonicalize().unwrap();
+        let padded = format!("{MINIMAL}{}", "# padding\n".repeat(120_000));
+        std::fs::write(base.join("config.yaml"), &padded).unwrap();
+        let error = load(args(&base)).unwrap_err();
+        assert!(
+            error.to_string().contains("is larger than 1048576 bytes"),
+            "{error}"
+        );
+
+        let fifo = base.join("fifo.yaml");
+        crate::safe_fs::tests::mkfifo(&fifo);
+        let mut given = args(&base);
+        given.config_file = Some(fifo);
+        let loaded = within_10s(move || load(given).map(|_| ()).map_err(|e| e.to_string()));
+        let Some(Err(error)) = loaded else {
+            panic!("a FIFO as --config-file: {loaded:?}");
+        };
+        assert!(error.contains("is a FIFO, not a regular file"), "{error}");
+
+        // A link as --config-file is followed (a mounted ConfigMap's file is one).
+        std::fs::write(base.join("config.yaml"), MINIMAL).unwrap();
+        let mut linked = args(&base);
+        let link = base.join("linked.yaml");
+        std::os::unix::fs::symlink(base.join("config.yaml"), &link).unwrap();
+        linked.config_file = Some(link);
+        assert_eq!(load(linked).unwrap().secret_name, "s");
     }
 
     #[test]

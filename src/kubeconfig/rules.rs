@@ -19,6 +19,12 @@
 //!
 //! Both also refuse an embedded client certificate that is not X.509 v3 ([`super::x509`]),
 //! naming the user, because rustls would refuse it later with a message that does not.
+//! [`check_component`] also refuses a `token` that cannot be an `Authorization` header
+//! ([`check_bearer_token`]): kube-rs would panic on it when the client is built.
+//!
+//! [`check_bearer_token`] is the one rule for a bearer token, wherever one becomes a header:
+//! the kubeconfigs above, the agent's bootstrap token (trimmed first, as gardener-node-agent
+//! trims it) and every client [`super::build`] builds.
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
@@ -80,6 +86,14 @@ pub enum Refused {
         /// The certificate's version (1 or 2).
         version: u32,
     },
+    /// A user's `token` cannot be sent as a bearer token.
+    #[error("user {user:?} sets a token that cannot be sent: {problem}")]
+    Token {
+        /// The user's name in the kubeconfig.
+        user: String,
+        /// What is wrong with it.
+        problem: TokenRefused,
+    },
     /// The cluster to use cannot be found.
     #[error("{0}")]
     NoCluster(String),
@@ -101,6 +115,63 @@ pub enum Refused {
     },
 }
 
+/// Why a bearer token cannot be sent. The token itself is never part of the message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TokenRefused {
+    /// Nothing (or only whitespace).
+    #[error("the token is empty")]
+    Empty,
+    /// A character an `Authorization` header cannot carry, or one no token has.
+    #[error(
+        "the token has {what} at byte {at} of {length}: a bearer token is one word of visible \
+         ASCII characters (whitespace around the token in a file is trimmed, inside it is refused)"
+    )]
+    Character {
+        /// What it is (`a line break`, `a space`, ...).
+        what: &'static str,
+        /// Its byte offset.
+        at: usize,
+        /// The token's length in bytes.
+        length: usize,
+    },
+}
+
+/// Checks that `token` can be sent as `Authorization: Bearer <token>`: not empty, and only
+/// visible ASCII (`!` to `~`). Stricter than the header's own rule (which lets spaces, tabs
+/// and bytes over 127 through): a Kubernetes token — a bootstrap token, a service account's
+/// JWT — never has them, and a space or a line break inside one is a damaged file.
+pub fn check_bearer_token(token: &str) -> Result<(), TokenRefused> {
+    if token.is_empty() {
+        return Err(TokenRefused::Empty);
+    }
+    match token.bytes().position(|b| !b.is_ascii_graphic()) {
+        None => Ok(()),
+        Some(at) => Err(TokenRefused::Character {
+            what: character_name(token.as_bytes()[at]),
+            at,
+            length: token.len(),
+        }),
+    }
+}
+
+/// The token of a token file: whitespace around it trimmed (gardener-node-agent's
+/// `strings.TrimSpace`, client-go's for token files), then [`check_bearer_token`].
+pub fn trimmed_bearer_token(file: &str) -> Result<&str, TokenRefused> {
+    let token = file.trim();
+    check_bearer_token(token).map(|()| token)
+}
+
+fn character_name(byte: u8) -> &'static str {
+    match byte {
+        b'\n' => "a line break",
+        b'\r' => "a carriage return",
+        b'\t' => "a tab",
+        b' ' => "a space",
+        0x80.. => "a non-ASCII character",
+        _ => "a control character",
+    }
+}
+
 /// The address and CA of a shoot's API server, as a generic token kubeconfig names them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Endpoint {
@@ -113,7 +184,25 @@ pub struct Endpoint {
 /// Checks a component's own kubeconfig (see the module docs).
 pub fn check_component(kubeconfig: &Kubeconfig) -> Result<(), Refused> {
     check_users(kubeconfig, COMPONENT_USER_FIELDS)?;
+    check_tokens(kubeconfig)?;
     check_certificates(kubeconfig)
+}
+
+/// Every user's `token` can be sent as it is ([`check_bearer_token`]; kube-rs does not trim
+/// it).
+fn check_tokens(kubeconfig: &Kubeconfig) -> Result<(), Refused> {
+    for named in &kubeconfig.auth_infos {
+        let Some(token) = named.auth_info.as_ref().and_then(|a| a.token.as_ref()) else {
+            continue;
+        };
+        check_bearer_token(secrecy::ExposeSecret::expose_secret(token)).map_err(|problem| {
+            Refused::Token {
+                user: named.name.clone(),
+                problem,
+            }
+        })?;
+    }
+    Ok(())
 }
 
 /// Checks a generic token kubeconfig and returns the server and CA of its current context's
@@ -390,6 +479,48 @@ mod tests {
             "    insecure-skip-tls-verify: true\n",
         );
         assert_eq!(check_component(&parse(&insecure)), Ok(()));
+    }
+
+    /// Issue #41 item 3: a token with a line break, a space or a control character in it is
+    /// refused with where and what, never with the token.
+    #[test]
+    fn a_token_that_cannot_be_a_header_is_refused_without_showing_it() {
+        assert_eq!(check_bearer_token("abcdef.0123456789abcdef"), Ok(()));
+        assert_eq!(
+            trimmed_bearer_token(" abcdef.0123456789abcdef\r\n\n"),
+            Ok("abcdef.0123456789abcdef")
+        );
+        for (file, what, at) in [
+            ("abcdef.01234\n56789abcdef\n", "a line break", 12),
+            ("abcdef.01234\r56789abcdef", "a carriage return", 12),
+            ("abcdef 0123456789abcdef", "a space", 6),
+            ("abcdef.0123456789abc\tdef", "a tab", 20),
+            ("abc\u{7f}def", "a control character", 3),
+            ("abcdef\0", "a control character", 6),
+            ("abcd\u{e9}f", "a non-ASCII character", 4),
+        ] {
+            let refused = trimmed_bearer_token(file).unwrap_err();
+            let TokenRefused::Character {
+                what: got,
+                at: got_at,
+                ..
+            } = &refused
+            else {
+                panic!("{file:?}: {refused:?}");
+            };
+            assert_eq!((*got, *got_at), (what, at), "{file:?}");
+            let text = refused.to_string();
+            assert!(!text.contains("abc"), "{text}");
+        }
+        assert_eq!(trimmed_bearer_token(" \n"), Err(TokenRefused::Empty));
+        // Not trimmed in a kubeconfig: kube-rs sends the token as it is.
+        let error = check_component(&with_user_fields("    token: \"abc\\n\"\n")).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "user \"shoot--p--s\" sets a token that cannot be sent: the token has a line break \
+             at byte 3 of 4: a bearer token is one word of visible ASCII characters (whitespace \
+             around the token in a file is trimmed, inside it is refused)"
+        );
     }
 
     #[test]

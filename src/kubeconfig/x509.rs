@@ -1,5 +1,6 @@
 //! What is read from a PEM certificate (pure): its X.509 version, for [`super::rules`], and
-//! its serial and validity ([`first_certificate_facts`]), for the agent's certificate renewal
+//! its serial and validity ([`first_certificate_facts`]) and public key
+//! ([`first_certificate_public_key`]), for the agent's client certificate
 //! (`crate::agent::client_certificate`).
 //!
 //! The version: rustls (through
@@ -50,10 +51,27 @@ pub struct CertificateFacts {
 /// Time ::= CHOICE { utcTime UTCTime, generalTime GeneralizedTime }
 /// ```
 pub fn first_certificate_facts(pem: &[u8]) -> Option<CertificateFacts> {
+    first_certificate_fields(pem).map(|(facts, _)| facts)
+}
+
+/// The public key of the first `CERTIFICATE` block of `pem`: the content of
+/// `subjectPublicKeyInfo.subjectPublicKey` (for an EC key its point, as
+/// `rcgen::KeyPair::public_key_raw` gives it); `None` when it does not read.
+///
+/// ```text
+/// SubjectPublicKeyInfo ::= SEQUENCE { algorithm AlgorithmIdentifier,
+///     subjectPublicKey BIT STRING }
+/// ```
+pub fn first_certificate_public_key(pem: &[u8]) -> Option<Vec<u8>> {
+    first_certificate_fields(pem).map(|(_, key)| key)
+}
+
+/// [`CertificateFacts`] and the public key of the first certificate of `pem`.
+fn first_certificate_fields(pem: &[u8]) -> Option<(CertificateFacts, Vec<u8>)> {
     let der = first_certificate_der(pem)?;
     yasna::parse_der(&der, |certificate| {
         certificate.read_sequence(|certificate| {
-            let facts = certificate.next().read_sequence(|tbs| {
+            let fields = certificate.next().read_sequence(|tbs| {
                 tbs.read_optional(|r| r.read_tagged(yasna::Tag::context(0), |r| r.read_der()))?;
                 let serial = hex::encode(tbs.next().read_tagged_der()?.value());
                 tbs.next().read_der()?;
@@ -61,15 +79,22 @@ pub fn first_certificate_facts(pem: &[u8]) -> Option<CertificateFacts> {
                 let (not_before, not_after) = tbs.next().read_sequence(|validity| {
                     Ok((time(validity.next())?, time(validity.next())?))
                 })?;
+                tbs.next().read_der()?;
+                let public_key = tbs.next().read_sequence(|info| {
+                    info.next().read_der()?;
+                    let (bytes, _) = info.next().read_bitvec_bytes()?;
+                    Ok(bytes)
+                })?;
                 while tbs.read_optional(|r| r.read_der())?.is_some() {}
-                Ok(CertificateFacts {
+                let facts = CertificateFacts {
                     serial,
                     not_before,
                     not_after,
-                })
+                };
+                Ok((facts, public_key))
             })?;
             while certificate.read_optional(|r| r.read_der())?.is_some() {}
-            Ok(facts)
+            Ok(fields)
         })
     })
     .ok()
@@ -176,6 +201,24 @@ mod tests {
         let cut = base64::engine::general_purpose::STANDARD.encode(&der[..der.len() / 2]);
         let pem = format!("-----BEGIN CERTIFICATE-----\n{cut}\n-----END CERTIFICATE-----\n");
         assert_eq!(first_certificate_facts(pem.as_bytes()), None);
+    }
+
+    #[test]
+    fn the_public_key_is_the_one_the_certificate_was_made_for() {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec!["client".into()])
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        let found = first_certificate_public_key(cert.pem().as_bytes()).unwrap();
+        assert_eq!(found, key.public_key_raw());
+        let other = rcgen::KeyPair::generate().unwrap();
+        assert_ne!(found, other.public_key_raw());
+        assert_eq!(first_certificate_public_key(b"not a certificate"), None);
+        assert_eq!(
+            first_certificate_public_key(V1.as_bytes()).map(|k| k.is_empty()),
+            Some(false)
+        );
     }
 
     #[test]

@@ -7,13 +7,13 @@
 pub mod rules;
 pub mod steps;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::Args;
 use tracing::info;
 
-use crate::agent::config::{ConfigError, read_configuration};
+use crate::agent::config::{ConfigError, read_configuration, resolve_config_dir};
 use crate::agent::ports::host::{HostError, SystemHost};
 use crate::agent::ports::paths::{DEFAULT_BASE_DIR, Paths};
 
@@ -53,6 +53,9 @@ pub enum BootstrapError {
         #[source]
         source: HostError,
     },
+    /// The config dir cannot be written into the node agent's unit.
+    #[error(transparent)]
+    Unit(#[from] rules::UnitRefused),
     /// `bootstrap.kubeletDataVolumeSize` is set but no disk fits.
     #[error(
         "no kubelet data device: no unformatted, unmounted disk of exactly {0} bytes (bootstrap.kubeletDataVolumeSize)"
@@ -62,9 +65,13 @@ pub enum BootstrapError {
 
 /// Runs the bootstrap (see the module docs).
 pub async fn run(args: BootstrapArgs) -> Result<(), BootstrapError> {
-    let (config_file, config) = read_configuration(&args.config_dir, args.config_file)?;
+    // The unit names the config dir as given (a link keeps working if it is moved); the
+    // bootstrap works in the folder it leads to (`crate::agent::config` module docs).
+    let unit_config_dir = unit_config_dir(&args.config_dir)?;
+    let config_dir = resolve_config_dir(&args.config_dir)?;
+    let (config_file, config) = read_configuration(&config_dir, args.config_file)?;
     info!(config = %config_file.display(), "starting the bootstrap");
-    let paths = Paths::new(&args.config_dir);
+    let paths = Paths::new(&config_dir);
     let host = SystemHost::new(
         args.system_bus_address,
         Duration::from_secs(60),
@@ -80,9 +87,23 @@ pub async fn run(args: BootstrapArgs) -> Result<(), BootstrapError> {
     {
         steps::kubelet_data_volume(&host, &paths, size).await?;
     }
-    let config_dir = args.config_dir.display().to_string();
-    steps::install_unit(&host, &paths, &config_dir).await?;
+    steps::install_unit(&host, &paths, &unit_config_dir).await?;
     steps::check_connectivity(&config, &paths).await;
     info!("bootstrap finished");
     Ok(())
+}
+
+/// `--config-dir` as the unit's ExecStart names it: as given, made absolute (systemd starts
+/// the agent in `/`). Checked before anything is done: UTF-8 without control characters
+/// ([`rules::UnitRefused`]).
+fn unit_config_dir(config_dir: &Path) -> Result<String, BootstrapError> {
+    let absolute = std::path::absolute(config_dir).map_err(|source| ConfigError::Read {
+        path: config_dir.display().to_string(),
+        source,
+    })?;
+    let text = absolute
+        .to_str()
+        .ok_or_else(|| rules::UnitRefused::NotUtf8(absolute.display().to_string()))?;
+    rules::node_agent_unit(text)?;
+    Ok(text.to_string())
 }

@@ -12,12 +12,58 @@ pub const KUBELET_DIR: &str = "/var/lib/kubelet";
 /// The file-system label of a formatted kubelet data volume.
 pub const DATA_VOLUME_LABEL: &str = "KUBEDEV";
 
+/// Why the config dir cannot be written into the node agent's unit.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UnitRefused {
+    /// A control character (a line break would end the `ExecStart=` line and start a
+    /// directive of its own).
+    #[error(
+        "--config-dir {0} has a control character (a line break, say), which a unit's ExecStart= line cannot carry"
+    )]
+    Control(String),
+    /// Not UTF-8 (a unit file is UTF-8 text).
+    #[error("--config-dir {0} is not UTF-8 text, which a unit file is")]
+    NotUtf8(String),
+}
+
 /// The node agent's unit, line for line gardener's (`nodeagent.UnitContent()`), so that
-/// gardenlet's OSC, which carries the same unit, finds nothing to change.
-pub fn node_agent_unit(config_dir: &str) -> String {
-    format!(
-        "[Unit]\nDescription=Gardener Node Agent\nAfter=network-online.target\n\n[Service]\nLimitMEMLOCK=infinity\nExecStart={BINARY_PATH} --config-dir={config_dir}\nRestart=always\nRestartSec=5\nStandardOutput=journal+console\nStandardError=journal\n\n[Install]\nWantedBy=multi-user.target"
-    )
+/// gardenlet's OSC, which carries the same unit, finds nothing to change — for gardener's
+/// config dir and any other of plain characters; another one is quoted ([`exec_argument`]).
+pub fn node_agent_unit(config_dir: &str) -> Result<String, UnitRefused> {
+    let argument = exec_argument(&format!("--config-dir={config_dir}"))?;
+    Ok(format!(
+        "[Unit]\nDescription=Gardener Node Agent\nAfter=network-online.target\n\n[Service]\nLimitMEMLOCK=infinity\nExecStart={BINARY_PATH} {argument}\nRestart=always\nRestartSec=5\nStandardOutput=journal+console\nStandardError=journal\n\n[Install]\nWantedBy=multi-user.target"
+    ))
+}
+
+/// One argument of an `ExecStart=` line, written so that systemd reads it back as exactly
+/// `word` (systemd.service(5), "Command lines"; systemd.syntax(7), quoting): as it is when it
+/// has only characters no rule of the line touches (letters, digits, `/._-+:,=@`); otherwise
+/// in double quotes, `\` and `"` escaped with a backslash, `%` doubled (specifiers) and `$`
+/// doubled (environment variables). Control characters are refused ([`UnitRefused`]).
+pub fn exec_argument(word: &str) -> Result<String, UnitRefused> {
+    if word.chars().any(char::is_control) {
+        return Err(UnitRefused::Control(
+            crate::printable::escape_controls(word).into_owned(),
+        ));
+    }
+    let plain = |c: char| c.is_ascii_alphanumeric() || "/._-+:,=@".contains(c);
+    if !word.is_empty() && word.chars().all(plain) {
+        return Ok(word.to_string());
+    }
+    let mut quoted = String::with_capacity(word.len() + 2);
+    quoted.push('"');
+    for c in word.chars() {
+        match c {
+            '\\' => quoted.push_str("\\\\"),
+            '"' => quoted.push_str("\\\""),
+            '%' => quoted.push_str("%%"),
+            '$' => quoted.push_str("$$"),
+            c => quoted.push(c),
+        }
+    }
+    quoted.push('"');
+    Ok(quoted)
 }
 
 /// One block device as `lsblk -bnP -o NAME,PARTTYPE,FSTYPE,SIZE,TYPE,MOUNTPOINT` lists it.
@@ -136,10 +182,41 @@ mod tests {
 
     #[test]
     fn the_unit_is_gardeners() {
-        let unit = node_agent_unit("/var/lib/gardener-node-agent");
+        let unit = node_agent_unit("/var/lib/gardener-node-agent").unwrap();
         assert!(unit.contains(
             "\nExecStart=/opt/bin/gardener-node-agent --config-dir=/var/lib/gardener-node-agent\n"
         ));
         assert!(unit.ends_with("WantedBy=multi-user.target"), "{unit}");
+    }
+
+    /// Issue #41 item 8: a config dir with characters systemd would read differently goes
+    /// into ExecStart quoted so that systemd reads it back as it is (the nspawn e2e test
+    /// `test/agent_entry_e2e.rs` has real systemd do so), and a line break is refused.
+    #[test]
+    fn the_config_dir_is_quoted_for_systemd_and_a_line_break_refused() {
+        let exec_start = |dir: &str| {
+            let unit = node_agent_unit(dir).unwrap();
+            unit.lines()
+                .find_map(|line| line.strip_prefix("ExecStart=/opt/bin/gardener-node-agent "))
+                .unwrap()
+                .to_string()
+        };
+        assert_eq!(exec_start("/srv/gna-1.2_x"), "--config-dir=/srv/gna-1.2_x");
+        assert_eq!(
+            exec_start("/var/lib/node agent"),
+            "\"--config-dir=/var/lib/node agent\""
+        );
+        assert_eq!(
+            exec_start("/d/\"q\" \\b $HOME %n 'x';"),
+            "\"--config-dir=/d/\\\"q\\\" \\\\b $$HOME %%n 'x';\""
+        );
+        for dir in ["/a\nExecStartPre=/bin/evil", "/a\rb", "/a\tb"] {
+            let refused = node_agent_unit(dir).unwrap_err();
+            assert!(
+                !refused.to_string().contains('\n')
+                    && refused.to_string().contains("control character"),
+                "{refused}"
+            );
+        }
     }
 }

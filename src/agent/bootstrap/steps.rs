@@ -119,12 +119,9 @@ pub async fn install_unit<H: Host>(
 ) -> Result<(), BootstrapError> {
     let unit_file = paths.unit_file(NODE_AGENT_UNIT);
     info!(path = %unit_file.display(), "writing the node agent's unit");
-    host.write(
-        &unit_file,
-        rules::node_agent_unit(config_dir).as_bytes(),
-        0o644,
-    )
-    .map_err(failed("writing the node agent's unit"))?;
+    let unit = rules::node_agent_unit(config_dir)?;
+    host.write(&unit_file, unit.as_bytes(), 0o644)
+        .map_err(failed("writing the node agent's unit"))?;
     host.daemon_reload()
         .await
         .map_err(failed("reloading systemd"))?;

@@ -5,13 +5,14 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
+use kube::config::Kubeconfig;
 use tokio::sync::watch;
 use tracing::{info, warn};
 
 use super::rules;
-use super::steps::{self, CertificateError};
+use super::steps::{self, CertificateError, unix_now};
 use crate::agent::access::credentials::{self, CredentialsError, Source};
 use crate::agent::access::switching_client::Credentials;
 use crate::agent::metrics::Metrics;
@@ -44,8 +45,8 @@ pub enum BootstrapError {
     /// The bootstrap client could not be configured.
     #[error(transparent)]
     Credentials(#[from] CredentialsError),
-    /// The client could not be built.
-    #[error("building the bootstrap client")]
+    /// A client could not be built (with the bootstrap token, or with the new certificate).
+    #[error("building the API client")]
     Client(#[source] kube::Error),
     /// No certificate.
     #[error(transparent)]
@@ -86,6 +87,7 @@ async fn bootstrap_once(
     let server = credentials::server(config, "credentials/bootstrap-token")?;
     let ca = credentials::ca_source(config, paths, |path| path.exists());
     let kubeconfig = rules::kubeconfig(server, &ca, &issued.cert_pem, &issued.key_pem);
+    usable(&kubeconfig, &paths.kubeconfig(), paths).await?;
     steps::write_kubeconfig(&paths.kubeconfig(), &kubeconfig)?;
     info!(
         %machine,
@@ -175,9 +177,8 @@ impl Renewer {
         let current = steps::read_kubeconfig(&path)?;
         let renewed = rules::with_certificate(&current, &issued.cert_pem, &issued.key_pem)
             .ok_or_else(|| CertificateError::NoCertificate(path.display().to_string()))?;
+        let config = usable(&renewed, &path, &self.paths).await?;
         steps::write_kubeconfig(&path, &renewed)?;
-        let source = Source::Kubeconfig(path.clone());
-        let config = credentials::client_config(&source, &self.config, &self.paths).await?;
         self.credentials.replace(config);
         info!(
             serial = %issued.facts.serial,
@@ -187,6 +188,19 @@ impl Renewer {
         let _ = warn_on_skew(&issued.facts);
         Ok(issued.facts)
     }
+}
+
+/// The client configuration of `kubeconfig`, which is to be written to `path`, once a client
+/// builds from it: what would not load or build (a key the TLS library refuses, say) is not
+/// written, and the credentials in use stay.
+async fn usable(
+    kubeconfig: &Kubeconfig,
+    path: &Path,
+    paths: &Paths,
+) -> Result<kube::Config, BootstrapError> {
+    let config = credentials::from_kubeconfig(kubeconfig.clone(), path, paths).await?;
+    crate::kubeconfig::build(config.clone(), "agent").map_err(BootstrapError::Client)?;
+    Ok(config)
 }
 
 /// What the periodic renewal needs from the running agent.
@@ -229,19 +243,28 @@ pub async fn renew_forever(renewal: Renewal) {
         let wait = Duration::from_secs(u64::try_from(due - unix_now()).unwrap_or(0)).max(at_least);
         info!(serial = %facts.serial, not_after = facts.not_after, renew_in = ?wait, "client certificate");
         tokio::time::sleep(wait).await;
-        at_least = match renewal.renewer.renew_once().await {
-            Ok(renewed) => {
-                if let Some(note) = rules::clock_skew(&renewed, unix_now()) {
-                    warn_on_node(&renewal, REASON_CLOCK_SKEW, note).await;
-                }
-                MIN_RENEWAL_SPACING
+        at_least = renew_reported(&renewal, &facts).await;
+    }
+}
+
+/// One renewal of the certificate `current` as [`renew_forever`] makes it, reported: a new
+/// certificate not valid by this node's clock gets the clock-skew event, a failure (a
+/// certificate refused among them: the credentials in use stay) its log line, error counter
+/// and Warning event [`REASON_RENEWAL_FAILED`]. Returns how long to wait at least before the
+/// next one.
+pub async fn renew_reported(renewal: &Renewal, current: &CertificateFacts) -> Duration {
+    match renewal.renewer.renew_once().await {
+        Ok(renewed) => {
+            if let Some(note) = rules::clock_skew(&renewed, unix_now()) {
+                warn_on_node(renewal, REASON_CLOCK_SKEW, note).await;
             }
-            Err(error) => {
-                let pause = rules::retry_after(&facts, unix_now());
-                report_failure(&renewal, &error, pause).await;
-                pause
-            }
-        };
+            MIN_RENEWAL_SPACING
+        }
+        Err(error) => {
+            let pause = rules::retry_after(current, unix_now());
+            report_failure(renewal, &error, pause).await;
+            pause
+        }
     }
 }
 
@@ -291,11 +314,4 @@ async fn warn_on_node(renewal: &Renewal, reason: &str, note: String) {
             .report(&renewal.metrics, &node, true, reason, note)
             .await;
     }
-}
-
-fn unix_now() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
 }

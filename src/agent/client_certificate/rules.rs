@@ -1,5 +1,6 @@
 //! The agent's client certificate as gardener-node-agent v1.149.3 asks for it (pure): the
-//! CertificateSigningRequest, what its status says, the kubeconfig that carries the
+//! CertificateSigningRequest, what its status says, whether an issued certificate is taken
+//! ([`check_issued`]; GNA takes whatever the signer wrote), the kubeconfig that carries the
 //! certificate, when to renew it, and kubelet's bootstrap kubeconfig.
 
 use std::time::Duration;
@@ -15,7 +16,7 @@ use kube::config::{
 };
 use sha2::Digest;
 
-use crate::kubeconfig::x509::CertificateFacts;
+use crate::kubeconfig::x509::{self, CertificateFacts};
 
 /// The user name prefix of a node agent (`gardener.cloud:node-agent:machine:<machine>`).
 pub const USER_PREFIX: &str = "gardener.cloud:node-agent:machine:";
@@ -161,6 +162,110 @@ pub fn request_state(status: Option<&CertificateSigningRequestStatus>) -> Reques
         }
         _ => RequestState::Pending,
     }
+}
+
+/// The most bytes of an issued certificate (with its chain) that are taken. A client
+/// certificate with a chain of a few intermediates is a few KiB; this keeps the kubeconfig it
+/// goes into (base64, with the key) far below what is read back
+/// ([`super::steps::MAX_CREDENTIALS_BYTES`]).
+pub const MAX_ISSUED_BYTES: usize = 64 * 1024;
+/// How far before the API server's clock an issued certificate may begin: the signer's clock
+/// may be off the API server's, and signers backdate (kube-controller-manager by 5 min).
+pub const SIGNER_CLOCK_TOLERANCE: i64 = 300;
+
+/// Why an issued certificate is not taken (the credentials in use stay).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum IssuedRefused {
+    /// Larger than [`MAX_ISSUED_BYTES`].
+    #[error("it is {size} bytes, more than the {limit} a client certificate with its chain needs")]
+    TooLarge {
+        /// Its size.
+        size: usize,
+        /// [`MAX_ISSUED_BYTES`].
+        limit: usize,
+    },
+    /// Not an X.509 certificate.
+    #[error("it does not read as an X.509 certificate")]
+    NotACertificate,
+    /// Its public key is not the key the request was made with.
+    #[error(
+        "certificate {serial} is for another key than the one the request was made with: the \
+         signer did not sign this request"
+    )]
+    OtherKey {
+        /// Its serial.
+        serial: String,
+    },
+    /// It ends before it begins.
+    #[error("certificate {serial} ends ({not_after}) before it begins ({not_before})")]
+    Inverted {
+        /// Its serial.
+        serial: String,
+        /// `notBefore`, Unix seconds.
+        not_before: i64,
+        /// `notAfter`, Unix seconds.
+        not_after: i64,
+    },
+    /// Expired by the API server's clock.
+    #[error("certificate {serial} expired {ago} s ago by the API server's clock")]
+    Expired {
+        /// Its serial.
+        serial: String,
+        /// How long ago.
+        ago: i64,
+    },
+    /// Valid only later than [`SIGNER_CLOCK_TOLERANCE`] from now by the API server's clock.
+    #[error("certificate {serial} is valid only from {ahead} s from now by the API server's clock")]
+    NotYetValid {
+        /// Its serial.
+        serial: String,
+        /// How far ahead.
+        ahead: i64,
+    },
+}
+
+/// Whether the certificate `pem` issued for a request made with the key whose public key is
+/// `public_key` is taken, and its facts when it is: at most [`MAX_ISSUED_BYTES`], an X.509
+/// certificate for exactly that key, and valid at `server_now` — the API server's clock (which
+/// decides whether it authenticates), not the node's: a new certificate that is not valid by
+/// the node's clock says the node's clock is off ([`clock_skew`], a warning), while one that
+/// is not valid by the API server's would leave the node without working credentials.
+pub fn check_issued(
+    pem: &[u8],
+    public_key: &[u8],
+    server_now: i64,
+) -> Result<CertificateFacts, IssuedRefused> {
+    if pem.len() > MAX_ISSUED_BYTES {
+        return Err(IssuedRefused::TooLarge {
+            size: pem.len(),
+            limit: MAX_ISSUED_BYTES,
+        });
+    }
+    let facts = x509::first_certificate_facts(pem).ok_or(IssuedRefused::NotACertificate)?;
+    let serial = facts.serial.clone();
+    if x509::first_certificate_public_key(pem).as_deref() != Some(public_key) {
+        return Err(IssuedRefused::OtherKey { serial });
+    }
+    if facts.not_after <= facts.not_before {
+        return Err(IssuedRefused::Inverted {
+            serial,
+            not_before: facts.not_before,
+            not_after: facts.not_after,
+        });
+    }
+    if facts.not_after <= server_now {
+        return Err(IssuedRefused::Expired {
+            serial,
+            ago: server_now - facts.not_after,
+        });
+    }
+    if facts.not_before > server_now + SIGNER_CLOCK_TOLERANCE {
+        return Err(IssuedRefused::NotYetValid {
+            serial,
+            ahead: facts.not_before - server_now,
+        });
+    }
+    Ok(facts)
 }
 
 /// The agent's kubeconfig with the certificate and key (PEM) embedded, GNA's layout.

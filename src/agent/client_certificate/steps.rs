@@ -5,21 +5,21 @@
 //! leaves the old credentials or the new ones, never half of either.
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use kube::api::{Api, PostParams};
 use kube::config::Kubeconfig;
 use tracing::debug;
 
-use super::rules::{self, MachineNameError, RequestState};
+use super::rules::{self, IssuedRefused, MachineNameError, RequestState};
 use crate::kubeconfig::x509::{self, CertificateFacts};
 use crate::safe_fs::{self, SafeFsError};
 
 /// Mode of every credentials file.
 pub const CREDENTIALS_MODE: u32 = 0o600;
 /// The largest credentials file read (a kubeconfig with a certificate chain is a few KiB).
-const MAX_CREDENTIALS_BYTES: u64 = 256 * 1024;
+pub const MAX_CREDENTIALS_BYTES: u64 = 256 * 1024;
 /// The longest wait between two reads of a pending request.
 const MAX_POLL: Duration = Duration::from_secs(2);
 
@@ -79,11 +79,17 @@ pub enum CertificateError {
         /// How long it was waited for.
         timeout: Duration,
     },
-    /// What was issued does not read as a certificate.
+    /// What was issued is not taken ([`rules::check_issued`]).
     #[error(
-        "the certificate issued for CertificateSigningRequest {0} does not read as an X.509 certificate"
+        "the certificate issued for CertificateSigningRequest {name} is refused; the credentials in use stay"
     )]
-    NotACertificate(String),
+    Refused {
+        /// The request.
+        name: String,
+        /// Why.
+        #[source]
+        why: IssuedRefused,
+    },
     /// The `machine-name` file is missing.
     #[error("{0} does not exist: the machine name is needed for the certificate")]
     NoMachineName(String),
@@ -110,6 +116,16 @@ pub enum CertificateError {
         /// The parser's message.
         message: String,
     },
+    /// The kubeconfig would be larger than is read back.
+    #[error(
+        "{path} would be {size} bytes, more than the {MAX_CREDENTIALS_BYTES} that are read back; it is not written"
+    )]
+    TooLarge {
+        /// The file.
+        path: String,
+        /// Its size.
+        size: usize,
+    },
     /// The kubeconfig has no embedded client certificate of its current user.
     #[error("{0} has no client certificate of its current user: there is nothing to renew")]
     NoCertificate(String),
@@ -126,7 +142,9 @@ pub struct Issued {
 }
 
 /// Asks for a certificate for `machine` with a new ECDSA P-256 key and waits (GET, from every
-/// 250 ms up to every 2 s) until it is issued, denied or failed, or `timeout` passes.
+/// 250 ms up to every 2 s) until it is issued, denied or failed, or `timeout` passes. What is
+/// issued is taken only when [`rules::check_issued`] takes it, judged by the API server's
+/// clock: the request's `creationTimestamp` plus the time since it was created.
 pub async fn request(
     client: &kube::Client,
     machine: &str,
@@ -148,26 +166,45 @@ pub async fn request(
     let csr = rules::signing_request(machine, key.public_key_raw(), &request_pem);
     let name = csr.metadata.name.clone().unwrap_or_default();
     let api = Api::<CertificateSigningRequest>::all(client.clone());
-    api.create(&PostParams::default(), &csr)
-        .await
-        .map_err(|source| match source {
-            kube::Error::Api(status) if status.code == 401 => {
-                CertificateError::Unauthorized { name: name.clone() }
-            }
-            source => CertificateError::Create {
-                name: name.clone(),
-                source,
-            },
-        })?;
+    let created =
+        api.create(&PostParams::default(), &csr)
+            .await
+            .map_err(|source| match source {
+                kube::Error::Api(status) if status.code == 401 => {
+                    CertificateError::Unauthorized { name: name.clone() }
+                }
+                source => CertificateError::Create {
+                    name: name.clone(),
+                    source,
+                },
+            })?;
+    let created_here = Instant::now();
     debug!(%name, "CertificateSigningRequest created");
     let cert_pem = wait_for_certificate(&api, &name, timeout).await?;
-    let facts = x509::first_certificate_facts(cert_pem.as_bytes())
-        .ok_or_else(|| CertificateError::NotACertificate(name.clone()))?;
+    let server_now = server_now(&created, created_here);
+    let facts = rules::check_issued(cert_pem.as_bytes(), key.public_key_raw(), server_now)
+        .map_err(|why| CertificateError::Refused {
+            name: name.clone(),
+            why,
+        })?;
     Ok(Issued {
         cert_pem,
         key_pem: key.serialize_pem(),
         facts,
     })
+}
+
+/// The API server's clock now (Unix seconds): the `creationTimestamp` it gave `created` plus
+/// the time since then by this process's monotonic clock; the node's clock when the request
+/// has no creation time.
+fn server_now(created: &CertificateSigningRequest, created_here: Instant) -> i64 {
+    let since = i64::try_from(created_here.elapsed().as_secs()).unwrap_or(i64::MAX);
+    created
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .map_or_else(unix_now, |time| time.0.as_second())
+        .saturating_add(since)
 }
 
 async fn wait_for_certificate(
@@ -244,13 +281,20 @@ pub fn current_certificate(path: &Path) -> Result<CertificateFacts, CertificateE
         .ok_or_else(|| CertificateError::NoCertificate(shown(path)))
 }
 
-/// Writes `kubeconfig` to `path` (atomically, 0600).
+/// Writes `kubeconfig` to `path` (atomically, 0600); one larger than is read back
+/// ([`MAX_CREDENTIALS_BYTES`]) is not written.
 pub fn write_kubeconfig(path: &Path, kubeconfig: &Kubeconfig) -> Result<(), CertificateError> {
     let yaml =
         serde_norway::to_string(kubeconfig).map_err(|error| CertificateError::Kubeconfig {
             path: shown(path),
             message: error.to_string(),
         })?;
+    if yaml.len() as u64 > MAX_CREDENTIALS_BYTES {
+        return Err(CertificateError::TooLarge {
+            path: shown(path),
+            size: yaml.len(),
+        });
+    }
     safe_fs::write(path, yaml.as_bytes(), CREDENTIALS_MODE)?;
     Ok(())
 }
@@ -369,6 +413,14 @@ fn remove_folder(path: &Path) -> Result<bool, SafeFsError> {
             source,
         }),
     }
+}
+
+/// This node's clock, Unix seconds.
+pub fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
 }
 
 fn shown(path: &Path) -> String {

@@ -172,7 +172,9 @@ fn persist<H: Host>(ctx: &Context<'_, H>, journal: &Journal) -> Result<(), InPla
 
 /// The node's OS version (see [`rules::os_version`]). os-release is usually a symbolic
 /// link (`/etc/os-release` → `../usr/lib/os-release`), so these root-owned, read-only files
-/// are read following links, not through [`Host`] (whose reads refuse links).
+/// are read following links, not through [`Host`] (whose reads refuse links); anything but a
+/// regular file (a FIFO) is still refused, and the open does not block
+/// ([`crate::safe_fs::read_following_links`]).
 pub fn current_os_version() -> Result<Option<String>, InPlaceError> {
     let os_release = match read_system_file(rules::OS_RELEASE_PATH)? {
         Some(text) => text,
@@ -182,19 +184,14 @@ pub fn current_os_version() -> Result<Option<String>, InPlaceError> {
     Ok(rules::os_version(&os_release, debian_version.as_deref()))
 }
 
-/// A small system file (at most 64 KiB of it); `None` when it is missing.
+/// The most bytes of a system file read.
+const MAX_SYSTEM_FILE_BYTES: u64 = 64 * 1024;
+
+/// A small system file (at most [`MAX_SYSTEM_FILE_BYTES`]); `None` when it is missing.
 fn read_system_file(path: &str) -> Result<Option<String>, InPlaceError> {
-    use std::io::Read;
-    let file = match std::fs::File::open(path) {
-        Ok(file) => file,
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(error) => return Err(InPlaceError::Read(path.to_string(), error)),
-    };
-    let mut text = String::new();
-    file.take(64 * 1024)
-        .read_to_string(&mut text)
-        .map_err(|error| InPlaceError::Read(path.to_string(), error))?;
-    Ok(Some(text))
+    crate::safe_fs::read_following_links_if_present(Path::new(path), MAX_SYSTEM_FILE_BYTES)
+        .map(|bytes| bytes.map(|bytes| String::from_utf8_lossy(&bytes).into_owned()))
+        .map_err(|error| InPlaceError::Read(path.to_string(), std::io::Error::other(error)))
 }
 
 /// What the Node says: `InPlaceUpdate` reason, `update-result`, the annotations.
@@ -679,6 +676,32 @@ mod tests {
             command: path.display().to_string(),
             args: vec!["12.8".into(), "$HOME `id`".into()],
         }
+    }
+
+    /// Issue #41 item 9: a FIFO where os-release is expected is refused at once instead of
+    /// blocking the in-place step; a link to os-release is followed, a missing file is none.
+    #[test]
+    fn os_release_is_read_through_links_but_never_from_a_fifo() {
+        let (_dir, base) = crate::safe_fs::tests::temp();
+        let fifo = base.join("os-release");
+        crate::safe_fs::tests::mkfifo(&fifo);
+        let shown = fifo.display().to_string();
+        let (send, receive) = std::sync::mpsc::channel();
+        std::thread::spawn(move || send.send(read_system_file(&shown).map_err(|e| e.to_string())));
+        let read = receive.recv_timeout(Duration::from_secs(10));
+        assert!(
+            matches!(&read, Ok(Err(_))),
+            "a FIFO as os-release: {read:?}"
+        );
+
+        let real = base.join("usr-lib-os-release");
+        std::fs::write(&real, "ID=debian\nVERSION_ID=\"12\"\n").unwrap();
+        let link = base.join("etc-os-release");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        let text = read_system_file(&link.display().to_string()).unwrap();
+        assert_eq!(text.as_deref(), Some("ID=debian\nVERSION_ID=\"12\"\n"));
+        let missing = base.join("missing").display().to_string();
+        assert_eq!(read_system_file(&missing).unwrap(), None);
     }
 
     const FAST: RetryPolicy = RetryPolicy {

@@ -273,3 +273,72 @@ fn a_certificate_not_valid_by_this_clock_names_the_skew() {
     let ahead = clock_skew(&facts, 2_030).unwrap();
     assert!(ahead.contains("expired 30 s ago"), "{ahead}");
 }
+
+/// A certificate for `key` valid from `not_before` to `not_after` (Unix seconds), signed by
+/// another key (the signature is the API server's business, not the agent's).
+fn issued_for(key: &rcgen::KeyPair, not_before: i64, not_after: i64) -> String {
+    let at = |unix: i64| rcgen::date_time_ymd(1970, 1, 1) + Duration::from_secs(unix as u64);
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.not_before = at(not_before);
+    params.not_after = at(not_after);
+    let issuer = rcgen::Issuer::new(
+        rcgen::CertificateParams::new(Vec::<String>::new()).unwrap(),
+        rcgen::KeyPair::generate().unwrap(),
+    );
+    params.signed_by(key, &issuer).unwrap().pem()
+}
+
+/// Issue #41 item 5: only a certificate for the request's key, valid now by the API server's
+/// clock and of a bounded size is taken.
+#[test]
+fn an_issued_certificate_is_taken_only_for_our_key_valid_now_and_small() {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let ours = key.public_key_raw();
+    let now = 1_800_000_000;
+    // kube-controller-manager's: backdated 5 min, 90 s ahead.
+    let good = issued_for(&key, now - 300, now + 90);
+    let facts = check_issued(good.as_bytes(), ours, now).unwrap();
+    assert_eq!(facts.not_after, now + 90);
+    // The node's clock does not matter here: valid by the API server's clock is enough.
+    assert!(clock_skew(&facts, now + 3600).is_some());
+
+    let other = rcgen::KeyPair::generate().unwrap();
+    let refused = check_issued(
+        issued_for(&other, now - 300, now + 90).as_bytes(),
+        ours,
+        now,
+    );
+    assert!(
+        matches!(&refused, Err(IssuedRefused::OtherKey { .. })),
+        "{refused:?}"
+    );
+    let expired = check_issued(
+        issued_for(&key, now - 7200, now - 3600).as_bytes(),
+        ours,
+        now,
+    );
+    assert!(
+        matches!(&expired, Err(IssuedRefused::Expired { ago: 3600, .. })),
+        "{expired:?}"
+    );
+    // Up to 5 min ahead is the signer's clock; more is refused.
+    assert!(check_issued(issued_for(&key, now + 300, now + 900).as_bytes(), ours, now).is_ok());
+    let later = check_issued(issued_for(&key, now + 301, now + 900).as_bytes(), ours, now);
+    assert!(
+        matches!(&later, Err(IssuedRefused::NotYetValid { ahead: 301, .. })),
+        "{later:?}"
+    );
+    // A chain over the bound, even one that starts with a good certificate.
+    let chain = good.repeat(MAX_ISSUED_BYTES / good.len() + 1);
+    let large = check_issued(chain.as_bytes(), ours, now).unwrap_err();
+    assert!(
+        large
+            .to_string()
+            .starts_with(&format!("it is {} bytes, more than the 65536", chain.len())),
+        "{large}"
+    );
+    assert_eq!(
+        check_issued(b"not a certificate", ours, now),
+        Err(IssuedRefused::NotACertificate)
+    );
+}
