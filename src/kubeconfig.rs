@@ -38,9 +38,16 @@ pub enum KubeconfigError {
         #[source]
         source: kube::config::KubeconfigError,
     },
-    /// The configuration (file or in-cluster) is incomplete or invalid.
-    #[error("loading client configuration")]
-    Config(#[source] kube::config::InferConfigError),
+    /// The kubeconfig file could not be read (missing, a FIFO, too large, unreadable).
+    #[error("reading kubeconfig")]
+    File(#[source] crate::safe_fs::SafeFsError),
+    /// Neither a kubeconfig (`--kubeconfig`, `$KUBECONFIG`, `~/.kube/config`) nor the
+    /// in-cluster environment is there.
+    #[error(
+        "no client configuration: no --kubeconfig, $KUBECONFIG unset, no ~/.kube/config, and \
+         not running in a pod"
+    )]
+    Missing(#[source] kube::config::InClusterError),
     /// The kubeconfig does not produce a client configuration.
     #[error("kubeconfig {path} yields no usable client configuration")]
     Custom {
@@ -69,24 +76,70 @@ pub enum KubeconfigError {
 /// [`kube::Config::infer`] does). A kubeconfig goes through [`load`].
 pub async fn config(path: Option<&Path>) -> Result<kube::Config, KubeconfigError> {
     match path {
-        Some(path) => {
-            let display = path.display().to_string();
-            let kubeconfig =
-                Kubeconfig::read_from(path).map_err(|source| KubeconfigError::Read {
-                    path: display.clone(),
-                    source,
-                })?;
-            load(kubeconfig, &display).await
-        }
+        Some(path) => from_file(path).await,
         None => match Kubeconfig::read() {
             Ok(kubeconfig) => {
                 let mut config = load(kubeconfig, &inferred_path()).await?;
                 config.apply_debug_overrides();
                 Ok(config)
             }
-            // No readable kubeconfig: infer falls back to in-cluster, and reports both causes
-            // when that fails too.
-            Err(_) => kube::Config::infer().await.map_err(KubeconfigError::Config),
+            // A kubeconfig that is there but does not read is reported as such (one path:
+            // through `from_file`, whose errors name it plainly); none at all falls back to
+            // in-cluster, as `kube::Config::infer` does.
+            Err(source) => match kubeconfig_named() {
+                Named::One(path) => from_file(&path).await,
+                Named::Several => Err(KubeconfigError::Read {
+                    path: inferred_path(),
+                    source,
+                }),
+                Named::None => kube::Config::incluster().map_err(KubeconfigError::Missing),
+            },
+        },
+    }
+}
+
+/// The largest kubeconfig file read: far more than any kubeconfig with embedded certificates.
+pub const MAX_KUBECONFIG_BYTES: u64 = 1024 * 1024;
+
+/// Client configuration from the kubeconfig at `path`, read bounded and through links (a
+/// mounted Secret's file is a link), then [`load`]ed.
+async fn from_file(path: &Path) -> Result<kube::Config, KubeconfigError> {
+    let display = path.display().to_string();
+    let bytes = crate::safe_fs::read_following_links(path, MAX_KUBECONFIG_BYTES)
+        .map_err(KubeconfigError::File)?;
+    let text = String::from_utf8_lossy(&bytes);
+    let kubeconfig = Kubeconfig::from_yaml(&text).map_err(|source| KubeconfigError::Read {
+        path: display.clone(),
+        source,
+    })?;
+    load(kubeconfig, &display).await
+}
+
+/// Which kubeconfig a run without `--kubeconfig` names.
+enum Named {
+    /// `$KUBECONFIG` with one path, or `~/.kube/config` that exists.
+    One(std::path::PathBuf),
+    /// `$KUBECONFIG` with several paths (kube-rs merges them; its error speaks for itself).
+    Several,
+    /// Neither: the in-cluster configuration is next.
+    None,
+}
+
+/// The kubeconfig a run without `--kubeconfig` reads ([`Named`]).
+fn kubeconfig_named() -> Named {
+    match std::env::var_os("KUBECONFIG").filter(|value| !value.is_empty()) {
+        Some(value) if value.to_string_lossy().contains(':') => Named::Several,
+        Some(value) => Named::One(value.into()),
+        None => match std::env::var_os("HOME") {
+            Some(home) => {
+                let path = std::path::PathBuf::from(home).join(".kube/config");
+                if path.exists() {
+                    Named::One(path)
+                } else {
+                    Named::None
+                }
+            }
+            None => Named::None,
         },
     }
 }

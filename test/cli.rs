@@ -304,3 +304,68 @@ fn render_worker_says_the_cluster_is_optional() {
         .unwrap_or_default();
     assert!(cluster.contains("optional"), "{text}");
 }
+
+/// The last stderr line (the `Error: …` line; the operator logs before it).
+fn error_line(output: &Output) -> String {
+    let text = stderr(output);
+    text.lines()
+        .rev()
+        .find(|l| l.starts_with("Error: "))
+        .unwrap_or_else(|| panic!("no Error line:\n{text}"))
+        .to_string()
+}
+
+/// A missing kubeconfig is named as the path it is (not `'"/nonexistent"'`), and a run with
+/// no configuration at all says so once (not the same cause twice).
+#[test]
+fn a_missing_kubeconfig_is_named_plainly_and_once() {
+    let output = run_operator(std::path::Path::new("/nonexistent/kubeconfig"));
+    assert_eq!(output.status.code(), Some(1));
+    let line = error_line(&output);
+    assert_eq!(
+        line,
+        "Error: connecting to the seed API server: reading kubeconfig: inspecting \
+         /nonexistent/kubeconfig: No such file or directory (os error 2)"
+    );
+
+    let home = tempfile::tempdir().unwrap();
+    let home = home.path().to_str().unwrap();
+    let args = ["operator", "--http-bind-address", "127.0.0.1:0"];
+    let mut command = Command::new(BINARY);
+    command
+        .args(args)
+        .env("HOME", home)
+        .env_remove("KUBECONFIG")
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env_remove("KUBERNETES_SERVICE_PORT")
+        .env_remove("RUST_BACKTRACE");
+    let output = command.output().unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let line = error_line(&output);
+    assert!(
+        line.starts_with(
+            "Error: connecting to the seed API server: no client configuration: no \
+             --kubeconfig, $KUBECONFIG unset, no ~/.kube/config, and not running in a pod: "
+        ),
+        "{line}"
+    );
+    assert_eq!(line.matches("incluster").count(), 1, "{line}");
+    assert_eq!(line.matches(".kube/config").count(), 1, "{line}");
+    assert!(!line.contains("'\""), "{line}");
+}
+
+/// A kubeconfig that is a FIFO is refused without opening it (no hang).
+#[test]
+fn a_kubeconfig_that_is_a_fifo_is_refused_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("kubeconfig");
+    let status = Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(status.success());
+    let output = run_operator(&fifo);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(
+        error_line(&output).ends_with("is a FIFO, not a regular file; it is not opened"),
+        "{}",
+        stderr(&output)
+    );
+}
