@@ -1707,6 +1707,55 @@ async fn the_restart_annotation_restarts_the_units_it_names_and_the_agent_last()
     assert_eq!(occurrences, 2);
 }
 
+/// Issue #41 item 1: a restart of the bus daemon left the agent with a dead connection; every
+/// later apply failed with `daemon-reload: … Broken pipe`, forever. Now the agent connects again
+/// (and says so) and the next change, which needs a daemon-reload and a restart, is applied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_dbus_does_not_wedge_the_agent() {
+    let env = support::env().await;
+    let names = names();
+    let checksum = put_osc(
+        &env.client,
+        &names.secret,
+        &osc_yaml(
+            &[service("app.service", "before dbus restarted")],
+            &[],
+            None,
+        ),
+    )
+    .await;
+    let machine = boot(BIN);
+    let node = machine.name().to_string();
+    create_node(&env.client, &node).await;
+    let kubeconfig = limited_kubeconfig(&env, &node, &[&names.secret]).await;
+    let agent = AgentMachine::start(machine, &plain_setup(&env, &names.secret, kubeconfig));
+    wait_for_checksum(&env.client, &agent, &checksum, APPLY_TIMEOUT).await;
+    let agent_before = agent.invocation(AGENT_UNIT);
+
+    agent
+        .machine
+        .run(&["systemctl", "restart", "dbus.service"])
+        .expect_success("restart dbus");
+    let checksum = put_osc(
+        &env.client,
+        &names.secret,
+        &osc_yaml(&[service("app.service", "after dbus restarted")], &[], None),
+    )
+    .await;
+    wait_for_checksum(&env.client, &agent, &checksum, APPLY_TIMEOUT).await;
+    assert_eq!(
+        agent.machine.unit_property("app.service", "Description"),
+        "after dbus restarted"
+    );
+    let log = agent.log();
+    assert!(
+        log.contains("lost the connection to the system bus"),
+        "{log}"
+    );
+    // The same process: it reconnected rather than being restarted.
+    assert_eq!(agent.invocation(AGENT_UNIT), agent_before, "{log}");
+}
+
 /// GNA's host name check (`docs/agent.md#host-name-check`): when the kernel's host name changes,
 /// the agent exits and systemd starts it again, and the new process looks its Node up by the
 /// new name.
