@@ -1707,6 +1707,269 @@ async fn the_restart_annotation_restarts_the_units_it_names_and_the_agent_last()
     assert_eq!(occurrences, 2);
 }
 
+/// Sets the restart annotation on `node` to `value`.
+async fn request_restart(client: &kube::Client, node: &str, value: &str) {
+    Api::<Node>::all(client.clone())
+        .patch(
+            node,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {
+                "worker.gardener.cloud/restart-systemd-services": value
+            }}})),
+        )
+        .await
+        .unwrap();
+}
+
+/// Whether `node` still carries the restart annotation.
+async fn restart_requested(client: &kube::Client, node: &str) -> bool {
+    let node = Api::<Node>::all(client.clone()).get(node).await.unwrap();
+    node.metadata
+        .annotations
+        .is_some_and(|a| a.contains_key("worker.gardener.cloud/restart-systemd-services"))
+}
+
+/// Installs `units` (name, unit file) in the machine, outside the OSC.
+fn install_units(agent: &AgentMachine, units: &[(String, String)]) {
+    for (name, content) in units {
+        agent
+            .machine
+            .write_file(
+                format!("/etc/systemd/system/{name}"),
+                content.as_bytes(),
+                0o644,
+            )
+            .unwrap();
+    }
+    agent
+        .machine
+        .run(&["systemctl", "daemon-reload"])
+        .expect_success("daemon-reload");
+}
+
+/// Issue #41 item 1: a restart of the bus daemon left the agent with a dead connection; every
+/// later apply failed with `daemon-reload: … Broken pipe`, forever. Now the agent connects again
+/// (and says so) and the next change, which needs a daemon-reload and a restart, is applied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_dbus_does_not_wedge_the_agent() {
+    let env = support::env().await;
+    let names = names();
+    let checksum = put_osc(
+        &env.client,
+        &names.secret,
+        &osc_yaml(
+            &[service("app.service", "before dbus restarted")],
+            &[],
+            None,
+        ),
+    )
+    .await;
+    let machine = boot(BIN);
+    let node = machine.name().to_string();
+    create_node(&env.client, &node).await;
+    let kubeconfig = limited_kubeconfig(&env, &node, &[&names.secret]).await;
+    let agent = AgentMachine::start(machine, &plain_setup(&env, &names.secret, kubeconfig));
+    wait_for_checksum(&env.client, &agent, &checksum, APPLY_TIMEOUT).await;
+    let agent_before = agent.invocation(AGENT_UNIT);
+
+    agent
+        .machine
+        .run(&["systemctl", "restart", "dbus.service"])
+        .expect_success("restart dbus");
+    let checksum = put_osc(
+        &env.client,
+        &names.secret,
+        &osc_yaml(&[service("app.service", "after dbus restarted")], &[], None),
+    )
+    .await;
+    wait_for_checksum(&env.client, &agent, &checksum, APPLY_TIMEOUT).await;
+    assert_eq!(
+        agent.machine.unit_property("app.service", "Description"),
+        "after dbus restarted"
+    );
+    let log = agent.log();
+    assert!(
+        log.contains("lost the connection to the system bus"),
+        "{log}"
+    );
+    // The same process: it reconnected rather than being restarted.
+    assert_eq!(agent.invocation(AGENT_UNIT), agent_before, "{log}");
+}
+
+/// Issue #41 item 4: GNA restarts (starts) any unit named: `systemd-poweroff` powered the
+/// machine off, `modprobe@…` and `user@0` were started. Now units that change the machine's
+/// state and template instances are refused with a Warning naming them; the harmless unit next
+/// to them restarts and the machine stays up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_restart_annotation_refuses_units_that_would_stop_the_machine() {
+    let env = support::env().await;
+    let (agent, checksum) = one_unit_agent(&env, "restarted beside refused units").await;
+    wait_for_checksum(&env.client, &agent, &checksum, APPLY_TIMEOUT).await;
+    let app_before = agent.invocation("app.service");
+
+    request_restart(
+        &env.client,
+        &agent.node,
+        "systemd-poweroff, app, systemd-reboot.service, user@0, modprobe@dummy",
+    )
+    .await;
+    let refused = wait_for_event(
+        &env.client,
+        &agent,
+        "RestartRequestRefused",
+        "not restarted, would power off, reboot, halt, suspend or rescue the machine: systemd-poweroff.service, systemd-reboot.service",
+    )
+    .await;
+    assert!(
+        refused
+            .iter()
+            .all(|e| e.type_.as_deref() == Some("Warning"))
+    );
+    wait_for_event(
+        &env.client,
+        &agent,
+        "RestartRequestRefused",
+        "template unit (made of any name on demand): user@0.service, modprobe@dummy.service",
+    )
+    .await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while agent.invocation("app.service") == app_before {
+        assert!(std::time::Instant::now() < deadline, "{}", agent.log());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(!restart_requested(&env.client, &agent.node).await);
+    // The machine is up, and nothing refused was started.
+    let state = agent
+        .machine
+        .run(&["systemctl", "is-system-running"])
+        .stdout;
+    assert!(
+        matches!(state.trim(), "running" | "degraded"),
+        "{state}; {}",
+        agent.log()
+    );
+    for unit in [
+        "systemd-poweroff.service",
+        "systemd-reboot.service",
+        "user@0.service",
+        "modprobe@dummy.service",
+    ] {
+        assert_eq!(
+            agent.machine.unit_property(unit, "ActiveState"),
+            "inactive",
+            "{unit}"
+        );
+    }
+}
+
+/// Issue #41 item 4: GNA removes the annotation only after the restarts, so a restart that
+/// takes the agent (or the node) down finds the annotation again afterwards and repeats, again
+/// and again (`systemd-reboot` would reboot the node in a loop). Now the annotation is removed
+/// first: a unit whose start kills the agent is started once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_request_is_acted_on_at_most_once() {
+    let env = support::env().await;
+    let (agent, checksum) = one_unit_agent(&env, "unrelated").await;
+    wait_for_checksum(&env.client, &agent, &checksum, APPLY_TIMEOUT).await;
+    let starts = "/var/lib/agent-killer-starts";
+    install_units(
+        &agent,
+        &[(
+            "agent-killer.service".to_string(),
+            format!(
+                "[Service]\nType=oneshot\nExecStart=/bin/sh -c 'echo started >> {starts}; systemctl kill --signal=SIGKILL {AGENT_UNIT}'\n"
+            ),
+        )],
+    );
+    request_restart(&env.client, &agent.node, "agent-killer").await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !agent.machine.exists(starts) {
+        assert!(std::time::Instant::now() < deadline, "{}", agent.log());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // The agent comes back within seconds (RestartSec=1); give it time to find a leftover
+    // annotation several times over.
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    let lines = String::from_utf8(read(&agent, starts)).unwrap();
+    assert_eq!(
+        lines.lines().count(),
+        1,
+        "{lines}; agent log:\n{}",
+        agent.log()
+    );
+    assert!(!restart_requested(&env.client, &agent.node).await);
+    agent
+        .machine
+        .wait_for_unit_state(AGENT_UNIT, "active", Duration::from_secs(30))
+        .unwrap();
+}
+
+/// Issue #41 item 7: the restarts ran one after the other inside the main loop (a job timeout
+/// each), so slow units held back an OSC change for minutes, and every name was tried and
+/// logged in one line. Now the restarts run beside the loop, at most 50 units per request
+/// (the rest reported), and log lines list at most ten names.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restart_requests_do_not_hold_the_loop_and_are_capped() {
+    let env = support::env().await;
+    let names = names();
+    let checksum = put_osc(
+        &env.client,
+        &names.secret,
+        &osc_yaml(&[service("app.service", "before")], &[], None),
+    )
+    .await;
+    let machine = boot(BIN);
+    let node = machine.name().to_string();
+    create_node(&env.client, &node).await;
+    let kubeconfig = limited_kubeconfig(&env, &node, &[&names.secret]).await;
+    let agent = AgentMachine::start(machine, &plain_setup(&env, &names.secret, kubeconfig));
+    wait_for_checksum(&env.client, &agent, &checksum, APPLY_TIMEOUT).await;
+    // Each takes 40 s to start: one after the other, they would hold the loop for 2 minutes.
+    let slow: Vec<(String, String)> = (0..3)
+        .map(|n| {
+            (
+                format!("slow-{n}.service"),
+                "[Service]\nExecStartPre=/bin/sleep 40\nExecStart=/bin/sleep infinity\n".into(),
+            )
+        })
+        .collect();
+    install_units(&agent, &slow);
+    // 3 slow units and 60 long names of units that do not exist: 13 beyond the cap.
+    let mut value: Vec<String> = slow.iter().map(|(name, _)| name.clone()).collect();
+    value.extend((0..60).map(|n| format!("absent-{n}-{}", "x".repeat(100))));
+    request_restart(&env.client, &agent.node, &value.join(",")).await;
+    agent
+        .machine
+        .wait_for_unit_state("slow-0.service", "activating", Duration::from_secs(30))
+        .unwrap();
+
+    let started = std::time::Instant::now();
+    let checksum = put_osc(
+        &env.client,
+        &names.secret,
+        &osc_yaml(&[service("app.service", "after")], &[], None),
+    )
+    .await;
+    wait_for_checksum(&env.client, &agent, &checksum, Duration::from_secs(15)).await;
+    let took = started.elapsed();
+    assert_eq!(
+        agent.machine.unit_property("app.service", "Description"),
+        "after"
+    );
+    let note = event_note(
+        &env.client,
+        &agent,
+        "RestartRequestRefused",
+        "13 more than the 50 units one request may name",
+    )
+    .await;
+    assert!(note.ends_with(" more)"), "{note}");
+    let log = agent.log();
+    let longest = log.lines().map(str::len).max().unwrap_or_default();
+    assert!(longest < 3000, "a log line of {longest} bytes:\n{log}");
+    eprintln!("OSC change applied {took:?} after it was written, while the restarts ran");
+}
+
 /// GNA's host name check (`docs/agent.md#host-name-check`): when the kernel's host name changes,
 /// the agent exits and systemd starts it again, and the new process looks its Node up by the
 /// new name.

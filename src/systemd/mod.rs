@@ -13,7 +13,10 @@
 //! timeout (default [`DEFAULT_JOB_TIMEOUT`]), is an error. (gardener-node-agent treats a
 //! timeout as success; we report it, the caller decides.)
 //!
-//! One [`Systemd`] holds one connection; it is cheap to create per run. The pure helpers
+//! One [`Systemd`] holds one connection; it is cheap to create per run. A connection does not
+//! survive a restart of the bus daemon (`dbus.service`): [`Error::connection_lost`] tells such
+//! a failure from systemd's own answers, and a long-lived user (the node agent's
+//! [`crate::agent::ports::host::SystemHost`]) connects again. The pure helpers
 //! ([`JobResult`], [`format_invocation_id`]) are unit-tested here; the D-Bus parts are tested
 //! against a real systemd in `test/gvisor_install_e2e.rs`.
 
@@ -88,6 +91,39 @@ pub enum Error {
         /// The unit.
         unit: String,
     },
+}
+
+impl Error {
+    /// True when the connection to the bus itself is gone (the bus daemon was restarted or
+    /// stopped): every later call on this [`Systemd`] fails the same way, so the caller
+    /// connects again. A call systemd answered with an error (unknown unit, access denied,
+    /// a failed job) leaves the connection usable.
+    pub fn connection_lost(&self) -> bool {
+        match self {
+            Error::Disconnected { .. } => true,
+            Error::Call { source, .. } => is_lost(source),
+            Error::Connect { .. } | Error::JobFailed { .. } | Error::JobTimeout { .. } => false,
+        }
+    }
+
+    /// True when the call can be made again on a new connection without doing twice what
+    /// systemd already did: a method call whose connection broke (a job it queued would be
+    /// queued again with mode `replace`, which systemd merges with one still waiting; the
+    /// other calls are idempotent). A job already queued and waited for when the bus went
+    /// away ([`Error::Disconnected`]) is not.
+    pub fn retry_on_new_connection(&self) -> bool {
+        matches!(self, Error::Call { source, .. } if is_lost(source))
+    }
+}
+
+/// Whether a zbus error means the connection is broken: an I/O error on its socket (`Broken
+/// pipe`, `Connection reset`, end of stream) or the bus's own `Disconnected` error.
+fn is_lost(error: &zbus::Error) -> bool {
+    match error {
+        zbus::Error::InputOutput(_) => true,
+        zbus::Error::FDO(fdo) => matches!(**fdo, zbus::fdo::Error::Disconnected(_)),
+        _ => false,
+    }
 }
 
 /// A unit job we can queue.
@@ -528,6 +564,41 @@ mod tests {
             system_bus_address(Path::new("/")),
             "unix:path=/run/dbus/system_bus_socket"
         );
+    }
+
+    #[test]
+    fn a_broken_socket_is_a_lost_connection_and_an_answer_is_not() {
+        let call = |source: zbus::Error| Error::Call {
+            method: "Reload",
+            target: String::new(),
+            source: Box::new(source),
+        };
+        let broken = || {
+            zbus::Error::InputOutput(std::sync::Arc::new(std::io::Error::from(
+                std::io::ErrorKind::BrokenPipe,
+            )))
+        };
+        assert!(call(broken()).connection_lost());
+        assert!(call(broken()).retry_on_new_connection());
+        let disconnected = zbus::Error::FDO(Box::new(zbus::fdo::Error::Disconnected(
+            "bus went away".into(),
+        )));
+        assert!(call(disconnected).connection_lost());
+        let answered = zbus::Error::FDO(Box::new(zbus::fdo::Error::AccessDenied("no".into())));
+        assert!(!call(answered).connection_lost());
+        assert!(!call(zbus::Error::Failure("unknown unit".into())).connection_lost());
+        let waiting = Error::Disconnected {
+            operation: Operation::Restart,
+            unit: "kubelet.service".into(),
+        };
+        assert!(waiting.connection_lost());
+        assert!(!waiting.retry_on_new_connection());
+        let failed = Error::JobFailed {
+            operation: Operation::Restart,
+            unit: "kubelet.service".into(),
+            result: JobResult::Failed,
+        };
+        assert!(!failed.connection_lost());
     }
 
     #[test]

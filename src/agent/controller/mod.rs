@@ -116,6 +116,8 @@ struct LoopState {
     /// When to look at a restart request on the Node (the annotation was seen; again after a
     /// failure).
     restart_request_due: Option<Instant>,
+    /// The restarts of the last restart request (they run beside the loop).
+    restart_batch: restart_request::steps::Batch,
     /// When to read the kernel's host name again (`None`: fixed by `--hostname`).
     hostname_check_due: Option<Instant>,
     /// When to probe kubelet and containerd next, and what the last probes found.
@@ -224,6 +226,7 @@ impl<H: Host + 'static> Agent<H> {
             wake_on_node: false,
             lock_watch: None,
             restart_request_due: None,
+            restart_batch: restart_request::steps::Batch::default(),
             hostname_check_due: (!self.settings.hostname_fixed)
                 .then(|| Instant::now() + hostname_check::CHECK_INTERVAL),
             health_check_due: Instant::now() + self_healing::rules::CHECK_INTERVAL,
@@ -329,7 +332,9 @@ impl<H: Host + 'static> Agent<H> {
             .is_some_and(|due| due <= Instant::now())
         {
             let node = node_rx.borrow().as_ref().map(ResourceExt::name_any);
-            state.restart_request_due = self.honour_restart_request(node.as_deref()).await;
+            state.restart_request_due = self
+                .honour_restart_request(node.as_deref(), &mut state.restart_batch)
+                .await;
         }
         if state.due.is_some_and(|due| due <= Instant::now()) {
             state.due = None;
@@ -381,17 +386,21 @@ impl<H: Host + 'static> Agent<H> {
     }
 
     /// The restart request on the Node ([`restart_request`]); when to look again (`None`: done).
-    async fn honour_restart_request(&self, node: Option<&str>) -> Option<Instant> {
+    async fn honour_restart_request(
+        &self,
+        node: Option<&str>,
+        batch: &mut restart_request::steps::Batch,
+    ) -> Option<Instant> {
         let node = node?;
-        let context = restart_request::steps::Context {
-            host: self.host.as_ref(),
-            client: &self.client,
-            events: &self.events,
-            metrics: &self.metrics,
-            own_unit: &self.settings.own_unit,
+        let restarter = restart_request::steps::Restarter {
+            host: self.host.clone(),
+            client: self.client.clone(),
+            events: NodeEvents::new(&self.client, &self.settings.hostname),
+            metrics: self.metrics.clone(),
+            own_unit: self.settings.own_unit.clone(),
         };
-        match restart_request::steps::honour(&context, node).await {
-            Ok(_) => None,
+        match restart_request::steps::honour(restarter, batch, node).await {
+            Ok(wait) => wait.map(|wait| Instant::now() + wait),
             Err(error) => {
                 self.metrics.error("restart-request", "api");
                 warn!(error = %error_chain(&error), "honouring the restart request failed; trying again");

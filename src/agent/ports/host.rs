@@ -4,6 +4,13 @@
 //! a node against [`SystemHost`] (the real file system, systemd over D-Bus with
 //! [`crate::systemd`], containerd through its `ctr` client).
 //!
+//! systemd is reached over one connection to the system bus, made on first use. When that
+//! connection breaks (the bus daemon restarted: `dbus.service` named in the restart
+//! annotation, or restarted by anyone), the failed call logs it, connects again and is made
+//! once more on the new connection; a job whose result was being waited for is not queued
+//! again (its failure fails the apply, which is retried on the new connection). Without that
+//! the agent would keep the dead connection and fail every apply (issue #41 item 1).
+//!
 //! File access goes through [`crate::safe_fs`]: no link is followed (a link among the folders
 //! is refused, a link, FIFO or device in a file's place is never opened, modes are set on the
 //! open descriptor) and reads are bounded. Writes are crash-safe: a temporary file in the
@@ -19,8 +26,9 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
+use futures::FutureExt;
+use futures::future::BoxFuture;
 use tokio::process::Command;
-use tokio::sync::OnceCell;
 
 use crate::api::operatingsystemconfig::UnitCommand;
 use crate::containerd;
@@ -187,7 +195,7 @@ pub async fn http_healthz(address: &str, timeout: Duration) -> Result<(), String
 pub struct SystemHost {
     bus_address: String,
     job_timeout: Duration,
-    systemd: OnceCell<Systemd>,
+    bus: tokio::sync::Mutex<Bus>,
     containerd_address: String,
     containerd_namespace: String,
     temp_dir: PathBuf,
@@ -206,25 +214,68 @@ impl SystemHost {
         SystemHost {
             bus_address,
             job_timeout,
-            systemd: OnceCell::new(),
+            bus: tokio::sync::Mutex::new(Bus::default()),
             containerd_address,
             containerd_namespace,
             temp_dir,
         }
     }
 
-    /// One connection for the agent's lifetime (jobs are cheap on it; zbus reconnects are not
-    /// needed because systemd keeps the bus up).
-    async fn systemd(&self) -> Result<&Systemd, HostError> {
-        self.systemd
-            .get_or_try_init(|| async {
-                Ok::<_, HostError>(
-                    Systemd::connect(&self.bus_address)
-                        .await?
-                        .with_job_timeout(self.job_timeout),
-                )
-            })
-            .await
+    /// The current connection with its number, connecting when there is none (the first
+    /// call, or the first after the connection was lost). The lock makes concurrent jobs
+    /// share one new connection.
+    async fn systemd(&self) -> Result<(u64, Systemd), HostError> {
+        let mut bus = self.bus.lock().await;
+        if let Some(systemd) = &bus.current {
+            return Ok((bus.generation, systemd.clone()));
+        }
+        let systemd = Systemd::connect(&self.bus_address)
+            .await?
+            .with_job_timeout(self.job_timeout);
+        bus.generation += 1;
+        if bus.generation > 1 {
+            tracing::info!(address = %self.bus_address, "connected to the system bus again");
+        }
+        bus.current = Some(systemd.clone());
+        Ok((bus.generation, systemd))
+    }
+
+    /// Drops connection number `generation` after `error` showed it is gone (once, however
+    /// many calls on it fail), so the next call connects again.
+    async fn forget(&self, generation: u64, error: &systemd::Error) {
+        let mut bus = self.bus.lock().await;
+        if bus.generation == generation && bus.current.take().is_some() {
+            tracing::warn!(error = %crate::error_chain::printable(error), "lost the connection to the system bus (was dbus restarted?); connecting again");
+        }
+    }
+
+    /// Makes `call` on the current connection. When the connection turns out to be lost, it
+    /// is dropped, and a call that is safe to repeat
+    /// ([`systemd::Error::retry_on_new_connection`]) is made once more on a new one.
+    async fn with_systemd<'a, T>(
+        &self,
+        call: impl Fn(Systemd) -> BoxFuture<'a, Result<T, systemd::Error>>,
+    ) -> Result<T, HostError> {
+        let (generation, systemd) = self.systemd().await?;
+        let error = match call(systemd).await {
+            Ok(value) => return Ok(value),
+            Err(error) => error,
+        };
+        if !error.connection_lost() {
+            return Err(error.into());
+        }
+        self.forget(generation, &error).await;
+        if !error.retry_on_new_connection() {
+            return Err(error.into());
+        }
+        let (generation, systemd) = self.systemd().await?;
+        let result = call(systemd).await;
+        if let Err(error) = &result
+            && error.connection_lost()
+        {
+            self.forget(generation, error).await;
+        }
+        Ok(result?)
     }
 
     async fn ctr(&self, args: &[&str]) -> Result<String, HostError> {
@@ -271,6 +322,14 @@ pub async fn run_command(program: &str, args: &[&str]) -> Result<String, HostErr
         });
     }
     Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
+/// The agent's connection to systemd: none until first used or after it was lost; each new
+/// one gets the next number.
+#[derive(Debug, Default)]
+struct Bus {
+    current: Option<Systemd>,
+    generation: u64,
 }
 
 fn dir_error(action: &'static str, path: &Path) -> impl FnOnce(io::Error) -> HostError + use<> {
@@ -396,48 +455,62 @@ impl Host for SystemHost {
     }
 
     async fn daemon_reload(&self) -> Result<(), HostError> {
-        Ok(self.systemd().await?.daemon_reload().await?)
+        self.with_systemd(|systemd| async move { systemd.daemon_reload().await }.boxed())
+            .await
     }
 
     async fn enable_unit(&self, unit: &str) -> Result<(), HostError> {
-        self.systemd().await?.enable_unit_files(&[unit]).await?;
-        Ok(())
+        self.with_systemd(|systemd| {
+            async move { systemd.enable_unit_files(&[unit]).await.map(drop) }.boxed()
+        })
+        .await
     }
 
     async fn disable_unit(&self, unit: &str) -> Result<(), HostError> {
-        self.systemd().await?.disable_unit_files(&[unit]).await?;
-        Ok(())
+        self.with_systemd(|systemd| {
+            async move { systemd.disable_unit_files(&[unit]).await.map(drop) }.boxed()
+        })
+        .await
     }
 
     async fn unit_job(&self, unit: &str, command: UnitCommand) -> Result<(), HostError> {
-        let systemd = self.systemd().await?;
-        let result = match command {
-            UnitCommand::Start => systemd.start_unit(unit).await,
-            UnitCommand::Restart => systemd.restart_unit(unit).await,
-            UnitCommand::Stop => systemd.stop_unit(unit).await,
-        };
+        let result = self
+            .with_systemd(|systemd| {
+                async move {
+                    match command {
+                        UnitCommand::Start => systemd.start_unit(unit).await,
+                        UnitCommand::Restart => systemd.restart_unit(unit).await,
+                        UnitCommand::Stop => systemd.stop_unit(unit).await,
+                    }
+                }
+                .boxed()
+            })
+            .await;
         match result {
             // Like gardener-node-agent: a job still running after the timeout is not retried
             // (a retry would restart a slow unit again and again); it is logged.
-            Err(systemd::Error::JobTimeout {
+            Err(HostError::Systemd(systemd::Error::JobTimeout {
                 operation,
                 unit,
                 timeout,
-            }) => {
+            })) => {
                 tracing::warn!(%unit, %operation, ?timeout, "unit job still running after the timeout; not waiting longer");
                 Ok(())
             }
-            other => Ok(other?),
+            other => other,
         }
     }
 
     async fn unit_known(&self, unit: &str) -> Result<bool, HostError> {
-        let status = self.systemd().await?.unit_status(unit).await?;
+        let status = self
+            .with_systemd(|systemd| async move { systemd.unit_status(unit).await }.boxed())
+            .await?;
         Ok(status.load_state == "loaded")
     }
 
     async fn unit_health(&self, unit: &str) -> Result<systemd::UnitHealth, HostError> {
-        Ok(self.systemd().await?.unit_health(unit).await?)
+        self.with_systemd(|systemd| async move { systemd.unit_health(unit).await }.boxed())
+            .await
     }
 
     async fn kubelet_healthy(&self) -> bool {
