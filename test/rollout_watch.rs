@@ -410,6 +410,11 @@ async fn a_shoot_api_server_that_never_answers_does_not_stop_the_other_shoots_co
         rules::REASON_SHOOT_UNREACHABLE,
         "{unreachable:?}"
     );
+    assert!(
+        unreachable.message.contains("did not answer in time"),
+        "{}",
+        unreachable.message
+    );
     eprintln!("the hanging shoot's condition: {}", unreachable.message);
     assert_healthy(&operator).await;
     good.retire().await;

@@ -228,6 +228,14 @@ pub async fn run(context: &Context, step: Step) {
     let message = crate::error_chain::chain(&error);
     tracing::warn!(%namespace, osc = %step.target.osc_name, error = %message, "rollout status not updated");
     if let Some(why) = error.unobservable() {
+        let message = match (&error, why) {
+            (StepError::Api { .. }, Unobservable::Unreachable) => format!(
+                "the shoot's API server did not answer in time (connecting {}s, each read or write {}s): {message}",
+                CONNECT_TIMEOUT.as_secs(),
+                REQUEST_TIMEOUT.as_secs()
+            ),
+            _ => message,
+        };
         report_unobservable(context, namespace, &step.target, why, &message).await;
     }
 }
