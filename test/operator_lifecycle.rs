@@ -6,6 +6,8 @@
 //! - The operator binary stops within 5 s of SIGTERM while it works through many objects.
 //! - A spec edit alone waits (with a log line saying so), and the README's `kubectl
 //!   annotate` line makes it run.
+//! - On SIGTERM the leader gives its Lease up only after its run in flight was cut off at the
+//!   end of the grace, not while it still runs (issue 41 item 6).
 
 #![allow(clippy::unwrap_used, clippy::panic)] // test crate: failing loudly is the point
 
@@ -15,7 +17,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use gardener_extension_node::api::{Cluster, ContainerRuntime, LastOperationType};
+use gardener_extension_node::api::{
+    Cluster, ContainerRuntime, LastOperationType, ManagedResource, OperatingSystemConfig,
+};
 use gardener_extension_node::extension::cache::ObjectStore;
 use gardener_extension_node::extension::controller::{self, ControllerOptions};
 use gardener_extension_node::extension::error::{Classify, RetryPolicy};
@@ -24,10 +28,11 @@ use gardener_extension_node::extension::metrics::ControllerMetrics;
 use gardener_extension_node::extension::predicate::Filter;
 use gardener_extension_node::extension::reconciler::Reconciler;
 use gardener_extension_node::extension::{Actuator, Outcome, Request};
+use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
-use support::gardener::check_ready;
+use support::gardener::{check_ready, confirm_and_delete, wait_ready};
 use support::operator::OperatorProcess;
 use support::{fixtures, wait_for};
 use tokio_util::sync::CancellationToken;
@@ -379,4 +384,127 @@ async fn an_edit_waits_for_the_annotation_that_the_readme_shows() {
         "the annotation is removed by the run"
     );
     check_ready(&ran, LastOperationType::Reconcile).unwrap();
+}
+
+/// A finalizer of nobody: holds a deleted ManagedResource, so that a delete run waits for it
+/// inline (up to `INLINE_DELETE_WAIT`, 10 s) and is in flight when the operator is stopped.
+const HOLD: &str = "example.com/test-hold";
+
+/// Issue 41 item 6: the leader, stopped by SIGTERM while an OSC delete run waits for its
+/// ManagedResource, keeps its Lease until that run was cut off at the end of the controllers'
+/// grace, and only then releases it (a standby would otherwise reconcile beside the run).
+#[tokio::test]
+async fn sigterm_releases_the_lease_only_after_the_run_in_flight_was_cut_off() {
+    let _serial = SERIAL.lock().await;
+    let env = support::env().await;
+    create_cluster(&env).await;
+    let args = [
+        "--leader-election=true".to_string(),
+        format!("--leader-election-namespace={}", env.namespace),
+        format!("--heartbeat-namespace={}", env.namespace),
+        "--controllers=operatingsystemconfig".to_string(),
+    ];
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut operator = OperatorProcess::start(&env.kubeconfig, &args);
+    let leases: Api<Lease> = Api::namespaced(env.client.clone(), &env.namespace);
+    let holder = || async {
+        leases
+            .get("gardener-extension-node-leader-election")
+            .await
+            .ok()
+            .and_then(|l| l.spec?.holder_identity)
+            .filter(|h| !h.is_empty())
+    };
+    wait_for("a leader", Duration::from_secs(60), || async {
+        holder().await.ok_or_else(|| "no holder".to_string())
+    })
+    .await;
+
+    let oscs: Api<OperatingSystemConfig> = Api::namespaced(env.client.clone(), &env.namespace);
+    let mut osc = fixtures::operating_system_config_json(
+        &env.namespace,
+        &format!("{}-original", fixtures::OSC_KEY),
+        "reconcile",
+    );
+    osc["spec"]["files"]
+        .as_array_mut()
+        .unwrap()
+        .retain(|f| f["content"].get("secretRef").is_none());
+    osc["metadata"]["annotations"] = json!({"gardener.cloud/operation": "reconcile"});
+    let name = oscs
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(osc).unwrap(),
+        )
+        .await
+        .unwrap()
+        .name_any();
+    wait_ready(&oscs, &name, LastOperationType::Create).await;
+    let mrs: Api<ManagedResource> = Api::namespaced(env.client.clone(), &env.namespace);
+    let mr = format!("extension-osc-{}", fixtures::OSC_KEY);
+    mrs.patch(
+        &mr,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": [HOLD]}})),
+    )
+    .await
+    .unwrap();
+    confirm_and_delete(&oscs, &name).await;
+    wait_for(
+        "the delete run waiting for the ManagedResource",
+        Duration::from_secs(30),
+        || async {
+            let mr = mrs.get(&mr).await.map_err(|e| e.to_string())?;
+            mr.metadata
+                .deletion_timestamp
+                .map(|_| ())
+                .ok_or_else(|| "not deleted yet".to_string())
+        },
+    )
+    .await;
+
+    // SIGTERM while the run waits (it would for up to 10 s); watch the Lease meanwhile.
+    let sent = Instant::now();
+    let stopping = std::thread::spawn(move || {
+        let took = operator.terminate(Duration::from_secs(8));
+        (took, operator)
+    });
+    let released = wait_for("the Lease released", Duration::from_secs(10), || async {
+        match holder().await {
+            None => Ok(sent.elapsed()),
+            Some(h) => Err(format!("held by {h} {:?} after SIGTERM", sent.elapsed())),
+        }
+    })
+    .await;
+    let (took, operator) = stopping.join().unwrap();
+    let log = operator.log_text();
+    let took = took.unwrap_or_else(|| panic!("still running 8 s after SIGTERM:\n{log}"));
+    eprintln!("SIGTERM at 0: Lease released after {released:?}, exited after {took:?}");
+    let cut_off = log
+        .find("runs still in flight after the shutdown grace; cut off")
+        .unwrap_or_else(|| panic!("no run was in flight at SIGTERM:\n{log}"));
+    let release = log
+        .find("released leadership")
+        .unwrap_or_else(|| panic!("the Lease was not released:\n{log}"));
+    assert!(
+        released >= controller::SHUTDOWN_GRACE,
+        "the Lease was released {released:?} after SIGTERM, while the run was still in flight \
+         (cut off only after {:?}):\n{log}",
+        controller::SHUTDOWN_GRACE
+    );
+    assert!(
+        cut_off < release,
+        "released before the run was cut off:\n{log}"
+    );
+    assert!(
+        took < Duration::from_secs(5),
+        "exited {took:?} after SIGTERM"
+    );
+    mrs.patch(
+        &mr,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .unwrap();
 }

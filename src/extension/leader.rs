@@ -6,6 +6,12 @@
 //! resourceVersion, so two candidates never both win. Losing the Lease (no successful renew
 //! within the deadline) is fatal for the process, as with controller-runtime: the controllers
 //! stop and the pod restarts as a follower.
+//!
+//! On shutdown the leader goes on renewing until its caller says the controllers have
+//! stopped ([`LeaderElector::keep`] returns when told to), and only then gives the Lease up
+//! ([`LeaderElector::release`]), so a standby never reconciles while a run of the old leader
+//! is still in flight. A caller whose controllers did not stop in time does not release: the
+//! Lease then expires a lease duration after the last renewal, when the process is long gone.
 
 use std::time::Duration;
 
@@ -105,16 +111,14 @@ impl LeaderElector {
         }
     }
 
-    /// Renews the Lease every retry period until `shutdown` (then releases it and returns
-    /// `Ok`) or until renewing failed for longer than the renew deadline (`Err`).
-    pub async fn keep(&self, shutdown: &CancellationToken) -> Result<(), LeaderError> {
+    /// Renews the Lease every retry period until `until` (then returns `Ok`, still holding
+    /// it: give it up with [`Self::release`] once nothing reconciles any more) or until
+    /// renewing failed for longer than the renew deadline (`Err`).
+    pub async fn keep(&self, until: &CancellationToken) -> Result<(), LeaderError> {
         let mut last_renew = tokio::time::Instant::now();
         loop {
             tokio::select! {
-                _ = shutdown.cancelled() => {
-                    self.release().await;
-                    return Ok(());
-                }
+                _ = until.cancelled() => return Ok(()),
                 _ = tokio::time::sleep(self.timings.retry_period) => {}
             }
             match self.try_acquire_or_renew().await {
@@ -188,8 +192,10 @@ impl LeaderElector {
         }
     }
 
-    /// Gives the Lease up so a successor need not wait for it to expire.
-    async fn release(&self) {
+    /// Gives the Lease up so a successor need not wait for it to expire; call it only once
+    /// no run of this replica is in flight any more (a successor starts within a retry
+    /// period).
+    pub async fn release(&self) {
         let Ok(Some(mut lease)) = self.leases.get_opt(&self.name).await else {
             return;
         };

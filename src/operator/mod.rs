@@ -4,6 +4,12 @@
 //!
 //! Readiness: a replica waiting for leadership is ready (it serves probes and would take
 //! over); the leader is ready once every controller has processed its first list.
+//!
+//! Shutdown (SIGTERM, Ctrl-C, lost leadership): the controllers stop first — each lets its
+//! runs in flight end within its grace and cuts off the rest — while the leader keeps
+//! renewing its Lease; only then is the Lease released, so a standby starts reconciling
+//! after the old leader's last run, not beside it. Controllers that did not stop within
+//! [`STOP_TIMEOUT`] leave the Lease to expire instead (docs/contract.md#leader-election).
 
 mod options;
 
@@ -90,16 +96,10 @@ pub async fn run_serving(
     if let Some(elector) = elector {
         readiness.set_ready();
         if !elector.acquire(&shutdown).await {
-            return finish(server, None).await;
+            return finish(server, None, true).await;
         }
         readiness.set_not_ready();
-        let stop = shutdown.clone();
-        leadership = Some(tokio::spawn(async move {
-            let result = elector.keep(&stop).await;
-            // Losing leadership stops everything; the pod restarts as a follower.
-            stop.cancel();
-            result
-        }));
+        leadership = Some(Leadership::keep(elector, &shutdown));
     }
 
     tokio::spawn(heartbeat::run(
@@ -120,7 +120,7 @@ pub async fn run_serving(
                 .contains(&ControllerName::Operatingsystemconfig),
     );
     tokio::select! {
-        _ = shutdown.cancelled() => return finish(server, leadership).await,
+        _ = shutdown.cancelled() => return finish(server, leadership, true).await,
         _ = cache.synced() => tracing::info!("seed cache synced"),
     }
     let setup = Setup {
@@ -148,10 +148,11 @@ pub async fn run_serving(
     // Each controller stops its runs within its grace; side tasks (hand-over, rollout watch)
     // stop at their next step. The bound keeps SIGTERM prompt whatever a task waits for.
     let stopped = futures::future::join_all(controllers);
-    if tokio::time::timeout(STOP_TIMEOUT, stopped).await.is_err() {
-        tracing::warn!(timeout = ?STOP_TIMEOUT, "controllers did not stop in time; exiting anyway");
+    let stopped = tokio::time::timeout(STOP_TIMEOUT, stopped).await.is_ok();
+    if !stopped {
+        tracing::warn!(timeout = ?STOP_TIMEOUT, "controllers did not stop in time; exiting anyway, leaving the leader Lease to expire");
     }
-    finish(server, leadership).await
+    finish(server, leadership, stopped).await
 }
 
 /// How long the operator waits for its controllers after a shutdown signal (a little more
@@ -203,7 +204,49 @@ fn start_kinds(
 }
 
 type ServerTask = tokio::task::JoinHandle<std::io::Result<()>>;
-type LeadershipTask = tokio::task::JoinHandle<Result<(), crate::extension::leader::LeaderError>>;
+
+/// The Lease this replica holds: renewed by a task until [`Leadership::hand_over`].
+struct Leadership {
+    elector: LeaderElector,
+    renewing: tokio::task::JoinHandle<Result<(), crate::extension::leader::LeaderError>>,
+    /// Ends the renewals (cancelled by [`Leadership::hand_over`] only, not by `shutdown`:
+    /// the Lease stays ours while the controllers stop).
+    renew_until: CancellationToken,
+}
+
+impl Leadership {
+    /// Renews the Lease won by `elector` in a task; losing it cancels `shutdown` (the
+    /// controllers stop and the process exits; the pod restarts as a follower).
+    fn keep(elector: LeaderElector, shutdown: &CancellationToken) -> Self {
+        let renew_until = CancellationToken::new();
+        let stop = shutdown.clone();
+        let renewer = elector.clone();
+        let until = renew_until.clone();
+        let renewing = tokio::spawn(async move {
+            let result = renewer.keep(&until).await;
+            if result.is_err() {
+                stop.cancel();
+            }
+            result
+        });
+        Leadership {
+            elector,
+            renewing,
+            renew_until,
+        }
+    }
+
+    /// Stops renewing; releases the Lease when the controllers `stopped` (no run in flight
+    /// any more), else leaves it to expire. Fails if leadership had been lost.
+    async fn hand_over(self, stopped: bool) -> anyhow::Result<()> {
+        self.renew_until.cancel();
+        self.renewing.await.context("leader election task")??;
+        if stopped {
+            self.elector.release().await;
+        }
+        Ok(())
+    }
+}
 
 fn spawn_server(
     listener: std::net::TcpListener,
@@ -220,13 +263,19 @@ fn spawn_server(
     })
 }
 
-async fn finish(server: ServerTask, leadership: Option<LeadershipTask>) -> anyhow::Result<()> {
+/// Waits for the HTTP server (it stops with `shutdown`), then hands leadership over
+/// ([`Leadership::hand_over`]; `stopped`: no controller run is in flight any more).
+async fn finish(
+    server: ServerTask,
+    leadership: Option<Leadership>,
+    stopped: bool,
+) -> anyhow::Result<()> {
     server
         .await
         .context("HTTP server task")?
         .context("HTTP server")?;
-    if let Some(task) = leadership {
-        task.await.context("leader election task")??;
+    if let Some(leadership) = leadership {
+        leadership.hand_over(stopped).await?;
     }
     Ok(())
 }

@@ -1,7 +1,9 @@
 //! The pools' rollout as the seed sees it (`docs/agent.md#disruptive-rollout`, "Seen from
 //! the seed"): [`rules`] (pure: the OSC condition from the pool's Nodes, the shoot access
-//! objects) and [`watch`] (the task beside the OSC controller that lists the Nodes and keeps
-//! the condition).
+//! objects, which tokens may be sent), [`watch`] (the task beside the OSC controller that
+//! starts one bounded step per shoot every round and keeps itself running) and [`step`] (one
+//! shoot's I/O: list the Nodes, write the condition, within its time limits).
 
 pub mod rules;
+pub mod step;
 pub mod watch;

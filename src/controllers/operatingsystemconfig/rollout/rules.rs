@@ -12,8 +12,11 @@
 //!   naming the stopped nodes (an error an operator has to act on: fix the OSC, or resume the
 //!   node). gardenlet ignores condition types it does not know, so the condition informs
 //!   without changing how gardenlet treats the OSC;
-//! - [`unusable_kubeconfig`]: `Unknown`/[`REASON_KUBECONFIG_UNUSABLE`] while the shoot's
-//!   generic token kubeconfig Secret is missing or refused, so the nodes cannot be looked at;
+//! - [`unobservable`]: `Unknown` while the nodes cannot be looked at, with the reason
+//!   ([`Unobservable`]): the shoot's generic token kubeconfig Secret is missing or refused
+//!   ([`REASON_KUBECONFIG_UNUSABLE`]), the token in our access Secret is no usable bearer
+//!   token ([`REASON_TOKEN_UNUSABLE`], see [`check_token`]), or the shoot's API server did
+//!   not answer within the watch's time limits ([`REASON_SHOOT_UNREACHABLE`]);
 //! - [`access_secret`] and [`rbac_manifests`]: a shoot access Secret per OSC key for
 //!   gardener-resource-manager's token requestor (the way extensions get a shoot token), and
 //!   the ClusterRole/ClusterRoleBinding that let its ServiceAccount list Nodes, shipped in
@@ -34,6 +37,10 @@ use crate::api::constants::LABEL_WORKER_POOL;
 pub const CONDITION_TYPE: &str = "NodeAgentRollout";
 /// The condition's reason while the generic token kubeconfig cannot be used.
 pub const REASON_KUBECONFIG_UNUSABLE: &str = "GenericKubeconfigUnusable";
+/// The condition's reason while the token in our access Secret cannot be sent.
+pub const REASON_TOKEN_UNUSABLE: &str = "ShootTokenUnusable";
+/// The condition's reason while the shoot's API server does not answer in time.
+pub const REASON_SHOOT_UNREACHABLE: &str = "ShootUnreachable";
 pub use crate::api::constants::NODE_CONDITION_DISRUPTIVE_ROLLOUT as NODE_CONDITION_ROLLOUT;
 use crate::api::constants::{ANNOTATION_NODE_CHECKSUM, LABEL_NODE_AGENT_SECRET_NAME};
 /// Annotation on the access Secret: the checksum of the node-agent secret we shipped.
@@ -155,20 +162,91 @@ pub fn condition(
     with_times(status, reason, message, previous, now)
 }
 
-/// The OSC condition while the nodes cannot be looked at because the shoot's generic token
-/// kubeconfig is unusable; `message` names the Secret and the reason.
-pub fn unusable_kubeconfig(
+/// Why the nodes of a pool cannot be looked at (each a reason of the `Unknown` condition).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unobservable {
+    /// The generic token kubeconfig Secret is missing or refused.
+    Kubeconfig,
+    /// The token in our access Secret is no usable bearer token.
+    Token,
+    /// The shoot's API server did not answer in time.
+    Unreachable,
+}
+
+impl Unobservable {
+    /// The condition's reason.
+    pub fn reason(self) -> &'static str {
+        match self {
+            Unobservable::Kubeconfig => REASON_KUBECONFIG_UNUSABLE,
+            Unobservable::Token => REASON_TOKEN_UNUSABLE,
+            Unobservable::Unreachable => REASON_SHOOT_UNREACHABLE,
+        }
+    }
+}
+
+/// The OSC condition while the nodes cannot be looked at for `why`; `message` names the
+/// object or the server and the cause.
+pub fn unobservable(
+    why: Unobservable,
     message: &str,
     previous: Option<&Condition>,
     now: DateTime<Utc>,
 ) -> Condition {
     with_times(
         ConditionStatus::Unknown,
-        REASON_KUBECONFIG_UNUSABLE,
+        why.reason(),
         message.to_string(),
         previous,
         now,
     )
+}
+
+/// The OSC condition while the shoot's generic token kubeconfig is unusable
+/// ([`unobservable`] with [`Unobservable::Kubeconfig`]).
+pub fn unusable_kubeconfig(
+    message: &str,
+    previous: Option<&Condition>,
+    now: DateTime<Utc>,
+) -> Condition {
+    unobservable(Unobservable::Kubeconfig, message, previous, now)
+}
+
+/// Why a token cannot be sent as `Authorization: Bearer <token>`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the token has {what} at byte {position}; a bearer token is printable ASCII without spaces"
+)]
+pub struct TokenRefused {
+    /// What was found (`a line break`, `a control character`, …).
+    pub what: &'static str,
+    /// Its offset in the token.
+    pub position: usize,
+}
+
+/// The token of an access Secret (`None`: not written yet, or empty): usable only if every
+/// byte is printable ASCII other than a space (what a ServiceAccount token consists of, and
+/// a valid HTTP header value); anything else is refused, never sent or passed to a client
+/// builder that would reject it by panicking.
+pub fn check_token(data: Option<&[u8]>) -> Option<Result<&str, TokenRefused>> {
+    let data = data.filter(|d| !d.is_empty())?;
+    let refused = data.iter().enumerate().find_map(|(position, byte)| {
+        let what = match *byte {
+            0x21..=0x7e => return None,
+            b'\n' | b'\r' => "a line break",
+            b' ' | b'\t' => "white space",
+            0x80.. => "a non-ASCII byte",
+            _ => "a control character",
+        };
+        Some(TokenRefused { what, position })
+    });
+    Some(match refused {
+        Some(refused) => Err(refused),
+        // Printable ASCII is UTF-8.
+        None => std::str::from_utf8(data).map_err(|_| TokenRefused {
+            what: "a non-ASCII byte",
+            position: 0,
+        }),
+    })
 }
 
 /// Our condition with `status`, `reason` and `message`; keeps `previous`'s transition time
@@ -413,6 +491,49 @@ mod tests {
             now() + chrono::Duration::seconds(10),
         );
         assert_eq!(again, unknown, "the same text: no write");
+    }
+
+    #[test]
+    fn a_token_with_a_line_break_or_control_characters_is_refused_not_sent() {
+        assert_eq!(check_token(None), None);
+        assert_eq!(check_token(Some(b"")), None, "not written yet");
+        assert_eq!(
+            check_token(Some(b"eyJhbGciOi.eyJpc3Mi.c2lnbmF0dXJl")),
+            Some(Ok("eyJhbGciOi.eyJpc3Mi.c2lnbmF0dXJl"))
+        );
+        for (token, what, position) in [
+            (&b"abc\ndef"[..], "a line break", 3),
+            (b"abc\r\n", "a line break", 3),
+            (b"abc\n", "a line break", 3),
+            (b" abc", "white space", 0),
+            (b"ab\tc", "white space", 2),
+            (b"ab\x00c", "a control character", 2),
+            (b"ab\x7fc", "a control character", 2),
+            (b"ab\xc3\xa9", "a non-ASCII byte", 2),
+        ] {
+            let refused = check_token(Some(token)).unwrap().unwrap_err();
+            assert_eq!(
+                (refused.what, refused.position),
+                (what, position),
+                "{token:?}"
+            );
+            assert!(refused.to_string().contains(what), "{refused}");
+        }
+    }
+
+    #[test]
+    fn each_unobservable_cause_has_its_reason() {
+        for (why, reason) in [
+            (Unobservable::Kubeconfig, REASON_KUBECONFIG_UNUSABLE),
+            (Unobservable::Token, REASON_TOKEN_UNUSABLE),
+            (Unobservable::Unreachable, REASON_SHOOT_UNREACHABLE),
+        ] {
+            let condition = unobservable(why, "m", None, now());
+            assert_eq!(
+                (condition.status, condition.reason.as_str()),
+                (ConditionStatus::Unknown, reason)
+            );
+        }
     }
 
     #[test]

@@ -10,7 +10,18 @@
 //! The shoot client is built from exactly that address, that CA and our token
 //! ([`crate::kubeconfig::shoot_endpoint`]): a generic token kubeconfig with any other field
 //! (a program to run, a file to read, other credentials) is refused, and the OSC condition
-//! says so (`Unknown`, [`rules::REASON_KUBECONFIG_UNUSABLE`], naming the Secret).
+//! says so (`Unknown`, [`rules::REASON_KUBECONFIG_UNUSABLE`], naming the Secret). A token
+//! that is no printable ASCII ([`rules::check_token`]: a line break, a control character) is
+//! refused likewise ([`rules::REASON_TOKEN_UNUSABLE`]) and never reaches a client builder.
+//!
+//! One shoot never holds up another: every [`INTERVAL`] a round starts one [`step`] per OSC
+//! to look at, each a task of its own bounded by [`step::STEP_TIMEOUT`] (and its requests by
+//! [`step::CONNECT_TIMEOUT`] and [`step::REQUEST_TIMEOUT`]); an OSC whose step is still
+//! running is skipped until it ends, the others go on. A shoot that does not answer in time
+//! turns its condition `Unknown` ([`rules::REASON_SHOOT_UNREACHABLE`]). A step that panics is
+//! logged (error, naming the OSC) and the OSC is looked at again the next round; should the
+//! round loop itself panic, [`run`] logs it and starts it again after [`INTERVAL`], so the
+//! watch never stops while the operator runs.
 //!
 //! What it costs: every [`INTERVAL`], one list of the pool's Nodes (label selector) per OSC
 //! whose condition does not say yet that every node runs the shipped checksum; nothing for
@@ -19,56 +30,23 @@
 //! as precondition: a conflict is retried the next round).
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::Utc;
-use k8s_openapi::api::core::v1::{Node, Secret};
-use kube::api::{ListParams, Patch, PatchParams};
+use futures::FutureExt;
+use k8s_openapi::api::core::v1::Secret;
 use kube::runtime::reflector::Store;
 use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
-use serde_json::json;
+use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::rules::{self, ANNOTATION_POOL, ANNOTATION_SHIPPED_CHECKSUM, CONDITION_TYPE};
-use crate::api::OperatingSystemConfig;
-use crate::api::common::Condition;
-use crate::controllers::operatingsystemconfig::nodeagent;
+use super::rules;
+use super::step::{self, Context, Key, Step, Target};
 use crate::extension::cache::{ObjectStore, SeedCache, SyncedStore};
 
 /// How often unfinished rollouts are looked at.
 pub const INTERVAL: Duration = Duration::from_secs(10);
-
-/// Shoot clients by access Secret (namespace, name), with the token each was built with.
-type ShootClients = HashMap<(String, String), (String, Client)>;
-
-/// Why one OSC's rollout could not be looked at (logged; the next round tries again).
-#[derive(Debug, thiserror::Error)]
-enum WatchError {
-    #[error("the shoot's generic token kubeconfig Secret {0} is missing or has no kubeconfig")]
-    NoKubeconfig(String),
-    #[error("the shoot's generic token kubeconfig is unusable")]
-    Kubeconfig(#[source] crate::kubeconfig::KubeconfigError),
-    #[error("building the shoot client")]
-    Client(#[source] kube::Error),
-    #[error("{what}")]
-    Api {
-        what: &'static str,
-        #[source]
-        source: kube::Error,
-    },
-}
-
-impl WatchError {
-    /// The generic token kubeconfig Secret is missing or refused: only someone changing it
-    /// helps, so the OSC condition says so (other errors are logged and retried).
-    fn is_unusable_kubeconfig(&self) -> bool {
-        matches!(
-            self,
-            WatchError::NoKubeconfig(_) | WatchError::Kubeconfig(_)
-        )
-    }
-}
 
 /// Our access Secrets, stored whole (the token is what [`run`] builds shoot clients with).
 pub type AccessSecrets = SyncedStore<Secret>;
@@ -80,7 +58,8 @@ pub fn access_secrets(client: &Client, shutdown: &CancellationToken) -> AccessSe
     SyncedStore::start(Api::all(client.clone()), config, shutdown)
 }
 
-/// Runs until `shutdown` (see the module docs); `store` is [`access_secrets`]'.
+/// Runs until `shutdown` (see the module docs); `access` is [`access_secrets`]'. Supervises
+/// the round loop: a panic in it is logged and the loop starts again after [`INTERVAL`].
 pub async fn run(
     client: Client,
     cache: SeedCache,
@@ -88,8 +67,35 @@ pub async fn run(
     access: AccessSecrets,
     shutdown: CancellationToken,
 ) {
-    let store = access.store;
-    let mut clients = ShootClients::new();
+    let context = Arc::new(Context::new(client, cache));
+    loop {
+        let rounds = tokio::spawn(rounds(
+            Arc::clone(&context),
+            oscs.clone(),
+            access.store.clone(),
+            shutdown.clone(),
+        ));
+        match rounds.await {
+            Ok(()) => return,
+            Err(error) => tracing::error!(
+                error = %describe(error),
+                "the node-agent rollout watch failed; starting it again"
+            ),
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(INTERVAL) => {}
+        }
+    }
+}
+
+async fn rounds(
+    context: Arc<Context>,
+    oscs: ObjectStore,
+    access: Store<Secret>,
+    shutdown: CancellationToken,
+) {
+    let mut steps = Steps::default();
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => break,
@@ -97,244 +103,118 @@ pub async fn run(
         }
         let ready = tokio::select! {
             _ = shutdown.cancelled() => break,
-            ready = store.wait_until_ready() => ready,
+            ready = access.wait_until_ready() => ready,
         };
         if ready.is_err() {
             break;
         }
-        round(&client, &cache, &oscs, &store, &mut clients).await;
+        round(&context, &oscs, &access, &mut steps);
     }
 }
 
-async fn round(
-    client: &Client,
-    cache: &SeedCache,
-    oscs: &ObjectStore,
-    access: &Store<Secret>,
-    clients: &mut ShootClients,
-) {
+/// Starts a step for every OSC to look at whose previous step has ended.
+fn round(context: &Arc<Context>, oscs: &ObjectStore, access: &Store<Secret>, steps: &mut Steps) {
+    steps.reap();
     let secrets = access.state();
     for secret in &secrets {
-        let namespace = secret.namespace().unwrap_or_default();
-        let Some(target) = Target::of(secret, oscs) else {
+        let Some(step) = step_for(context, secret, oscs) else {
             continue;
         };
-        if target.complete() || !shoot_running(cache, &namespace) {
+        if steps.running(&step.key) {
+            tracing::debug!(namespace = %step.key.0, osc = %step.target.osc_name, "previous look still running");
             continue;
         }
-        let Some(token) = token_of(secret) else {
-            tracing::debug!(%namespace, osc = %target.osc_name, "no shoot token yet");
-            continue;
-        };
-        let key = (namespace.clone(), secret.name_any());
-        if let Err(error) = observe(client, cache, clients, key, &token, &target).await {
-            let message = crate::error_chain::chain(&error);
-            tracing::warn!(%namespace, osc = %target.osc_name, error = %message, "rollout status not updated");
-            if error.is_unusable_kubeconfig() {
-                report_unusable(client, &namespace, &target, &message).await;
-            }
-        }
+        steps.start(Arc::clone(context), step);
     }
-    // Forget the clients of access Secrets that are gone.
-    let live: HashSet<(String, String)> = secrets
+    // Forget the clients and stop the steps of access Secrets that are gone.
+    let live: HashSet<Key> = secrets
         .iter()
         .filter_map(|s| Some((s.namespace()?, s.name_any())))
         .collect();
-    clients.retain(|key, _| live.contains(key));
+    context.retain_clients(|key| live.contains(key));
+    steps.retain(|key| live.contains(key));
 }
 
-/// One OSC whose rollout is watched.
-struct Target {
-    osc_name: String,
-    key: String,
-    pool: String,
-    checksum: String,
-    previous: Option<Condition>,
-    /// The OSC's other conditions and its resourceVersion, as the store has them: the write
-    /// replaces only ours, and fails (to be retried next round) if the OSC moved meanwhile.
-    others: Vec<Condition>,
-    resource_version: Option<String>,
-}
-
-/// The part of a stored OSC [`Target::of`] reads.
-#[derive(serde::Deserialize, Default)]
-#[serde(default)]
-struct StoredConditions {
-    status: StoredStatus,
-}
-
-#[derive(serde::Deserialize, Default)]
-#[serde(default)]
-struct StoredStatus {
-    conditions: Vec<Condition>,
-}
-
-impl Target {
-    /// The OSC the access Secret belongs to, when it still exists and is not being deleted.
-    fn of(secret: &Secret, oscs: &ObjectStore) -> Option<Self> {
-        let annotations = secret.metadata.annotations.as_ref()?;
-        let owner = secret
-            .owner_references()
-            .iter()
-            .find(|o| o.kind == "OperatingSystemConfig" && o.controller == Some(true))?;
-        let namespace = secret.namespace()?;
-        let object = oscs.get(&namespace, &owner.name)?;
-        if object.deleting || object.uid.as_deref() != Some(owner.uid.as_str()) {
-            return None;
-        }
-        let (ours, others): (Vec<Condition>, Vec<Condition>) = object
-            .decode::<StoredConditions>()
-            .map(|stored| stored.status.conditions)
-            .unwrap_or_default()
-            .into_iter()
-            .partition(|c| c.type_ == CONDITION_TYPE);
-        Some(Target {
-            osc_name: owner.name.clone(),
-            key: nodeagent::key_of(&owner.name).to_string(),
-            pool: annotations.get(ANNOTATION_POOL)?.clone(),
-            checksum: annotations.get(ANNOTATION_SHIPPED_CHECKSUM)?.clone(),
-            previous: ours.into_iter().next(),
-            others,
-            resource_version: object.resource_version.clone(),
-        })
+/// The step for `secret`'s OSC, when its rollout is to be looked at.
+fn step_for(context: &Context, secret: &Secret, oscs: &ObjectStore) -> Option<Step> {
+    let namespace = secret.namespace()?;
+    let target = Target::of(secret, oscs)?;
+    if target.complete() || !context.shoot_running(&namespace) {
+        return None;
     }
-
-    /// Whether the condition already says that every node runs this checksum.
-    fn complete(&self) -> bool {
-        rules::is_complete(self.previous.as_ref(), &self.checksum)
-    }
-}
-
-/// The shoot has nodes to look at: known, not hibernated, not being deleted.
-fn shoot_running(cache: &SeedCache, namespace: &str) -> bool {
-    cache.cluster(namespace).is_some_and(|cluster| {
-        cluster
-            .shoot()
-            .is_ok_and(|shoot| !shoot.is_hibernation_enabled() && !shoot.is_being_deleted())
+    let data = secret.data.as_ref().and_then(|d| d.get("token"));
+    let Some(token) = rules::check_token(data.map(|t| t.0.as_slice())) else {
+        tracing::debug!(%namespace, osc = %target.osc_name, "no shoot token yet");
+        return None;
+    };
+    Some(Step {
+        key: (namespace, secret.name_any()),
+        token: token.map(str::to_string),
+        target,
     })
 }
 
-fn token_of(secret: &Secret) -> Option<String> {
-    let token = secret.data.as_ref()?.get("token")?;
-    String::from_utf8(token.0.clone())
-        .ok()
-        .filter(|t| !t.is_empty())
+/// The steps started and not reaped yet, by access Secret; aborted when dropped (shutdown,
+/// or the round loop panicking).
+#[derive(Default)]
+struct Steps {
+    tasks: HashMap<Key, (String, JoinHandle<()>)>,
 }
 
-async fn observe(
-    client: &Client,
-    cache: &SeedCache,
-    clients: &mut ShootClients,
-    key: (String, String),
-    token: &str,
-    target: &Target,
-) -> Result<(), WatchError> {
-    let namespace = key.0.as_str();
-    let shoot = match clients.get(&key) {
-        Some((known, shoot)) if known == token => shoot.clone(),
-        _ => {
-            let shoot = shoot_client(client, cache, namespace, token).await?;
-            clients.insert(key.clone(), (token.to_string(), shoot.clone()));
-            shoot
+impl Steps {
+    fn start(&mut self, context: Arc<Context>, step: Step) {
+        let key = step.key.clone();
+        let osc = step.target.osc_name.clone();
+        let task = tokio::spawn(async move { step::run(&context, step).await });
+        self.tasks.insert(key, (osc, task));
+    }
+
+    fn running(&self, key: &Key) -> bool {
+        self.tasks.contains_key(key)
+    }
+
+    /// Removes the ended steps; logs those that panicked.
+    fn reap(&mut self) {
+        self.tasks.retain(|(namespace, _), (osc, task)| {
+            if !task.is_finished() {
+                return true;
+            }
+            if let Some(Err(error)) = task.now_or_never() {
+                tracing::error!(%namespace, %osc, error = %describe(error), "looking at the node-agent rollout failed; trying again next round");
+            }
+            false
+        });
+    }
+
+    fn retain(&mut self, live: impl Fn(&Key) -> bool) {
+        self.tasks.retain(|key, (_, task)| {
+            let keep = live(key);
+            if !keep {
+                task.abort();
+            }
+            keep
+        });
+    }
+}
+
+impl Drop for Steps {
+    fn drop(&mut self) {
+        for (_, task) in self.tasks.values() {
+            task.abort();
         }
-    };
-    let selector = format!(
-        "{}={}",
-        crate::api::constants::LABEL_WORKER_POOL,
-        target.pool
-    );
-    let nodes = Api::<Node>::all(shoot)
-        .list(&ListParams::default().labels(&selector))
-        .await
-        .map_err(|source| WatchError::Api {
-            what: "listing the pool's Nodes in the shoot",
-            source,
-        })?;
-    let summary = rules::summarize(&nodes.items, &target.pool, &target.key, &target.checksum);
-    let condition = rules::condition(
-        &summary,
-        &target.checksum,
-        target.previous.as_ref(),
-        Utc::now(),
-    );
-    if target.previous.as_ref() == Some(&condition) {
-        return Ok(());
-    }
-    write_condition(client, namespace, target, condition).await
-}
-
-/// Sets the condition to `Unknown` with `message` (the Secret and why it is unusable), unless
-/// it says so already; a failed write is logged and retried the next round.
-async fn report_unusable(client: &Client, namespace: &str, target: &Target, message: &str) {
-    let condition = rules::unusable_kubeconfig(message, target.previous.as_ref(), Utc::now());
-    if target.previous.as_ref() == Some(&condition) {
-        return;
-    }
-    if let Err(error) = write_condition(client, namespace, target, condition).await {
-        tracing::warn!(%namespace, osc = %target.osc_name, error = %crate::error_chain::chain(&error), "rollout condition not updated");
     }
 }
 
-/// Replaces our condition in the OSC's `status.conditions`, keeping any others.
-async fn write_condition(
-    client: &Client,
-    namespace: &str,
-    target: &Target,
-    condition: Condition,
-) -> Result<(), WatchError> {
-    tracing::info!(%namespace, osc = %target.osc_name, status = ?condition.status, reason = %condition.reason, message = %condition.message, "node-agent rollout");
-    let mut conditions = target.others.clone();
-    conditions.push(condition);
-    let mut patch = json!({"status": {"conditions": conditions}});
-    if let Some(version) = &target.resource_version {
-        patch["metadata"] = json!({"resourceVersion": version});
+/// A failed task in one line: its panic message, or that it was cancelled.
+fn describe(error: tokio::task::JoinError) -> String {
+    if !error.is_panic() {
+        return error.to_string();
     }
-    Api::<OperatingSystemConfig>::namespaced(client.clone(), namespace)
-        .patch_status(
-            &target.osc_name,
-            &PatchParams::default(),
-            &Patch::Merge(patch),
-        )
-        .await
-        .map_err(|source| WatchError::Api {
-            what: "writing the OSC condition",
-            source,
-        })?;
-    Ok(())
-}
-
-/// A client for the shoot: address and CA from the generic token kubeconfig (nothing else of
-/// it), the token of our access Secret.
-async fn shoot_client(
-    client: &Client,
-    cache: &SeedCache,
-    namespace: &str,
-    token: &str,
-) -> Result<Client, WatchError> {
-    let secret_name = cache
-        .cluster(namespace)
-        .map(|c| c.generic_token_kubeconfig_secret_name().to_string())
-        .unwrap_or_else(|| crate::api::constants::GENERIC_TOKEN_KUBECONFIG_SECRET_NAME.to_string());
-    let secret_key = format!("{namespace}/{secret_name}");
-    let secret = Api::<Secret>::namespaced(client.clone(), namespace)
-        .get_opt(&secret_name)
-        .await
-        .map_err(|source| WatchError::Api {
-            what: "reading the generic token kubeconfig",
-            source,
-        })?
-        .ok_or_else(|| WatchError::NoKubeconfig(secret_key.clone()))?;
-    let yaml = secret
-        .data
-        .as_ref()
-        .and_then(|d| d.get("kubeconfig"))
-        .and_then(|k| String::from_utf8(k.0.clone()).ok())
-        .ok_or_else(|| WatchError::NoKubeconfig(secret_key.clone()))?;
-    let origin = format!("Secret {secret_key}");
-    let endpoint =
-        crate::kubeconfig::shoot_endpoint(&yaml, &origin).map_err(WatchError::Kubeconfig)?;
-    let config = crate::kubeconfig::token_config(&endpoint, token, &origin)
-        .await
-        .map_err(WatchError::Kubeconfig)?;
-    crate::kubeconfig::build(config, "operator").map_err(WatchError::Client)
+    let payload = error.into_panic();
+    let message = payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".to_string());
+    format!("panicked: {message}")
 }

@@ -1,0 +1,376 @@
+//! One shoot's step of the rollout watch ([`super::watch`]): list the pool's Nodes in the
+//! shoot and write the OSC condition ([`super::rules`] decides it). The I/O of the watch,
+//! bounded so that one shoot never holds up another: each step runs as a task of its own
+//! (the watch starts it and reaps it), connecting to the shoot takes at most
+//! [`CONNECT_TIMEOUT`], each read or write on the connection at most [`REQUEST_TIMEOUT`],
+//! and the whole step at most [`STEP_TIMEOUT`].
+//!
+//! A step that cannot look at the nodes logs why (warning, naming the namespace and OSC)
+//! and, when only someone acting helps or the shoot did not answer, says so in the
+//! condition (`Unknown`, see [`rules::Unobservable`]); other errors are retried the next
+//! round.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+
+use chrono::Utc;
+use k8s_openapi::api::core::v1::{Node, Secret};
+use kube::api::{ListParams, Patch, PatchParams};
+use kube::{Api, Client, ResourceExt};
+use serde_json::json;
+
+use super::rules::{
+    self, ANNOTATION_POOL, ANNOTATION_SHIPPED_CHECKSUM, CONDITION_TYPE, TokenRefused, Unobservable,
+};
+use crate::api::OperatingSystemConfig;
+use crate::api::common::Condition;
+use crate::controllers::operatingsystemconfig::nodeagent;
+use crate::extension::cache::{ObjectStore, SeedCache};
+
+/// How long connecting to a shoot's API server (TCP and TLS) may take.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long one read or write on the connection to a shoot's API server, and one request
+/// to the seed, may wait.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long one shoot's whole step may take (client, list, condition write).
+pub const STEP_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// An access Secret by (namespace, name).
+pub type Key = (String, String);
+
+/// What every step shares: the seed client and cache, and the shoot clients by access
+/// Secret with the token each was built with (built once per token).
+pub struct Context {
+    client: Client,
+    cache: SeedCache,
+    clients: Mutex<HashMap<Key, (String, Client)>>,
+}
+
+impl Context {
+    /// A context without shoot clients yet.
+    pub fn new(client: Client, cache: SeedCache) -> Self {
+        Context {
+            client,
+            cache,
+            clients: Mutex::default(),
+        }
+    }
+
+    /// Forgets the shoot clients of access Secrets not in `live`.
+    pub fn retain_clients(&self, live: impl Fn(&Key) -> bool) {
+        self.clients_map().retain(|key, _| live(key));
+    }
+
+    fn clients_map(&self) -> std::sync::MutexGuard<'_, HashMap<Key, (String, Client)>> {
+        // A step that panicked while holding the lock left the map whole (inserts only).
+        self.clients.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn known_client(&self, key: &Key, token: &str) -> Option<Client> {
+        match self.clients_map().get(key) {
+            Some((known, client)) if known == token => Some(client.clone()),
+            _ => None,
+        }
+    }
+
+    /// Whether the shoot of `namespace` has nodes to look at: known, not hibernated, not
+    /// being deleted.
+    pub fn shoot_running(&self, namespace: &str) -> bool {
+        self.cache.cluster(namespace).is_some_and(|cluster| {
+            cluster
+                .shoot()
+                .is_ok_and(|shoot| !shoot.is_hibernation_enabled() && !shoot.is_being_deleted())
+        })
+    }
+}
+
+/// Why one OSC's rollout could not be looked at.
+#[derive(Debug, thiserror::Error)]
+enum StepError {
+    #[error("the shoot's generic token kubeconfig Secret {0} is missing or has no kubeconfig")]
+    NoKubeconfig(String),
+    #[error("the shoot's generic token kubeconfig is unusable")]
+    Kubeconfig(#[source] crate::kubeconfig::KubeconfigError),
+    #[error("the token in access Secret {secret} is unusable")]
+    Token {
+        secret: String,
+        #[source]
+        source: TokenRefused,
+    },
+    #[error("building the shoot client")]
+    Client(#[source] kube::Error),
+    #[error("{what}")]
+    Api {
+        what: &'static str,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("{what}: no answer within {}s", .limit.as_secs())]
+    TimedOut { what: &'static str, limit: Duration },
+}
+
+impl StepError {
+    /// Whether the condition says so, and with which reason: a refused kubeconfig or token
+    /// (only someone changing it helps) and a shoot that did not answer in time.
+    fn unobservable(&self) -> Option<Unobservable> {
+        match self {
+            StepError::NoKubeconfig(_) | StepError::Kubeconfig(_) => Some(Unobservable::Kubeconfig),
+            StepError::Token { .. } => Some(Unobservable::Token),
+            StepError::TimedOut { .. } => Some(Unobservable::Unreachable),
+            StepError::Api { source, .. } if timed_out(source) => Some(Unobservable::Unreachable),
+            _ => None,
+        }
+    }
+}
+
+/// Whether an I/O time limit ended `error` (a connect, read or write timeout of the client).
+fn timed_out(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut current = Some(error);
+    while let Some(cause) = current {
+        if cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut)
+        {
+            return true;
+        }
+        current = cause.source();
+    }
+    false
+}
+
+/// One OSC whose rollout is watched.
+pub struct Target {
+    /// The OSC's name.
+    pub osc_name: String,
+    key: String,
+    pool: String,
+    checksum: String,
+    previous: Option<Condition>,
+    /// The OSC's other conditions and its resourceVersion, as the store has them: the write
+    /// replaces only ours, and fails (to be retried next round) if the OSC moved meanwhile.
+    others: Vec<Condition>,
+    resource_version: Option<String>,
+}
+
+/// The part of a stored OSC [`Target::of`] reads.
+#[derive(serde::Deserialize, Default)]
+#[serde(default)]
+struct StoredConditions {
+    status: StoredStatus,
+}
+
+#[derive(serde::Deserialize, Default)]
+#[serde(default)]
+struct StoredStatus {
+    conditions: Vec<Condition>,
+}
+
+impl Target {
+    /// The OSC the access Secret belongs to, when it still exists and is not being deleted.
+    pub fn of(secret: &Secret, oscs: &ObjectStore) -> Option<Self> {
+        let annotations = secret.metadata.annotations.as_ref()?;
+        let owner = secret
+            .owner_references()
+            .iter()
+            .find(|o| o.kind == "OperatingSystemConfig" && o.controller == Some(true))?;
+        let namespace = secret.namespace()?;
+        let object = oscs.get(&namespace, &owner.name)?;
+        if object.deleting || object.uid.as_deref() != Some(owner.uid.as_str()) {
+            return None;
+        }
+        let (ours, others): (Vec<Condition>, Vec<Condition>) = object
+            .decode::<StoredConditions>()
+            .map(|stored| stored.status.conditions)
+            .unwrap_or_default()
+            .into_iter()
+            .partition(|c| c.type_ == CONDITION_TYPE);
+        Some(Target {
+            osc_name: owner.name.clone(),
+            key: nodeagent::key_of(&owner.name).to_string(),
+            pool: annotations.get(ANNOTATION_POOL)?.clone(),
+            checksum: annotations.get(ANNOTATION_SHIPPED_CHECKSUM)?.clone(),
+            previous: ours.into_iter().next(),
+            others,
+            resource_version: object.resource_version.clone(),
+        })
+    }
+
+    /// Whether the condition already says that every node runs this checksum.
+    pub fn complete(&self) -> bool {
+        rules::is_complete(self.previous.as_ref(), &self.checksum)
+    }
+}
+
+/// One step: the access Secret `key`, its token as [`rules::check_token`] judged it, the OSC.
+pub struct Step {
+    /// The access Secret.
+    pub key: Key,
+    /// Its token.
+    pub token: Result<String, TokenRefused>,
+    /// The OSC.
+    pub target: Target,
+}
+
+/// Runs `step` within [`STEP_TIMEOUT`]; logs a failure and, where [`StepError::unobservable`]
+/// says so, writes it into the condition.
+pub async fn run(context: &Context, step: Step) {
+    let outcome = tokio::time::timeout(STEP_TIMEOUT, observe(context, &step))
+        .await
+        .unwrap_or(Err(StepError::TimedOut {
+            what: "looking at the pool's Nodes in the shoot",
+            limit: STEP_TIMEOUT,
+        }));
+    let Err(error) = outcome else {
+        return;
+    };
+    let namespace = step.key.0.as_str();
+    let message = crate::error_chain::chain(&error);
+    tracing::warn!(%namespace, osc = %step.target.osc_name, error = %message, "rollout status not updated");
+    if let Some(why) = error.unobservable() {
+        let message = match (&error, why) {
+            (StepError::Api { .. }, Unobservable::Unreachable) => format!(
+                "the shoot's API server did not answer in time (connecting {}s, each read or write {}s): {message}",
+                CONNECT_TIMEOUT.as_secs(),
+                REQUEST_TIMEOUT.as_secs()
+            ),
+            _ => message,
+        };
+        report_unobservable(context, namespace, &step.target, why, &message).await;
+    }
+}
+
+async fn observe(context: &Context, step: &Step) -> Result<(), StepError> {
+    let namespace = step.key.0.as_str();
+    let token = step.token.as_ref().map_err(|source| StepError::Token {
+        secret: format!("{namespace}/{}", step.key.1),
+        source: source.clone(),
+    })?;
+    let shoot = match context.known_client(&step.key, token) {
+        Some(shoot) => shoot,
+        None => {
+            let shoot = shoot_client(context, namespace, token).await?;
+            context
+                .clients_map()
+                .insert(step.key.clone(), (token.clone(), shoot.clone()));
+            shoot
+        }
+    };
+    let target = &step.target;
+    let selector = format!(
+        "{}={}",
+        crate::api::constants::LABEL_WORKER_POOL,
+        target.pool
+    );
+    let nodes = Api::<Node>::all(shoot)
+        .list(&ListParams::default().labels(&selector))
+        .await
+        .map_err(|source| StepError::Api {
+            what: "listing the pool's Nodes in the shoot",
+            source,
+        })?;
+    let summary = rules::summarize(&nodes.items, &target.pool, &target.key, &target.checksum);
+    let condition = rules::condition(
+        &summary,
+        &target.checksum,
+        target.previous.as_ref(),
+        Utc::now(),
+    );
+    if target.previous.as_ref() == Some(&condition) {
+        return Ok(());
+    }
+    write_condition(&context.client, namespace, target, condition).await
+}
+
+/// Sets the condition to `Unknown` for `why` with `message`, unless it says so already; a
+/// failed write is logged and retried the next round.
+async fn report_unobservable(
+    context: &Context,
+    namespace: &str,
+    target: &Target,
+    why: Unobservable,
+    message: &str,
+) {
+    let condition = rules::unobservable(why, message, target.previous.as_ref(), Utc::now());
+    if target.previous.as_ref() == Some(&condition) {
+        return;
+    }
+    let write = write_condition(&context.client, namespace, target, condition);
+    let result = tokio::time::timeout(REQUEST_TIMEOUT, write)
+        .await
+        .unwrap_or(Err(StepError::TimedOut {
+            what: "writing the OSC condition",
+            limit: REQUEST_TIMEOUT,
+        }));
+    if let Err(error) = result {
+        tracing::warn!(%namespace, osc = %target.osc_name, error = %crate::error_chain::chain(&error), "rollout condition not updated");
+    }
+}
+
+/// Replaces our condition in the OSC's `status.conditions`, keeping any others.
+async fn write_condition(
+    client: &Client,
+    namespace: &str,
+    target: &Target,
+    condition: Condition,
+) -> Result<(), StepError> {
+    tracing::info!(%namespace, osc = %target.osc_name, status = ?condition.status, reason = %condition.reason, message = %condition.message, "node-agent rollout");
+    let mut conditions = target.others.clone();
+    conditions.push(condition);
+    let mut patch = json!({"status": {"conditions": conditions}});
+    if let Some(version) = &target.resource_version {
+        patch["metadata"] = json!({"resourceVersion": version});
+    }
+    Api::<OperatingSystemConfig>::namespaced(client.clone(), namespace)
+        .patch_status(
+            &target.osc_name,
+            &PatchParams::default(),
+            &Patch::Merge(patch),
+        )
+        .await
+        .map_err(|source| StepError::Api {
+            what: "writing the OSC condition",
+            source,
+        })?;
+    Ok(())
+}
+
+/// A client for the shoot: address and CA from the generic token kubeconfig (nothing else of
+/// it), the token of our access Secret (checked by [`rules::check_token`]), and the time
+/// limits of the module docs.
+async fn shoot_client(
+    context: &Context,
+    namespace: &str,
+    token: &str,
+) -> Result<Client, StepError> {
+    let secret_name = context
+        .cache
+        .cluster(namespace)
+        .map(|c| c.generic_token_kubeconfig_secret_name().to_string())
+        .unwrap_or_else(|| crate::api::constants::GENERIC_TOKEN_KUBECONFIG_SECRET_NAME.to_string());
+    let secret_key = format!("{namespace}/{secret_name}");
+    let secret = Api::<Secret>::namespaced(context.client.clone(), namespace)
+        .get_opt(&secret_name)
+        .await
+        .map_err(|source| StepError::Api {
+            what: "reading the generic token kubeconfig",
+            source,
+        })?
+        .ok_or_else(|| StepError::NoKubeconfig(secret_key.clone()))?;
+    let yaml = secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get("kubeconfig"))
+        .and_then(|k| String::from_utf8(k.0.clone()).ok())
+        .ok_or_else(|| StepError::NoKubeconfig(secret_key.clone()))?;
+    let origin = format!("Secret {secret_key}");
+    let endpoint =
+        crate::kubeconfig::shoot_endpoint(&yaml, &origin).map_err(StepError::Kubeconfig)?;
+    let mut config = crate::kubeconfig::token_config(&endpoint, token, &origin)
+        .await
+        .map_err(StepError::Kubeconfig)?;
+    config.connect_timeout = Some(CONNECT_TIMEOUT);
+    config.read_timeout = Some(REQUEST_TIMEOUT);
+    config.write_timeout = Some(REQUEST_TIMEOUT);
+    crate::kubeconfig::build(config, "operator").map_err(StepError::Client)
+}
