@@ -211,42 +211,22 @@ pub fn unusable_kubeconfig(
     unobservable(Unobservable::Kubeconfig, message, previous, now)
 }
 
-/// Why a token cannot be sent as `Authorization: Bearer <token>`.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "the token has {what} at byte {position}; a bearer token is printable ASCII without spaces"
-)]
-pub struct TokenRefused {
-    /// What was found (`a line break`, `a control character`, …).
-    pub what: &'static str,
-    /// Its offset in the token.
-    pub position: usize,
-}
+pub use crate::kubeconfig::rules::TokenRefused;
 
-/// The token of an access Secret (`None`: not written yet, or empty): usable only if every
-/// byte is printable ASCII other than a space (what a ServiceAccount token consists of, and
-/// a valid HTTP header value); anything else is refused, never sent or passed to a client
-/// builder that would reject it by panicking.
+/// The token of an access Secret (`None`: not written yet, or empty): usable only if it is
+/// what [`crate::kubeconfig::rules::check_bearer_token`] admits (what a ServiceAccount token
+/// consists of, and a valid HTTP header value); anything else is refused, never sent or passed
+/// to a client builder that would reject it by panicking.
 pub fn check_token(data: Option<&[u8]>) -> Option<Result<&str, TokenRefused>> {
     let data = data.filter(|d| !d.is_empty())?;
-    let refused = data.iter().enumerate().find_map(|(position, byte)| {
-        let what = match *byte {
-            0x21..=0x7e => return None,
-            b'\n' | b'\r' => "a line break",
-            b' ' | b'\t' => "white space",
-            0x80.. => "a non-ASCII byte",
-            _ => "a control character",
-        };
-        Some(TokenRefused { what, position })
+    let token = std::str::from_utf8(data).map_err(|error| TokenRefused::Character {
+        what: "a non-ASCII character",
+        at: error.valid_up_to(),
+        length: data.len(),
     });
-    Some(match refused {
-        Some(refused) => Err(refused),
-        // Printable ASCII is UTF-8.
-        None => std::str::from_utf8(data).map_err(|_| TokenRefused {
-            what: "a non-ASCII byte",
-            position: 0,
-        }),
-    })
+    Some(
+        token.and_then(|token| crate::kubeconfig::rules::check_bearer_token(token).map(|()| token)),
+    )
 }
 
 /// Our condition with `status`, `reason` and `message`; keeps `previous`'s transition time
@@ -503,20 +483,23 @@ mod tests {
         );
         for (token, what, position) in [
             (&b"abc\ndef"[..], "a line break", 3),
-            (b"abc\r\n", "a line break", 3),
+            (b"abc\r\n", "a carriage return", 3),
             (b"abc\n", "a line break", 3),
-            (b" abc", "white space", 0),
-            (b"ab\tc", "white space", 2),
+            (b" abc", "a space", 0),
+            (b"ab\tc", "a tab", 2),
             (b"ab\x00c", "a control character", 2),
             (b"ab\x7fc", "a control character", 2),
-            (b"ab\xc3\xa9", "a non-ASCII byte", 2),
+            (b"ab\xc3\xa9", "a non-ASCII character", 2),
+            (b"ab\xff", "a non-ASCII character", 2),
         ] {
             let refused = check_token(Some(token)).unwrap().unwrap_err();
-            assert_eq!(
-                (refused.what, refused.position),
-                (what, position),
-                "{token:?}"
-            );
+            let TokenRefused::Character {
+                what: found, at, ..
+            } = refused.clone()
+            else {
+                panic!("{token:?}: {refused:?}");
+            };
+            assert_eq!((found, at), (what, position), "{token:?}");
             assert!(refused.to_string().contains(what), "{refused}");
         }
     }
