@@ -106,12 +106,13 @@ pub async fn run<A: Actuator>(
     reconciler
         .metrics
         .set_max_concurrent(kind, options.max_concurrent.max(1));
-    let workers: Vec<tokio::task::JoinHandle<()>> = tokio::select! {
-        _ = shutdown.cancelled() => Vec::new(),
-        _ = ready => (0..options.max_concurrent.max(1))
-            .map(|_| tokio::spawn(work(Arc::clone(&reconciler), Arc::clone(&queue), Arc::clone(&failures), options.retry)))
-            .collect(),
-    };
+    let mut workers = tokio::task::JoinSet::new();
+    tokio::select! {
+        _ = shutdown.cancelled() => {}
+        _ = ready => for _ in 0..options.max_concurrent.max(1) {
+            workers.spawn(work(Arc::clone(&reconciler), Arc::clone(&queue), Arc::clone(&failures), options.retry));
+        },
+    }
 
     shutdown.cancelled().await;
     queue.shut_down();
@@ -122,15 +123,17 @@ pub async fn run<A: Actuator>(
     // Workers finish their current run: a run interrupted mid-way is safe (idempotent), but
     // letting it end keeps status and events consistent on a graceful shutdown. A run that
     // waits longer than the grace (an actuator polling for a deletion) is cut off, so that
-    // the process stops within seconds of SIGTERM.
-    let aborts: Vec<_> = workers.iter().map(|w| w.abort_handle()).collect();
-    let finished = futures::future::join_all(workers);
+    // the process stops within seconds of SIGTERM. A cut-off run is waited for until it is
+    // gone (dropped at its next await), so none of it runs on once this returns: the leader
+    // Lease is released only after that (docs/contract.md#leader-election).
+    let finished = async { while workers.join_next().await.is_some() {} };
     if tokio::time::timeout(SHUTDOWN_GRACE, finished)
         .await
         .is_err()
     {
         tracing::warn!(kind, grace = ?SHUTDOWN_GRACE, "runs still in flight after the shutdown grace; cut off");
-        aborts.iter().for_each(tokio::task::AbortHandle::abort);
+        workers.abort_all();
+        while workers.join_next().await.is_some() {}
     }
     tracing::info!(kind, "controller stopped");
 }
