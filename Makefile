@@ -27,7 +27,9 @@
 #                        fails the Worker (test/machines_e2e.rs)
 #   make e2e-machines-lifecycle  the longer run: a rolling update by a new node-agent key with MCM
 #                        down mid-way, scale up and down, an in-place pool updated by MCM's real
-#                        in-place flow, a driver crash mid-create, migrate + restore; sampled at 2 Hz
+#                        in-place flow, a driver crash mid-create, migrate + restore, a slow cloud
+#                        with provider-local's blocking create (a delete mid-create); sampled every
+#                        500 ms, surge and unavailability asserted
 #   make bench-scale     ContainerRuntimes and OSCs at 200, 2,000 and 5,000: time, requests, memory, workers, restart
 #   make bench-machines  a pool of 10 over 3 zones created and rolled by the real MCM into docs/benchmarks.md
 #   make bench-rollout   GNA's rollout modes against the disruptive rollout on four nodes into docs/benchmarks.md

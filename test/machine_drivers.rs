@@ -8,9 +8,13 @@
 //!                                                             user-data Secret in infra-<id>
 //! ```
 //!
-//! Upstream CRDs (`support::Crds::Upstream`), no shoot (`--target-kubeconfig=none`): the
-//! machine Pods never run here (no kubelet), so the test stops at what the driver creates —
-//! which needs it to decode our `providerSpec` and to read the credentials Secret's kubeconfig.
+//! Upstream CRDs (`support::Crds::Upstream`). The machine Pods never run here (no kubelet), so
+//! the test stops at what the driver creates — which needs it to decode our `providerSpec` and
+//! to read the credentials Secret's kubeconfig — for a rolling and an in-place
+//! (`AutoInPlaceUpdate`) pool. MCM v0.62.1 refuses in-place deployments without a target
+//! cluster ("in-place updates are not supported if running without a target cluster"), so the
+//! controllers get one: the seed's own API server stands in for the shoot (a shoot would have
+//! no Node here either, the machine Pods never boot).
 
 #![allow(clippy::unwrap_used, clippy::panic)]
 
@@ -88,58 +92,83 @@ async fn provider_locals_driver_creates_the_machines_of_our_classes() {
     .await;
     let mut worker = fixtures::worker_json(&ns);
     worker["metadata"]["annotations"] = json!({"gardener.cloud/operation": "reconcile"});
+    let mut in_place = worker["spec"]["pools"][0].clone();
+    in_place["name"] = json!("worker-b");
+    in_place["updateStrategy"] = json!("AutoInPlaceUpdate");
+    in_place["maxSurge"] = json!(0);
+    in_place["maxUnavailable"] = json!(1);
+    worker["spec"]["pools"]
+        .as_array_mut()
+        .unwrap()
+        .push(in_place);
     create(&Api::<Worker>::namespaced(env.client.clone(), &ns), worker).await;
 
     let controllers = MachineControllers::start(
         &Targets {
             assets: &assets,
             seed_kubeconfig: &env.kubeconfig,
-            shoot_kubeconfig: None,
+            shoot_kubeconfig: Some(&env.kubeconfig),
             namespace: &ns,
         },
         Driver::ProviderLocal,
     );
 
-    // MCM core turns our MachineDeployment into a MachineSet and a Machine of our class.
+    // MCM core turns each MachineDeployment (rolling and in-place) into a MachineSet and a
+    // Machine of our class.
     let machines = Api::<Machine>::namespaced(env.client.clone(), &ns);
-    let machine = wait_for("MCM creates the pool's Machine", WAIT, || async {
+    let listed = wait_for("MCM creates a Machine per pool", WAIT, || async {
         let list = machines
             .list(&ListParams::default())
             .await
             .map_err(|e| e.to_string())?;
-        list.items
-            .into_iter()
-            .next()
-            .ok_or_else(|| format!("no Machine yet\n{}", controllers.logs(15)))
+        let mut pools: Vec<(String, String)> = list
+            .items
+            .iter()
+            .map(|m| {
+                let class = m.spec.class.as_ref().map(|c| c.name.clone());
+                (m.name_any(), class.unwrap_or_default())
+            })
+            .collect();
+        pools.sort_by(|a, b| a.1.cmp(&b.1));
+        match pools.as_slice() {
+            [a, b] if a.1.contains("-worker-a-") && b.1.contains("-worker-b-") => Ok(pools),
+            _ => Err(format!("Machines {pools:?}\n{}", controllers.logs(15))),
+        }
     })
     .await;
-    let machine_name = machine.name_any();
 
-    // provider-local's driver decoded our class: the machine Pod boots the CloudProfile's
+    // provider-local's driver decoded both classes: each machine Pod boots the CloudProfile's
     // image, with its Service and the user data (MCM filled in the machine name).
-    let pod_name = format!("machine-{machine_name}");
-    let pods = Api::<Pod>::namespaced(env.client.clone(), &machine_namespace);
-    let pod = wait_for("provider-local creates the machine Pod", WAIT, || async {
-        pods.get_opt(&pod_name)
+    for (machine_name, class) in &listed {
+        let pod_name = format!("machine-{machine_name}");
+        let pods = Api::<Pod>::namespaced(env.client.clone(), &machine_namespace);
+        let pod = wait_for("provider-local creates the machine Pod", WAIT, || async {
+            pods.get_opt(&pod_name)
+                .await
+                .map_err(|e| e.to_string())?
+                .ok_or_else(|| {
+                    format!(
+                        "no Pod {pod_name} (class {class})\n{}",
+                        controllers.logs(15)
+                    )
+                })
+        })
+        .await;
+        let container = &pod.spec.as_ref().unwrap().containers[0];
+        assert_eq!(
+            container.image.as_deref(),
+            Some(fixtures::MACHINE_IMAGE_13_2)
+        );
+        let services = Api::<Service>::namespaced(env.client.clone(), &machine_namespace);
+        assert!(services.get_opt(&pod_name).await.unwrap().is_some());
+        let user_data = Api::<Secret>::namespaced(env.client.clone(), &machine_namespace)
+            .get(&format!("{pod_name}-userdata"))
             .await
-            .map_err(|e| e.to_string())?
-            .ok_or_else(|| format!("no Pod {pod_name}\n{}", controllers.logs(15)))
-    })
-    .await;
-    let container = &pod.spec.as_ref().unwrap().containers[0];
-    assert_eq!(
-        container.image.as_deref(),
-        Some(fixtures::MACHINE_IMAGE_13_2)
-    );
-    let services = Api::<Service>::namespaced(env.client.clone(), &machine_namespace);
-    assert!(services.get_opt(&pod_name).await.unwrap().is_some());
-    let user_data = Api::<Secret>::namespaced(env.client.clone(), &machine_namespace)
-        .get(&format!("{pod_name}-userdata"))
-        .await
-        .unwrap();
-    let data = &user_data.data.unwrap()["userdata"].0;
-    assert_eq!(
-        String::from_utf8_lossy(data),
-        format!("#!/bin/bash\necho provisioned by {machine_name}\n")
-    );
+            .unwrap();
+        let data = &user_data.data.unwrap()["userdata"].0;
+        assert_eq!(
+            String::from_utf8_lossy(data),
+            format!("#!/bin/bash\necho provisioned by {machine_name}\n")
+        );
+    }
 }

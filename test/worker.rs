@@ -1605,6 +1605,91 @@ async fn delete_redeploys_classes_and_waits_for_mcm_to_acquire_and_release_the_c
     assert!(!held(&secrets.get("cloudprovider").await.unwrap()));
 }
 
+/// What machine-controller-manager's two processes leave in the namespace with leader
+/// election on: their Leases `machine-controller-manager` and `machine-controller`, last
+/// renewed at `renewed` (15 s lease duration, their default).
+async fn mcm_leases(env: &TestEnv, renewed: chrono::DateTime<chrono::Utc>) {
+    let leases = api::<k8s_openapi::api::coordination::v1::Lease>(env);
+    for name in ["machine-controller-manager", "machine-controller"] {
+        let lease = json!({
+            "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": name, "namespace": env.namespace},
+            "spec": {
+                "holderIdentity": "mcm-0",
+                "leaseDurationSeconds": 15,
+                "renewTime": renewed.format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string(),
+            }
+        });
+        leases
+            .patch(
+                name,
+                &PatchParams::apply("test-mcm").force(),
+                &Patch::Apply(lease),
+            )
+            .await
+            .unwrap();
+    }
+}
+
+/// Item 7 of issue 42: a Worker deleted while machine-controller-manager is gone says so,
+/// instead of reading like a slow deletion until the 5-minute bound runs out; once MCM is
+/// back the deletion completes. The MCM stand-in has no leader election, so the test leaves
+/// the Leases as a stopped MCM leaves them: last renewed minutes ago (the real MCM is stopped
+/// in the same way mid-roll by `machines_e2e`'s lifecycle test).
+#[tokio::test]
+async fn a_deletion_while_mcm_is_gone_says_so_and_completes_once_it_is_back() {
+    let env = setup(|_| {}).await;
+    create_worker(&env, |_| {}).await;
+    let mcm = Mcm::new(&env);
+    until_ready(&env, &mcm, LastOperationType::Create).await;
+    mcm_leases(&env, chrono::Utc::now() - chrono::Duration::minutes(10)).await;
+
+    // MCM is gone: nothing acts on the deletion.
+    confirm_and_delete(&api::<Worker>(&env), WORKER).await;
+    let worker = until_processing(
+        &env,
+        Some(LastOperationType::Delete),
+        "machine-controller-manager is not running: ",
+        nothing,
+    )
+    .await;
+    let (_, _, said) = last_operation(&worker).unwrap();
+    eprintln!("the Worker says: {said}");
+    assert!(
+        said.starts_with(&format!(
+            "Deleting the Worker: machine-controller-manager is not running: its leader Lease {}/machine-controller-manager was last renewed ",
+            env.namespace
+        )),
+        "{said}"
+    );
+    assert!(
+        said.contains(
+            "; the deletion goes on once it runs again (waiting until 1 machine(s) are deleted)"
+        ),
+        "{said}"
+    );
+    assert_eq!(
+        event_notes(&env, "MachineControllerManagerNotRunning").await,
+        vec![format!(
+            "machine-controller-manager is not running: its leader Lease {}/machine-controller-manager is no longer renewed",
+            env.namespace
+        )],
+        "one Warning event for the wait"
+    );
+
+    // MCM is back (renewing its Leases again) and deletes the machines.
+    until_worker_deleted(&env, || async {
+        mcm_leases(&env, chrono::Utc::now()).await;
+        mcm.sync_deleted().await
+    })
+    .await;
+    assert!(
+        names(&api::<Machine>(&env), &ListParams::default())
+            .await
+            .is_empty()
+    );
+}
+
 /// Item 1 of issue 20: in-place pools (GEP-31). The Worker reports
 /// `status.inPlaceUpdates.workerPoolToHashMap` for its in-place pools only, with the hash
 /// gardenlet computes from the pool (Kubernetes minor version, image version, kubelet

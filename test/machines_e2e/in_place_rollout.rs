@@ -89,24 +89,29 @@ pub struct Seen {
 }
 
 /// Samples the Nodes and the slot Leases `<key>`, `<key>-1`, … every 500 ms until every one of
-/// `size` Nodes reports `checksum`, is `Ready` and no slot is held.
+/// `size` Nodes reports `checksum`, is `Ready` and no slot is held; fails once nothing of that
+/// (which Nodes applied, are not Ready, hold a slot) has changed for `stall`: a busy machine
+/// makes the rollout slower, not a failure.
 pub async fn sample_until_rolled_out(
     shoot: &Client,
     key: &str,
     slots: usize,
     size: usize,
     checksum: &str,
-    timeout: Duration,
+    stall: Duration,
 ) -> Seen {
     let nodes = Api::<KubeNode>::all(shoot.clone());
     let leases = Api::<Lease>::namespaced(shoot.clone(), "kube-system");
     let started = Instant::now();
     let mut seen = Seen::default();
+    let mut progress = (String::new(), started);
     loop {
         let tick = Instant::now();
         assert!(
-            started.elapsed() < timeout,
-            "not rolled out after {timeout:?}: {seen:?}"
+            progress.1.elapsed() < stall,
+            "no progress for {stall:?} ({:?} in all), not rolled out: {} {seen:?}",
+            started.elapsed(),
+            progress.0
         );
         let Ok(list) = nodes.list(&Default::default()).await else {
             tokio::time::sleep(Duration::from_millis(500)).await;
@@ -134,11 +139,17 @@ pub async fn sample_until_rolled_out(
             .filter(|n| !is_ready(n))
             .map(ResourceExt::name_any)
             .collect();
-        let applied = list
+        let applied: BTreeSet<String> = list
             .items
             .iter()
             .filter(|n| n.annotations().get(NODE_CHECKSUM).map(String::as_str) == Some(checksum))
-            .count();
+            .map(ResourceExt::name_any)
+            .collect();
+        let now = format!("applied {applied:?}, not Ready {not_ready:?}, holding {holders:?}");
+        if now != progress.0 {
+            progress = (now, Instant::now());
+        }
+        let applied = applied.len();
         seen.samples += 1;
         seen.most_not_ready = seen.most_not_ready.max(not_ready.len());
         seen.most_holders = seen.most_holders.max(holders.len());

@@ -25,6 +25,10 @@ pub enum Driver {
     Nspawn {
         /// The node cloud's base URL.
         url: String,
+        /// provider-local's blocking create: the create call returns only once the cloud
+        /// runs the machine (at most 10 minutes, as provider-local waits for its Pod;
+        /// `--create-wait-until-running`).
+        blocking_create: bool,
     },
 }
 
@@ -124,10 +128,16 @@ impl MachineControllers {
     pub fn start_machine_controller(&mut self) {
         let (binary, extra): (&'static str, Vec<String>) = match &self.driver {
             Driver::ProviderLocal => ("machine-controller-manager-provider-local", Vec::new()),
-            Driver::Nspawn { url } => (
-                "machine-provider-nspawn",
-                vec![format!("--node-cloud-url={url}")],
-            ),
+            Driver::Nspawn {
+                url,
+                blocking_create,
+            } => {
+                let mut flags = vec![format!("--node-cloud-url={url}")];
+                if *blocking_create {
+                    flags.push("--create-wait-until-running=10m".to_string());
+                }
+                ("machine-provider-nspawn", flags)
+            }
         };
         let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
         self.machine_controller = Some(self.spawn(binary, &extra));

@@ -27,6 +27,7 @@ pub mod oci;
 pub mod operator;
 pub mod peer;
 pub mod process;
+pub mod progress;
 pub mod registry;
 pub mod shoot;
 pub mod side_by_side;

@@ -11,9 +11,10 @@
 //! The API (JSON) is the one documented in the provider's package comment:
 //! - `PUT /machines/{name}` `{class, userData (base64), providerSpec}`: reserves a node name,
 //!   answers at once with `{providerID: "nspawn:///<node>", nodeName, state: "booting"}` and
-//!   boots in the background: the node, then the user data MCM already filled in
-//!   (`<<BOOTSTRAP_TOKEN>>`, `<<MACHINE_NAME>>`), then `running` — or `failed` with the
-//!   sentence. A second PUT returns the machine unchanged. A `providerSpec.image` the cloud
+//!   boots in the background: the node (then `running`, as provider-local's machine Pod is
+//!   Running before its node joins), then the user data MCM already filled in
+//!   (`<<BOOTSTRAP_TOKEN>>`, `<<MACHINE_NAME>>`) — or `failed` with the sentence when either
+//!   fails. A second PUT returns the machine unchanged. A `providerSpec.image` the cloud
 //!   does not offer is refused with 400 (what a cloud does with an unknown image).
 //! - `GET /machines/{name}`, `GET /machines?class=<class>`.
 //! - `DELETE /machines/{name}`: powers the node off (its machine is stopped, its folders
@@ -21,7 +22,9 @@
 //!
 //! What boots a node is the test's [`Boot`] (it knows the registry and assets); each new
 //! machine is announced on [`NodeCloud::created`] so a test can grant what a real shoot's
-//! node-agent authorizer would.
+//! node-agent authorizer would. [`NodeCloud::delay_boots`] makes it a slow cloud: a machine
+//! stays `booting` that long before its boot starts (with the driver's blocking create, the
+//! create call blocks as long, as provider-local's does while its machine Pod is pending).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -65,6 +68,11 @@ struct Entry {
     class: String,
     node_name: String,
     phase: Phase,
+    /// When the cloud accepted the machine (its PUT).
+    accepted: std::time::Instant,
+    /// When a `GET /machines/{name}` first answered `running` (a blocking create returns
+    /// on that answer).
+    told_running: Option<std::time::Instant>,
 }
 
 impl Entry {
@@ -93,6 +101,8 @@ struct Cloud {
     /// While set, a create is accepted (the machine boots) but never answered, and its
     /// machine name is sent here: the test kills the driver in the middle of its create call.
     hold: Mutex<Option<mpsc::UnboundedSender<String>>>,
+    /// How long a machine accepted from now on waits before its boot starts.
+    boot_delay: Mutex<std::time::Duration>,
     machines: Mutex<BTreeMap<String, Entry>>,
     nodes: Mutex<BTreeMap<String, Node>>,
     created: mpsc::UnboundedSender<Created>,
@@ -124,6 +134,7 @@ impl NodeCloud {
             boot,
             images: images.iter().map(|s| s.to_string()).collect(),
             hold: Mutex::new(None),
+            boot_delay: Mutex::new(std::time::Duration::ZERO),
             machines: Mutex::new(BTreeMap::new()),
             nodes: Mutex::new(BTreeMap::new()),
             created,
@@ -153,6 +164,12 @@ impl NodeCloud {
         let (sender, receiver) = mpsc::unbounded_channel();
         *self.cloud.hold.lock().expect("lock") = Some(sender);
         receiver
+    }
+
+    /// From now on, each machine accepted waits `delay` before its boot starts (a slow
+    /// cloud); it is `booting` all the while.
+    pub fn delay_boots(&self, delay: std::time::Duration) {
+        *self.cloud.boot_delay.lock().expect("lock") = delay;
     }
 
     /// Answers creates again.
@@ -188,6 +205,15 @@ impl NodeCloud {
             .keys()
             .cloned()
             .collect()
+    }
+
+    /// For `machine`: the time from its PUT until a GET first answered `running` — with the
+    /// driver's blocking create, how long the create call blocked (it returns on that answer);
+    /// `None` before (or for a machine the cloud forgot).
+    pub fn accepted_until_told_running(&self, machine: &str) -> Option<std::time::Duration> {
+        let machines = self.cloud.machines.lock().expect("lock");
+        let entry = machines.get(machine)?;
+        Some(entry.told_running?.duration_since(entry.accepted))
     }
 
     /// The machines it knows, as the API lists them.
@@ -231,6 +257,8 @@ async fn create(
         class: request.class.clone(),
         node_name: Machine::reserve_name(),
         phase: Phase::Booting,
+        accepted: std::time::Instant::now(),
+        told_running: None,
     };
     let reply = entry.to_json(&machine);
     cloud
@@ -245,9 +273,13 @@ async fn create(
     });
     let booting = cloud.clone();
     let held = cloud.hold.lock().expect("lock").clone();
+    let delay = *cloud.boot_delay.lock().expect("lock");
     tokio::task::spawn_blocking({
         let machine = machine.clone();
-        move || boot_machine(&booting, &machine, entry.node_name, &user_data)
+        move || {
+            std::thread::sleep(delay);
+            boot_machine(&booting, &machine, entry.node_name, &user_data)
+        }
     });
     if let Some(held) = held {
         let _ = held.send(machine);
@@ -257,35 +289,58 @@ async fn create(
     (StatusCode::CREATED, Json(reply)).into_response()
 }
 
-/// Boots the node and runs the user data; a machine deleted meanwhile is powered off at once.
+/// Boots the node (then the machine is `running`) and runs the user data on it; a machine
+/// deleted before its boot is never booted, one deleted while it boots is powered off at once.
 fn boot_machine(cloud: &Cloud, machine: &str, node_name: String, user_data: &str) {
+    if !cloud.machines.lock().expect("lock").contains_key(machine) {
+        eprintln!("node cloud: machine {machine} deleted before its boot");
+        return;
+    }
     let started = std::time::Instant::now();
-    let (phase, node) = match (cloud.boot)(node_name.clone()) {
-        Err(e) => (Phase::Failed(format!("the node did not boot: {e}")), None),
-        Ok(node) => match node.run_cloud_init(user_data) {
-            Ok(()) => (Phase::Running, Some(node)),
-            Err(e) => (Phase::Failed(e), Some(node)),
-        },
+    let report = |phase: &Phase| {
+        eprintln!(
+            "node cloud: machine {machine} (node {node_name}) {phase:?} after {:.1} s",
+            started.elapsed().as_secs_f64()
+        );
     };
-    eprintln!(
-        "node cloud: machine {machine} (node {node_name}) {phase:?} after {:.1} s",
-        started.elapsed().as_secs_f64()
-    );
+    let node = match (cloud.boot)(node_name.clone()) {
+        Ok(node) => node,
+        Err(e) => {
+            let failed = Phase::Failed(format!("the node did not boot: {e}"));
+            report(&failed);
+            if let Some(entry) = cloud.machines.lock().expect("lock").get_mut(machine) {
+                entry.phase = failed;
+            }
+            return;
+        }
+    };
+    report(&Phase::Running);
+    match cloud.machines.lock().expect("lock").get_mut(machine) {
+        Some(entry) => entry.phase = Phase::Running,
+        None => return, // deleted while booting: `node` is powered off here
+    }
+    let ran = node.run_cloud_init(user_data);
     let mut machines = cloud.machines.lock().expect("lock");
     let Some(entry) = machines.get_mut(machine) else {
         drop(machines);
-        drop(node); // deleted while booting: powered off now
+        drop(node); // deleted while its user data ran: powered off now
         return;
     };
-    entry.phase = phase;
-    if let Some(node) = node {
-        cloud.nodes.lock().expect("lock").insert(node_name, node);
+    if let Err(e) = ran {
+        entry.phase = Phase::Failed(e);
+        report(&entry.phase);
     }
+    cloud.nodes.lock().expect("lock").insert(node_name, node);
 }
 
 async fn show(State(cloud): State<Arc<Cloud>>, Path(machine): Path<String>) -> Response {
-    match cloud.machines.lock().expect("lock").get(&machine) {
-        Some(entry) => Json(entry.to_json(&machine)).into_response(),
+    match cloud.machines.lock().expect("lock").get_mut(&machine) {
+        Some(entry) => {
+            if matches!(entry.phase, Phase::Running) && entry.told_running.is_none() {
+                entry.told_running = Some(std::time::Instant::now());
+            }
+            Json(entry.to_json(&machine)).into_response()
+        }
         None => refuse(StatusCode::NOT_FOUND, format!("no machine {machine:?}")),
     }
 }

@@ -13,6 +13,12 @@
 //!    kind by kind only until one has objects left;
 //! 5. (delete only) wait until MCM has let go of the credentials secret (`acquired=false`).
 //!
+//! Once a wait has lasted [`super::SLOW_WAIT`], each look also reads machine-controller-manager's
+//! leader Leases ([`super::mcm_liveness`]): with MCM gone nothing deletes the machines, and the
+//! Worker says so first ("machine-controller-manager is not running: …; the deletion goes on
+//! once it runs again (waiting until …)") instead of reading like a slow deletion until the
+//! bound runs out.
+//!
 //! The waits are series of runs by requeue, each bounded by
 //! [`super::Timings::deletion_timeout`]; steps 1 to 3 are remembered for the series
 //! ([`super::wait::Step`]) so a later run does not bring back the deleted classes nor
@@ -29,7 +35,7 @@ use kube::api::ListParams;
 
 use super::wait::{Step, WaitKind};
 use super::{Error, WorkerActuator};
-use super::{availability, credentials, objects, reconcile};
+use super::{availability, credentials, mcm_liveness, objects, reconcile};
 use crate::api::Worker;
 use crate::api::machine::{Machine, MachineClass, MachineDeployment, MachineSet};
 use crate::extension::{Outcome, Request};
@@ -143,7 +149,13 @@ async fn wait_machine_objects_gone(
         );
         return wait_for_credentials_release(actuator, request).await;
     };
-    let message = format!("waiting until {left} are deleted");
+    let message = explain(
+        actuator,
+        request,
+        WaitKind::Deletion,
+        format!("waiting until {left} are deleted"),
+    )
+    .await;
     actuator
         .keep_waiting(
             request,
@@ -239,10 +251,16 @@ async fn redeploy_classes_and_wait_for_credentials(
                     "WaitingForCredentialsAcquired",
                     "waiting for machine-controller-manager to acquire the credentials secret",
                 ),
-                format!(
-                    "waiting until machine-controller-manager holds the credentials secret {} (its finalizer)",
-                    request.object.spec.secret_ref.name
-                ),
+                explain(
+                    actuator,
+                    request,
+                    WaitKind::CredentialsAcquired,
+                    format!(
+                        "waiting until machine-controller-manager holds the credentials secret {} (its finalizer)",
+                        request.object.spec.secret_ref.name
+                    ),
+                )
+                .await,
             )
             .await
             .map(Some);
@@ -276,12 +294,32 @@ async fn wait_for_credentials_release(
                 "WaitingForCredentialsReleased",
                 "waiting for machine-controller-manager to release the credentials secret",
             ),
-            format!(
-                "waiting until machine-controller-manager releases the credentials secret {} (its finalizer)",
-                request.object.spec.secret_ref.name
-            ),
+            explain(
+                actuator,
+                request,
+                WaitKind::CredentialsReleased,
+                format!(
+                    "waiting until machine-controller-manager releases the credentials secret {} (its finalizer)",
+                    request.object.spec.secret_ref.name
+                ),
+            )
+            .await,
         )
         .await
+}
+
+/// `waiting`, led by the sentence that machine-controller-manager is not running once the
+/// `kind` wait has lasted [`super::SLOW_WAIT`] and one of its leader Leases is abandoned.
+async fn explain(
+    actuator: &WorkerActuator,
+    request: &Request<'_, Worker>,
+    kind: WaitKind,
+    waiting: String,
+) -> String {
+    match actuator.machine_controller_down(request, kind).await {
+        Some(down) => mcm_liveness::deletion_stalled(&down, &waiting),
+        None => waiting,
+    }
 }
 
 /// Whether machine-controller-manager holds the Worker's credentials secret; `None` when

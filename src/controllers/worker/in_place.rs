@@ -5,7 +5,8 @@
 //!   generic actuator's `updateWorkerStatusInPlaceUpdateWorkerPoolHash`): Kubernetes
 //!   major.minor, machine image version, the pool's last initiation time of the certificate
 //!   authorities and service account key rotations, and the kubelet settings that need a
-//!   node update (summed kube/system reservations, `evictionHard`, `cpuManagerPolicy`);
+//!   node update (`kubeReserved`, `evictionHard`, `cpuManagerPolicy`; gardener v1.149.3's
+//!   `KubeletConfig` has no `systemReserved`, so a pool's stray one is not hashed either);
 //!   each part is SHA-256 hex, the concatenation is hashed again and cut to 16 characters.
 //!   gardenlet computes the same value from the Shoot and compares it with ours
 //!   (`SetInPlaceUpdatePendingWorkers`), so the construction is followed byte for byte.
@@ -114,39 +115,33 @@ fn initiation_for(pool: &str, rotation: &ShootRotationView) -> Option<DateTime<U
     }
 }
 
-/// The printed sum of the two reservations (`SumResourceReservations`), `None` when neither
-/// is set.
-fn reservations(pool: &str, kubelet: &Value) -> Result<Option<String>, InPlaceHashError> {
-    let parse = |which: &str, key: &str| -> Result<Option<Quantity>, InPlaceHashError> {
-        let Some(value) = kubelet.get(which).and_then(|r| r.get(key)) else {
-            return Ok(None);
-        };
-        let text = match value {
-            Value::String(s) => s.clone(),
-            other => other.to_string(),
-        };
-        Quantity::parse(&text)
-            .map(Some)
-            .ok_or_else(|| InPlaceHashError::Quantity {
-                pool: pool.to_string(),
-                field: format!("{which}.{key}"),
-                value: text,
-            })
-    };
-    let kube = kubelet.get("kubeReserved").filter(|v| !v.is_null());
-    let system = kubelet.get("systemReserved").filter(|v| !v.is_null());
-    if kube.is_none() && system.is_none() {
+/// The printed `kubeReserved` (`cpu-memory-pid-ephemeralStorage`, `<nil>` for a missing one),
+/// `None` when it is not set. gardener v1.149.3's `KubeletConfig` has no `systemReserved` any
+/// more (the field is tombstoned), so gardenlet never sees one in a pool and neither does the
+/// hash.
+fn kube_reserved(pool: &str, kubelet: &Value) -> Result<Option<String>, InPlaceHashError> {
+    let Some(reserved) = kubelet.get("kubeReserved").filter(|v| !v.is_null()) else {
         return Ok(None);
-    }
+    };
     let mut printed = Vec::new();
     for key in ["cpu", "memory", "pid", "ephemeralStorage"] {
-        let left = parse("kubeReserved", key)?;
-        let right = parse("systemReserved", key)?;
-        let sum = match (left, right) {
-            (Some(l), Some(r)) => l.checked_add(r),
-            (one, None) | (None, one) => one,
+        let quantity = match reserved.get(key).filter(|v| !v.is_null()) {
+            None => None,
+            Some(value) => {
+                let text = match value {
+                    Value::String(s) => s.clone(),
+                    other => other.to_string(),
+                };
+                Some(
+                    Quantity::parse(&text).ok_or_else(|| InPlaceHashError::Quantity {
+                        pool: pool.to_string(),
+                        field: format!("kubeReserved.{key}"),
+                        value: text,
+                    })?,
+                )
+            }
         };
-        printed.push(sum.map_or_else(|| "<nil>".to_string(), |q| q.canonical()));
+        printed.push(quantity.map_or_else(|| "<nil>".to_string(), |q| q.canonical()));
     }
     Ok(Some(printed.join("-")))
 }
@@ -157,7 +152,7 @@ fn kubelet_data(pool: &str, kubelet: Option<&Value>) -> Result<Vec<String>, InPl
         return Ok(Vec::new());
     };
     let mut data = Vec::new();
-    if let Some(reserved) = reservations(pool, kubelet)? {
+    if let Some(reserved) = kube_reserved(pool, kubelet)? {
         data.push(reserved);
     }
     if let Some(eviction) = kubelet.get("evictionHard").filter(|v| v.is_object()) {
@@ -397,8 +392,7 @@ mod tests {
         let data = kubelet_data(
             "p",
             Some(&json!({
-                "kubeReserved": {"cpu": "80m", "memory": "1Gi"},
-                "systemReserved": {"cpu": "20m", "memory": "512Mi", "pid": "10k"},
+                "kubeReserved": {"cpu": "80m", "memory": "1Gi", "pid": "10k"},
                 "evictionHard": {"memoryAvailable": "100Mi", "nodeFSAvailable": "5%"},
                 "cpuManagerPolicy": "none",
             })),
@@ -407,7 +401,7 @@ mod tests {
         assert_eq!(
             data,
             vec![
-                "100m-1536Mi-10k-<nil>".to_string(),
+                "80m-1Gi-10k-<nil>".to_string(),
                 "--100Mi-5%-".to_string(),
                 "none".to_string()
             ]
@@ -422,6 +416,22 @@ mod tests {
                 pool: "pool1".into(),
                 version: String::new()
             })
+        );
+    }
+
+    #[test]
+    fn system_reserved_is_not_part_of_gardeners_kubelet_config_and_not_hashed() {
+        let kube = json!({"kubeReserved": {"cpu": "80m", "memory": "1Gi"}});
+        let mut both = kube.clone();
+        both["systemReserved"] = json!({"cpu": "20m", "memory": "512Mi"});
+        assert_eq!(
+            kubelet_data("p", Some(&both)).unwrap(),
+            kubelet_data("p", Some(&kube)).unwrap()
+        );
+        assert_eq!(
+            kubelet_data("p", Some(&json!({"systemReserved": {"cpu": "20m"}}))).unwrap(),
+            Vec::<String>::new(),
+            "no kubeReserved, nothing hashed"
         );
     }
 

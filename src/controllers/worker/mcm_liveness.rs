@@ -1,6 +1,7 @@
 //! Is machine-controller-manager running? (pure) — read from the leader Leases its two
-//! processes keep in the shoot's seed namespace while a rollout is waited for, so a Worker
-//! waiting on a dead MCM says so in one sentence instead of "waiting for the deployments".
+//! processes keep in the shoot's seed namespace while a rollout or a deletion is waited for,
+//! so a Worker waiting on a dead MCM says so in one sentence instead of "waiting for the
+//! deployments" (rollout) or "waiting until the machine objects are deleted" (deletion).
 //!
 //! gardenlet runs MCM core and the provider's machine controller with leader election on
 //! (their default); each keeps a `coordination.k8s.io` Lease in its `--namespace`:
@@ -9,7 +10,9 @@
 //! 2 s with a 15 s lease duration by default. A Lease renewed longer ago than its duration
 //! plus [`GRACE`] means nobody runs that process. A missing Lease says nothing (a MCM not
 //! started yet, or one without leader election), and neither does a Lease without a renew
-//! time. The I/O (two GETs, only while waiting) is in [`super::reconcile`].
+//! time. The I/O (two GETs, only once a wait has lasted [`super::SLOW_WAIT`]) is
+//! [`super::objects::machine_controller_down`], asked by the rollout wait
+//! ([`super::reconcile`]) and by the deletion's waits ([`super::delete`]).
 
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::coordination::v1::Lease;
@@ -30,8 +33,40 @@ pub const GRACE: i64 = 15;
 /// The lease duration when a Lease has none (client-go's and MCM's default).
 const DEFAULT_DURATION: i64 = 15;
 
-/// One sentence when the process behind `lease` has stopped renewing it, else `None`.
-pub fn not_running(process: &str, lease: &Lease, now: DateTime<Utc>) -> Option<String> {
+/// A process whose leader Lease is abandoned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Abandoned {
+    /// The process (one of [`LEASES`]).
+    pub process: String,
+    /// `namespace/name` of its Lease.
+    pub lease: String,
+    /// Seconds since the last renewal.
+    pub silent: i64,
+    /// The Lease's duration in seconds.
+    pub duration: i64,
+}
+
+impl Abandoned {
+    /// The sentence for the Worker's `lastOperation`.
+    pub fn sentence(&self) -> String {
+        format!(
+            "{} is not running: its leader Lease {} was last renewed {} s ago (lease duration {} s)",
+            self.process, self.lease, self.silent, self.duration
+        )
+    }
+
+    /// The same without the seconds, which grow with every poll: the note of the one
+    /// Warning event per wait.
+    pub fn event_note(&self) -> String {
+        format!(
+            "{} is not running: its leader Lease {} is no longer renewed",
+            self.process, self.lease
+        )
+    }
+}
+
+/// The process behind `lease` when it has stopped renewing it, else `None`.
+pub fn abandoned(process: &str, lease: &Lease, now: DateTime<Utc>) -> Option<Abandoned> {
     let spec = lease.spec.as_ref()?;
     let renewed =
         DateTime::<Utc>::from_timestamp_millis(spec.renew_time.as_ref()?.0.as_millisecond())?;
@@ -40,14 +75,30 @@ pub fn not_running(process: &str, lease: &Lease, now: DateTime<Utc>) -> Option<S
         .map_or(DEFAULT_DURATION, i64::from)
         .max(1);
     let silent = (now - renewed).num_seconds();
-    (silent > duration + GRACE).then(|| {
-        let name = lease.metadata.name.as_deref().unwrap_or_default();
-        let namespace = lease.metadata.namespace.as_deref().unwrap_or_default();
-        format!(
-            "{process} is not running: its leader Lease {namespace}/{name} was last renewed \
-             {silent} s ago (lease duration {duration} s)"
-        )
+    (silent > duration + GRACE).then(|| Abandoned {
+        process: process.to_string(),
+        lease: format!(
+            "{}/{}",
+            lease.metadata.namespace.as_deref().unwrap_or_default(),
+            lease.metadata.name.as_deref().unwrap_or_default()
+        ),
+        silent,
+        duration,
     })
+}
+
+/// One sentence when the process behind `lease` has stopped renewing it, else `None`.
+pub fn not_running(process: &str, lease: &Lease, now: DateTime<Utc>) -> Option<String> {
+    abandoned(process, lease, now).map(|a| a.sentence())
+}
+
+/// A deletion wait's message while machine-controller-manager is not running: what is wrong
+/// first, then what the wait is for — nothing else deletes the machines.
+pub fn deletion_stalled(abandoned: &Abandoned, waiting: &str) -> String {
+    format!(
+        "{}; the deletion goes on once it runs again ({waiting})",
+        abandoned.sentence()
+    )
 }
 
 #[cfg(test)]
@@ -114,6 +165,35 @@ mod tests {
         )
         .unwrap();
         assert!(not_running("mcm", &unrenewed, at("2030-01-01T00:00:00Z")).is_none());
+    }
+
+    #[test]
+    fn a_stalled_deletion_names_the_process_first_and_its_event_note_stays_the_same() {
+        let lease = lease("2026-12-05T10:00:00.000000Z", Some(15));
+        let at_42 = abandoned(
+            "machine-controller-manager",
+            &lease,
+            at("2026-12-05T10:00:42Z"),
+        );
+        let at_47 = abandoned(
+            "machine-controller-manager",
+            &lease,
+            at("2026-12-05T10:00:47Z"),
+        );
+        let (at_42, at_47) = (at_42.unwrap(), at_47.unwrap());
+        assert_eq!(
+            deletion_stalled(&at_42, "waiting until 1 machine deployment(s) are deleted"),
+            "machine-controller-manager is not running: its leader Lease \
+             shoot--a--b/machine-controller-manager was last renewed 42 s ago (lease duration \
+             15 s); the deletion goes on once it runs again (waiting until 1 machine \
+             deployment(s) are deleted)"
+        );
+        assert_eq!(at_42.event_note(), at_47.event_note());
+        assert_eq!(
+            at_42.event_note(),
+            "machine-controller-manager is not running: its leader Lease \
+             shoot--a--b/machine-controller-manager is no longer renewed"
+        );
     }
 
     #[test]

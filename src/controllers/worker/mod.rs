@@ -86,7 +86,9 @@
 //! the namespace, waits (bounded by [`Timings::deletion_timeout`], by requeue) until no
 //! machine object and no class secret is left — failing at once with the errors of failed
 //! machines — and finally until MCM's finalizer is off the credentials secret again
-//! ([`delete`]). Force deletion does the same deletes but never waits (upstream's
+//! ([`delete`]). A wait that has lasted [`SLOW_WAIT`] while machine-controller-manager no longer
+//! renews its leader Leases says so first in `lastOperation` ([`mcm_liveness`]), with a
+//! Warning event. Force deletion does the same deletes but never waits (upstream's
 //! `ForceDelete` deletes nothing; we still remove what we can).
 //!
 //! # Migrate and restore: where the machine state lives
@@ -214,9 +216,10 @@ pub const ANNOTATION_MAX_NODE_PROVISION_TIME: &str =
     "autoscaler.gardener.cloud/max-node-provision-time";
 
 /// How long a wait may last before it is out of the ordinary: from then on it publishes an
-/// event ([`step_events`]) and the rollout wait looks whether machine-controller-manager still
-/// renews its Leases ([`mcm_liveness`]). MCM answers a new deployment within seconds, so a
-/// normal rollout of a pool without machines, or of machines that boot, costs neither.
+/// event ([`step_events`]) and the rollout and deletion waits look whether
+/// machine-controller-manager still renews its Leases ([`mcm_liveness`]). MCM answers a new
+/// deployment within seconds, so a normal rollout of a pool without machines, or of machines
+/// that boot, costs neither.
 pub const SLOW_WAIT: Duration = Duration::from_secs(30);
 
 /// Poll interval and bounds of the waits. A wait is a series of runs [`Timings::poll`]
@@ -402,6 +405,38 @@ impl WorkerActuator {
                 last: message,
             }),
         }
+    }
+
+    /// Once the Worker's `kind` wait has lasted [`SLOW_WAIT`]: the first of
+    /// machine-controller-manager's processes that no longer renews its leader Lease
+    /// ([`mcm_liveness`]), published once per wait as a Warning event
+    /// `MachineControllerManagerNotRunning` (and logged); `None` before (nothing is read) or
+    /// while both run.
+    async fn machine_controller_down(
+        &self,
+        request: &Request<'_, Worker>,
+        kind: wait::WaitKind,
+    ) -> Option<mcm_liveness::Abandoned> {
+        let waited = self.waits.waited(
+            request.namespace(),
+            request.name(),
+            kind,
+            request.object.metadata.generation,
+            std::time::Instant::now(),
+        );
+        if waited < SLOW_WAIT {
+            return None;
+        }
+        let down = objects::machine_controller_down(&self.client, request.namespace()).await?;
+        self.steps
+            .warning(
+                request.object,
+                request.operation,
+                "MachineControllerManagerNotRunning",
+                down.event_note(),
+            )
+            .await;
+        Some(down)
     }
 
     /// Ends a series of runs unless the operation is still waiting.

@@ -1,12 +1,15 @@
 //! Thin API helpers shared by the Worker operations: server-side apply with our field
 //! manager, lists, deletes that treat NotFound as done, the user data lookup, the
-//! force-deletion label, scaling machine-controller-manager and the Worker status patch.
+//! force-deletion label, scaling machine-controller-manager, reading its leader Leases and the
+//! Worker status patch.
 //! Every failure becomes [`Error::Api`] naming the action and the object.
 
 use std::fmt::Debug;
 
+use chrono::Utc;
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use kube::{Api, Client, Resource, ResourceExt};
@@ -14,6 +17,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
+use super::mcm_liveness;
 use super::{
     Error, FORCE_DELETION_TRUE, LABEL_FORCE_DELETION, LABEL_PURPOSE, MCM_DEPLOYMENT,
     PURPOSE_MACHINE_CLASS,
@@ -249,6 +253,31 @@ pub async fn machine_controller_manager_replicas(
         .await
         .map_err(api_error("reading", "Deployment", name))?;
     Ok(deployment.map(|d| d.spec.and_then(|s| s.replicas).unwrap_or(1)))
+}
+
+/// The first of machine-controller-manager's processes whose leader Lease is abandoned
+/// ([`mcm_liveness`]); `None` when both look alive or cannot be read (a failed read only loses
+/// the hint, so it is logged at debug level and not returned).
+pub async fn machine_controller_down(
+    client: &Client,
+    namespace: &str,
+) -> Option<mcm_liveness::Abandoned> {
+    let leases = api::<Lease>(client, namespace);
+    for (name, process) in mcm_liveness::LEASES {
+        match leases.get_opt(name).await {
+            Ok(Some(lease)) => {
+                if let Some(abandoned) = mcm_liveness::abandoned(process, &lease, Utc::now()) {
+                    return Some(abandoned);
+                }
+            }
+            Ok(None) => {}
+            Err(error) => {
+                tracing::debug!(%error, lease = name, "reading machine-controller-manager's Lease failed");
+                return None;
+            }
+        }
+    }
+    None
 }
 
 /// Deletes machine-controller-manager's pods (label `selector`); returns their names.

@@ -12,7 +12,6 @@ use std::future::Future;
 
 use chrono::Utc;
 use futures::{StreamExt, TryStreamExt};
-use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
 use kube::api::ListParams;
@@ -21,7 +20,6 @@ use serde_json::json;
 use super::availability::{self, Rollout, Wanted};
 use super::in_place;
 use super::leftovers::{self, Unwanted};
-use super::mcm_liveness;
 use super::objects::{self, PARALLEL};
 use super::poll::{self, RequestKey};
 use super::render::{self, RenderedDeployment};
@@ -637,22 +635,10 @@ async fn wait_for_rollout(
             return Ok(RolledOut::Done(deployments));
         }
         Rollout::Failed(message) => return Err(Error::MachinesFailed(message)),
-        Rollout::Waiting(message) => {
-            let waited = actuator.waits.waited(
-                namespace,
-                request.name(),
-                WaitKind::Rollout,
-                request.object.metadata.generation,
-                std::time::Instant::now(),
-            );
-            if waited >= super::SLOW_WAIT {
-                machine_controller_down(client, namespace)
-                    .await
-                    .unwrap_or(message)
-            } else {
-                message
-            }
-        }
+        Rollout::Waiting(message) => actuator
+            .machine_controller_down(request, WaitKind::Rollout)
+            .await
+            .map_or(message, |down| down.sentence()),
     };
     let waited = actuator
         .keep_waiting(
@@ -670,28 +656,6 @@ async fn wait_for_rollout(
         restart_stuck_machine_controller(actuator, request, prepared, &deployments, &sets).await?;
     }
     waited.map(RolledOut::Pending)
-}
-
-/// The sentence of [`mcm_liveness::not_running`] for the first of MCM's processes whose
-/// leader Lease is abandoned; `None` when both look alive or cannot be read (a failed read
-/// only loses the hint).
-async fn machine_controller_down(client: &kube::Client, namespace: &str) -> Option<String> {
-    let leases = objects::api::<Lease>(client, namespace);
-    for (name, process) in mcm_liveness::LEASES {
-        match leases.get_opt(name).await {
-            Ok(Some(lease)) => {
-                if let Some(sentence) = mcm_liveness::not_running(process, &lease, Utc::now()) {
-                    return Some(sentence);
-                }
-            }
-            Ok(None) => {}
-            Err(error) => {
-                tracing::debug!(%error, lease = name, "reading machine-controller-manager's Lease failed");
-                return None;
-            }
-        }
-    }
-    None
 }
 
 /// After a rollout wait ran out: deletes machine-controller-manager's pods when it looks

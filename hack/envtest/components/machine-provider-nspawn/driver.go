@@ -30,10 +30,18 @@ const (
 	stateFailed  = "failed"
 )
 
+// createPollInterval is how often a blocking create asks the node cloud whether its machine
+// runs (provider-local polls its machine Pod every 5 s).
+const createPollInterval = 5 * time.Second
+
 // nspawnDriver is the driver.Driver of the provider: every call is one request to the node
-// cloud. See the package comment for the API and for what MCM does with each answer.
+// cloud, except a blocking create (createWait > 0), which polls it. See the package comment
+// for the API and for what MCM does with each answer.
 type nspawnDriver struct {
 	cloud *nodeCloud
+	// createWait > 0 makes CreateMachine block as provider-local's does: until the node cloud
+	// reports the machine running, at most this long.
+	createWait time.Duration
 }
 
 var _ driver.Driver = (*nspawnDriver)(nil)
@@ -48,7 +56,8 @@ type cloudMachine struct {
 }
 
 // CreateMachine asks the node cloud for the machine and returns at once: the boot goes on in
-// the background, MCM waits for the Node.
+// the background, MCM waits for the Node. With --create-wait-until-running it blocks until
+// the machine runs instead (see waitUntilRunning).
 func (d *nspawnDriver) CreateMachine(ctx context.Context, req *driver.CreateMachineRequest) (*driver.CreateMachineResponse, error) {
 	if err := validateClass(req.MachineClass, req.Secret); err != nil {
 		return nil, err
@@ -69,10 +78,52 @@ func (d *nspawnDriver) CreateMachine(ctx context.Context, req *driver.CreateMach
 		return nil, err
 	}
 	klog.V(2).Infof("node cloud: machine %q is %s (providerID %q)", req.Machine.Name, m.State, m.ProviderID)
+	if d.createWait > 0 && m.State == stateBooting {
+		if err := d.waitUntilRunning(ctx, req.Machine.Name, &m); err != nil {
+			return nil, err
+		}
+	}
 	if m.State == stateFailed {
 		return nil, failedMachine(req.Machine.Name, &m)
 	}
 	return &driver.CreateMachineResponse{ProviderID: m.ProviderID, NodeName: m.NodeName}, nil
+}
+
+// waitUntilRunning is provider-local's waitForPodToBeRunning for the node cloud: it asks for
+// the machine every createPollInterval (at once first) until the cloud reports it running or
+// failed, for at most createWait. The time-out and a machine that vanished are
+// DeadlineExceeded, as provider-local returns them (MCM retries the create in 5 s); a cloud
+// that cannot be asked ends the wait with its error.
+func (d *nspawnDriver) waitUntilRunning(ctx context.Context, name string, m *cloudMachine) error {
+	started := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, d.createWait)
+	defer cancel()
+	ticker := time.NewTicker(createPollInterval)
+	defer ticker.Stop()
+	for {
+		if err := d.cloud.call(ctx, http.MethodGet, machinePath(name), nil, nil, m); err != nil {
+			switch {
+			case ctx.Err() != nil:
+				return fail(codes.DeadlineExceeded, "machine %q is still %s in the node cloud after %s, failed waiting for it to run", name, m.State, d.createWait)
+			case errors.Is(err, errNotFound):
+				return fail(codes.DeadlineExceeded, "machine %q vanished from the node cloud while waiting for it to run", name)
+			default:
+				return err
+			}
+		}
+		if err := checkMachine(name, m); err != nil {
+			return err
+		}
+		if m.State != stateBooting {
+			klog.V(2).Infof("node cloud: machine %q is %s after a blocking create of %s", name, m.State, time.Since(started).Round(time.Second))
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fail(codes.DeadlineExceeded, "machine %q is still %s in the node cloud after %s, failed waiting for it to run", name, m.State, d.createWait)
+		case <-ticker.C:
+		}
+	}
 }
 
 // GetMachineStatus reports the machine, NotFound when the node cloud has none, and a failed

@@ -18,6 +18,15 @@
 //	--node-cloud-url   base URL of the node cloud, e.g. http://127.0.0.1:4711 (fallback: the
 //	                   NODE_CLOUD_URL environment variable); the provider refuses to start
 //	                   without one.
+//	--create-wait-until-running
+//	                   0 (the default): CreateMachine returns as soon as the node cloud has
+//	                   accepted the machine. A duration (provider-local: 10m): CreateMachine
+//	                   blocks as provider-local's does (gardener v1.149.3,
+//	                   pkg/provider-local/machine-provider/local/create_machine.go,
+//	                   waitForPodToBeRunning): it asks the node cloud every 5 s until the machine
+//	                   is running, for at most that long, and then answers; the time-out is
+//	                   DeadlineExceeded. MCM holds the Machine's deletion while a create runs
+//	                   ("machine ... is in creation flow. Deletion cannot proceed").
 //
 // # Node cloud API
 //
@@ -30,8 +39,10 @@
 //	    providerSpec, raw>}
 //	    200 or 201 with a machine: {"providerID": "nspawn:///<name>", "nodeName": "<name>",
 //	    "state": "booting" | "running" | "failed", "error": "<sentence>" (with "failed")}.
-//	    Answers at once, the boot runs on. Idempotent: a PUT of an existing machine returns it
-//	    unchanged.
+//	    Answers at once, the boot runs on: "running" once the machine is up (its user data
+//	    runs from then on, as a machine Pod of provider-local is Running before its node joins),
+//	    "failed" when it did not come up or its user data failed. Idempotent: a PUT of an
+//	    existing machine returns it unchanged.
 //	GET /machines/{name}
 //	    200 with the machine, or 404.
 //	DELETE /machines/{name}
@@ -104,6 +115,8 @@ func main() {
 	s.AddFlags(pflag.CommandLine)
 	cloudURL := pflag.CommandLine.String("node-cloud-url", "",
 		"Base URL of the test harness's node cloud, e.g. http://127.0.0.1:4711 (default: $NODE_CLOUD_URL)")
+	createWait := pflag.CommandLine.Duration("create-wait-until-running", 0,
+		"Block CreateMachine until the node cloud reports the machine running, at most this long (provider-local's blocking create: 10m); 0 returns at once")
 
 	flag.InitFlags()
 	logs.InitLogs()
@@ -118,7 +131,12 @@ func main() {
 		os.Exit(2)
 	}
 
-	if err := app.Run(s, &nspawnDriver{cloud: cloud}); err != nil {
+	if *createWait < 0 {
+		fmt.Fprintf(os.Stderr, "machine-provider-nspawn: --create-wait-until-running %s is negative\n", *createWait)
+		os.Exit(2)
+	}
+
+	if err := app.Run(s, &nspawnDriver{cloud: cloud, createWait: *createWait}); err != nil {
 		fmt.Fprintf(os.Stderr, "machine-provider-nspawn: %v\n", err)
 		os.Exit(1)
 	}
