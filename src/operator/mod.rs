@@ -9,7 +9,7 @@
 //! runs in flight end within its grace and cuts off the rest — while the leader keeps
 //! renewing its Lease; only then is the Lease released, so a standby starts reconciling
 //! after the old leader's last run, not beside it. Controllers that did not stop within
-//! [`STOP_TIMEOUT`] leave the Lease to expire instead (docs/contract.md#leader-election).
+//! `STOP_TIMEOUT` (4 s) leave the Lease to expire instead (docs/contract.md#leader-election).
 
 mod options;
 

@@ -12,10 +12,10 @@ pub const MAX_UNITS: usize = 50;
 /// Longest unit name systemd accepts.
 const MAX_UNIT_NAME: usize = 255;
 /// Most names one log line or event note lists; the rest are counted.
-const MAX_LISTED: usize = 10;
+pub const MAX_LISTED: usize = 10;
 /// Most bytes of names one listing holds (an event note may have 1 KiB in all; a unit name up
 /// to 255 bytes).
-const MAX_LISTING: usize = 600;
+pub const MAX_LISTING: usize = 600;
 /// Longest quote of an entry that is no unit name (it may be as long as the annotation).
 const MAX_QUOTED: usize = 64;
 

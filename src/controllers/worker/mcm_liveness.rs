@@ -11,7 +11,7 @@
 //! plus [`GRACE`] means nobody runs that process. A missing Lease says nothing (a MCM not
 //! started yet, or one without leader election), and neither does a Lease without a renew
 //! time. The I/O (two GETs, only once a wait has lasted [`super::SLOW_WAIT`]) is
-//! [`super::objects::machine_controller_down`], asked by the rollout wait
+//! `objects::machine_controller_down`, asked by the rollout wait
 //! ([`super::reconcile`]) and by the deletion's waits ([`super::delete`]).
 
 use chrono::{DateTime, Utc};

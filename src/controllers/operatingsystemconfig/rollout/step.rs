@@ -212,7 +212,7 @@ pub struct Step {
     pub target: Target,
 }
 
-/// Runs `step` within [`STEP_TIMEOUT`]; logs a failure and, where [`StepError::unobservable`]
+/// Runs `step` within [`STEP_TIMEOUT`]; logs a failure and, where `StepError::unobservable`
 /// says so, writes it into the condition.
 pub async fn run(context: &Context, step: Step) {
     let outcome = tokio::time::timeout(STEP_TIMEOUT, observe(context, &step))
