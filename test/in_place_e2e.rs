@@ -476,8 +476,10 @@ const KUBELET_STARTS: &str = "/var/lib/e2e/kubelet-starts";
 const KUBELET_SAW_BOOTSTRAP: &str = "/var/lib/e2e/kubelet-saw-bootstrap";
 const KUBELET_SAW_DIR: &str = "/var/lib/e2e/kubelet-saw-dir";
 /// A kubelet stand-in (no kubelet in the machine): on each start it records what kubelet
-/// would read — its bootstrap kubeconfig and what is in its folder.
-const KUBELET_STAND_IN: &str = "[Unit]\nDescription=kubelet stand-in\n[Service]\nExecStart=/bin/sh -c 'mkdir -p /var/lib/e2e; echo start >> /var/lib/e2e/kubelet-starts; cat /var/lib/kubelet/kubeconfig-bootstrap > /var/lib/e2e/kubelet-saw-bootstrap; ls -A /var/lib/kubelet > /var/lib/e2e/kubelet-saw-dir; exec sleep infinity'\n";
+/// would read — its bootstrap kubeconfig and what is in its folder — each file renamed into
+/// place whole, and counts the start last, so a test that has seen the start reads both
+/// complete (systemd reports the restart done before this shell has run).
+const KUBELET_STAND_IN: &str = "[Unit]\nDescription=kubelet stand-in\n[Service]\nExecStart=/bin/sh -c 'mkdir -p /var/lib/e2e; cat /var/lib/kubelet/kubeconfig-bootstrap > /var/lib/e2e/.saw-bootstrap; ls -A /var/lib/kubelet > /var/lib/e2e/.saw-dir; mv /var/lib/e2e/.saw-bootstrap /var/lib/e2e/kubelet-saw-bootstrap; mv /var/lib/e2e/.saw-dir /var/lib/e2e/kubelet-saw-dir; echo start >> /var/lib/e2e/kubelet-starts; exec sleep infinity'\n";
 /// kubelet's `kubeconfig-real` as kubelet writes it after its certificate bootstrap.
 const KUBELET_REAL_CONTENT: &str = "apiVersion: v1\nkind: Config\nclusters:\n- cluster:\n    certificate-authority: /var/lib/kubelet/old-ca.crt\n    server: https://old.example\n  name: default-cluster\ncontexts:\n- context:\n    cluster: default-cluster\n    user: default-auth\n  name: default-context\ncurrent-context: default-context\nusers:\n- name: default-auth\n  user:\n    client-certificate: /var/lib/kubelet/pki/kubelet-client-current.pem\n    client-key: /var/lib/kubelet/pki/kubelet-client-current.pem\n";
 const KUBELET_PEM: &str = "-----BEGIN CERTIFICATE-----\nb2xkIGt1YmVsZXQgY2VydA==\n-----END CERTIFICATE-----\n-----BEGIN EC PRIVATE KEY-----\nb2xkIGtleQ==\n-----END EC PRIVATE KEY-----\n";
@@ -546,12 +548,11 @@ async fn a_ca_rotation_in_place_bootstraps_kubelet_again_and_reports_success() {
     // kubelet was restarted once, and found its bootstrap kubeconfig, GNA's: the agent's
     // server and CA file, kubelet's current certificate embedded as certificate and key,
     // kubelet's context kept; kubeconfig-real and pki/ were gone.
-    assert_eq!(
-        text(&agent, KUBELET_STARTS).as_deref(),
-        Some("start\n"),
-        "{}",
-        agent.log()
-    );
+    let starts = support::wait_for("the kubelet stand-in's start", APPLY_TIMEOUT, || async {
+        text(&agent, KUBELET_STARTS).ok_or_else(|| agent.log())
+    })
+    .await;
+    assert_eq!(starts, "start\n", "{}", agent.log());
     assert_eq!(
         machine.unit_property("kubelet.service", "ActiveState"),
         "active"
