@@ -1533,7 +1533,8 @@ async fn bootstrap_installs_the_agent_as_gardener_node_init_runs_it() {
     .await;
     let machine = boot(BIN);
     let node = machine.name().to_string();
-    create_node(&env.client, &node).await;
+    // The Node comes after the bootstraps: once the OSC is applied and the Node exists, the
+    // started agent removes the bootstrap token (as GNA), which would race the checks below.
     let token = limited_token(&env, &node, &[&names.secret]).await;
     let setup = plain_setup(
         &env,
@@ -1627,6 +1628,7 @@ async fn bootstrap_installs_the_agent_as_gardener_node_init_runs_it() {
     let accepted = bootstrap();
     let log = format!("{}{}", accepted.stdout, accepted.stderr);
     assert!(log.contains("the API server is reachable"), "{log}");
+    create_node(&env.client, &node).await;
 
     let agent = AgentMachine {
         machine,
@@ -1643,6 +1645,12 @@ async fn bootstrap_installs_the_agent_as_gardener_node_init_runs_it() {
     assert_eq!(
         agent.machine.unit_property("app.service", "ActiveState"),
         "active"
+    );
+    // Bootstrapped: the token has done its work and is gone.
+    assert!(
+        !agent
+            .machine
+            .exists(format!("{CONFIG_DIR}/credentials/bootstrap-token"))
     );
 }
 
