@@ -7,8 +7,9 @@
 //! machine-controller-manager (the bootstrap token Secret, the Machine, the `machine-name`
 //! file) and kubelet (they create the Node).
 //!
-//! Where the shoot's authorizer stands: RBAC for the node-agent group, not GRM's node-agent
-//! authorizer webhook (see `support::node_agent_identity::allow_node_agents`).
+//! The shoot authorizes the agent as a Gardener shoot does: no RBAC for node agents, GRM's
+//! node-agent authorizer webhook decides by the Machine (its node-template label names the
+//! OSC Secret) and the Node (created with gardenlet's pool labels, as kubelet registers it).
 
 #![allow(clippy::unwrap_used, clippy::panic)]
 
@@ -27,7 +28,7 @@ use kube::config::Kubeconfig;
 use serde_json::json;
 use support::agent::*;
 use support::node_agent_identity::{
-    allow_bootstrappers, allow_node_agents, create_bootstrap_token, create_machine,
+    allow_bootstrappers, create_bootstrap_token, create_machine, create_pool_node,
 };
 use support::shoot::Shoot;
 
@@ -72,7 +73,6 @@ async fn new_machine_in(env: &support::TestEnv, shoot: Shoot) -> NewMachine {
     let node = machine.name().to_string();
     let machine_name = format!("machine-{node}");
     let secret = format!("gardener-node-agent-{node}");
-    allow_node_agents(&shoot_client, &node, &secret).await;
     let checksum = put_osc(
         &shoot_client,
         &secret,
@@ -80,7 +80,7 @@ async fn new_machine_in(env: &support::TestEnv, shoot: Shoot) -> NewMachine {
     )
     .await;
     let setup = AgentSetup {
-        secret_name: secret,
+        secret_name: secret.clone(),
         kubeconfig: String::new(),
         server_url: shoot.server_url(),
         ca_pem: shoot.ca_pem(),
@@ -93,6 +93,7 @@ async fn new_machine_in(env: &support::TestEnv, shoot: Shoot) -> NewMachine {
         namespace: env.namespace.clone(),
         name: machine_name.clone(),
         node: node.clone(),
+        osc_secret: secret.clone(),
     };
     NewMachine {
         record,
@@ -111,12 +112,20 @@ struct MachineRecord {
     namespace: String,
     name: String,
     node: String,
+    osc_secret: String,
 }
 
 impl MachineRecord {
     /// Creates it, joined as the machine's Node.
     async fn create(&self) {
-        create_machine(&self.seed, &self.namespace, &self.name, &self.node).await;
+        create_machine(
+            &self.seed,
+            &self.namespace,
+            &self.name,
+            &self.node,
+            &self.osc_secret,
+        )
+        .await;
     }
 }
 
@@ -178,7 +187,7 @@ async fn start_and_join(
 ) -> AgentMachine {
     let node = machine.name().to_string();
     let (agent, _, _) = start_with_bootstrap_token(shoot, machine, machine_name, setup).await;
-    create_node(shoot, &node).await;
+    create_pool_node(shoot, &node, &setup.secret_name).await;
     wait_for_checksum(shoot, &agent, checksum, STEP_TIMEOUT).await;
     agent
 }
@@ -243,7 +252,7 @@ async fn a_new_machine_trades_its_bootstrap_token_for_a_certificate_and_renews_i
     assert!(exists(&agent.machine, BOOTSTRAP_TOKEN));
 
     // 2. The Node registers: the OSC is applied, the bootstrap files go.
-    create_node(&new.shoot_client, &node).await;
+    create_pool_node(&new.shoot_client, &node, &new.setup.secret_name).await;
     wait_for_checksum(&new.shoot_client, &agent, &new.checksum, STEP_TIMEOUT).await;
     let applied_after = started.elapsed();
     wait_until("bootstrap files removed", &agent, || {
@@ -390,7 +399,7 @@ async fn a_rejected_token_and_a_denied_request_are_retried_and_write_nothing() {
         certificate_in(&agent.machine).is_some()
     })
     .await;
-    create_node(&new.shoot_client, &node).await;
+    create_pool_node(&new.shoot_client, &node, &new.setup.secret_name).await;
     wait_for_checksum(&new.shoot_client, &agent, &new.checksum, STEP_TIMEOUT).await;
     drop(new.shoot);
 }
@@ -577,8 +586,7 @@ async fn a_ca_rotation_in_place_gives_the_agent_a_new_certificate_without_a_rest
 async fn idle_requests_with_the_certificate_flow() {
     const IDLE_WINDOW: Duration = Duration::from_secs(300);
     let env = support::env().await;
-    let shoot =
-        Shoot::start_for_node_agents_audited(&env, Duration::from_secs(30 * 24 * 3600)).await;
+    let shoot = Shoot::start_for_node_agents(&env, Duration::from_secs(30 * 24 * 3600)).await;
     let audit = shoot.audit_log_path();
     let new = new_machine_in(&env, shoot).await;
     new.record.create().await;

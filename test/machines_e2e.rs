@@ -34,8 +34,10 @@
 //! (most machines, most unavailable) are asserted against the pool's budget; waits are bounded
 //! by the progress they see, not by the clock (`support::progress`).
 //!
-//! What stands in: the RBAC for GRM's node-agent authorizer webhook
-//! (`support::node_agent_identity::allow_node_agents`, granted when the cloud announces a node).
+//! The shoot authorizes node agents as a Gardener shoot does: no RBAC for them, GRM's
+//! node-agent authorizer webhook decides by the Machines MCM creates from our Worker (the
+//! node-agent Secret named by the node template's label, the Node by the Machine's `node`
+//! label).
 //!
 //! Needs root, the node components and a static build of our binary; `make e2e-machines`
 //! provides them, and `cargo test` skips those tests (`#[ignore]`); it runs only the two
@@ -67,7 +69,6 @@ use serde_json::{Value, json};
 use support::gardenlet_osc::{PoolFacts, render};
 use support::machine_controllers::{Driver, MachineControllers, Targets};
 use support::node::{Node, NodeOptions, NodeOsc};
-use support::node_agent_identity::allow_node_agents;
 use support::node_cloud::{Boot, NodeCloud};
 use support::oci::{Image, ImageFile};
 use support::progress::{Gaps, Observed, on_schedule, wait_while_progressing};
@@ -88,15 +89,10 @@ const KUBERNETES_VERSION: &str = "1.36.3";
 const PAUSE_IMAGE: &str = "e2e.local/pause:e2e";
 const POOL: &str = "rolling";
 
-/// The node-agent keys of the test's pools (shared with the authorizer task).
-type Keys = Arc<Mutex<Vec<String>>>;
-
 /// The rolling pool of [`Landscape::with_rolling_pool`].
 struct RollingPool {
     key: String,
     user_data_secret: String,
-    /// The keys the authorizer grants (a test adds the new key of a rolling update).
-    keys: Keys,
 }
 
 /// What gardenlet provisioned for a pool.
@@ -252,12 +248,9 @@ impl Landscape {
         let landscape = Self::start().await;
         let key = format!("gardener-node-agent-{POOL}");
         let user_data_secret = landscape.provision_pool(POOL, &key).await;
-        let keys: Keys = Arc::new(Mutex::new(vec![key.clone()]));
-        landscape.authorize_new_nodes(keys.clone());
         let pool = RollingPool {
             key,
             user_data_secret,
-            keys,
         };
         (landscape, pool)
     }
@@ -296,6 +289,7 @@ impl Landscape {
             self.shoot.plane.server_url(),
             self.shoot.plane.ca_pem(),
             pool,
+            key,
             PAUSE_IMAGE,
         );
         let base = gardenlet.reconcile(node_osc.cri_config(), &node_osc.files(), &node_osc.units());
@@ -389,35 +383,6 @@ impl Landscape {
                 blocking_create,
             },
         ));
-    }
-
-    /// Grants each node the cloud announces what GRM's node-agent authorizer would: the
-    /// node-agent Secret of its class (the key whose pool hash ends the class name).
-    fn authorize_new_nodes(&self, keys: Keys) -> tokio::task::JoinHandle<()> {
-        let mut created = self.cloud.created();
-        let shoot = self.shoot_client.clone();
-        tokio::spawn(async move {
-            while let Some(machine) = created.recv().await {
-                let key = {
-                    let keys = keys.lock().unwrap();
-                    keys.iter()
-                        .find(|k| machine.class.ends_with(&format!("-{}", pool_hash(k, &[]))))
-                        .or_else(|| {
-                            // An in-place pool's class hash has more inputs; its key is the
-                            // constant `gardener-node-agent-<pool>`.
-                            keys.iter().find(|k| {
-                                let pool = k.trim_start_matches("gardener-node-agent-");
-                                machine.class.contains(&format!("-{pool}-z"))
-                            })
-                        })
-                        .cloned()
-                };
-                match key {
-                    Some(key) => allow_node_agents(&shoot, &machine.node, &key).await,
-                    None => eprintln!("machines e2e: no key for class {}", machine.class),
-                }
-            }
-        })
     }
 
     fn workers(&self) -> Api<Worker> {
@@ -1045,7 +1010,6 @@ async fn lifecycle_a_rolling_pool_rolls_and_scales_within_its_budget() {
         RollingPool {
             key,
             user_data_secret,
-            keys,
         },
     ) = Landscape::with_rolling_pool().await;
     landscape.start_machine_controllers();
@@ -1064,7 +1028,6 @@ async fn lifecycle_a_rolling_pool_rolls_and_scales_within_its_budget() {
     let seen = Arc::new(Mutex::new(Extremes::from_now()));
     let sampler = sample(landscape.machines(), wanted.clone(), seen.clone(), None);
     let new_key = format!("gardener-node-agent-{POOL}-2");
-    keys.lock().unwrap().push(new_key.clone());
     let new_user_data = landscape.provision_pool(POOL, &new_key).await;
     let rolling = Instant::now();
     let workers = landscape.workers();
@@ -1191,7 +1154,6 @@ async fn lifecycle_an_in_place_pool_is_updated_through_mcms_in_place_flow() {
     let provisioned = landscape
         .provision_pool_with(pool_name, &key, Some(&before))
         .await;
-    let _authorizer = landscape.authorize_new_nodes(Arc::new(Mutex::new(vec![key.clone()])));
     landscape.start_machine_controllers();
     let in_place_pool = |in_place: &InPlace| {
         let mut pool = pool(pool_name, &key, &provisioned.user_data_secret, 2);
@@ -1665,7 +1627,6 @@ async fn pool_at_scale_is_created_and_rolled_by_the_real_mcm() {
         RollingPool {
             key,
             user_data_secret,
-            keys,
         },
     ) = Landscape::with_rolling_pool().await;
     landscape.start_machine_controllers();
@@ -1710,7 +1671,6 @@ async fn pool_at_scale_is_created_and_rolled_by_the_real_mcm() {
 
     *seen.lock().unwrap() = Extremes::from_now();
     let new_key = format!("gardener-node-agent-{POOL}-2");
-    keys.lock().unwrap().push(new_key.clone());
     let Provisioned {
         user_data_secret: new_user_data,
         reconcile,

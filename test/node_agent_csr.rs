@@ -73,15 +73,17 @@ async fn shoot_and_bootstrap_client(env: &support::TestEnv) -> (Shoot, Client, C
 async fn a_bootstrap_token_request_for_an_existing_machine_is_approved_and_issued() {
     let env = support::env().await;
     let machine = "machine-a";
-    node_agent_identity::create_machine(&env.client, &env.namespace, machine, "node-machine-a")
-        .await;
-    let (shoot, admin, bootstrap, bootstrap_user) = shoot_and_bootstrap_client(&env).await;
-    node_agent_identity::allow_node_agents(
-        &admin,
+    node_agent_identity::create_machine(
+        &env.client,
+        &env.namespace,
+        machine,
         "node-machine-a",
         "gardener-node-agent-worker-a",
     )
     .await;
+    // No RBAC for the node agent: the renewal below goes through GRM's node-agent
+    // authorizer (CSR create, and get of its own user's request).
+    let (shoot, admin, bootstrap, bootstrap_user) = shoot_and_bootstrap_client(&env).await;
 
     let issued_at = chrono::Utc::now().timestamp();
     let issued = steps::request(&bootstrap, machine, DECISION_TIMEOUT)
@@ -126,6 +128,25 @@ async fn a_bootstrap_token_request_for_an_existing_machine_is_approved_and_issue
         groups.iter().any(|g| g == NODE_AGENTS_GROUP),
         "groups {groups:?}"
     );
+
+    // GRM's node-agent authorizer decides for it: a Secret that is not its pool's is refused
+    // with the webhook's reason (RBAC has no opinion on node agents).
+    let refused =
+        Api::<k8s_openapi::api::core::v1::Secret>::namespaced(agent.clone(), "kube-system")
+            .get("gardener-node-agent-worker-b")
+            .await;
+    match refused {
+        Err(kube::Error::Api(status)) => {
+            assert_eq!(status.code, 403, "{status:?}");
+            assert!(
+                status
+                    .message
+                    .contains("gardener-node-agent can only access secrets"),
+                "{status:?}"
+            );
+        }
+        other => panic!("a foreign Secret was not refused: {other:?}"),
+    }
 
     // Renewal: the node agent asks with its own certificate, and GRM approves its own user.
     let renewed = steps::request(&agent, machine, DECISION_TIMEOUT)

@@ -28,8 +28,10 @@
 //!
 //! The test plays gardenlet (Cluster and OSCs in the seed, the RBAC of TLS bootstrapping in
 //! the shoot), machine-controller-manager (bootstrap token, Machine, placeholders) and
-//! cloud-init (runs the user data). What stands in: RBAC for GRM's node-agent authorizer
-//! webhook (`support::node_agent_identity::allow_node_agents`).
+//! cloud-init (runs the user data). Both agents are authorized as in a Gardener shoot: no RBAC
+//! for node agents, GRM's node-agent authorizer webhook decides by the Machine (its node-
+//! template label names the pool's Secret) and the Node (kubelet registers it with gardenlet's
+//! pool labels).
 //!
 //! Needs root, the node components and a static build of our binary; `make e2e-takeover`
 //! provides them, and `cargo test` skips this file (`#[ignore]`).
@@ -51,7 +53,7 @@ use kube::{Api, Client};
 use serde_json::{Value, json};
 use support::gardenlet_osc::{GardenletOsc, PoolFacts, render, with_node_agent_image};
 use support::node::{KUBELET_UNIT, Node, NodeOptions, NodeOsc};
-use support::node_agent_identity::{allow_node_agents, create_bootstrap_token, create_machine};
+use support::node_agent_identity::{create_bootstrap_token, create_machine};
 use support::oci::{Image, ImageFile};
 use support::registry::Registry;
 use support::shoot::Shoot;
@@ -257,11 +259,11 @@ impl Pool {
             },
         );
         gardenlet.install_shoot_rbac(shoot_client).await;
-        allow_node_agents(shoot_client, &node_name, &key).await;
         let node_osc = NodeOsc::bootstrapping(
             landscape.shoot.plane.server_url(),
             landscape.shoot.plane.ca_pem(),
             pool,
+            &key,
             PAUSE_IMAGE,
         );
         let reconcile =
@@ -273,7 +275,7 @@ impl Pool {
         // machine-controller-manager's part: the bootstrap token, the Machine, the placeholders.
         let token = create_bootstrap_token(shoot_client, Duration::from_secs(3600)).await;
         let machine_name = format!("machine-{node_name}");
-        create_machine(&env.client, &env.namespace, &machine_name, &node_name).await;
+        create_machine(&env.client, &env.namespace, &machine_name, &node_name, &key).await;
         let user_data =
             support::agent::user_data(&env.client, &env.namespace, &key, STAGE_TIMEOUT).await;
         let provisioned = Instant::now();

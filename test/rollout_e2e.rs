@@ -2,7 +2,11 @@
 //! four real nodes: systemd-nspawn machines (`support::node`) with our agent (static build),
 //! containerd 2.x and kubelet, against a real shoot control plane (kube-apiserver and
 //! kube-controller-manager) on loopback. The test plays gardenlet: it writes the pool's
-//! node-agent secret into the shoot, with the rollout annotations our operator writes.
+//! node-agent secret into the shoot, with the rollout annotations our operator writes; and
+//! MCM: the Machines in the seed and a bootstrap token per node. The agents authenticate with
+//! the client certificates they get through GRM's CSR approver and are authorized by GRM's
+//! node-agent authorizer, as in a Gardener shoot: every slot is in the one Lease it admits
+//! (the OSC Secret's name).
 //!
 //! 1. Every node applies the first OSC at once (a first apply is quiet) and becomes Ready.
 //! 2. Budget 2, a change to kubelet's unit: every node restarts kubelet once; a sampler reads
@@ -33,21 +37,24 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use gardener_extension_node::kubeconfig::render_token_kubeconfig;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Event, Node as KubeNode, Pod};
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
 use support::agent::{
-    AgentSetup, NODE_CHECKSUM, install_agent, limited_token_with_slots_in, osc_yaml,
-    put_osc_annotated,
+    AgentSetup, CONFIG_DIR, NODE_CHECKSUM, install_agent_with, osc_yaml, put_osc_annotated,
 };
 use support::node::{AGENT_BINARY, KUBELET_UNIT, Node, NodeOptions, NodeOsc};
+use support::node_agent_identity::{
+    NODE_AGENT_SECRET_LABEL, allow_bootstrappers, create_bootstrap_token, create_machine,
+};
 
 const NODES: usize = 4;
 const SECRET: &str = "gardener-node-agent-rollout-e2e";
 const PAUSE_IMAGE: &str = "e2e.local/pause:e2e";
+/// How long the agents' client certificates are valid: no renewal within the test.
+const CERTIFICATE_VALIDITY: Duration = Duration::from_secs(24 * 3600);
 const BUDGET_ANNOTATION: &str = "node.extensions.gardener.cloud/rollout-budget";
 const CONDITION: &str = "DisruptiveRolloutHealthy";
 const RESUME_ANNOTATION: &str = "node.extensions.gardener.cloud/rollout-resume";
@@ -494,8 +501,9 @@ async fn fixture(budget: Option<u32>, count: usize) -> (Fixture, String) {
     let assets = required_env("ENVTEST_ASSETS");
     let static_binary = required_env("E2E_STATIC_BINARY");
     let env = support::env().await;
-    let shoot = support::shoot::Shoot::start(&env).await;
+    let shoot = support::shoot::Shoot::start_for_node_agents(&env, CERTIFICATE_VALIDITY).await;
     let client = shoot.client().await;
+    allow_bootstrappers(&client).await;
     let server_url = shoot.plane.server_url();
     let ca_pem = shoot.plane.ca_pem().to_string();
     let port = shoot.plane.apiserver_port();
@@ -509,7 +517,10 @@ async fn fixture(budget: Option<u32>, count: usize) -> (Fixture, String) {
         kubelet_credentials: support::node::KubeletCredentials::Token(
             support::node::kubelet_token(&client, "rollout-pool").await,
         ),
-        labels: BTreeMap::from([("worker.gardener.cloud/pool".into(), "rollout".into())]),
+        labels: BTreeMap::from([
+            ("worker.gardener.cloud/pool".into(), "rollout".into()),
+            (NODE_AGENT_SECRET_LABEL.into(), SECRET.into()),
+        ]),
         sandbox_image: PAUSE_IMAGE.into(),
     };
     let first_yaml = osc_with_kubelet_drop_in(&osc, None);
@@ -526,19 +537,28 @@ async fn fixture(budget: Option<u32>, count: usize) -> (Fixture, String) {
             apiserver_port: port,
         })
         .unwrap_or_else(|e| panic!("{e}"));
+        // MCM's part: the Machine (its node template names the pool's Secret), a bootstrap
+        // token and the machine name; the agent gets its client certificate through GRM's
+        // approver and is authorized by GRM's node-agent authorizer.
         let name = node.name().to_string();
-        let token = limited_token_with_slots_in(&client, "kube-system", &name, &[SECRET], 2).await;
-        install_agent(
+        let machine_name = format!("machine-{name}");
+        create_machine(&env.client, &env.namespace, &machine_name, &name, SECRET).await;
+        let token = create_bootstrap_token(&client, Duration::from_secs(3600)).await;
+        install_agent_with(
             &node.machine,
             &AgentSetup {
                 secret_name: SECRET.into(),
-                kubeconfig: render_token_kubeconfig(&server_url, &ca_pem, &token),
+                kubeconfig: String::new(),
                 server_url: server_url.clone(),
                 ca_pem: ca_pem.clone(),
                 drift_interval: "10m".into(),
                 token_sync: vec![],
                 binary_in_machine: AGENT_BINARY.into(),
             },
+            &[
+                (format!("{CONFIG_DIR}/credentials/bootstrap-token"), token),
+                (format!("{CONFIG_DIR}/machine-name"), machine_name),
+            ],
         );
         nodes.push(node);
     }

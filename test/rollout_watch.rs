@@ -68,6 +68,7 @@ impl Shoot {
             scheduler: false,
             audit_log: false,
             csr_signing: None,
+            node_agent_authorizer: None,
         })
         .await
         .unwrap();

@@ -121,6 +121,11 @@ pub struct ControlPlaneOptions {
     /// approves what RBAC's `nodeclient`/`selfnodeclient` roles allow) and the Node authorizer
     /// (`--authorization-mode=Node,RBAC`). Needs `controller_manager`.
     pub csr_signing: Option<Duration>,
+    /// Authorize node agents with GRM's node-agent authorizer webhook after `Node` and `RBAC`,
+    /// as gardenlet configures a shoot ([`super::node_agent_authorizer`]); the GRM serving it
+    /// is started afterwards with the same value. `None`: `Node` (with `csr_signing`) and
+    /// `RBAC` only.
+    pub node_agent_authorizer: Option<super::NodeAgentAuthorizer>,
 }
 
 /// `--audit-log-maxsize` in MB: far beyond what a benchmark writes (a scale run writes a few
@@ -418,11 +423,7 @@ impl ControlPlane {
             .arg(format!("--tls-cert-file={}", path("apiserver.crt")))
             .arg(format!("--tls-private-key-file={}", path("apiserver.key")))
             .arg(format!("--client-ca-file={}", path("ca.crt")))
-            .arg(if self.options.csr_signing.is_some() {
-                "--authorization-mode=Node,RBAC"
-            } else {
-                "--authorization-mode=RBAC"
-            })
+            .arg(self.authorization_flag()?)
             .arg("--service-account-issuer=https://kubernetes.default.svc.cluster.local")
             // As in a Gardener shoot: tokens gardener-resource-manager's token requestor asks
             // for carry the audience `gardener`.
@@ -456,6 +457,27 @@ impl ControlPlane {
                 .arg(format!("--audit-log-maxsize={AUDIT_LOG_MAX_MB}"));
         }
         spawn_logged(command, "kube-apiserver", &state.join("kube-apiserver.log"))
+    }
+
+    /// `--authorization-config` for the node-agent authorizer (its files written into the
+    /// state folder), else `--authorization-mode`.
+    fn authorization_flag(&self) -> Result<String, ControlPlaneError> {
+        let state = &self.options.state_dir;
+        if let Some(authorizer) = &self.options.node_agent_authorizer {
+            let kubeconfig = state.join("authorization-webhook.kubeconfig");
+            write_file(&kubeconfig, &authorizer.webhook_kubeconfig())?;
+            let config = state.join("authorization-config.json");
+            write_file(
+                &config,
+                &super::NodeAgentAuthorizer::authorization_config(&kubeconfig),
+            )?;
+            return Ok(format!("--authorization-config={}", config.display()));
+        }
+        Ok(if self.options.csr_signing.is_some() {
+            "--authorization-mode=Node,RBAC".to_string()
+        } else {
+            "--authorization-mode=RBAC".to_string()
+        })
     }
 
     fn spawn_controller_manager(&self) -> Result<Child, ControlPlaneError> {

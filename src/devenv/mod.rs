@@ -19,6 +19,7 @@
 pub mod apply;
 pub mod controlplane;
 pub mod lock;
+pub mod node_agent_authorizer;
 pub mod pki;
 pub mod resource_manager;
 
@@ -29,6 +30,7 @@ use anyhow::Context;
 use clap::Args;
 
 pub use controlplane::{ControlPlane, ControlPlaneOptions};
+pub use node_agent_authorizer::NodeAgentAuthorizer;
 pub use resource_manager::{ResourceManager, ResourceManagerOptions};
 
 /// Flags of `local-env`.
@@ -118,6 +120,7 @@ pub async fn run_local_env(args: LocalEnvArgs) -> anyhow::Result<()> {
         scheduler: false,
         audit_log: false,
         csr_signing: None,
+        node_agent_authorizer: None,
     })
     .await
     .context("starting the local control plane")?;
@@ -137,6 +140,7 @@ pub async fn run_local_env(args: LocalEnvArgs) -> anyhow::Result<()> {
         scheduler: false,
         audit_log: false,
         csr_signing: None,
+        node_agent_authorizer: None,
     })
     .await
     .context("starting the local shoot control plane")?;
@@ -173,6 +177,7 @@ pub async fn run_local_env(args: LocalEnvArgs) -> anyhow::Result<()> {
         remove_state_on_exit: false,
         reuse_state: true,
         csr_approver_machine_namespace: None,
+        node_agent_authorizer: None,
     })
     .await
     .context("starting gardener-resource-manager")?;

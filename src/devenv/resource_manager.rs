@@ -9,7 +9,9 @@
 //! the tests see is the apply/delete/keepObjects/origin behaviour of the real component. With
 //! [`ResourceManagerOptions::csr_approver_machine_namespace`] its CSR approver runs too, as in
 //! a shoot's GRM: it approves or denies the node-agent client certificate requests of the
-//! target against the Machines of the source.
+//! target against the Machines of the source, and with
+//! [`ResourceManagerOptions::node_agent_authorizer`] it serves the node-agent authorizer
+//! webhook the target's kube-apiserver asks ([`super::node_agent_authorizer`]).
 //!
 //! Like the control plane, the process runs in a process group of its own that a watchdog
 //! kills when the owning process is gone, and [`ResourceManager::stop`] (also on drop) kills
@@ -61,6 +63,9 @@ pub struct ResourceManagerOptions {
     /// node-agent user itself (renewal) when requester and common name match; other node-agent
     /// CSRs are denied. Off when `None`.
     pub csr_approver_machine_namespace: Option<String>,
+    /// Serve the node-agent authorizer webhook the control plane was started with (its port
+    /// and certificate replace GRM's own webhook port and certificate). Off when `None`.
+    pub node_agent_authorizer: Option<super::NodeAgentAuthorizer>,
 }
 
 /// A running gardener-resource-manager.
@@ -77,7 +82,7 @@ const READY_TIMEOUT: Duration = Duration::from_secs(120);
 pub const MIN_SYNC_PERIOD: Duration = Duration::from_secs(15);
 
 /// GRM's configuration file (pure): only the ManagedResource, health and token requestor
-/// controllers, and the CSR approver when asked for.
+/// controllers, and the CSR approver and the node-agent authorizer when asked for.
 pub fn render_config(
     options: &ResourceManagerOptions,
     ports: [u16; 3],
@@ -136,7 +141,11 @@ pub fn render_config(
             // Shoot access secrets (the OSC controller's node-agent rollout status).
             "tokenRequestor": {"enabled": true, "concurrentSyncs": 2},
         },
-        "webhooks": {},
+        "webhooks": options
+            .node_agent_authorizer
+            .as_ref()
+            .map(super::NodeAgentAuthorizer::resource_manager_webhooks)
+            .unwrap_or_else(|| serde_json::json!({})),
     })
 }
 
@@ -170,12 +179,21 @@ impl ResourceManager {
                     fs::remove_dir_all(&state).map_err(io_error(&state))?;
                 }
                 fs::create_dir_all(&cert_dir).map_err(io_error(&cert_dir))?;
-                let (cert, key) =
-                    super::pki::self_signed_serving().map_err(ControlPlaneError::Pki)?;
+                let (cert, key) = match &options.node_agent_authorizer {
+                    Some(authorizer) => (
+                        authorizer.serving_cert.clone(),
+                        authorizer.serving_key.clone(),
+                    ),
+                    None => super::pki::self_signed_serving().map_err(ControlPlaneError::Pki)?,
+                };
                 write_file(&cert_dir.join("tls.crt"), &cert)?;
                 write_file(&cert_dir.join("tls.key"), &key)?;
                 free_ports()?
             }
+        };
+        let ports = match &options.node_agent_authorizer {
+            Some(authorizer) => [authorizer.port, ports[1], ports[2]],
+            None => ports,
         };
         let config = render_config(&options, ports, &cert_dir);
         write_file(&config_path, &config.to_string())?;
@@ -311,6 +329,7 @@ mod tests {
             remove_state_on_exit: true,
             reuse_state: false,
             csr_approver_machine_namespace: None,
+            node_agent_authorizer: None,
         };
         let config = render_config(&options, [1, 2, 3], Path::new("/certs"));
         assert_eq!(
@@ -346,6 +365,22 @@ mod tests {
             serde_json::json!({"enabled": true, "concurrentSyncs": 1, "machineNamespace": "shoot--a--b"})
         );
         assert_eq!(config["controllers"]["garbageCollector"]["enabled"], false);
+        assert_eq!(config["webhooks"], serde_json::json!({}));
+
+        let authorizing = ResourceManagerOptions {
+            node_agent_authorizer: Some(crate::devenv::NodeAgentAuthorizer {
+                port: 1,
+                serving_cert: String::new(),
+                serving_key: String::new(),
+                machine_namespace: Some("shoot--a--b".into()),
+            }),
+            ..approving
+        };
+        let config = render_config(&authorizing, [1, 2, 3], Path::new("/certs"));
+        assert_eq!(
+            config["webhooks"]["nodeAgentAuthorizer"]["machineNamespace"],
+            "shoot--a--b"
+        );
     }
 
     #[test]
@@ -362,6 +397,7 @@ mod tests {
             remove_state_on_exit: false,
             reuse_state: true,
             csr_approver_machine_namespace: None,
+            node_agent_authorizer: None,
         };
         let certs = dir.path().join("certs");
         let config = dir.path().join("config.yaml");

@@ -193,3 +193,99 @@ pub fn describe(mix: &Mix) -> String {
         .collect::<Vec<_>>()
         .join(", ")
 }
+
+/// Requests of one kind that kube-apiserver refused (403) for a user: who, what, why and how
+/// often (from the audit log's `authorization.k8s.io/reason` annotation, which carries the
+/// authorizer's reason, e.g. GRM's node-agent authorizer's).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Refusal {
+    /// The user (for a node agent `gardener.cloud:node-agent:machine:<machine>`).
+    pub user: String,
+    /// `"<verb> <resource>[/<subresource>] <namespace>/<name>"` (`-` for what is not set).
+    pub request: String,
+    /// The authorizers' reason.
+    pub reason: String,
+    /// How many requests.
+    pub count: usize,
+}
+
+/// Every request of a user whose name starts with `user_prefix` that the audit log at `path`
+/// records as refused with 403, grouped by user, request and reason.
+pub fn refusals(path: &std::path::Path, user_prefix: &str) -> Vec<Refusal> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let mut counted: BTreeMap<(String, String, String), usize> = BTreeMap::new();
+    for line in text.lines() {
+        let Ok(event) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        let user = event["user"]["username"].as_str().unwrap_or_default();
+        if !user.starts_with(user_prefix)
+            || event["stage"] != "ResponseComplete"
+            || event["responseStatus"]["code"] != 403
+        {
+            continue;
+        }
+        let object = &event["objectRef"];
+        let field = |name: &str| object[name].as_str().unwrap_or("-").to_string();
+        let mut resource = field("resource");
+        if let Some(sub) = object["subresource"].as_str() {
+            resource = format!("{resource}/{sub}");
+        }
+        let request = format!(
+            "{} {resource} {}/{}",
+            event["verb"].as_str().unwrap_or("-"),
+            field("namespace"),
+            field("name")
+        );
+        let reason = event["annotations"]["authorization.k8s.io/reason"]
+            .as_str()
+            .unwrap_or("-")
+            .to_string();
+        *counted
+            .entry((user.to_string(), request, reason))
+            .or_default() += 1;
+    }
+    counted
+        .into_iter()
+        .map(|((user, request, reason), count)| Refusal {
+            user,
+            request,
+            reason,
+            count,
+        })
+        .collect()
+}
+
+/// How many requests of users whose name starts with `user_prefix` the audit log at `path`
+/// records as answered (a watch when its response started, anything else when complete).
+pub fn answered_for(path: &std::path::Path, user_prefix: &str) -> usize {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    text.lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|event| {
+            let user = event["user"]["username"].as_str().unwrap_or_default();
+            let counted = if event["verb"] == "watch" {
+                event["stage"] == "ResponseStarted" || event["responseStatus"]["code"] != 200
+            } else {
+                event["stage"] == "ResponseComplete"
+            };
+            user.starts_with(user_prefix) && counted
+        })
+        .count()
+}
+
+/// The refusals as a table, one line each, or `none`.
+pub fn describe_refusals(refusals: &[Refusal]) -> String {
+    if refusals.is_empty() {
+        return "none".to_string();
+    }
+    refusals
+        .iter()
+        .map(|r| {
+            format!(
+                "\n  {} × {} by {}: {}",
+                r.count, r.request, r.user, r.reason
+            )
+        })
+        .collect()
+}

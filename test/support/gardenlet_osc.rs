@@ -16,7 +16,7 @@ use kube::api::PostParams;
 use kube::{Api, Client};
 use serde_json::{Value, json};
 
-use super::node_agent_identity::{allow_gardener_node_agent_extras, create_or_keep};
+use super::node_agent_identity::create_or_keep;
 
 /// A pool's node-agent content from gardenlet.
 #[derive(Debug, Clone)]
@@ -122,14 +122,13 @@ impl GardenletOsc {
     }
 
     /// gardenlet's part in the shoot for the pool's nodes to bootstrap: its TLS-bootstrapping
-    /// ClusterRoleBindings, plus the RBAC standing in for GRM's authorizer extras.
+    /// ClusterRoleBindings (node agents get no RBAC: GRM's authorizer decides for them).
     pub async fn install_shoot_rbac(&self, shoot: &Client) {
         for binding in &self.rbac {
             let binding: ClusterRoleBinding =
                 serde_json::from_value(binding.clone()).expect("a ClusterRoleBinding");
             create_or_keep(Api::all(shoot.clone()), &binding).await;
         }
-        allow_gardener_node_agent_extras(shoot).await;
     }
 
     /// Creates the provision OSC and `reconcile` in `namespace` of the seed, as gardenlet does.

@@ -130,6 +130,7 @@ async fn start(crds: Crds) -> Shared {
         scheduler: false,
         audit_log: AUDIT_LOG.load(Ordering::SeqCst),
         csr_signing: None,
+        node_agent_authorizer: None,
     })
     .await
     .expect("control plane starts");

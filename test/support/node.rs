@@ -647,15 +647,19 @@ pub const PRELOAD_UNIT: &str = "e2e-preload-images.service";
 
 impl NodeOsc {
     /// A node of `pool` that enters through kubelet's TLS bootstrap, as a Gardener node
-    /// does: the pool and CRI labels, the preloaded `sandbox_image`.
+    /// does: the pool, node-agent Secret (`key`) and CRI labels gardenlet gives kubelet's
+    /// `--node-labels` (GRM's node-agent authorizer reads the Secret's name from the Node),
+    /// the preloaded `sandbox_image`.
     pub fn bootstrapping(
         server_url: String,
         ca_pem: &str,
         pool: &str,
+        key: &str,
         sandbox_image: &str,
     ) -> Self {
         let labels = [
             ("worker.gardener.cloud/pool", pool),
+            ("worker.gardener.cloud/gardener-node-agent-secret-name", key),
             ("worker.gardener.cloud/cri-name", "containerd"),
         ]
         .into_iter()

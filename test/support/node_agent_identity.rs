@@ -6,15 +6,20 @@
 //!   machine (and writes into its user data);
 //! - [`allow_bootstrappers`]: gardener's node-agent RBAC ManagedResource, which lets
 //!   bootstrap tokens (group `system:bootstrappers`) create and read CSRs;
-//! - [`allow_node_agents`]: what GRM's node-agent authorizer webhook grants the group
-//!   `gardener.cloud:node-agents`, as RBAC (the webhook does not run in the tests);
-//! - [`create_machine`]: the Machine in the seed that GRM's CSR approver looks up.
+//! - [`create_machine`]: the Machine in the seed that GRM's CSR approver and its node-agent
+//!   authorizer look up;
+//! - [`create_pool_node`]: the Node as kubelet registers it with gardenlet's pool labels.
+//!
+//! No RBAC for the group `gardener.cloud:node-agents`: gardener v1.149.3 grants node agents
+//! none (its node-agent RBAC binds only `system:bootstrappers` and `system:nodes`,
+//! `original/components/nodeagent/rbac.go`); GRM's node-agent authorizer webhook decides
+//! every request of a node agent (`support::shoot::Shoot::start_for_node_agents`).
 
 use std::io::Read;
 
 use chrono::Utc;
-use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+use k8s_openapi::api::core::v1::{Node, Secret};
+use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
 use kube::api::{ApiResource, DynamicObject, PostParams};
 use kube::core::GroupVersionKind;
 use kube::{Api, Client};
@@ -85,95 +90,6 @@ pub async fn allow_bootstrappers(shoot: &Client) {
     create_or_keep(Api::<ClusterRoleBinding>::all(shoot.clone()), &binding).await;
 }
 
-/// Grants the group `gardener.cloud:node-agents` what a node agent on `node` may do, as in
-/// docs/agent.md "What it may access": the OSC secret `osc_secret` in `kube-system`, its
-/// Leases (`gardener-node-agent-<node>` and the serial lock named like the OSC secret), events
-/// in `default`, its own Node and its status, Node lists, Pod lists and deletions; plus
-/// CertificateSigningRequests create and get, for renewing its client certificate. The same
-/// rules `agent::limited_token_in` gives a ServiceAccount, here for the group of node-agent
-/// client certificates.
-///
-/// In a real shoot nothing of this is RBAC: GRM's node-agent authorizer webhook decides for
-/// the group `gardener.cloud:node-agents`, per machine (own Node and Leases, the OSC secret
-/// of its pool, only CSRs of its own user). This RBAC stands in for the webhook until it runs
-/// in the tests, and being per group it is wider: every node agent of the shoot gets the
-/// rights of every `node` it was called for. Idempotent.
-pub async fn allow_node_agents(shoot: &Client, node: &str, osc_secret: &str) {
-    let name = format!("gardener.cloud:node-agents:{node}");
-    let lease = format!("gardener-node-agent-{node}");
-    let subjects = json!([{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": NODE_AGENTS_GROUP}]);
-    let roles = [
-        (
-            "kube-system",
-            json!([
-                {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list", "watch"], "resourceNames": [osc_secret]},
-                {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "update", "list", "watch"], "resourceNames": [lease, osc_secret]},
-                {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
-            ]),
-        ),
-        (
-            "default",
-            json!([{"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]}]),
-        ),
-    ];
-    for (namespace, rules) in roles {
-        let role: Role =
-            from_json(json!({"metadata": {"name": name, "namespace": namespace}, "rules": rules}));
-        create_or_keep(Api::<Role>::namespaced(shoot.clone(), namespace), &role).await;
-        let binding: RoleBinding = from_json(json!({
-            "metadata": {"name": name, "namespace": namespace},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
-            "subjects": subjects,
-        }));
-        create_or_keep(
-            Api::<RoleBinding>::namespaced(shoot.clone(), namespace),
-            &binding,
-        )
-        .await;
-    }
-    let cluster_role: ClusterRole = from_json(json!({
-        "metadata": {"name": name},
-        "rules": [
-            // After an in-place update: the pods on the node (listed by `spec.nodeName`); the
-            // authorizer admits only that field selector, RBAC cannot say so.
-            {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "delete"]},
-            {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]},
-            {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "watch", "patch"], "resourceNames": [node]},
-            {"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"], "resourceNames": [node]},
-            // Certificate renewal; the authorizer admits get only for CSRs of the own user.
-            {"apiGroups": ["certificates.k8s.io"], "resources": ["certificatesigningrequests"], "verbs": ["create", "get"]},
-        ],
-    }));
-    create_or_keep(Api::<ClusterRole>::all(shoot.clone()), &cluster_role).await;
-    let binding: ClusterRoleBinding = from_json(json!({
-        "metadata": {"name": name},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
-        "subjects": subjects,
-    }));
-    create_or_keep(Api::<ClusterRoleBinding>::all(shoot.clone()), &binding).await;
-}
-
-/// What real gardener-node-agent v1.149.3 asks for beyond what [`allow_node_agents`] gives
-/// this agent (GRM's authorizer grants both to node agents): it watches its CSRs while it
-/// waits for a certificate, and updates (not patches) its Node. Idempotent.
-pub async fn allow_gardener_node_agent_extras(shoot: &Client) {
-    let name = "e2e:gardener-node-agent-extras";
-    let role: ClusterRole = from_json(json!({
-        "metadata": {"name": name},
-        "rules": [
-            {"apiGroups": ["certificates.k8s.io"], "resources": ["certificatesigningrequests"], "verbs": ["list", "watch"]},
-            {"apiGroups": [""], "resources": ["nodes"], "verbs": ["update"]},
-        ],
-    }));
-    create_or_keep(Api::<ClusterRole>::all(shoot.clone()), &role).await;
-    let binding: ClusterRoleBinding = from_json(json!({
-        "metadata": {"name": name},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
-        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": NODE_AGENTS_GROUP}],
-    }));
-    create_or_keep(Api::<ClusterRoleBinding>::all(shoot.clone()), &binding).await;
-}
-
 /// The `machine.sapcloud.io/v1alpha1` Machines resource.
 pub fn machine_resource() -> ApiResource {
     ApiResource::from_gvk_with_plural(
@@ -182,18 +98,47 @@ pub fn machine_resource() -> ApiResource {
     )
 }
 
+/// The Node label naming a pool's node-agent Secret (gardener's
+/// `worker.gardener.cloud/gardener-node-agent-secret-name`).
+pub const NODE_AGENT_SECRET_LABEL: &str = "worker.gardener.cloud/gardener-node-agent-secret-name";
+
 /// Creates a minimal Machine `namespace/name` in the seed, joined as Node `node` (label
-/// `node=<node>`, as MCM sets it once the node registered; GRM's CSR approver reads the node
-/// name from it).
-pub async fn create_machine(seed: &Client, namespace: &str, name: &str, node: &str) {
+/// `node=<node>`, as MCM sets it once the node registered; GRM's CSR approver and its
+/// authorizer read the node name from it), of a pool whose node-agent Secret is `osc_secret`
+/// (the node template's label, as our Worker writes it; the authorizer admits exactly that
+/// Secret).
+pub async fn create_machine(
+    seed: &Client,
+    namespace: &str,
+    name: &str,
+    node: &str,
+    osc_secret: &str,
+) {
     let resource = machine_resource();
     let mut machine = DynamicObject::new(name, &resource).within(namespace);
     machine.metadata.labels = Some([("node".to_string(), node.to_string())].into());
-    machine.data = json!({"spec": {"class": {"kind": "MachineClass", "name": "x"}}});
+    machine.data = json!({"spec": {
+        "class": {"kind": "MachineClass", "name": "x"},
+        "nodeTemplate": {"metadata": {"labels": {NODE_AGENT_SECRET_LABEL: osc_secret}}},
+    }});
     Api::<DynamicObject>::namespaced_with(seed.clone(), namespace, &resource)
         .create(&PostParams::default(), &machine)
         .await
         .expect("machine created");
+}
+
+/// Creates the Node `name` as kubelet registers it in a Gardener shoot: with gardenlet's pool
+/// labels from its `--node-labels`, of which the authorizer reads the node-agent Secret's
+/// name (the Lease it admits besides `gardener-node-agent-<node>`).
+pub async fn create_pool_node(shoot: &Client, name: &str, osc_secret: &str) -> Node {
+    let node: Node = from_json(json!({"metadata": {"name": name, "labels": {
+        "kubernetes.io/hostname": name,
+        NODE_AGENT_SECRET_LABEL: osc_secret,
+    }}}));
+    Api::<Node>::all(shoot.clone())
+        .create(&PostParams::default(), &node)
+        .await
+        .expect("node created")
 }
 
 /// Creates `object`; one that exists already (409) is kept as it is.

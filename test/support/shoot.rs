@@ -9,15 +9,18 @@
 //!
 //! [`Shoot::start_for_node_agents`] adds what a Gardener shoot has for node-agent client
 //! certificates: bootstrap-token authentication, kube-controller-manager's
-//! `kubernetes.io/kube-apiserver-client` signer, and GRM's CSR approver checking the
-//! Machines of the test's seed namespace (helpers for the objects: `node_agent_identity`).
+//! `kubernetes.io/kube-apiserver-client` signer, GRM's CSR approver checking the Machines of
+//! the test's seed namespace, and GRM's node-agent authorizer webhook deciding every request
+//! of a node agent by those Machines (kube-apiserver: `Node`, `RBAC`, webhook, as gardenlet
+//! configures it; helpers for the objects: `node_agent_identity`).
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use gardener_extension_node::devenv::{
-    self, ControlPlane, ControlPlaneOptions, ResourceManager, ResourceManagerOptions,
+    self, ControlPlane, ControlPlaneOptions, NodeAgentAuthorizer, ResourceManager,
+    ResourceManagerOptions,
 };
 use kube::Client;
 
@@ -36,6 +39,8 @@ pub struct Shoot {
     /// The shoot's etcd, kube-apiserver and kube-controller-manager.
     pub plane: ControlPlane,
     dir: PathBuf,
+    /// Started for node agents (their refusals are listed on drop).
+    node_agents: bool,
 }
 
 impl Shoot {
@@ -57,26 +62,31 @@ impl Shoot {
     /// Starts a shoot that issues node-agent client certificates as a Gardener shoot does:
     /// kube-apiserver authenticates bootstrap tokens, kube-controller-manager signs approved
     /// `kubernetes.io/kube-apiserver-client` CSRs with the shoot's CA for at most `signing`,
-    /// and the GRM for `env.namespace` runs its CSR approver against the Machines in
-    /// `env.namespace` of the seed.
+    /// and the GRM for `env.namespace` runs its CSR approver and its node-agent authorizer
+    /// against the Machines in `env.namespace` of the seed. kube-apiserver writes its audit
+    /// log ([`Shoot::audit_log_path`]).
     pub async fn start_for_node_agents(env: &TestEnv, signing: Duration) -> Shoot {
-        Self::start_node_agents(env, signing, false).await
+        Self::start_node_agents(env, signing).await
     }
 
-    /// [`Shoot::start_for_node_agents`] with kube-apiserver's audit log
-    /// ([`Shoot::audit_log_path`]), for counting a client's requests.
-    pub async fn start_for_node_agents_audited(env: &TestEnv, signing: Duration) -> Shoot {
-        Self::start_node_agents(env, signing, true).await
-    }
-
-    async fn start_node_agents(env: &TestEnv, signing: Duration, audit_log: bool) -> Shoot {
+    /// Node-agent shoots always keep the audit log: their drop lists every request of a node
+    /// agent that was refused (403), with the authorizer's reason.
+    async fn start_node_agents(env: &TestEnv, signing: Duration) -> Shoot {
         let namespace = env.namespace.as_str();
         let machines = Some(env.namespace.clone());
-        Self::start_with_options(env, &[namespace], false, Some(signing), machines, audit_log).await
+        Self::start_with_options(env, &[namespace], false, Some(signing), machines, true).await
+    }
+
+    /// Every request of a node agent the shoot refused so far (403), from the audit log.
+    pub fn node_agent_refusals(&self) -> Vec<super::audit::Refusal> {
+        super::audit::refusals(
+            &self.audit_log_path(),
+            super::node_agent_identity::NODE_AGENT_USER_PREFIX,
+        )
     }
 
     /// kube-apiserver's audit log (written by a shoot from
-    /// [`Shoot::start_for_node_agents_audited`]).
+    /// [`Shoot::start_for_node_agents`]).
     pub fn audit_log_path(&self) -> PathBuf {
         self.dir.join("plane").join("audit.log")
     }
@@ -100,6 +110,13 @@ impl Shoot {
         ));
         std::fs::create_dir_all(&dir).expect("shoot folder");
         let assets = devenv::resolve_assets(None, &super::repo_root()).expect("envtest binaries");
+        // A shoot for node agents authorizes them as gardenlet's do: GRM's node-agent
+        // authorizer, deciding by the Machines of the same seed namespace as the CSR approver.
+        let node_agent_authorizer_on = csr_approver_machine_namespace.is_some();
+        let node_agent_authorizer = csr_approver_machine_namespace.as_ref().map(|namespace| {
+            NodeAgentAuthorizer::new(Some(namespace.clone()))
+                .expect("authorizer port and certificate")
+        });
         let plane = ControlPlane::start(ControlPlaneOptions {
             assets: assets.clone(),
             state_dir: dir.join("plane"),
@@ -109,6 +126,7 @@ impl Shoot {
             scheduler,
             audit_log,
             csr_signing,
+            node_agent_authorizer: node_agent_authorizer.clone(),
         })
         .await
         .expect("shoot control plane starts");
@@ -125,6 +143,7 @@ impl Shoot {
             remove_state_on_exit: false,
             reuse_state: false,
             csr_approver_machine_namespace,
+            node_agent_authorizer,
         })
         .await
         .expect("gardener-resource-manager starts");
@@ -132,6 +151,7 @@ impl Shoot {
             resource_manager,
             plane,
             dir,
+            node_agents: node_agent_authorizer_on,
         }
     }
 
@@ -166,6 +186,16 @@ impl Shoot {
 
 impl Drop for Shoot {
     fn drop(&mut self) {
+        if self.node_agents {
+            let answered = super::audit::answered_for(
+                &self.audit_log_path(),
+                super::node_agent_identity::NODE_AGENT_USER_PREFIX,
+            );
+            eprintln!(
+                "shoot audit: {answered} requests of node agents, refused (403): {}",
+                super::audit::describe_refusals(&self.node_agent_refusals())
+            );
+        }
         self.resource_manager.stop();
         self.plane.stop();
         // A failed test keeps GRM's log for the person reading the failure.
