@@ -14,7 +14,10 @@
 //     "workerState": <the Worker's status.state>}; the last two are null when nothing is
 //     recorded.
 //   - "restore": what the generic Worker actuator of gardener's extensions library does with
-//     a Worker's status.state on restore: genericactuator.RestoreWithoutReconcile against the
+//     a Worker's status.state on restore (with --from-shoot-state the file holds the
+//     ShootState's machine-state data instead, which gardenlet's RestoreWorkerState first
+//     moves into the Worker of --namespace, as on a destination seed):
+//     genericactuator.RestoreWithoutReconcile against the
 //     seed, for the wanted MachineDeployments given with --deployment (what a provider's
 //     worker delegate would generate; machine classes are not deployed). It creates the
 //     recorded MachineSets and Machines and the MachineDeployments with the recorded replicas,
@@ -62,7 +65,7 @@ import (
 
 const usage = `usage:
   machine-state record  --kubeconfig FILE --namespace NS [--worker-namespace NS] [--worker NAME]
-  machine-state restore --kubeconfig FILE --namespace NS --state-file FILE --deployment NAME=CLASS...
+  machine-state restore --kubeconfig FILE --namespace NS --state-file FILE [--from-shoot-state] --deployment NAME=CLASS...
   machine-state decode  --state-file FILE`
 
 // deployments collects repeated --deployment NAME=CLASS flags.
@@ -81,8 +84,9 @@ func (d *deployments) Set(value string) error {
 
 type options struct {
 	kubeconfig, namespace, workerNamespace, worker string
-	shootName, shootNamespace, stateFile, pool    string
-	wanted                                        deployments
+	shootName, shootNamespace, stateFile, pool     string
+	wanted                                         deployments
+	fromShootState                                 bool
 }
 
 func main() {
@@ -101,6 +105,7 @@ func main() {
 	flags.StringVar(&o.shootNamespace, "shoot-namespace", "garden-project", "record: the Shoot's project namespace")
 	flags.StringVar(&o.stateFile, "state-file", "", "restore, decode: file with the state (the Worker's status.state)")
 	flags.StringVar(&o.pool, "pool", "", "restore: worker pool of the wanted deployments")
+	flags.BoolVar(&o.fromShootState, "from-shoot-state", false, "restore: the state file is the ShootState's machine-state data, not the Worker's status.state")
 	flags.Var(&o.wanted, "deployment", "restore: a wanted MachineDeployment, NAME=CLASS (repeatable)")
 	_ = flags.Parse(os.Args[2:])
 
@@ -277,11 +282,13 @@ func restore(ctx context.Context, o options) (any, error) {
 		deployment.PoolName = o.pool
 		wanted = append(wanted, deployment)
 	}
-	worker := &extensionsv1alpha1.Worker{
-		ObjectMeta: metav1.ObjectMeta{Name: o.worker, Namespace: o.namespace},
-		Status: extensionsv1alpha1.WorkerStatus{DefaultStatus: extensionsv1alpha1.DefaultStatus{
-			State: &runtime.RawExtension{Raw: state},
-		}},
+	worker := &extensionsv1alpha1.Worker{ObjectMeta: metav1.ObjectMeta{Name: o.worker, Namespace: o.namespace}}
+	if o.fromShootState {
+		if err := restoreWorkerState(ctx, scheme, worker, state); err != nil {
+			return nil, err
+		}
+	} else {
+		worker.Status.State = &runtime.RawExtension{Raw: state}
 	}
 	cluster := &extensionscontroller.Cluster{Shoot: &gardencorev1beta1.Shoot{}}
 	factory := delegateFactory{delegate: delegate{wanted: wanted}}
@@ -302,6 +309,23 @@ func restore(ctx context.Context, o options) (any, error) {
 		"machineSets":        setList.Items,
 		"machines":           machineList.Items,
 	}, nil
+}
+
+// restoreWorkerState is gardenlet's step on the destination seed: the ShootState's machine
+// state into the (in-memory) Worker's status.state, namespaces rewritten to the Worker's.
+func restoreWorkerState(ctx context.Context, scheme *runtime.Scheme, worker *extensionsv1alpha1.Worker, machineState []byte) error {
+	shootState := &gardencorev1beta1.ShootState{Spec: gardencorev1beta1.ShootStateSpec{
+		Gardener: []gardencorev1beta1.GardenerResourceData{{
+			Name: v1beta1constants.DataTypeMachineState,
+			Type: v1beta1constants.DataTypeMachineState,
+			Data: runtime.RawExtension{Raw: machineState},
+		}},
+	}}
+	destination := fake.NewClientBuilder().WithScheme(scheme).WithObjects(worker).WithStatusSubresource(worker).Build()
+	if err := extensions.RestoreWorkerState(ctx, destination, shootState, worker); err != nil {
+		return err
+	}
+	return destination.Get(ctx, client.ObjectKeyFromObject(worker), worker)
 }
 
 func decode(o options) (any, error) {
