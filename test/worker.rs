@@ -2375,6 +2375,16 @@ async fn the_machine_state_of_gardener_and_ours_restore_the_same_machines_both_w
     support::create_namespace(&source.client, &by_gardener_ns).await;
     let state_file = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(state_file.path(), ours_encoded.to_string()).unwrap();
+    // Read by gardener's decoder (UnmarshalMachineState) as it is.
+    let decoded_by_gardener = support::gardener::run_machine_state(&[
+        "decode",
+        "--state-file",
+        state_file.path().to_str().unwrap(),
+    ])
+    .await;
+    let decoded_by_gardener: state::MachineState =
+        serde_json::from_value(decoded_by_gardener).unwrap();
+    assert_eq!(shape(&decoded_by_gardener), shape(&ours));
     let class = format!("{deployment}-0a1b2");
     let by_gardener = support::gardener::run_machine_state(&[
         "restore",
