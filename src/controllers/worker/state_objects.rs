@@ -8,9 +8,11 @@
 //! reference, or label `name` when the set has no owner) and the machines of those sets
 //! (owner reference; or label `name` = the deployment for machines without owner) that have
 //! joined — a `node` label or a provider ID — in gardenlet's order: sets by name; machines
-//! without owner first, then each set's, each group by name. Objects keep only name, namespace, labels and
-//! annotations of their metadata, and no status; the `node` label carries the node reference,
-//! `spec.providerID` the instance.
+//! without owner first, then each set's, each group by name. Objects keep only name,
+//! namespace, labels and annotations of their metadata, and no status; the `node` label
+//! carries the node reference, `spec.providerID` the instance. The compatibility with
+//! gardener's own code is tested in `test/worker.rs` (see `docs/contract.md`, Worker machine
+//! state).
 
 use kube::api::{DynamicObject, ObjectMeta};
 use kube::core::TypeMeta;
