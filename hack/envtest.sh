@@ -89,6 +89,7 @@ build components "$kube_version etcd-$etcd_version gardener-$gardener_version he
   github.com/gardener/machine-controller-manager/cmd/machine-controller-manager=machine-controller-manager \
   github.com/gardener/gardener/cmd/machine-controller-manager-provider-local=machine-controller-manager-provider-local \
   github.com/gardener-extension-node/hack/envtest/components/machine-provider-nspawn=machine-provider-nspawn \
+  github.com/gardener-extension-node/hack/envtest/components/machine-state=machine-state \
   helm.sh/helm/v4/cmd/helm=helm
 
 if $node; then

@@ -1475,9 +1475,10 @@ fn machine_identities(machines: &[McmMachine]) -> Vec<(String, String, String)> 
 }
 
 /// Control-plane migration with the real MCM (`make e2e-machines-lifecycle`): MCM stops (as
-/// gardenlet scales it down), the Worker migrates, gardenlet records the machine state and
-/// shallow-deletes; in another seed namespace of the same shoot the Worker restores from that
-/// state, MCM starts there and adopts the very machines (the nodes never stopped); then the
+/// gardenlet scales it down), the Worker migrates, gardenlet records the machine state (by
+/// gardener's own code: `support::gardener::gardenlet_machine_state`) and shallow-deletes;
+/// in another seed namespace of the same shoot the Worker restores from that state, MCM
+/// starts there and adopts the very machines (the nodes never stopped); then the
 /// Worker's delete there leaves nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs root and the node components: make e2e-machines-lifecycle"]
@@ -1514,7 +1515,19 @@ async fn lifecycle_migrate_and_restore_keep_the_machines_running() {
     let workers = landscape.workers();
     support::gardener::annotate(&workers, "worker", "migrate").await;
     landscape.worker_ready(LastOperationType::Migrate).await;
-    let state = support::gardener::machine_state(&landscape.env.client, &source).await;
+    // gardenlet's record (shootstate.Deploy) and its restore into the destination Worker
+    // (RestoreExtensionObjectState, which also fails if our Worker left a state of its own),
+    // by gardener's own code.
+    let destination = format!("{source}-restored");
+    let recorded = support::gardener::gardenlet_machine_state(&source, &destination).await;
+    let extension_states = recorded.shoot_state["spec"]["extensions"].as_array();
+    assert!(
+        extension_states.is_none_or(|states| states.iter().all(|s| s["kind"] != "Worker")),
+        "no Worker state of ours beside gardenlet's machine state: {}",
+        recorded.shoot_state
+    );
+    let state = recorded.worker_state;
+    assert!(!state.is_null(), "gardenlet recorded the machines");
     support::gardener::confirm_and_delete(&workers, "worker").await;
     support::gardener::wait_gone(&workers, "worker").await;
     shallow_delete_all(&landscape.api::<McmMachine>()).await;
@@ -1528,7 +1541,6 @@ async fn lifecycle_migrate_and_restore_keep_the_machines_running() {
 
     // Destination: another namespace of the same shoot (technical ID of the source).
     let restoring = Instant::now();
-    let destination = format!("{source}-restored");
     let client = landscape.env.client.clone();
     support::create_namespace(&client, &destination).await;
     let mut cluster = fixtures::cluster_json(&destination);

@@ -23,7 +23,9 @@
 //!   when no class references it any more (`Mcm::sync_credentials`).
 //!
 //! gardenlet's part (annotations, deletion confirmation, `status.state` on restore, the
-//! shallow delete after migrate, hibernation in the Cluster) is played by the tests.
+//! shallow delete after migrate, hibernation in the Cluster) is played by the tests; the
+//! machine state it records and restores comes from gardener's own code (the `machine-state`
+//! program of `hack/envtest/components`, `support::gardener::gardenlet_machine_state`).
 
 #![allow(clippy::unwrap_used, clippy::panic)] // test crate: failing loudly is the point
 
@@ -1912,4 +1914,507 @@ async fn a_machine_leaving_candidate_for_update_runs_the_worker_again() {
         }
     })
     .await;
+}
+
+// ---------------------------------------------------------------------------------------
+// The machine state of a control-plane migration, gardener's and ours
+
+/// Labels an in-place update puts on a machine (machine-controller-manager's
+/// `LabelKeyNodeCandidateForUpdate`, `LabelKeyNodeSelectedForUpdate`).
+const IN_PLACE_LABELS: [(&str, &str); 2] = [
+    ("node.machine.sapcloud.io/candidate-for-update", "true"),
+    ("node.machine.sapcloud.io/selected-for-update", "true"),
+];
+
+fn dynamic(env: &TestEnv, namespace: &str, kind: &str) -> Api<kube::api::DynamicObject> {
+    let resource = kube::api::ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk(
+        "machine.sapcloud.io",
+        "v1alpha1",
+        kind,
+    ));
+    Api::namespaced_with(env.client.clone(), namespace, &resource)
+}
+
+/// Creates `object` with its status (the status subresource is written separately, as the
+/// controller that owns it does); returns its uid.
+async fn create_with_status(api: &Api<kube::api::DynamicObject>, mut object: Value) -> String {
+    let status = object
+        .as_object_mut()
+        .unwrap()
+        .remove("status")
+        .unwrap_or(Value::Null);
+    let name = object["metadata"]["name"].as_str().unwrap().to_string();
+    let created = api
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(object).unwrap(),
+        )
+        .await
+        .unwrap();
+    if !status.is_null() {
+        api.patch_status(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "status": status })),
+        )
+        .await
+        .unwrap();
+    }
+    created.uid().unwrap()
+}
+
+fn owner(kind: &str, name: &str, uid: &str) -> Value {
+    json!([{"apiVersion": "machine.sapcloud.io/v1alpha1", "kind": kind, "name": name, "uid": uid,
+        "controller": true, "blockOwnerDeletion": true}])
+}
+
+/// A pool's machine objects as machine-controller-manager leaves them in a running seed:
+/// deployment `deployment` (3 replicas) with an old and a new MachineSet, joined machines
+/// (node label and provider ID, or only one of them; one in the middle of an in-place
+/// update; one without owner, as MCM's adoption after a restore finds them), one machine
+/// still creating, and a second deployment `<namespace>-worker-b-z1` with a set and a
+/// machine of its own (recorded, but wanted by no restore here). Everything with the status
+/// MCM reports, finalizers and owner references.
+async fn create_pool_objects(env: &TestEnv, deployment: &str) {
+    let ns = env.namespace.as_str();
+    let class = format!("{deployment}-0a1b2");
+    let spec = |provider_id: Option<&str>| {
+        let mut spec = json!({
+            "class": {"kind": "MachineClass", "name": class},
+            "nodeTemplate": {
+                "metadata": {"labels": {"worker.gardener.cloud/pool": "worker-a"},
+                    "annotations": {"example.com/note": "kept"}},
+                "spec": {"taints": [{"key": "dedicated", "value": "gvisor", "effect": "NoSchedule"}]}
+            },
+            "drainTimeout": "2h0m0s",
+            "creationTimeout": "20m0s"
+        });
+        if let Some(id) = provider_id {
+            spec["providerID"] = json!(id);
+        }
+        spec
+    };
+    let deployments = dynamic(env, ns, "MachineDeployment");
+    let deployment_uid = create_with_status(&deployments, json!({
+        "apiVersion": "machine.sapcloud.io/v1alpha1", "kind": "MachineDeployment",
+        "metadata": {"name": deployment, "namespace": ns,
+            "labels": {"worker.gardener.cloud/pool": "worker-a"},
+            "annotations": {"cluster-autoscaler.kubernetes.io/scale-down-disabled": "false"},
+            "finalizers": ["machine.sapcloud.io/machine-controller-manager"]},
+        "spec": {"replicas": 3, "minReadySeconds": 500,
+            "selector": {"matchLabels": {"name": deployment}},
+            "template": {"metadata": {"labels": {"name": deployment}}, "spec": spec(None)}},
+        "status": {"replicas": 3, "readyReplicas": 2, "availableReplicas": 2, "updatedReplicas": 3}
+    }))
+    .await;
+    let other = format!("{ns}-worker-b-z1");
+    let other_uid = create_with_status(
+        &deployments,
+        json!({
+            "apiVersion": "machine.sapcloud.io/v1alpha1", "kind": "MachineDeployment",
+            "metadata": {"name": other, "namespace": ns},
+            "spec": {"replicas": 1, "selector": {"matchLabels": {"name": other}},
+                "template": {"metadata": {"labels": {"name": other}}, "spec": spec(None)}}
+        }),
+    )
+    .await;
+
+    let sets = dynamic(env, ns, "MachineSet");
+    let set = |name: &str, replicas: i64| {
+        json!({
+            "apiVersion": "machine.sapcloud.io/v1alpha1", "kind": "MachineSet",
+            "metadata": {"name": name, "namespace": ns, "labels": {"name": deployment},
+                "annotations": {"deployment.kubernetes.io/revision": "2"},
+                "ownerReferences": owner("MachineDeployment", deployment, &deployment_uid),
+                "finalizers": ["machine.sapcloud.io/machine-controller-manager"]},
+            "spec": {"replicas": replicas, "minReadySeconds": 500,
+                "selector": {"matchLabels": {"name": deployment}},
+                "template": {"metadata": {"labels": {"name": deployment}}, "spec": spec(None)}},
+            "status": {"replicas": replicas, "readyReplicas": replicas, "observedGeneration": 1}
+        })
+    };
+    let new_set = format!("{deployment}-new22");
+    let old_set = format!("{deployment}-old11");
+    let new_uid = create_with_status(&sets, set(&new_set, 3)).await;
+    let old_uid = create_with_status(&sets, set(&old_set, 0)).await;
+    // The second deployment's set.
+    let stray_set = format!("{other}-abcde");
+    let stray_uid = create_with_status(
+        &sets,
+        json!({
+            "apiVersion": "machine.sapcloud.io/v1alpha1", "kind": "MachineSet",
+            "metadata": {"name": stray_set, "namespace": ns, "labels": {"name": other},
+                "ownerReferences": owner("MachineDeployment", &other, &other_uid)},
+            "spec": {"replicas": 1, "selector": {"matchLabels": {"name": other}},
+                "template": {"metadata": {"labels": {"name": other}}, "spec": spec(None)}}
+        }),
+    )
+    .await;
+    let machines = dynamic(env, ns, "Machine");
+    let machine = |name: String,
+                   owner_set: Option<(&str, &str)>,
+                   node: Option<&str>,
+                   provider_id: Option<&str>,
+                   extra_labels: &[(&str, &str)]| {
+        let mut labels = json!({"name": deployment});
+        if let Some(node) = node {
+            labels["node"] = json!(node);
+        }
+        for (key, value) in extra_labels {
+            labels[*key] = json!(value);
+        }
+        let mut object = json!({
+            "apiVersion": "machine.sapcloud.io/v1alpha1", "kind": "Machine",
+            "metadata": {"name": name, "namespace": ns, "labels": labels,
+                "annotations": {"machinepriority.machine.sapcloud.io": "3"},
+                "finalizers": ["machine.sapcloud.io/machine-controller-manager"]},
+            "spec": spec(provider_id),
+            "status": {
+                "currentStatus": {"phase": if node.is_some() { "Running" } else { "Pending" },
+                    "lastUpdateTime": "2026-12-01T10:00:00Z", "timeoutActive": false},
+                "lastOperation": {"description": "Machine is now ready", "state": "Successful",
+                    "type": "Create", "lastUpdateTime": "2026-12-01T10:00:00Z"},
+                "conditions": [{"type": "Ready", "status": "True",
+                    "lastTransitionTime": "2026-12-01T10:00:00Z"}]
+            }
+        });
+        if let Some((set, uid)) = owner_set {
+            object["metadata"]["ownerReferences"] = owner("MachineSet", set, uid);
+        }
+        object
+    };
+    for object in [
+        machine(
+            format!("{new_set}-aaaaa"),
+            Some((&new_set, &new_uid)),
+            Some("node-a"),
+            Some("local:///machine-a"),
+            &IN_PLACE_LABELS,
+        ),
+        // Joined by provider ID only (the node label comes later).
+        machine(
+            format!("{new_set}-bbbbb"),
+            Some((&new_set, &new_uid)),
+            None,
+            Some("local:///machine-b"),
+            &[],
+        ),
+        // Still creating: neither; not recorded.
+        machine(
+            format!("{new_set}-ccccc"),
+            Some((&new_set, &new_uid)),
+            None,
+            None,
+            &[],
+        ),
+        // The old set's last machine, joined by node label only.
+        machine(
+            format!("{old_set}-zzzzz"),
+            Some((&old_set, &old_uid)),
+            Some("node-z"),
+            None,
+            &[],
+        ),
+        // Without owner: found by its `name` label (gardener lists these first).
+        machine(
+            format!("{deployment}-x-unowned"),
+            None,
+            Some("node-x"),
+            Some("local:///machine-x"),
+            &[],
+        ),
+    ] {
+        create_with_status(&machines, object).await;
+    }
+    let mut stray = machine(
+        format!("{stray_set}-qqqqq"),
+        Some((&stray_set, &stray_uid)),
+        Some("node-q"),
+        Some("local:///machine-q"),
+        &[],
+    );
+    stray["metadata"]["labels"]["name"] = json!(other);
+    create_with_status(&machines, stray).await;
+}
+
+/// JSON without `null`s and zero values (`0`, `false`, `""`) and without the empty objects
+/// and lists that remain: equal for what Go's `omitempty` of gardener's typed objects and the
+/// API server's pruning consider the same (a MachineSet's `replicas: 0` is absent in
+/// gardener's encoding, as are its empty nested structs).
+fn without_empty(value: &Value) -> Option<Value> {
+    match value {
+        Value::Null | Value::Bool(false) => None,
+        Value::Number(n) if n.as_f64() == Some(0.0) => None,
+        Value::String(text) if text.is_empty() => None,
+        Value::Object(fields) => {
+            let kept: serde_json::Map<String, Value> = fields
+                .iter()
+                .filter_map(|(k, v)| without_empty(v).map(|v| (k.clone(), v)))
+                .collect();
+            (!kept.is_empty()).then_some(Value::Object(kept))
+        }
+        Value::Array(items) => {
+            let kept: Vec<Value> = items.iter().filter_map(without_empty).collect();
+            (!kept.is_empty()).then_some(Value::Array(kept))
+        }
+        other => Some(other.clone()),
+    }
+}
+
+/// What a restore must bring back of a MachineSet or Machine: name, labels, annotations and
+/// spec (namespace, owner, status and the rest are the destination's).
+fn restorable(object: &Value) -> (String, Value) {
+    let metadata = &object["metadata"];
+    (
+        metadata["name"].as_str().unwrap_or_default().to_string(),
+        without_empty(&json!({
+            "labels": metadata["labels"],
+            "annotations": metadata["annotations"],
+            "spec": object["spec"],
+        }))
+        .unwrap_or(Value::Null),
+    )
+}
+
+/// Per deployment: replicas, and the restorable sets and machines in the recorded order.
+type StateShape = BTreeMap<String, (i32, Vec<(String, Value)>, Vec<(String, Value)>)>;
+
+fn shape(state: &state::MachineState) -> StateShape {
+    state
+        .machine_deployments
+        .iter()
+        .map(|(name, d)| {
+            (
+                name.clone(),
+                (
+                    d.replicas,
+                    d.machine_sets.iter().map(restorable).collect(),
+                    d.machines.iter().map(restorable).collect(),
+                ),
+            )
+        })
+        .collect()
+}
+
+async fn restorable_in(
+    env: &TestEnv,
+    namespace: &str,
+    kind: &str,
+) -> BTreeMap<String, (Value, String)> {
+    dynamic(env, namespace, kind)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(|o| {
+            let (name, value) = restorable(&serde_json::to_value(o).unwrap());
+            (name, (value, o.namespace().unwrap_or_default()))
+        })
+        .collect()
+}
+
+/// The machine state both ways between gardener v1.149.3's own code (the `machine-state`
+/// program) and ours, on the real API server: gardenlet's recorded state (ShootState entry
+/// and the destination Worker's `status.state`) is what our `state_objects::record` +
+/// `state::encode` produce from the same objects, our Worker's restore brings gardenlet's
+/// state back as the same MachineSets and Machines, and gardener's generic actuator restores
+/// our encoded state into the same objects. A drifted field name, compression or nesting on
+/// either side leaves a restore without machines or with other ones, and fails here.
+#[tokio::test]
+async fn the_machine_state_of_gardener_and_ours_restore_the_same_machines_both_ways() {
+    use gardener_extension_node::controllers::worker::state_objects;
+
+    let source = setup(|_| {}).await;
+    let deployment = format!("{}-worker-a-z1", source.namespace);
+    create_pool_objects(&source, &deployment).await;
+    let technical_id = source.namespace.clone();
+    let destination =
+        setup(|c| c["spec"]["shoot"]["status"]["technicalID"] = json!(technical_id)).await;
+
+    // gardenlet records (source seed) and writes the Worker's state (destination seed).
+    let recorded =
+        support::gardener::gardenlet_machine_state(&source.namespace, &destination.namespace).await;
+    let machine_state_entry = recorded.shoot_state["spec"]["gardener"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["name"] == "machine-state")
+        .unwrap_or_else(|| panic!("no machine-state in {}", recorded.shoot_state));
+    assert_eq!(machine_state_entry["type"], "machine-state");
+    assert_eq!(machine_state_entry["data"], recorded.machine_state);
+    assert!(
+        recorded.shoot_state["spec"]["extensions"].is_null(),
+        "no extension state: {}",
+        recorded.shoot_state
+    );
+    // Both forms are {"state": <base64 of gzip>} only.
+    for form in [&recorded.machine_state, &recorded.worker_state] {
+        let fields = form.as_object().unwrap_or_else(|| panic!("{form}"));
+        assert_eq!(fields.keys().collect::<Vec<_>>(), ["state"], "{form}");
+        assert!(fields["state"].is_string(), "{form}");
+    }
+    let theirs = state::decode(Some(&recorded.machine_state)).unwrap();
+    let theirs_for_worker = state::decode(Some(&recorded.worker_state)).unwrap();
+
+    // Ours from the same objects.
+    let list = |kind: &'static str| {
+        let api = dynamic(&source, &source.namespace, kind);
+        async move { api.list(&ListParams::default()).await.unwrap().items }
+    };
+    let ours = state_objects::record(
+        &list("MachineDeployment").await,
+        &list("MachineSet").await,
+        &list("Machine").await,
+    );
+    let other = format!("{}-worker-b-z1", source.namespace);
+    let names = |s: &StateShape, d: &str| -> (i32, Vec<String>, Vec<String>) {
+        let (replicas, sets, machines) = &s[d];
+        (
+            *replicas,
+            sets.iter().map(|(n, _)| n.clone()).collect(),
+            machines.iter().map(|(n, _)| n.clone()).collect(),
+        )
+    };
+    let expected_names = (
+        3,
+        vec![format!("{deployment}-new22"), format!("{deployment}-old11")],
+        vec![
+            format!("{deployment}-x-unowned"),
+            format!("{deployment}-new22-aaaaa"),
+            format!("{deployment}-new22-bbbbb"),
+            format!("{deployment}-old11-zzzzz"),
+        ],
+    );
+    assert_eq!(names(&shape(&theirs), &deployment), expected_names);
+    assert_eq!(
+        shape(&theirs).keys().collect::<Vec<_>>(),
+        [&deployment, &other]
+    );
+    assert_eq!(shape(&ours), shape(&theirs), "our record is gardenlet's");
+    assert_eq!(shape(&theirs_for_worker), shape(&theirs));
+    for (kind, objects) in [
+        (
+            "MachineSet",
+            &theirs.machine_deployments[&deployment].machine_sets,
+        ),
+        ("Machine", &theirs.machine_deployments[&deployment].machines),
+    ] {
+        for object in objects {
+            assert_eq!(object["metadata"]["namespace"], source.namespace.as_str());
+            assert!(
+                object["metadata"].get("ownerReferences").is_none(),
+                "{kind}"
+            );
+            assert!(object["metadata"].get("finalizers").is_none(), "{kind}");
+        }
+    }
+    for machine in &theirs_for_worker.machine_deployments[&deployment].machines {
+        assert_eq!(
+            machine["metadata"]["namespace"],
+            destination.namespace.as_str(),
+            "gardenlet moves the state into the Worker's namespace"
+        );
+    }
+    // What a restore must bring back: the source objects' names, labels, annotations, specs.
+    let source_sets = restorable_in(&source, &source.namespace, "MachineSet").await;
+    let source_machines = restorable_in(&source, &source.namespace, "Machine").await;
+    let expected = |names: &[String], from: &BTreeMap<String, (Value, String)>| {
+        names
+            .iter()
+            .map(|n| (n.clone(), from[n].0.clone()))
+            .collect::<BTreeMap<_, _>>()
+    };
+    let expected_sets = expected(&expected_names.1, &source_sets);
+    let expected_machines = expected(&expected_names.2, &source_machines);
+    let in_place = &expected_machines[&format!("{deployment}-new22-aaaaa")]["labels"];
+    for (key, value) in IN_PLACE_LABELS {
+        assert_eq!(in_place[key], value, "{in_place}");
+    }
+    let restored = |found: BTreeMap<String, (Value, String)>, namespace: &str| {
+        found
+            .into_iter()
+            .map(|(name, (value, ns))| {
+                assert_eq!(ns, namespace);
+                (name, value)
+            })
+            .collect::<BTreeMap<_, _>>()
+    };
+
+    // gardenlet's state through our Worker's restore.
+    let mut worker = fixtures::worker_json(&destination.namespace);
+    worker["spec"]["pools"][0]["maximum"] = json!(4);
+    let workers = api::<Worker>(&destination);
+    support::gardener::create_waiting_for_state(&workers, worker, recorded.worker_state.clone())
+        .await;
+    annotate(&workers, WORKER, "restore").await;
+    let by_us = wait_for("our restore of gardenlet's state", WAIT, || async {
+        let machines = restorable_in(&destination, &destination.namespace, "Machine").await;
+        let sets = restorable_in(&destination, &destination.namespace, "MachineSet").await;
+        let deployment_replicas = api::<MachineDeployment>(&destination)
+            .get_opt(&deployment)
+            .await
+            .map_err(err)?
+            .and_then(|d| d.spec.replicas);
+        if machines.len() == expected_machines.len() && deployment_replicas.is_some() {
+            Ok((sets, machines, deployment_replicas))
+        } else {
+            Err(format!("{:?} {deployment_replicas:?}", machines.keys()))
+        }
+    })
+    .await;
+    assert_eq!(restored(by_us.0, &destination.namespace), expected_sets);
+    assert_eq!(restored(by_us.1, &destination.namespace), expected_machines);
+    assert_eq!(by_us.2, Some(3), "the recorded replicas");
+
+    // Our state as the ShootState's machine state: gardenlet's RestoreWorkerState moves it
+    // into the Worker of another namespace (decoding and encoding it with gardener's code),
+    // and gardener's generic actuator restores from there (RestoreWithoutReconcile).
+    let ours_encoded = state::encode(&ours).unwrap().unwrap();
+    let by_gardener_ns = format!("{}-by-gardener", source.namespace);
+    support::create_namespace(&source.client, &by_gardener_ns).await;
+    let state_file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(state_file.path(), ours_encoded.to_string()).unwrap();
+    // Read by gardener's decoder (UnmarshalMachineState) as it is.
+    let decoded_by_gardener = support::gardener::run_machine_state(&[
+        "decode",
+        "--state-file",
+        state_file.path().to_str().unwrap(),
+    ])
+    .await;
+    let decoded_by_gardener: state::MachineState =
+        serde_json::from_value(decoded_by_gardener).unwrap();
+    assert_eq!(shape(&decoded_by_gardener), shape(&ours));
+    let class = format!("{deployment}-0a1b2");
+    let by_gardener = support::gardener::run_machine_state(&[
+        "restore",
+        "--namespace",
+        &by_gardener_ns,
+        "--state-file",
+        state_file.path().to_str().unwrap(),
+        "--from-shoot-state",
+        "--pool",
+        "worker-a",
+        "--deployment",
+        &format!("{deployment}={class}"),
+    ])
+    .await;
+    assert_eq!(
+        by_gardener["machineDeployments"][0]["spec"]["replicas"], 3,
+        "{by_gardener}"
+    );
+    assert_eq!(
+        restored(
+            restorable_in(&source, &by_gardener_ns, "MachineSet").await,
+            &by_gardener_ns
+        ),
+        expected_sets
+    );
+    assert_eq!(
+        restored(
+            restorable_in(&source, &by_gardener_ns, "Machine").await,
+            &by_gardener_ns
+        ),
+        expected_machines
+    );
 }

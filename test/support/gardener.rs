@@ -1,6 +1,8 @@
 //! What gardenlet does to extension objects, for tests: annotate with an operation and a
 //! timestamp, confirm and delete, and the readiness check it waits on
-//! (`docs/contract.md#readiness`); and gardener-resource-manager's part on ManagedResources:
+//! (`docs/contract.md#readiness`), and the machine state of a control-plane migration as
+//! gardener's own code records it (the `machine-state` program of
+//! `hack/envtest/components`); and gardener-resource-manager's part on ManagedResources:
 //! its finalizer, and its status for a rolled-out generation (by hand, or for the gVisor
 //! uninstall by a background stand-in).
 
@@ -309,35 +311,77 @@ where
     .await
 }
 
-/// The machine state gardenlet records for a namespace during a control-plane migration
-/// (`computeMachineState`): [`state_objects::record`] over the namespace's MachineDeployments,
-/// MachineSets and Machines, encoded as gardenlet writes it into the destination Worker's
-/// `status.state`. `Value::Null` when there is nothing to record.
-///
-/// [`state_objects::record`]: gardener_extension_node::controllers::worker::state_objects::record
-pub async fn machine_state(client: &kube::Client, namespace: &str) -> serde_json::Value {
-    use gardener_extension_node::controllers::worker::{state, state_objects};
-    let list = |kind: &'static str| {
-        let resource = kube::api::ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk(
-            "machine.sapcloud.io",
-            "v1alpha1",
-            kind,
-        ));
-        let api =
-            Api::<kube::api::DynamicObject>::namespaced_with(client.clone(), namespace, &resource);
-        async move {
-            api.list(&kube::api::ListParams::default())
-                .await
-                .expect("list machine objects")
-                .items
-        }
-    };
-    let recorded = state_objects::record(
-        &list("MachineDeployment").await,
-        &list("MachineSet").await,
-        &list("Machine").await,
+/// What gardener v1.149.3's own code records for a control-plane migration, from the
+/// `machine-state record` program (`hack/envtest/components/machine-state`, built by
+/// `hack/envtest.sh`): gardenlet's `shootstate.Deploy` over the source namespace and its
+/// `RestoreExtensionObjectState` into a Worker of the destination namespace.
+#[derive(Debug, Clone)]
+pub struct GardenletMachineState {
+    /// The ShootState gardenlet persists in the garden.
+    pub shoot_state: serde_json::Value,
+    /// Its `machine-state` entry's data (`{"state": <base64 gzip>}`), `Null` when nothing is
+    /// recorded.
+    pub machine_state: serde_json::Value,
+    /// The destination Worker's `status.state` as gardenlet writes it before it asks for
+    /// `restore` (the machine state with the namespaces rewritten), `Null` when empty.
+    pub worker_state: serde_json::Value,
+}
+
+/// The shared control plane's admin kubeconfig as a file, for the Go programs.
+fn kubeconfig_file() -> std::path::PathBuf {
+    let shared = super::SHARED
+        .get()
+        .expect("control plane started by env() first");
+    let path = super::state_dir().join("admin.kubeconfig");
+    std::fs::create_dir_all(super::state_dir()).expect("state folder");
+    std::fs::write(&path, &shared.kubeconfig).expect("kubeconfig written");
+    path
+}
+
+/// Runs `machine-state ARGS` against the shared control plane and returns its JSON output.
+pub async fn run_machine_state(args: &[&str]) -> serde_json::Value {
+    let assets = gardener_extension_node::devenv::resolve_assets(None, &super::repo_root())
+        .expect("envtest binaries");
+    let output = tokio::process::Command::new(assets.join("machine-state"))
+        .args(args)
+        .arg("--kubeconfig")
+        .arg(kubeconfig_file())
+        .output()
+        .await
+        .expect("machine-state runs (hack/envtest.sh builds it)");
+    assert!(
+        output.status.success(),
+        "machine-state {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
     );
-    state::encode(&recorded)
-        .expect("machine state encodes")
-        .unwrap_or(serde_json::Value::Null)
+    serde_json::from_slice(&output.stdout).expect("machine-state prints JSON")
+}
+
+/// The machine state gardener's code records from `source` (its MachineDeployments,
+/// MachineSets and Machines and the extension objects there) for a Worker restored in
+/// `destination`.
+pub async fn gardenlet_machine_state(source: &str, destination: &str) -> GardenletMachineState {
+    let mut out = run_machine_state(&[
+        "record",
+        "--namespace",
+        source,
+        "--worker-namespace",
+        destination,
+    ])
+    .await;
+    GardenletMachineState {
+        shoot_state: out["shootState"].take(),
+        machine_state: out["machineState"].take(),
+        worker_state: out["workerState"].take(),
+    }
+}
+
+/// The `status.state` gardenlet writes into a Worker restored in `namespace` from the machine
+/// objects there ([`gardenlet_machine_state`] with source and destination alike). `Value::Null`
+/// when there is nothing to record. The namespace is read through the shared control plane's
+/// kubeconfig; `_client` (a client of that same control plane) is not needed for it.
+pub async fn machine_state(_client: &kube::Client, namespace: &str) -> serde_json::Value {
+    gardenlet_machine_state(namespace, namespace)
+        .await
+        .worker_state
 }

@@ -7,9 +7,12 @@
 //! What is recorded: per deployment that has MachineSets, its `spec.replicas`, its sets (owner
 //! reference, or label `name` when the set has no owner) and the machines of those sets
 //! (owner reference; or label `name` = the deployment for machines without owner) that have
-//! joined — a `node` label or a provider ID. Objects keep only name, namespace, labels and
-//! annotations of their metadata, and no status; the `node` label carries the node reference,
-//! `spec.providerID` the instance.
+//! joined — a `node` label or a provider ID — in gardenlet's order: sets by name; machines
+//! without owner first, then each set's, each group by name. Objects keep only name,
+//! namespace, labels and annotations of their metadata, and no status; the `node` label
+//! carries the node reference, `spec.providerID` the instance. The compatibility with
+//! gardener's own code is tested in `test/worker.rs` (see `docs/contract.md`, Worker machine
+//! state).
 
 use kube::api::{DynamicObject, ObjectMeta};
 use kube::core::TypeMeta;
@@ -86,6 +89,31 @@ fn by_name(objects: &mut [&DynamicObject]) {
     objects.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
 }
 
+/// The joined machines of deployment `deployment` in gardenlet's order: first those without
+/// owner that carry its `name` label, then for each of its sets (in the given order) the
+/// machines it owns, each group by name (`BuildOwnerToMachinesMap` over the machines sorted by
+/// name, read per deployment and then per set).
+fn machines_of<'a>(
+    deployment: &str,
+    own_sets: &[&DynamicObject],
+    machines: &'a [DynamicObject],
+) -> Vec<&'a DynamicObject> {
+    let mut joined_machines: Vec<&DynamicObject> = machines.iter().filter(|m| joined(m)).collect();
+    by_name(&mut joined_machines);
+    let unowned = joined_machines
+        .iter()
+        .copied()
+        .filter(|m| unowned_with_name_label(m, deployment));
+    let owned = own_sets.iter().flat_map(|set| {
+        let set = set.metadata.name.as_deref().unwrap_or_default();
+        joined_machines
+            .iter()
+            .copied()
+            .filter(move |m| owned_by(m, "MachineSet", set))
+    });
+    unowned.chain(owned).collect()
+}
+
 /// Records the state of the namespace's deployments, sets and machines.
 pub fn record(
     deployments: &[DynamicObject],
@@ -105,20 +133,7 @@ pub fn record(
             continue;
         }
         by_name(&mut own_sets);
-        let mut own_machines: Vec<&DynamicObject> = machines
-            .iter()
-            .filter(|m| joined(m))
-            .filter(|m| {
-                unowned_with_name_label(m, name)
-                    || own_sets.iter().any(|s| {
-                        s.metadata
-                            .name
-                            .as_deref()
-                            .is_some_and(|set| owned_by(m, "MachineSet", set))
-                    })
-            })
-            .collect();
-        by_name(&mut own_machines);
+        let own_machines = machines_of(name, &own_sets, machines);
         let replicas = deployment
             .data
             .pointer("/spec/replicas")
@@ -300,6 +315,40 @@ mod tests {
             md.machine_sets[0]["metadata"]
                 .get("resourceVersion")
                 .is_none()
+        );
+    }
+
+    #[test]
+    fn machines_are_recorded_in_gardenlets_order_unowned_first_then_per_set() {
+        let (deployments, mut sets, mut machines) = snapshot();
+        // An older set of the deployment, sorting before the current one, with a machine
+        // whose name sorts after all others; and a joined machine without owner.
+        let mut old_set = serde_json::to_value(&sets[0]).unwrap();
+        old_set["metadata"]["name"] = json!("md-a-1old");
+        sets.push(object(old_set));
+        let mut old_machine = serde_json::to_value(&machines[0]).unwrap();
+        old_machine["metadata"]["name"] = json!("md-a-zzz");
+        old_machine["metadata"]["ownerReferences"][0]["name"] = json!("md-a-1old");
+        machines.push(object(old_machine));
+        let mut unowned = serde_json::to_value(&machines[0]).unwrap();
+        unowned["metadata"]["name"] = json!("md-a-zz-unowned");
+        unowned["metadata"]
+            .as_object_mut()
+            .unwrap()
+            .remove("ownerReferences");
+        machines.push(object(unowned));
+        let state = record(&deployments, &sets, &machines);
+        let md = &state.machine_deployments["md-a"];
+        let names = |objects: &[Value]| -> Vec<String> {
+            objects
+                .iter()
+                .map(|o| o["metadata"]["name"].as_str().unwrap().to_string())
+                .collect()
+        };
+        assert_eq!(names(&md.machine_sets), ["md-a-1old", "md-a-5d8f"]);
+        assert_eq!(
+            names(&md.machines),
+            ["md-a-zz-unowned", "md-a-zzz", "md-a-5d8f-x", "md-a-5d8f-y"]
         );
     }
 
