@@ -247,7 +247,7 @@ impl<H: Host + 'static> Agent<H> {
             let lock_free = state.lock_watch.as_ref().map(LockWatch::signal);
             tokio::select! {
                 () = notified(lock_free.as_deref()) => {
-                    info!("serial reconciliation: the lock is free; taking it");
+                    info!("the serial lock or a rollout slot is free; taking it");
                     state.due = Some(Instant::now());
                 }
                 update = secret_rx.recv() => {
@@ -409,17 +409,23 @@ impl<H: Host + 'static> Agent<H> {
         }
     }
 
-    /// Watches the serial lock while the reconcile waits for it ([`LockWatch`]), and only then.
+    /// Watches the Lease of the serial lock and the rollout's slots while the reconcile waits
+    /// for one ([`LockWatch`]), and only then.
     fn follow_lock(&self, state: &mut LoopState, outcome: Reconciled) {
-        if !matches!(outcome, Reconciled::AwaitingLock(_)) {
-            state.lock_watch = None;
-            return;
-        }
-        if state.lock_watch.is_none() {
+        let slots = match outcome {
+            Reconciled::AwaitingLock(_) => 1,
+            Reconciled::AwaitingSlot { slots, .. } => slots,
+            _ => {
+                state.lock_watch = None;
+                return;
+            }
+        };
+        if state.lock_watch.as_ref().map(LockWatch::slots) != Some(slots) {
             state.lock_watch = Some(LockWatch::start(
                 &self.client,
                 &self.settings.secret_name,
                 &self.settings.hostname,
+                slots,
                 &self.metrics,
             ));
         }
@@ -502,7 +508,7 @@ impl<H: Host + 'static> Agent<H> {
                     Reconciled::InPlaceStopped => "in-place-stopped",
                     Reconciled::Applied => "applied",
                     Reconciled::RestartSelf => "restart-self",
-                    Reconciled::AwaitingLock(_) | Reconciled::Waiting(_) => "waiting",
+                    Reconciled::AwaitingLock(_) | Reconciled::AwaitingSlot { .. } => "waiting",
                     Reconciled::Holding(_) => "holding",
                     Reconciled::Stopped => "stopped",
                 };
@@ -512,7 +518,7 @@ impl<H: Host + 'static> Agent<H> {
                 state.reported_invalid = None;
                 state.due = match outcome {
                     Reconciled::AwaitingLock(retry_in)
-                    | Reconciled::Waiting(retry_in)
+                    | Reconciled::AwaitingSlot { retry_in, .. }
                     | Reconciled::Holding(retry_in) => Some(Instant::now() + retry_in),
                     Reconciled::Stopped => Some(Instant::now() + rollout::rules::RENEW_INTERVAL),
                     _ => state.due.or(sync),

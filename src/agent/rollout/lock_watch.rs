@@ -1,9 +1,10 @@
-//! Wakes an agent that waits for the serial lock as soon as the lock is free
-//! (`docs/agent.md#serial-osc-reconciliation`): a watch of the one Lease
-//! `kube-system/<secret name>`, open only while the agent waits. gardener-node-agent watches
-//! the same Lease, so without this a waiting GNA took a freed lock within a tenth of a second
-//! and this agent only at its next poll (up to [`slots::POLL_INTERVAL`] later); the poll stays
-//! as the fallback for a watch that cannot be opened.
+//! Wakes an agent that waits for the serial lock or a rollout slot as soon as one is free
+//! (`docs/agent.md#serial-osc-reconciliation`, `#slots`): a watch of the one Lease
+//! `kube-system/<secret name>` that holds every slot ([`slots`]), open only while the agent
+//! waits. gardener-node-agent watches the same Lease, so without this a waiting GNA took a
+//! freed lock within a tenth of a second and this agent only at its next poll (up to
+//! [`slots::POLL_INTERVAL`] later); the poll stays as the fallback for a watch that cannot be
+//! opened.
 
 use std::sync::Arc;
 
@@ -16,21 +17,30 @@ use tracing::{debug, warn};
 
 use crate::agent::metrics::Metrics;
 use crate::agent::ports::cluster;
-use crate::agent::rollout::slots::{self, Decision};
+use crate::agent::rollout::slots::{self, Choice};
 use crate::error_chain::printable as error_chain;
 
 /// The watch of one lock; dropping it ends the watch.
 pub struct LockWatch {
+    slots: u32,
     free: Arc<Notify>,
     task: JoinHandle<()>,
 }
 
 impl LockWatch {
-    /// Watches the Lease `lease` for `identity` (the host name): [`LockWatch::signal`] wakes
-    /// when the Lease is gone, has no holder, is held by `identity` or has expired — when
-    /// [`slots::decide`] would take it. Also right after the watch starts if it is free then
-    /// (a release between the agent's look and the watch is not missed).
-    pub fn start(client: &Client, lease: &str, identity: &str, metrics: &Metrics) -> Self {
+    /// Watches the Lease `lease` for `identity` (the host name) waiting for one of `slots`
+    /// slots (1: the serial lock): [`LockWatch::signal`] wakes when [`slots::choose`] would
+    /// take a slot — the Lease is gone, or one of the slots (0 in the spec, the others in
+    /// annotations) has no holder, is held by `identity` or has expired. Also right after the
+    /// watch starts if one is free then (a release between the agent's look and the watch is
+    /// not missed).
+    pub fn start(
+        client: &Client,
+        lease: &str,
+        identity: &str,
+        slots: u32,
+        metrics: &Metrics,
+    ) -> Self {
         let free = Arc::new(Notify::new());
         let updates = cluster::watch_lease(client, lease);
         let on_error = {
@@ -45,18 +55,23 @@ impl LockWatch {
             tokio::spawn(async move {
                 let mut updates = std::pin::pin!(cluster::latest(updates, on_error));
                 while let Some(update) = updates.next().await {
-                    if slots::decide(update.as_ref(), &identity, Timestamp::now()) == Decision::Take
-                    {
-                        debug!(%lease, "the serial lock is free");
+                    let choice = slots::choose(update.as_ref(), &identity, slots, Timestamp::now());
+                    if let Choice::Take(slot) = choice {
+                        debug!(%lease, slot, "a slot of the lock is free");
                         free.notify_one();
                     }
                 }
             })
         };
-        LockWatch { free, task }
+        LockWatch { slots, free, task }
     }
 
-    /// Notified when the lock was seen free (a permit is kept until someone waits).
+    /// How many slots this watch looks at.
+    pub fn slots(&self) -> u32 {
+        self.slots
+    }
+
+    /// Notified when a slot was seen free (a permit is kept until someone waits).
     pub fn signal(&self) -> Arc<Notify> {
         self.free.clone()
     }
