@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
 use gardener_extension_node::agent::metrics::Metrics;
-use gardener_extension_node::agent::rollout::lock_watch::LockWatch;
+use gardener_extension_node::agent::rollout::lock_watch::{Awaited, LockWatch};
 use gardener_extension_node::agent::rollout::slots::{
     self, Acquired, POLL_INTERVAL, SerialLock, SlotRecord,
 };
@@ -115,7 +115,7 @@ async fn two_agents_hold_slots_of_the_one_lease_and_a_third_is_woken_by_a_releas
     }
     // c waits, watching the Lease: nothing while both slots are held, not even on a's
     // renewal, and woken when b releases slot 1.
-    let watch = LockWatch::start(&c_client, &name, &host("c"), 2, &metrics());
+    let watch = LockWatch::start(&c_client, &name, &host("c"), Awaited::Slots(2), &metrics());
     let freed = watch.signal();
     let quiet = tokio::time::timeout(Duration::from_secs(2), freed.notified());
     assert!(quiet.await.is_err(), "woken while every slot is held");
@@ -364,7 +364,7 @@ async fn a_waiting_agent_is_woken_when_the_serial_lock_is_released() {
     let b = agent(&env, &host("b"), &name, 1).await;
     let mut registry = gardener_extension_node::metrics::new_registry();
     let metrics = Metrics::register(&mut registry);
-    let watch = LockWatch::start(&b, &name, &host("b"), 1, &metrics);
+    let watch = LockWatch::start(&b, &name, &host("b"), Awaited::SerialLock, &metrics);
     let freed = watch.signal();
     assert!(
         tokio::time::timeout(Duration::from_secs(2), freed.notified())

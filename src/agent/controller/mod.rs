@@ -50,7 +50,7 @@ use crate::agent::ports::host::Host;
 use crate::agent::restart_request;
 use crate::agent::rollout;
 use crate::agent::rollout::delay;
-use crate::agent::rollout::lock_watch::LockWatch;
+use crate::agent::rollout::lock_watch::{Awaited, LockWatch};
 use crate::agent::rollout::slots::{self, SerialLock};
 use crate::agent::self_healing;
 use crate::api::constants::DATA_KEY_OPERATING_SYSTEM_CONFIG;
@@ -247,7 +247,10 @@ impl<H: Host + 'static> Agent<H> {
             let lock_free = state.lock_watch.as_ref().map(LockWatch::signal);
             tokio::select! {
                 () = notified(lock_free.as_deref()) => {
-                    info!("the serial lock or a rollout slot is free; taking it");
+                    match state.lock_watch.as_ref().map(LockWatch::awaited) {
+                        Some(Awaited::Slots(_)) => info!("disruptive rollout: a slot is free; taking it"),
+                        _ => info!("serial reconciliation: the lock is free; taking it"),
+                    }
                     state.due = Some(Instant::now());
                 }
                 update = secret_rx.recv() => {
@@ -412,20 +415,20 @@ impl<H: Host + 'static> Agent<H> {
     /// Watches the Lease of the serial lock and the rollout's slots while the reconcile waits
     /// for one ([`LockWatch`]), and only then.
     fn follow_lock(&self, state: &mut LoopState, outcome: Reconciled) {
-        let slots = match outcome {
-            Reconciled::AwaitingLock(_) => 1,
-            Reconciled::AwaitingSlot { slots, .. } => slots,
+        let awaited = match outcome {
+            Reconciled::AwaitingLock(_) => Awaited::SerialLock,
+            Reconciled::AwaitingSlot { slots, .. } => Awaited::Slots(slots),
             _ => {
                 state.lock_watch = None;
                 return;
             }
         };
-        if state.lock_watch.as_ref().map(LockWatch::slots) != Some(slots) {
+        if state.lock_watch.as_ref().map(LockWatch::awaited) != Some(awaited) {
             state.lock_watch = Some(LockWatch::start(
                 &self.client,
                 &self.settings.secret_name,
                 &self.settings.hostname,
-                slots,
+                awaited,
                 &self.metrics,
             ));
         }

@@ -20,16 +20,35 @@ use crate::agent::ports::cluster;
 use crate::agent::rollout::slots::{self, Choice};
 use crate::error_chain::printable as error_chain;
 
+/// What a waiting agent waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Awaited {
+    /// The serial lock (slot 0; serial reconciliation).
+    SerialLock,
+    /// One of this many rollout slots (the disruptive rollout).
+    Slots(u32),
+}
+
+impl Awaited {
+    /// How many slots may be taken.
+    pub fn slots(self) -> u32 {
+        match self {
+            Awaited::SerialLock => 1,
+            Awaited::Slots(slots) => slots,
+        }
+    }
+}
+
 /// The watch of one lock; dropping it ends the watch.
 pub struct LockWatch {
-    slots: u32,
+    awaited: Awaited,
     free: Arc<Notify>,
     task: JoinHandle<()>,
 }
 
 impl LockWatch {
-    /// Watches the Lease `lease` for `identity` (the host name) waiting for one of `slots`
-    /// slots (1: the serial lock): [`LockWatch::signal`] wakes when [`slots::choose`] would
+    /// Watches the Lease `lease` for `identity` (the host name) waiting for `awaited`:
+    /// [`LockWatch::signal`] wakes when [`slots::choose`] would
     /// take a slot — the Lease is gone, or one of the slots (0 in the spec, the others in
     /// annotations) has no holder, is held by `identity` or has expired. Also right after the
     /// watch starts if one is free then (a release between the agent's look and the watch is
@@ -38,7 +57,7 @@ impl LockWatch {
         client: &Client,
         lease: &str,
         identity: &str,
-        slots: u32,
+        awaited: Awaited,
         metrics: &Metrics,
     ) -> Self {
         let free = Arc::new(Notify::new());
@@ -52,6 +71,7 @@ impl LockWatch {
         };
         let task = {
             let (free, identity, lease) = (free.clone(), identity.to_string(), lease.to_string());
+            let slots = awaited.slots();
             tokio::spawn(async move {
                 let mut updates = std::pin::pin!(cluster::latest(updates, on_error));
                 while let Some(update) = updates.next().await {
@@ -63,12 +83,16 @@ impl LockWatch {
                 }
             })
         };
-        LockWatch { slots, free, task }
+        LockWatch {
+            awaited,
+            free,
+            task,
+        }
     }
 
-    /// How many slots this watch looks at.
-    pub fn slots(&self) -> u32 {
-        self.slots
+    /// What this watch waits for.
+    pub fn awaited(&self) -> Awaited {
+        self.awaited
     }
 
     /// Notified when a slot was seen free (a permit is kept until someone waits).
