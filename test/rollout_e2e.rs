@@ -579,6 +579,17 @@ async fn disruptive_changes_roll_out_within_the_budget_stop_on_failure_and_resum
         "slot 1 was never used: {samples:?}"
     );
     assert_spaced(&mut starts, 2, "budget 2");
+    // The two that waited were woken by their watch of the slot Lease when a slot was
+    // released (src/agent/rollout/lock_watch.rs), not only by their 5 s look.
+    let woken = nodes
+        .iter()
+        .filter(|n| {
+            n.machine
+                .journal(support::agent::AGENT_UNIT)
+                .contains("disruptive rollout: a slot is free")
+        })
+        .count();
+    assert!(woken >= 1, "no waiting agent was woken by a slot release");
 
     // 3. Budget 1: a change that breaks kubelet stops on the first node.
     let (since, sampling, broken) = start_change(
