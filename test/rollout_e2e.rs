@@ -37,6 +37,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use gardener_extension_node::agent::rollout::slots;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Event, Node as KubeNode, Pod};
 use kube::api::{Patch, PatchParams, PostParams};
@@ -126,9 +127,9 @@ struct Sampler {
 }
 
 impl Sampler {
-    fn start(client: Client, slots: usize) -> Self {
+    fn start(client: Client) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
-        let task = sample(client, slots, stop.clone());
+        let task = sample(client, stop.clone());
         Sampler { stop, task }
     }
 
@@ -149,11 +150,7 @@ impl Sampler {
     }
 }
 
-fn sample(
-    client: Client,
-    slots: usize,
-    stop: Arc<AtomicBool>,
-) -> tokio::task::JoinHandle<Vec<Sample>> {
+fn sample(client: Client, stop: Arc<AtomicBool>) -> tokio::task::JoinHandle<Vec<Sample>> {
     tokio::spawn(async move {
         let nodes = Api::<KubeNode>::all(client.clone());
         let pods = Api::<Pod>::namespaced(client.clone(), "default");
@@ -202,19 +199,10 @@ fn sample(
                     }
                 }
             }
-            for i in 0..slots.max(2) {
-                let name = if i == 0 {
-                    SECRET.to_string()
-                } else {
-                    format!("{SECRET}-{i}")
-                };
-                if let Ok(Some(lease)) = leases.get_opt(&name).await
-                    && let Some(holder) = lease
-                        .spec
-                        .and_then(|s| s.holder_identity)
-                        .filter(|h| !h.is_empty())
-                {
-                    sample.holders.push(format!("{name}={holder}"));
+            // Every slot is in the one Lease named like the secret (docs/agent.md#slots).
+            if let Ok(Some(lease)) = leases.get_opt(SECRET).await {
+                for (slot, holder) in slots::holders(&lease) {
+                    sample.holders.push(format!("slot{slot}={holder}"));
                 }
             }
             samples.push(sample);
@@ -287,27 +275,17 @@ async fn node_state(
     (checksum, ready, rollout)
 }
 
-async fn slot_holders(client: &Client, slots: u32) -> Vec<String> {
-    let leases = Api::<Lease>::namespaced(client.clone(), "kube-system");
-    let mut holders = Vec::new();
-    for i in 0..slots {
-        let name = if i == 0 {
-            SECRET.to_string()
-        } else {
-            format!("{SECRET}-{i}")
-        };
-        if let Some(holder) = leases
-            .get_opt(&name)
-            .await
-            .unwrap()
-            .and_then(|l| l.spec)
-            .and_then(|s| s.holder_identity)
-            .filter(|h| !h.is_empty())
-        {
-            holders.push(holder);
-        }
-    }
-    holders
+/// The holders of every slot (all in the Lease named like the secret).
+async fn slot_holders(client: &Client) -> Vec<String> {
+    Api::<Lease>::namespaced(client.clone(), "kube-system")
+        .get_opt(SECRET)
+        .await
+        .unwrap()
+        .map(|lease| slots::holders(&lease))
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(_, holder)| holder)
+        .collect()
 }
 
 /// Waits until every node reports `checksum`, is Ready, has the rollout condition True (when
@@ -334,7 +312,7 @@ async fn wait_rolled_out(
                 ));
             }
         }
-        let holders = slot_holders(client, 2).await;
+        let holders = slot_holders(client).await;
         if pending.is_empty() && holders.is_empty() {
             eprintln!(
                 "rollout e2e: {what} after {:.1} s",
@@ -365,7 +343,7 @@ async fn start_change(
     budget: u32,
 ) -> (f64, Sampler, String) {
     let since = unix_now();
-    let sampling = Sampler::start(client.clone(), budget as usize);
+    let sampling = Sampler::start(client.clone());
     let checksum = put_pool_osc(
         client,
         &osc_with_kubelet_drop_in(osc, Some(drop_in)),
@@ -398,7 +376,7 @@ async fn assert_only_one_broken(
         assert_eq!(kubelet, "active", "{name}");
         assert!(kubelet_starts(node, since).is_empty(), "{name}");
     }
-    assert_eq!(slot_holders(client, 1).await, [stopped]);
+    assert_eq!(slot_holders(client).await, [stopped]);
 }
 
 /// Fails unless the Node `node` has an event with `reason`.
@@ -615,13 +593,23 @@ async fn disruptive_changes_roll_out_within_the_budget_stop_on_failure_and_resum
     assert!(max_not_ready <= 2, "{samples:?}");
     assert!(max_holders <= 2, "{samples:?}");
     assert!(
-        samples.iter().any(|s| s
-            .holders
+        samples
             .iter()
-            .any(|h| h.starts_with(&format!("{SECRET}-1=")))),
+            .any(|s| s.holders.iter().any(|h| h.starts_with("slot1="))),
         "slot 1 was never used: {samples:?}"
     );
     assert_spaced(&mut starts, 2, "budget 2");
+    // The two that waited were woken by their watch of the slot Lease when a slot was
+    // released (src/agent/rollout/lock_watch.rs), not only by their 5 s look.
+    let woken = nodes
+        .iter()
+        .filter(|n| {
+            n.machine
+                .journal(support::agent::AGENT_UNIT)
+                .contains("disruptive rollout: a slot is free")
+        })
+        .count();
+    assert!(woken >= 1, "no waiting agent was woken by a slot release");
 
     // 3. Budget 1: a change that breaks kubelet stops on the first node.
     let (since, sampling, broken) = start_change(
@@ -848,7 +836,7 @@ async fn compare_rollout_modes() {
         // The agents read the delay from their Node watch: let it arrive.
         tokio::time::sleep(Duration::from_secs(2)).await;
         let since = unix_now();
-        let sampling = Sampler::start(client.clone(), 2);
+        let sampling = Sampler::start(client.clone());
         let started = Instant::now();
         let annotations: Vec<(&str, &str)> = mode
             .annotations

@@ -65,8 +65,14 @@ pub enum Reconciled {
     /// Serial reconciliation: another node holds the lock; try again when it is released
     /// (the lock is watched meanwhile) or after this long at the latest.
     AwaitingLock(Duration),
-    /// A disruptive change waits for a rollout slot; try again after this long.
-    Waiting(Duration),
+    /// A disruptive change waits for one of `slots` rollout slots; try again when one is
+    /// released (the Lease is watched meanwhile) or after `retry_in` at the latest.
+    AwaitingSlot {
+        /// Until the next look at the latest.
+        retry_in: Duration,
+        /// How many slots the pool has.
+        slots: u32,
+    },
     /// A disruptive change was applied; its slot is held until the node is healthy: check
     /// again after this long.
     Holding(Duration),

@@ -108,9 +108,12 @@ pub async fn limited_token_in(client: &Client, ns: &str, node: &str, secrets: &[
     limited_token_with_slots_in(client, ns, node, secrets, 1).await
 }
 
-/// [`limited_token_in`] for an agent that may hold any of `slots` disruptive-rollout slots:
-/// the Leases `<secret>-<i>` for `0 < i < slots` besides the serial lock (the node-agent
-/// authorizer would need the same; see docs/agent.md#disruptive-rollout).
+/// [`limited_token_in`] for an agent that may hold any of `slots` disruptive-rollout slots.
+/// Every slot lives in the one Lease named like the OSC secret (slot 0 its `spec`, the others
+/// annotations; docs/agent.md#slots), which the node-agent authorizer admits anyway, so the
+/// grant is the same for every `slots` (kept so callers say what the agent is for): Leases
+/// `gardener-node-agent-<node>` and `<secret>` (the first of `secrets`), create any, and
+/// nothing else — no `<secret>-<i>` Lease.
 pub async fn limited_token_with_slots_in(
     client: &Client,
     ns: &str,
@@ -118,17 +121,14 @@ pub async fn limited_token_with_slots_in(
     secrets: &[&str],
     slots: u32,
 ) -> String {
+    assert!(slots >= 1, "an agent has at least one slot");
     let sa = format!("agent-{node}");
     let lease = format!("gardener-node-agent-{node}");
-    // The node-agent authorizer also allows the Lease named like the node's OSC secret (the
-    // serial reconciliation lock, slot 0); the OSC secret comes first in `secrets`.
-    let slot_leases: Vec<String> = secrets
-        .first()
-        .map(|secret| (1..slots).map(|i| format!("{secret}-{i}")).collect())
-        .unwrap_or_default();
+    // What the node-agent authorizer admits: the node's own Lease and the Lease named like
+    // its OSC secret (the serial lock and every rollout slot); the OSC secret comes first in
+    // `secrets`.
     let leases: Vec<&str> = std::iter::once(lease.as_str())
         .chain(secrets.first().copied())
-        .chain(slot_leases.iter().map(String::as_str))
         .collect();
     let pp = PostParams::default();
     let subject = json!([{"kind": "ServiceAccount", "name": sa, "namespace": ns}]);

@@ -50,7 +50,7 @@ use crate::agent::ports::host::Host;
 use crate::agent::restart_request;
 use crate::agent::rollout;
 use crate::agent::rollout::delay;
-use crate::agent::rollout::lock_watch::LockWatch;
+use crate::agent::rollout::lock_watch::{Awaited, LockWatch};
 use crate::agent::rollout::slots::{self, SerialLock};
 use crate::agent::self_healing;
 use crate::api::constants::DATA_KEY_OPERATING_SYSTEM_CONFIG;
@@ -247,7 +247,10 @@ impl<H: Host + 'static> Agent<H> {
             let lock_free = state.lock_watch.as_ref().map(LockWatch::signal);
             tokio::select! {
                 () = notified(lock_free.as_deref()) => {
-                    info!("serial reconciliation: the lock is free; taking it");
+                    match state.lock_watch.as_ref().map(LockWatch::awaited) {
+                        Some(Awaited::Slots(_)) => info!("disruptive rollout: a slot is free; taking it"),
+                        _ => info!("serial reconciliation: the lock is free; taking it"),
+                    }
                     state.due = Some(Instant::now());
                 }
                 update = secret_rx.recv() => {
@@ -409,17 +412,23 @@ impl<H: Host + 'static> Agent<H> {
         }
     }
 
-    /// Watches the serial lock while the reconcile waits for it ([`LockWatch`]), and only then.
+    /// Watches the Lease of the serial lock and the rollout's slots while the reconcile waits
+    /// for one ([`LockWatch`]), and only then.
     fn follow_lock(&self, state: &mut LoopState, outcome: Reconciled) {
-        if !matches!(outcome, Reconciled::AwaitingLock(_)) {
-            state.lock_watch = None;
-            return;
-        }
-        if state.lock_watch.is_none() {
+        let awaited = match outcome {
+            Reconciled::AwaitingLock(_) => Awaited::SerialLock,
+            Reconciled::AwaitingSlot { slots, .. } => Awaited::Slots(slots),
+            _ => {
+                state.lock_watch = None;
+                return;
+            }
+        };
+        if state.lock_watch.as_ref().map(LockWatch::awaited) != Some(awaited) {
             state.lock_watch = Some(LockWatch::start(
                 &self.client,
                 &self.settings.secret_name,
                 &self.settings.hostname,
+                awaited,
                 &self.metrics,
             ));
         }
@@ -502,7 +511,7 @@ impl<H: Host + 'static> Agent<H> {
                     Reconciled::InPlaceStopped => "in-place-stopped",
                     Reconciled::Applied => "applied",
                     Reconciled::RestartSelf => "restart-self",
-                    Reconciled::AwaitingLock(_) | Reconciled::Waiting(_) => "waiting",
+                    Reconciled::AwaitingLock(_) | Reconciled::AwaitingSlot { .. } => "waiting",
                     Reconciled::Holding(_) => "holding",
                     Reconciled::Stopped => "stopped",
                 };
@@ -512,7 +521,7 @@ impl<H: Host + 'static> Agent<H> {
                 state.reported_invalid = None;
                 state.due = match outcome {
                     Reconciled::AwaitingLock(retry_in)
-                    | Reconciled::Waiting(retry_in)
+                    | Reconciled::AwaitingSlot { retry_in, .. }
                     | Reconciled::Holding(retry_in) => Some(Instant::now() + retry_in),
                     Reconciled::Stopped => Some(Instant::now() + rollout::rules::RENEW_INTERVAL),
                     _ => state.due.or(sync),

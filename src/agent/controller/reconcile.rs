@@ -26,7 +26,7 @@ use crate::agent::pipeline::journal::Journal;
 use crate::agent::pipeline::osc::{self, InvalidOsc, NodeOsc};
 use crate::agent::ports::cluster::{self, ANNOTATION_NODE_CHECKSUM, NodeMeta};
 use crate::agent::ports::host::Host;
-use crate::agent::rollout::flow::Gate;
+use crate::agent::rollout::flow::{AllHeld, Gate};
 use crate::agent::rollout::rules::{self, Change, Policy, RolloutState};
 use crate::agent::rollout::slots::{self, Acquired};
 use crate::api::constants::DATA_KEY_OPERATING_SYSTEM_CONFIG;
@@ -170,9 +170,9 @@ impl<H: Host + 'static> Agent<H> {
         if target.serial {
             self.release_serial_lock(target.secret).await?;
         }
-        if let Some((policy, _)) = &target.rollout {
+        if target.rollout.is_some() {
             self.rollout_flow()
-                .up_to_date(target.secret, policy, found.is_some())
+                .up_to_date(target.secret, found.is_some())
                 .await?;
         }
         Ok(ControlFlow::Break(Reconciled::UpToDate))
@@ -263,8 +263,11 @@ impl<H: Host + 'static> Agent<H> {
                         .await?
                     {
                         Ok(state) => disruptive = Some(state),
-                        Err(retry_in) => {
-                            return Ok(ControlFlow::Break(Reconciled::Waiting(retry_in)));
+                        Err(AllHeld { retry_in, slots }) => {
+                            return Ok(ControlFlow::Break(Reconciled::AwaitingSlot {
+                                retry_in,
+                                slots,
+                            }));
                         }
                     }
                 }

@@ -48,6 +48,15 @@ pub struct Flow<'a, H> {
     pub reported_budget: &'a Mutex<Option<String>>,
 }
 
+/// [`Flow::take_slot`] found every slot held by another node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AllHeld {
+    /// Until the next look at the latest.
+    pub retry_in: std::time::Duration,
+    /// How many slots the pool has now (what a watch of the Lease waits for).
+    pub slots: u32,
+}
+
 /// What [`Flow::gate`] leaves to the rest of the reconcile.
 pub enum Gate {
     /// The reconcile ends with this.
@@ -211,8 +220,7 @@ impl<H: Host> Flow<'_, H> {
     }
 
     /// Takes a slot for a disruptive apply of `checksum` and records `Applying` with the pods
-    /// ready now. `Ok(None)`: every slot is held by another node; `Some(wait)` says how long
-    /// to wait.
+    /// ready now. `Err`: every slot is held by another node; how long to wait at most.
     pub async fn take_slot(
         &self,
         secret: &Secret,
@@ -221,7 +229,7 @@ impl<H: Host> Flow<'_, H> {
         checksum: &str,
         found: Option<RolloutState>,
         why: &[String],
-    ) -> Result<Result<RolloutState, std::time::Duration>, ReconcileError> {
+    ) -> Result<Result<RolloutState, AllHeld>, ReconcileError> {
         let slots = self.slot_count(node, policy).await?;
         let slot = {
             let mut lock = self.serial.lock().await;
@@ -230,10 +238,10 @@ impl<H: Host> Flow<'_, H> {
                 .await
                 .map_err(|error| ReconcileError::SerialLock(secret.name_any(), error))?;
             if let Acquired::Busy { holder, retry_in } = acquired {
-                info!(%holder, retry_in = ?retry_in, why = ?why, "disruptive change: every slot is held; waiting");
-                return Ok(Err(retry_in));
+                info!(%holder, slots, retry_in = ?retry_in, why = ?why, "disruptive change: every slot is held; waiting");
+                return Ok(Err(AllHeld { retry_in, slots }));
             }
-            lock.held_name().unwrap_or_default()
+            lock.held_slot().unwrap_or_default()
         };
         if let Some(state) = found.filter(|s| s.checksum == checksum && s.phase == Phase::Applying)
         {
@@ -349,7 +357,7 @@ impl<H: Host> Flow<'_, H> {
                 Ok(Reconciled::Stopped)
             }
             Verdict::Release { unsettled } => {
-                self.release_slots(secret, policy).await?;
+                self.release_slots(secret).await?;
                 self.clear_state()?;
                 let note = if unsettled.is_empty() {
                     format!(
@@ -387,10 +395,9 @@ impl<H: Host> Flow<'_, H> {
     pub async fn up_to_date(
         &self,
         secret: &Secret,
-        policy: &Policy,
         state_found: bool,
     ) -> Result<(), ReconcileError> {
-        self.release_slots(secret, policy).await?;
+        self.release_slots(secret).await?;
         if state_found {
             self.clear_state()?;
         }
@@ -398,11 +405,11 @@ impl<H: Host> Flow<'_, H> {
     }
 
     /// Releases whichever slot of the pool this agent holds.
-    async fn release_slots(&self, secret: &Secret, policy: &Policy) -> Result<(), ReconcileError> {
+    async fn release_slots(&self, secret: &Secret) -> Result<(), ReconcileError> {
         self.serial
             .lock()
             .await
-            .release_slot(&secret.name_any(), policy.budget)
+            .release(&secret.name_any())
             .await
             .map_err(|error| ReconcileError::SerialLock(secret.name_any(), error))
     }

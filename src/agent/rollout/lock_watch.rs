@@ -1,9 +1,10 @@
-//! Wakes an agent that waits for the serial lock as soon as the lock is free
-//! (`docs/agent.md#serial-osc-reconciliation`): a watch of the one Lease
-//! `kube-system/<secret name>`, open only while the agent waits. gardener-node-agent watches
-//! the same Lease, so without this a waiting GNA took a freed lock within a tenth of a second
-//! and this agent only at its next poll (up to [`slots::POLL_INTERVAL`] later); the poll stays
-//! as the fallback for a watch that cannot be opened.
+//! Wakes an agent that waits for the serial lock or a rollout slot as soon as one is free
+//! (`docs/agent.md#serial-osc-reconciliation`, `#slots`): a watch of the one Lease
+//! `kube-system/<secret name>` that holds every slot ([`slots`]), open only while the agent
+//! waits. gardener-node-agent watches the same Lease, so without this a waiting GNA took a
+//! freed lock within a tenth of a second and this agent only at its next poll (up to
+//! [`slots::POLL_INTERVAL`] later); the poll stays as the fallback for a watch that cannot be
+//! opened.
 
 use std::sync::Arc;
 
@@ -16,21 +17,49 @@ use tracing::{debug, warn};
 
 use crate::agent::metrics::Metrics;
 use crate::agent::ports::cluster;
-use crate::agent::rollout::slots::{self, Decision};
+use crate::agent::rollout::slots::{self, Choice};
 use crate::error_chain::printable as error_chain;
+
+/// What a waiting agent waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Awaited {
+    /// The serial lock (slot 0; serial reconciliation).
+    SerialLock,
+    /// One of this many rollout slots (the disruptive rollout).
+    Slots(u32),
+}
+
+impl Awaited {
+    /// How many slots may be taken.
+    pub fn slots(self) -> u32 {
+        match self {
+            Awaited::SerialLock => 1,
+            Awaited::Slots(slots) => slots,
+        }
+    }
+}
 
 /// The watch of one lock; dropping it ends the watch.
 pub struct LockWatch {
+    awaited: Awaited,
     free: Arc<Notify>,
     task: JoinHandle<()>,
 }
 
 impl LockWatch {
-    /// Watches the Lease `lease` for `identity` (the host name): [`LockWatch::signal`] wakes
-    /// when the Lease is gone, has no holder, is held by `identity` or has expired — when
-    /// [`slots::decide`] would take it. Also right after the watch starts if it is free then
-    /// (a release between the agent's look and the watch is not missed).
-    pub fn start(client: &Client, lease: &str, identity: &str, metrics: &Metrics) -> Self {
+    /// Watches the Lease `lease` for `identity` (the host name) waiting for `awaited`:
+    /// [`LockWatch::signal`] wakes when [`slots::choose`] would
+    /// take a slot — the Lease is gone, or one of the slots (0 in the spec, the others in
+    /// annotations) has no holder, is held by `identity` or has expired. Also right after the
+    /// watch starts if one is free then (a release between the agent's look and the watch is
+    /// not missed).
+    pub fn start(
+        client: &Client,
+        lease: &str,
+        identity: &str,
+        awaited: Awaited,
+        metrics: &Metrics,
+    ) -> Self {
         let free = Arc::new(Notify::new());
         let updates = cluster::watch_lease(client, lease);
         let on_error = {
@@ -42,21 +71,31 @@ impl LockWatch {
         };
         let task = {
             let (free, identity, lease) = (free.clone(), identity.to_string(), lease.to_string());
+            let slots = awaited.slots();
             tokio::spawn(async move {
                 let mut updates = std::pin::pin!(cluster::latest(updates, on_error));
                 while let Some(update) = updates.next().await {
-                    if slots::decide(update.as_ref(), &identity, Timestamp::now()) == Decision::Take
-                    {
-                        debug!(%lease, "the serial lock is free");
+                    let choice = slots::choose(update.as_ref(), &identity, slots, Timestamp::now());
+                    if let Choice::Take(slot) = choice {
+                        debug!(%lease, slot, "a slot of the lock is free");
                         free.notify_one();
                     }
                 }
             })
         };
-        LockWatch { free, task }
+        LockWatch {
+            awaited,
+            free,
+            task,
+        }
     }
 
-    /// Notified when the lock was seen free (a permit is kept until someone waits).
+    /// What this watch waits for.
+    pub fn awaited(&self) -> Awaited {
+        self.awaited
+    }
+
+    /// Notified when a slot was seen free (a permit is kept until someone waits).
     pub fn signal(&self) -> Arc<Notify> {
         self.free.clone()
     }

@@ -9,8 +9,8 @@
 //!   `kubelet.service`, `containerd.service` or a marked unit, or rewrites containerd's
 //!   config; **quiet** otherwise (applied at once, as without the rollout);
 //! - [`slot_count`]: how many slots there are: the budget, at most [`MAX_BUDGET`], bounded by
-//!   the pool's size (the slot Leases themselves are [`crate::agent::rollout::slots::slot_name`]s, slot 0
-//!   being GNA's serial lock);
+//!   the pool's size (the slots themselves live in one Lease, [`crate::agent::rollout::slots`],
+//!   slot 0 being GNA's serial lock);
 //! - [`ready_pods`], [`not_ready_again`], [`judge`]: when a node that applied a disruptive
 //!   change is healthy again (release the slot), still settling (hold), or failed (stop);
 //! - [`RolloutState`]: what is persisted on the node so a restarted agent keeps holding or
@@ -28,8 +28,9 @@ use crate::api::operatingsystemconfig::UnitCommand;
 /// OSC secret annotation that turns the rollout on, with the number of slots (an integer
 /// `1..=`[`MAX_BUDGET`]; anything else counts as 1 and is reported).
 pub const ANNOTATION_BUDGET: &str = crate::api::constants::ANNOTATION_ROLLOUT_BUDGET;
-/// The most slots a pool has, whatever the annotation says: every agent waiting for a slot
-/// reads each slot's Lease on each look (every [`crate::agent::rollout::slots::POLL_INTERVAL`]).
+/// The most slots a pool has, whatever the annotation says: every slot is an annotation of
+/// the one slot Lease, read by every waiting agent on each look (every
+/// [`crate::agent::rollout::slots::POLL_INTERVAL`]), so the Lease stays small.
 pub const MAX_BUDGET: u32 = crate::api::constants::MAX_ROLLOUT_BUDGET;
 /// OSC secret annotation: more units whose restart is disruptive, comma-separated names.
 pub const ANNOTATION_DISRUPTIVE_UNITS: &str = "node.extensions.gardener.cloud/disruptive-units";

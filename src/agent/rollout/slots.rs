@@ -1,12 +1,15 @@
-//! The serial lock and the rollout's slot Leases (`docs/agent.md#serial-osc-reconciliation`,
-//! `#slots`): Lease `kube-system/<secret name>` is gardener-node-agent's serial lock (gardener
-//! `pkg/nodeagent/controller/operatingsystemconfig/serial.go`, so GNA and this agent serialise
-//! each other) and the rollout's slot 0; slots `1..slots` are `<secret name>-<i>`
-//! ([`slot_name`]).
+//! The serial lock and the rollout's slots (`docs/agent.md#serial-osc-reconciliation`,
+//! `#slots`), all in the one Lease `kube-system/<secret name>` that Gardener's node-agent
+//! authorizer lets a node agent read and update. Its `spec` is gardener-node-agent's serial
+//! lock (gardener `pkg/nodeagent/controller/operatingsystemconfig/serial.go`, so GNA and this
+//! agent serialise each other) and the rollout's slot 0; slot `i >= 1` is the annotation
+//! [`slot_annotation`]`(i)` of the same Lease, a JSON [`SlotRecord`] with holder, duration,
+//! acquire and renew time. Every write is a PUT of the Lease as read (its `resourceVersion`):
+//! two writers never both win, a 409 re-reads and decides again. GNA's own writes are PUTs of
+//! the Lease as read too, so they keep the annotations.
 //!
-//! [`decide`], [`Scan`], [`acquired`] and [`released`] are pure; [`SerialLock`] does the API
-//! calls and holds at most one slot at a time. A scan reads one Lease at a time and stops at
-//! the first it may take (the one it holds first), so names are never made as a list.
+//! [`slot`], [`decide`], [`choose`], [`taken`] and [`released`] are pure; [`SerialLock`] does
+//! the API calls and holds at most one slot at a time.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -17,16 +20,24 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, OwnerReference};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::{ObjectMeta, PostParams};
 use kube::{Api, Client, Resource, ResourceExt};
+use serde::{Deserialize, Serialize};
 
 use crate::agent::ports::cluster::NAMESPACE;
 use crate::api::constants::MAX_ROLLOUT_BUDGET;
 
 /// The OSC secret annotation that asks for serial reconciliation.
 pub const ANNOTATION_SERIAL: &str = "reconciliation.osc.node-agent.gardener.cloud/serial";
-/// `leaseDurationSeconds` of the lock, as GNA writes it.
+/// `leaseDurationSeconds` of the lock, as GNA writes it, and of every slot.
 pub const LOCK_DURATION_SECONDS: i32 = 600;
 /// How often a lock held by another node is looked at again (at the latest).
 pub const POLL_INTERVAL: Duration = Duration::from_secs(5);
+/// The Lease annotation of slot `i >= 1` is this with `i` appended ([`slot_annotation`]).
+pub const ANNOTATION_SLOT_PREFIX: &str = "node.extensions.gardener.cloud/rollout-slot-";
+/// How often one take or release re-reads the Lease after a conflict before it gives up
+/// (a take then reports the lock busy for [`CONFLICT_RETRY`]).
+pub const MAX_WRITES: usize = 8;
+/// Until the next try after a take lost [`MAX_WRITES`] races in a row.
+pub const CONFLICT_RETRY: Duration = Duration::from_secs(1);
 
 /// Whether `secret` asks for serial reconciliation (the annotation is exactly `"true"`).
 pub fn is_serial(annotations: Option<&BTreeMap<String, String>>) -> bool {
@@ -35,7 +46,83 @@ pub fn is_serial(annotations: Option<&BTreeMap<String, String>>) -> bool {
         .is_some_and(|value| value == "true")
 }
 
-/// What to do with the lock as it is now.
+/// The Lease annotation that records slot `index` (`>= 1`; slot 0 is the Lease's `spec`).
+pub fn slot_annotation(index: u32) -> String {
+    format!("{ANNOTATION_SLOT_PREFIX}{index}")
+}
+
+/// The value of a slot annotation: the fields of a Lease `spec` that a slot needs, named as
+/// there.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SlotRecord {
+    /// The host name of the node that holds the slot.
+    pub holder_identity: String,
+    /// How long the slot lasts after `renewTime` ([`LOCK_DURATION_SECONDS`]).
+    pub lease_duration_seconds: i32,
+    /// When the holder took it.
+    pub acquire_time: MicroTime,
+    /// When the holder last wrote it.
+    pub renew_time: MicroTime,
+}
+
+/// One slot as the Lease records it; the default is a free slot.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Slot {
+    /// The holder (empty: free).
+    pub holder: String,
+    /// `leaseDurationSeconds`.
+    pub duration: Option<i32>,
+    /// `acquireTime`.
+    pub acquired: Option<Timestamp>,
+    /// `renewTime`.
+    pub renewed: Option<Timestamp>,
+}
+
+/// Slot `index` of `lease`: slot 0 from the `spec` (GNA's lock), the others from their
+/// annotation. A missing or unreadable annotation is a free slot. Pure.
+pub fn slot(lease: &Lease, index: u32) -> Slot {
+    if index == 0 {
+        let Some(spec) = lease.spec.as_ref() else {
+            return Slot::default();
+        };
+        return Slot {
+            holder: spec.holder_identity.clone().unwrap_or_default(),
+            duration: spec.lease_duration_seconds,
+            acquired: spec.acquire_time.as_ref().map(|t| t.0),
+            renewed: spec.renew_time.as_ref().map(|t| t.0),
+        };
+    }
+    lease
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(&slot_annotation(index)))
+        .and_then(|value| serde_json::from_str::<SlotRecord>(value).ok())
+        .map(|record| Slot {
+            holder: record.holder_identity,
+            duration: Some(record.lease_duration_seconds),
+            acquired: Some(record.acquire_time.0),
+            renewed: Some(record.renew_time.0),
+        })
+        .unwrap_or_default()
+}
+
+/// Every slot of `lease` with a holder, as `(index, holder)`, in slot order (slots up to
+/// [`MAX_ROLLOUT_BUDGET`]; expired ones included). Pure.
+pub fn holders(lease: &Lease) -> Vec<(u32, String)> {
+    (0..MAX_ROLLOUT_BUDGET)
+        .map(|index| (index, slot(lease, index).holder))
+        .filter(|(_, holder)| !holder.is_empty())
+        .collect()
+}
+
+/// The slot `identity` holds in `lease`, if any (the lowest, should there be more). Pure.
+pub fn own_slot(lease: &Lease, identity: &str) -> Option<u32> {
+    (0..MAX_ROLLOUT_BUDGET).find(|&index| slot(lease, index).holder == identity)
+}
+
+/// What to do with one slot as it is now.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decision {
     /// Free, expired or ours: write it with us as holder.
@@ -49,17 +136,15 @@ pub enum Decision {
     },
 }
 
-/// Whether `identity` may take `lease` at `now` (`None`: it does not exist). Pure.
-pub fn decide(lease: Option<&Lease>, identity: &str, now: Timestamp) -> Decision {
-    let Some(spec) = lease.and_then(|l| l.spec.as_ref()) else {
-        return Decision::Take;
-    };
-    let holder = spec.holder_identity.as_deref().unwrap_or_default();
-    if holder.is_empty() || holder == identity {
+/// Whether `identity` may take `slot` at `now`: free, its own, without a renew time or
+/// a negative duration (as GNA's `renewedInTime`), or expired (`renewTime +
+/// leaseDurationSeconds` passed). Pure.
+pub fn decide(slot: &Slot, identity: &str, now: Timestamp) -> Decision {
+    if slot.holder.is_empty() || slot.holder == identity {
         return Decision::Take;
     }
-    let duration = spec.lease_duration_seconds.unwrap_or(0);
-    let Some(renewed) = spec.renew_time.as_ref().map(|t| t.0) else {
+    let duration = slot.duration.unwrap_or(0);
+    let Some(renewed) = slot.renewed else {
         return Decision::Take;
     };
     if duration < 0 {
@@ -71,117 +156,102 @@ pub fn decide(lease: Option<&Lease>, identity: &str, now: Timestamp) -> Decision
     }
     let left = Duration::try_from(expires.duration_since(now)).unwrap_or(Duration::ZERO);
     Decision::Wait {
-        holder: holder.to_string(),
+        holder: slot.holder.clone(),
         retry_in: left.min(POLL_INTERVAL).max(Duration::from_millis(500)),
     }
 }
 
-/// The Lease name of slot `index` of the lock `lock` (the OSC secret's name): `lock` itself
-/// for slot 0 (GNA's serial lock), `<lock>-<index>` for the others.
-pub fn slot_name(lock: &str, index: u32) -> String {
-    if index == 0 {
-        lock.to_string()
-    } else {
-        format!("{lock}-{index}")
-    }
-}
-
-/// What a [`Scan`] ends with.
-#[derive(Debug, Clone, PartialEq)]
+/// Which slot `identity` takes among the first `slots` of `lease` (`None`: the Lease does
+/// not exist yet).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Choice {
-    /// Take (or renew) the Lease `name` (`lease`: as read; `None`: it does not exist yet).
-    Take {
-        /// The Lease's name.
-        name: String,
-        /// The Lease as read.
-        lease: Option<Box<Lease>>,
-    },
+    /// Take (or renew) slot `index`.
+    Take(u32),
     /// All are held by others; look again after this long.
     Wait {
-        /// The holders, in the order read.
+        /// The holders, in slot order.
         holders: Vec<String>,
         /// Until the next look: the soonest of the slots' [`Decision::Wait`] times.
         retry_in: Duration,
     },
 }
 
-/// Picks a slot among Leases read one at a time ([`Scan::see`]). A slot `identity` already
-/// holds wins at once, so an agent never holds two and a restarted one finds its own again; a
-/// free or expired slot wins at once unless the scan is `full`, which reads on (a later slot
-/// may be ours) and takes the first free one at the end ([`Scan::finish`]). Pure.
-#[derive(Debug)]
-pub struct Scan<'a> {
-    identity: &'a str,
-    now: Timestamp,
-    full: bool,
-    first_free: Option<(String, Option<Lease>)>,
-    holders: Vec<String>,
-    retry_in: Duration,
-}
-
-impl<'a> Scan<'a> {
-    /// A scan for `identity` at `now`; `full`: read every slot before taking a free one.
-    pub fn new(identity: &'a str, now: Timestamp, full: bool) -> Self {
-        Scan {
-            identity,
-            now,
-            full,
-            first_free: None,
-            holders: Vec::new(),
-            retry_in: POLL_INTERVAL,
-        }
+/// The slot `identity` takes: the one it holds, wherever it is (so an agent never holds two,
+/// and a restarted one finds its own first, also beyond a budget that shrank), else the
+/// first of `0..slots` that is free or expired, else wait. Pure.
+pub fn choose(lease: Option<&Lease>, identity: &str, slots: u32, now: Timestamp) -> Choice {
+    let Some(lease) = lease else {
+        return Choice::Take(0);
+    };
+    if let Some(own) = own_slot(lease, identity) {
+        return Choice::Take(own);
     }
-
-    /// Looks at the Lease `name` as read (`None`: it does not exist); `Some`: take this
-    /// slot now, read no further.
-    pub fn see(&mut self, name: &str, lease: Option<Lease>) -> Option<Choice> {
-        let take = |lease: Option<Lease>| Choice::Take {
-            name: name.to_string(),
-            lease: lease.map(Box::new),
-        };
-        if lease.as_ref().is_some_and(|l| held_by(l, self.identity)) {
-            return Some(take(lease));
-        }
-        match decide(lease.as_ref(), self.identity, self.now) {
-            Decision::Take if !self.full => return Some(take(lease)),
-            Decision::Take => {
-                if self.first_free.is_none() {
-                    self.first_free = Some((name.to_string(), lease));
-                }
-            }
+    let mut holders = Vec::new();
+    let mut retry = POLL_INTERVAL;
+    for index in 0..bounded(slots) {
+        match decide(&slot(lease, index), identity, now) {
+            Decision::Take => return Choice::Take(index),
             Decision::Wait { holder, retry_in } => {
-                self.holders.push(holder);
-                self.retry_in = self.retry_in.min(retry_in);
+                holders.push(holder);
+                retry = retry.min(retry_in);
             }
         }
-        None
     }
-
-    /// After the last slot: the first free one, else wait.
-    pub fn finish(self) -> Choice {
-        match self.first_free {
-            Some((name, lease)) => Choice::Take {
-                name,
-                lease: lease.map(Box::new),
-            },
-            None => Choice::Wait {
-                holders: self.holders,
-                retry_in: self.retry_in,
-            },
-        }
+    Choice::Wait {
+        holders,
+        retry_in: retry,
     }
 }
 
-/// The Lease `name` after `identity` took it at `now`: `existing`, or a new Lease owned by
-/// the OSC `secret`. Pure.
-pub fn acquired(
+/// The Lease `name` after `identity` took (or renewed) slot `index` at `now`: `existing`,
+/// or a new Lease owned by the OSC `secret`. Any other slot `identity` held is cleared, so
+/// it never holds two; every other slot and the rest of the Lease stay as read. Pure.
+pub fn taken(
     existing: Option<Lease>,
     secret: &Secret,
     name: &str,
+    index: u32,
     identity: &str,
     now: Timestamp,
 ) -> Lease {
-    let mut lease = existing.unwrap_or_else(|| Lease {
+    let lease = existing.unwrap_or_else(|| new_lease(secret, name));
+    let before = slot(&lease, index);
+    let mut lease = clear_own(lease, identity, Some(index));
+    let acquired = if before.holder == identity {
+        before.acquired.unwrap_or(now)
+    } else {
+        now
+    };
+    if index == 0 {
+        let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
+        if spec.holder_identity.as_deref() != Some(identity) {
+            spec.holder_identity = Some(identity.to_string());
+            spec.lease_duration_seconds = Some(LOCK_DURATION_SECONDS);
+            spec.acquire_time = Some(MicroTime(acquired));
+        }
+        spec.renew_time = Some(MicroTime(now));
+        return lease;
+    }
+    let record = SlotRecord {
+        holder_identity: identity.to_string(),
+        lease_duration_seconds: LOCK_DURATION_SECONDS,
+        acquire_time: MicroTime(acquired),
+        renew_time: MicroTime(now),
+    };
+    if let Ok(value) = serde_json::to_string(&record) {
+        lease
+            .metadata
+            .annotations
+            .get_or_insert_with(BTreeMap::new)
+            .insert(slot_annotation(index), value);
+    }
+    lease
+}
+
+/// A new Lease `name` in kube-system, owned by `secret` (controller, `blockOwnerDeletion`,
+/// as GNA creates its lock).
+fn new_lease(secret: &Secret, name: &str) -> Lease {
+    Lease {
         metadata: ObjectMeta {
             name: Some(name.to_string()),
             namespace: Some(NAMESPACE.to_string()),
@@ -198,34 +268,38 @@ pub fn acquired(
             ..ObjectMeta::default()
         },
         spec: None,
-    });
-    let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
-    if spec.holder_identity.as_deref() != Some(identity) {
-        spec.holder_identity = Some(identity.to_string());
-        spec.lease_duration_seconds = Some(LOCK_DURATION_SECONDS);
-        spec.acquire_time = Some(MicroTime(now));
     }
-    spec.renew_time = Some(MicroTime(now));
+}
+
+/// `lease` after `identity` released whatever slot it held: slot 0 as GNA releases it
+/// (holder, duration, acquire and renew time cleared), another by removing its annotation.
+/// Slots of other holders stay. Pure.
+pub fn released(lease: Lease, identity: &str) -> Lease {
+    clear_own(lease, identity, None)
+}
+
+/// Clears every slot `identity` holds except `keep`.
+fn clear_own(mut lease: Lease, identity: &str, keep: Option<u32>) -> Lease {
+    for index in (0..MAX_ROLLOUT_BUDGET).filter(|&i| Some(i) != keep) {
+        if slot(&lease, index).holder != identity {
+            continue;
+        }
+        if index == 0 {
+            let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
+            spec.holder_identity = None;
+            spec.lease_duration_seconds = None;
+            spec.acquire_time = None;
+            spec.renew_time = None;
+        } else if let Some(annotations) = lease.metadata.annotations.as_mut() {
+            annotations.remove(&slot_annotation(index));
+        }
+    }
     lease
 }
 
-/// The lock after its holder released it. Pure.
-pub fn released(mut lease: Lease) -> Lease {
-    let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
-    spec.holder_identity = None;
-    spec.lease_duration_seconds = None;
-    spec.acquire_time = None;
-    spec.renew_time = None;
-    lease
-}
-
-/// Whether `lease` names `identity` as its holder. Pure.
-pub fn held_by(lease: &Lease, identity: &str) -> bool {
-    lease
-        .spec
-        .as_ref()
-        .and_then(|s| s.holder_identity.as_deref())
-        == Some(identity)
+/// `slots` within `1..=`[`MAX_ROLLOUT_BUDGET`].
+fn bounded(slots: u32) -> u32 {
+    slots.clamp(1, MAX_ROLLOUT_BUDGET)
 }
 
 /// Outcome of [`SerialLock::acquire`].
@@ -233,23 +307,30 @@ pub fn held_by(lease: &Lease, identity: &str) -> bool {
 pub enum Acquired {
     /// We hold it: apply.
     Held,
-    /// Another node does (or won a race): try again after `retry_in`.
+    /// Another node does (or won every race): try again after `retry_in`.
     Busy {
-        /// The holder, as far as known.
+        /// The holders, as far as known (comma-separated).
         holder: String,
         /// Until the next try.
         retry_in: Duration,
     },
 }
 
-/// The serial lock (or rollout slot) of one agent. Knows the Lease as its last write
-/// returned it, so a release after an apply is a single request.
+/// The Lease as this agent last wrote it, and which slot of it is ours.
+struct Held {
+    lease: Lease,
+    slot: u32,
+}
+
+/// The serial lock (or a rollout slot) of one agent. Knows the Lease as its last write
+/// returned it, so a release after an apply is a single request unless another node wrote
+/// the Lease since.
 pub struct SerialLock {
     client: Client,
     identity: String,
-    /// The Lease as we last wrote it while holding it; `None`: not held (or unknown).
-    held: Option<Lease>,
-    /// Whether this process has looked at the lock yet (a restart may find it still ours).
+    /// What we last wrote while holding a slot; `None`: not held (or unknown).
+    held: Option<Held>,
+    /// Whether this process has looked at the lock yet (a restart may find a slot still ours).
     looked: bool,
 }
 
@@ -264,170 +345,145 @@ impl SerialLock {
         }
     }
 
-    /// Whether this agent holds a lock as far as it knows.
+    /// Whether this agent holds a slot as far as it knows.
     pub fn holds(&self) -> bool {
         self.held.is_some()
     }
 
-    /// The name of the Lease this agent holds, as far as it knows.
-    pub fn held_name(&self) -> Option<String> {
-        self.held.as_ref().and_then(|l| l.metadata.name.clone())
+    /// The slot this agent holds, as far as it knows (0: GNA's serial lock).
+    pub fn held_slot(&self) -> Option<u32> {
+        self.held.as_ref().map(|held| held.slot)
     }
 
-    /// Whether this agent's last write of the Lease it holds is younger than `within`.
+    /// Whether this agent's last write of the slot it holds is younger than `within`.
     pub fn renewed_within(&self, within: Duration) -> bool {
         let within = SignedDuration::try_from(within).unwrap_or(SignedDuration::MAX);
         self.held
             .as_ref()
-            .and_then(|l| l.spec.as_ref())
-            .and_then(|s| s.renew_time.as_ref())
-            .is_some_and(|renewed| Timestamp::now().duration_since(renewed.0) < within)
+            .and_then(|held| slot(&held.lease, held.slot).renewed)
+            .is_some_and(|renewed| Timestamp::now().duration_since(renewed) < within)
     }
 
     fn api(&self) -> Api<Lease> {
         Api::namespaced(self.client.clone(), NAMESPACE)
     }
 
-    /// Takes the serial lock for `secret` (the Lease named like it).
+    /// Takes the serial lock for `secret` (slot 0 of the Lease named like it).
     pub async fn acquire(&mut self, secret: &Secret) -> Result<Acquired, kube::Error> {
         self.acquire_slot(secret, 1).await
     }
 
-    /// Takes one of the `slots` slot Leases of `secret` ([`slot_name`]), renewing the one it
-    /// holds, or says who holds them: reads them one at a time ([`Scan`]; the held one first),
-    /// then POSTs or PUTs the chosen one. A race lost to another node (409) is reported as busy
-    /// with a short retry. A refused read (403) of any but slot 0 ends the scan there:
-    /// Gardener's node-agent authorizer admits only the Lease named like the OSC secret, so
-    /// where it is not extended the rollout's budget shrinks to the slots the agent may read
-    /// (logged), instead of the agent failing every reconcile.
+    /// Takes one of the first `slots` slots of `secret`'s Lease, or renews the one this agent
+    /// holds ([`choose`]), or says who holds them: reads the Lease, writes it with the slot
+    /// taken ([`taken`]; a POST when it does not exist, else a PUT with the read
+    /// `resourceVersion`). A write that lost a race (409) reads again and decides again, up to
+    /// [`MAX_WRITES`] times; then the lock counts as busy for [`CONFLICT_RETRY`].
     pub async fn acquire_slot(
         &mut self,
         secret: &Secret,
         slots: u32,
     ) -> Result<Acquired, kube::Error> {
         let api = self.api();
-        let lock = secret.name_any();
-        let full = !self.looked;
+        let name = secret.name_any();
         self.looked = true;
-        let held = self.held_name();
-        let mut scan = Scan::new(&self.identity, Timestamp::now(), full);
-        let names = held.clone().into_iter().chain(
-            (0..bounded(slots))
-                .map(|index| slot_name(&lock, index))
-                .filter(|name| Some(name) != held.as_ref()),
-        );
-        let mut chosen = None;
-        for name in names {
-            let lease = match api.get_opt(&name).await {
-                Ok(lease) => lease,
-                Err(kube::Error::Api(status)) if status.code == 403 && name != lock => {
-                    tracing::warn!(lease = %name, "reading a rollout slot Lease is forbidden; using only the slots before it");
-                    break;
+        for _ in 0..MAX_WRITES {
+            let lease = api.get_opt(&name).await?;
+            let index = match choose(lease.as_ref(), &self.identity, slots, Timestamp::now()) {
+                Choice::Take(index) => index,
+                Choice::Wait { holders, retry_in } => {
+                    self.held = None;
+                    return Ok(Acquired::Busy {
+                        holder: holders.join(","),
+                        retry_in,
+                    });
+                }
+            };
+            let create = lease.is_none();
+            let lease = taken(
+                lease,
+                secret,
+                &name,
+                index,
+                &self.identity,
+                Timestamp::now(),
+            );
+            let pp = PostParams::default();
+            let written = if create {
+                api.create(&pp, &lease).await
+            } else {
+                api.replace(&name, &pp, &lease).await
+            };
+            match written {
+                Ok(lease) => {
+                    self.held = Some(Held { lease, slot: index });
+                    return Ok(Acquired::Held);
+                }
+                Err(error) if is_conflict(&error) => {
+                    tracing::debug!(lease = %name, slot = index, "another node wrote the lock first; reading it again");
                 }
                 Err(error) => return Err(error),
-            };
-            if let Some(choice) = scan.see(&name, lease) {
-                chosen = Some(choice);
-                break;
             }
         }
-        let (name, existing) = match chosen.unwrap_or_else(|| scan.finish()) {
-            Choice::Take { name, lease } => (name, lease.map(|lease| *lease)),
-            Choice::Wait { holders, retry_in } => {
-                self.held = None;
-                return Ok(Acquired::Busy {
-                    holder: holders.join(","),
-                    retry_in,
-                });
-            }
-        };
-        let create = existing.is_none();
-        let lease = acquired(existing, secret, &name, &self.identity, Timestamp::now());
-        let pp = PostParams::default();
-        let written = if create {
-            api.create(&pp, &lease).await
-        } else {
-            api.replace(&name, &pp, &lease).await
-        };
-        match written {
-            Ok(lease) => {
-                self.held = Some(lease);
-                Ok(Acquired::Held)
-            }
-            Err(kube::Error::Api(status)) if status.code == 409 => {
-                self.held = None;
-                Ok(Acquired::Busy {
-                    holder: String::new(),
-                    retry_in: Duration::from_secs(1),
-                })
-            }
-            Err(error) => Err(error),
-        }
+        self.held = None;
+        Ok(Acquired::Busy {
+            holder: String::new(),
+            retry_in: CONFLICT_RETRY,
+        })
     }
 
-    /// Releases the serial lock of `secret_name` if this agent holds it (see
-    /// [`SerialLock::release_slot`]).
-    pub async fn release(&mut self, secret_name: &str) -> Result<(), kube::Error> {
-        self.release_slot(secret_name, 1).await
-    }
-
-    /// Releases whichever of the `slots` slot Leases of `lock` this agent holds; a no-op when
-    /// it holds none. After a restart (nothing known yet) each is read once to find out (a
-    /// refused read of any but slot 0 ends that, as in [`SerialLock::acquire_slot`]). A
-    /// conflict re-reads once; a Lease that is gone or held by another is left alone.
-    pub async fn release_slot(&mut self, lock: &str, slots: u32) -> Result<(), kube::Error> {
+    /// Releases whichever slot of the Lease `lock` this agent holds ([`released`]); a no-op
+    /// when it holds none. After a restart (nothing known yet) the Lease is read once to find
+    /// out. The write is a PUT of the Lease as last known; a conflict reads it again and
+    /// releases what is still ours (up to [`MAX_WRITES`] writes, then the last conflict is the
+    /// error); a Lease that is gone or no longer ours is left alone.
+    pub async fn release(&mut self, lock: &str) -> Result<(), kube::Error> {
         let api = self.api();
-        if let Some(lease) = self.held.take() {
-            let name = lease.name_any();
-            if held_by(&lease, &self.identity) {
-                release_one(&api, &name, lease, &self.identity).await?;
-            }
-            return Ok(());
-        }
-        if self.looked {
-            return Ok(());
-        }
+        let current = match self.held.take() {
+            Some(held) => Some(held.lease),
+            None if self.looked => return Ok(()),
+            None => api.get_opt(lock).await?,
+        };
         self.looked = true;
-        for index in 0..bounded(slots) {
-            let name = slot_name(lock, index);
-            let lease = match api.get_opt(&name).await {
-                Ok(lease) => lease,
-                Err(kube::Error::Api(status)) if status.code == 403 && index > 0 => break,
-                Err(error) => return Err(error),
-            };
-            if let Some(lease) = lease.filter(|l| held_by(l, &self.identity)) {
-                release_one(&api, &name, lease, &self.identity).await?;
-            }
+        let result = release_own(&api, lock, current, &self.identity).await;
+        if result.is_err() {
+            // Not known to be released: the next release reads the Lease again.
+            self.looked = false;
         }
-        Ok(())
+        result
     }
 }
 
-/// `slots` within `1..=`[`MAX_ROLLOUT_BUDGET`]: however many slots a caller asks for, no more
-/// Leases than that are ever read.
-fn bounded(slots: u32) -> u32 {
-    slots.clamp(1, MAX_ROLLOUT_BUDGET)
-}
-
-/// One release PUT of `lease`, re-reading once on a conflict.
-async fn release_one(
+/// PUTs `current` (the Lease `lock` as last known) with `identity`'s slot released, while
+/// it holds one; a conflict reads it again ([`SerialLock::release`]).
+async fn release_own(
     api: &Api<Lease>,
-    name: &str,
-    lease: Lease,
+    lock: &str,
+    mut current: Option<Lease>,
     identity: &str,
 ) -> Result<(), kube::Error> {
     let pp = PostParams::default();
-    match api.replace(name, &pp, &released(lease)).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
-        Err(kube::Error::Api(status)) if status.code == 409 => match api.get_opt(name).await? {
-            Some(current) if held_by(&current, identity) => {
-                api.replace(name, &pp, &released(current)).await.map(drop)
+    let mut writes = 1;
+    loop {
+        let Some(lease) = current.take() else {
+            return Ok(());
+        };
+        if own_slot(&lease, identity).is_none() {
+            return Ok(());
+        }
+        match api.replace(lock, &pp, &released(lease, identity)).await {
+            Ok(_) => return Ok(()),
+            Err(kube::Error::Api(status)) if status.code == 404 => return Ok(()),
+            Err(error) if is_conflict(&error) && writes < MAX_WRITES => {
+                writes += 1;
+                current = api.get_opt(lock).await?;
             }
-            _ => Ok(()),
-        },
-        Err(error) => Err(error),
+            Err(error) => return Err(error),
+        }
     }
+}
+
+fn is_conflict(error: &kube::Error) -> bool {
+    matches!(error, kube::Error::Api(status) if status.code == 409)
 }
 
 #[cfg(test)]
@@ -436,28 +492,46 @@ mod tests {
 
     const NAME: &str = "gardener-node-agent-pool-a";
 
-    fn lease(holder: Option<&str>, duration: Option<i32>, renewed: Option<&str>) -> Lease {
-        Lease {
-            metadata: ObjectMeta::default(),
-            spec: Some(LeaseSpec {
-                holder_identity: holder.map(str::to_string),
-                lease_duration_seconds: duration,
-                renew_time: renewed.map(|t| MicroTime(t.parse().unwrap())),
-                ..LeaseSpec::default()
-            }),
-        }
+    fn at(t: &str) -> Timestamp {
+        t.parse().unwrap()
     }
 
     fn secret() -> Secret {
         Secret {
             metadata: ObjectMeta {
-                name: Some("gardener-node-agent-pool-a".into()),
+                name: Some(NAME.into()),
                 namespace: Some("kube-system".into()),
                 uid: Some("uid-s".into()),
                 annotations: Some([(ANNOTATION_SERIAL.to_string(), "true".to_string())].into()),
                 ..ObjectMeta::default()
             },
             ..Secret::default()
+        }
+    }
+
+    /// A Lease whose slots are `(index, holder, renewed)`, 600 s each, as this agent writes
+    /// them (`taken` one after the other), plus what every Lease of the API server has.
+    fn lease(slots: &[(u32, &str, &str)]) -> Lease {
+        let mut lease = Lease {
+            metadata: ObjectMeta {
+                name: Some(NAME.into()),
+                resource_version: Some("7".into()),
+                ..ObjectMeta::default()
+            },
+            spec: Some(LeaseSpec::default()),
+        };
+        for (index, holder, renewed) in slots {
+            lease = taken(Some(lease), &secret(), NAME, *index, holder, at(renewed));
+        }
+        lease
+    }
+
+    fn slot0(holder: Option<&str>, duration: Option<i32>, renewed: Option<&str>) -> Slot {
+        Slot {
+            holder: holder.unwrap_or_default().to_string(),
+            duration,
+            acquired: None,
+            renewed: renewed.map(at),
         }
     }
 
@@ -472,74 +546,48 @@ mod tests {
     }
 
     #[test]
-    fn free_expired_or_own_locks_are_taken_and_others_waited_for() {
-        let now: Timestamp = "2025-01-01T00:10:00Z".parse().unwrap();
-        assert_eq!(decide(None, "a", now), Decision::Take);
-        assert_eq!(
-            decide(Some(&lease(None, None, None)), "a", now),
-            Decision::Take
-        );
-        assert_eq!(
-            decide(Some(&lease(Some(""), None, None)), "a", now),
-            Decision::Take
-        );
-        assert_eq!(
-            decide(
-                Some(&lease(Some("a"), Some(600), Some("2025-01-01T00:09:00Z"))),
-                "a",
-                now
-            ),
-            Decision::Take
-        );
+    fn free_expired_or_own_slots_are_taken_and_others_waited_for() {
+        let now = at("2025-01-01T00:10:00Z");
+        assert_eq!(decide(&Slot::default(), "a", now), Decision::Take);
+        let own = slot0(Some("a"), Some(600), Some("2025-01-01T00:09:00Z"));
+        assert_eq!(decide(&own, "a", now), Decision::Take);
         // Expired: renewed 600 s ago exactly.
-        assert_eq!(
-            decide(
-                Some(&lease(Some("b"), Some(600), Some("2025-01-01T00:00:00Z"))),
-                "a",
-                now
-            ),
-            Decision::Take
-        );
+        let expired = slot0(Some("b"), Some(600), Some("2025-01-01T00:00:00Z"));
+        assert_eq!(decide(&expired, "a", now), Decision::Take);
         // Held with time left: look again after the poll interval.
+        let held = slot0(Some("b"), Some(600), Some("2025-01-01T00:09:00Z"));
         assert_eq!(
-            decide(
-                Some(&lease(Some("b"), Some(600), Some("2025-01-01T00:09:00Z"))),
-                "a",
-                now
-            ),
+            decide(&held, "a", now),
             Decision::Wait {
                 holder: "b".into(),
                 retry_in: POLL_INTERVAL
             }
         );
         // Expiring sooner than the poll interval: look again at expiry.
+        let expiring = slot0(Some("b"), Some(600), Some("2025-01-01T00:00:02Z"));
         assert_eq!(
-            decide(
-                Some(&lease(Some("b"), Some(600), Some("2025-01-01T00:00:02Z"))),
-                "a",
-                now
-            ),
+            decide(&expiring, "a", now),
             Decision::Wait {
                 holder: "b".into(),
                 retry_in: Duration::from_secs(2)
             }
         );
-        // No renew time: nothing to wait for (GNA's renewedInTime is false).
+        // No renew time or a negative duration: nothing to wait for (GNA's renewedInTime).
         assert_eq!(
-            decide(Some(&lease(Some("b"), Some(600), None)), "a", now),
+            decide(&slot0(Some("b"), Some(600), None), "a", now),
             Decision::Take
         );
+        let negative = slot0(Some("b"), Some(-1), Some("2025-01-01T00:09:00Z"));
+        assert_eq!(decide(&negative, "a", now), Decision::Take);
     }
 
     #[test]
-    fn acquiring_sets_holder_duration_times_and_the_secret_as_owner() {
-        let now: Timestamp = "2025-01-01T00:10:00.123456Z".parse().unwrap();
-        let lease = acquired(None, &secret(), NAME, "host-a", now);
-        assert_eq!(
-            lease.metadata.name.as_deref(),
-            Some("gardener-node-agent-pool-a")
-        );
+    fn taking_slot_zero_sets_the_spec_as_gna_and_the_secret_as_owner() {
+        let now = at("2025-01-01T00:10:00.123456Z");
+        let lease = taken(None, &secret(), NAME, 0, "host-a", now);
+        assert_eq!(lease.metadata.name.as_deref(), Some(NAME));
         assert_eq!(lease.metadata.namespace.as_deref(), Some("kube-system"));
+        assert_eq!(lease.metadata.annotations, None);
         let owner = &lease.metadata.owner_references.as_ref().unwrap()[0];
         assert_eq!(
             (
@@ -557,94 +605,167 @@ mod tests {
         assert_eq!(spec.acquire_time.as_ref().map(|t| t.0), Some(now));
         assert_eq!(spec.renew_time.as_ref().map(|t| t.0), Some(now));
 
-        // Taking it again (a restart): only the renew time moves.
+        // Taking it again (a renewal, a restart): only the renew time moves.
         let later = now + SignedDuration::from_secs(30);
-        let again = acquired(Some(lease.clone()), &secret(), NAME, "host-a", later);
+        let again = taken(Some(lease.clone()), &secret(), NAME, 0, "host-a", later);
         let spec = again.spec.as_ref().unwrap();
         assert_eq!(spec.acquire_time.as_ref().map(|t| t.0), Some(now));
         assert_eq!(spec.renew_time.as_ref().map(|t| t.0), Some(later));
 
         // Taking over an expired lock of another holder: a new acquire time.
-        let taken = acquired(Some(lease), &secret(), NAME, "host-b", later);
-        let spec = taken.spec.as_ref().unwrap();
+        let taken_over = taken(Some(lease), &secret(), NAME, 0, "host-b", later);
+        let spec = taken_over.spec.as_ref().unwrap();
         assert_eq!(spec.holder_identity.as_deref(), Some("host-b"));
         assert_eq!(spec.acquire_time.as_ref().map(|t| t.0), Some(later));
     }
 
-    /// Runs a scan over `leases` (slot `i` named `s<i>`): the chosen slot's name (or the
-    /// wait) and how many were read.
-    fn scan(
-        leases: &[Option<&Lease>],
-        full: bool,
-        now: Timestamp,
-    ) -> (Result<String, Choice>, usize) {
-        let mut scan = Scan::new("a", now, full);
-        for (index, lease) in leases.iter().enumerate() {
-            if let Some(Choice::Take { name, .. }) = scan.see(&format!("s{index}"), lease.cloned())
-            {
-                return (Ok(name), index + 1);
+    #[test]
+    fn a_slot_above_zero_is_an_annotation_and_leaves_the_spec_and_the_rest_alone() {
+        let now = at("2025-01-01T00:10:00.5Z");
+        let mut gna = lease(&[(0, "gna-host", "2025-01-01T00:09:00Z")]);
+        gna.metadata
+            .annotations
+            .get_or_insert_with(BTreeMap::new)
+            .insert("other".into(), "kept".into());
+        let lease = taken(Some(gna.clone()), &secret(), NAME, 2, "host-b", now);
+        assert_eq!(lease.spec, gna.spec, "GNA's holder is untouched");
+        assert_eq!(lease.metadata.resource_version.as_deref(), Some("7"));
+        let annotations = lease.metadata.annotations.as_ref().unwrap();
+        assert_eq!(annotations["other"], "kept");
+        let value: serde_json::Value =
+            serde_json::from_str(&annotations["node.extensions.gardener.cloud/rollout-slot-2"])
+                .unwrap();
+        assert_eq!(
+            value,
+            serde_json::json!({
+                "holderIdentity": "host-b",
+                "leaseDurationSeconds": 600,
+                "acquireTime": "2025-01-01T00:10:00.500000Z",
+                "renewTime": "2025-01-01T00:10:00.500000Z",
+            })
+        );
+        assert_eq!(
+            holders(&lease),
+            [(0, "gna-host".to_string()), (2, "host-b".to_string())]
+        );
+        // A renewal keeps the acquire time.
+        let later = now + SignedDuration::from_secs(60);
+        let renewed = slot(&taken(Some(lease), &secret(), NAME, 2, "host-b", later), 2);
+        assert_eq!(
+            (renewed.acquired, renewed.renewed, renewed.duration),
+            (Some(now), Some(later), Some(600))
+        );
+    }
+
+    #[test]
+    fn an_unreadable_slot_annotation_is_a_free_slot() {
+        let mut lease = lease(&[]);
+        lease.metadata.annotations = Some(
+            [(slot_annotation(1), "host-x".to_string())]
+                .into_iter()
+                .collect(),
+        );
+        assert_eq!(slot(&lease, 1), Slot::default());
+        let now = at("2025-01-01T00:10:00Z");
+        assert_eq!(choose(Some(&lease), "a", 2, now), Choice::Take(0));
+        let lease = taken(Some(lease), &secret(), NAME, 0, "b", now);
+        assert_eq!(choose(Some(&lease), "a", 2, now), Choice::Take(1));
+    }
+
+    #[test]
+    fn the_own_slot_wins_then_the_first_free_or_expired_one_else_the_soonest_expiry() {
+        let now = at("2025-01-01T00:10:00Z");
+        let recent = "2025-01-01T00:09:00Z";
+        assert_eq!(choose(None, "a", 3, now), Choice::Take(0));
+        assert_eq!(choose(Some(&lease(&[])), "a", 3, now), Choice::Take(0));
+        let b0 = lease(&[(0, "b", recent)]);
+        assert_eq!(choose(Some(&b0), "a", 3, now), Choice::Take(1));
+        // Budget 1 (serial mode): slot 0 only.
+        assert_eq!(
+            choose(Some(&b0), "a", 1, now),
+            Choice::Wait {
+                holders: vec!["b".into()],
+                retry_in: POLL_INTERVAL
             }
-        }
-        match scan.finish() {
-            Choice::Take { name, .. } => (Ok(name), leases.len()),
-            wait => (Err(wait), leases.len()),
-        }
-    }
-
-    #[test]
-    fn a_slot_of_our_own_wins_then_the_first_free_one_else_the_soonest_expiry() {
-        let now: Timestamp = "2025-01-01T00:10:00Z".parse().unwrap();
-        let busy = |holder: &str, renewed: &str| lease(Some(holder), Some(600), Some(renewed));
-        let b = busy("b", "2025-01-01T00:09:00Z");
-        let c = busy("c", "2025-01-01T00:00:03Z");
-        let own = busy("a", "2025-01-01T00:09:00Z");
-        let free = lease(None, None, None);
-        let take = |name: &str, read: usize| (Ok(name.to_string()), read);
-        // A full scan (first look of a process) reads every slot.
-        assert_eq!(scan(&[None, None], true, now), take("s0", 2));
-        assert_eq!(scan(&[Some(&b), None], true, now), take("s1", 2));
-        assert_eq!(scan(&[Some(&b), Some(&free)], true, now), take("s1", 2));
-        // Our own slot is renewed even when an earlier one is free.
-        assert_eq!(scan(&[None, Some(&own)], true, now), take("s1", 2));
-        assert_eq!(
-            scan(&[Some(&b), Some(&c)], true, now),
-            (
-                Err(Choice::Wait {
-                    holders: vec!["b".into(), "c".into()],
-                    retry_in: Duration::from_secs(3)
-                }),
-                2
-            )
         );
-        // Expired slot of another holder: taken.
-        let old = busy("c", "2025-01-01T00:00:00Z");
-        assert_eq!(scan(&[Some(&b), Some(&old)], true, now), take("s1", 2));
-        // Otherwise the scan stops at the first slot it may take.
-        assert_eq!(scan(&[None, None, None], false, now), take("s0", 1));
+        // A gap left by a release is filled first.
+        let gap = lease(&[(0, "b", recent), (2, "c", recent)]);
+        assert_eq!(choose(Some(&gap), "a", 3, now), Choice::Take(1));
+        // Our own slot, even with an earlier one free, and even beyond today's budget.
+        let own = lease(&[(2, "a", recent)]);
+        assert_eq!(choose(Some(&own), "a", 3, now), Choice::Take(2));
+        assert_eq!(choose(Some(&own), "a", 1, now), Choice::Take(2));
+        // All held: the holders, and the soonest expiry if within the poll interval.
+        let full = lease(&[(0, "b", recent), (1, "c", "2025-01-01T00:00:03Z")]);
         assert_eq!(
-            scan(&[Some(&b), Some(&free), None], false, now),
-            take("s1", 2)
+            choose(Some(&full), "a", 2, now),
+            Choice::Wait {
+                holders: vec!["b".into(), "c".into()],
+                retry_in: Duration::from_secs(3)
+            }
         );
-        assert_eq!(scan(&[Some(&own), None], false, now), take("s0", 1));
-    }
-
-    #[test]
-    fn slot_zero_is_the_serial_lock_and_the_others_are_numbered() {
-        assert_eq!(slot_name("gna-pool", 0), "gna-pool");
-        assert_eq!(slot_name("gna-pool", 2), "gna-pool-2");
-        assert_eq!(slot_name("gna-pool", u32::MAX), "gna-pool-4294967295");
-    }
-
-    #[test]
-    fn releasing_clears_holder_duration_and_times() {
-        let now: Timestamp = "2025-01-01T00:10:00Z".parse().unwrap();
-        let lease = released(acquired(None, &secret(), NAME, "host-a", now));
-        let json = serde_json::to_value(&lease).unwrap();
-        assert_eq!(json["spec"], serde_json::json!({}));
-        assert!(held_by(
-            &acquired(None, &secret(), NAME, "host-a", now),
-            "host-a"
+        // An expired slot is taken over.
+        let stale = lease(&[(0, "b", recent), (1, "c", "2025-01-01T00:00:00Z")]);
+        assert_eq!(choose(Some(&stale), "a", 2, now), Choice::Take(1));
+        // However large the budget asked for, at most the cap.
+        let crowded: Vec<(u32, String)> = (0..MAX_ROLLOUT_BUDGET)
+            .map(|i| (i, format!("h{i}")))
+            .collect();
+        let crowded = lease(
+            &crowded
+                .iter()
+                .map(|(i, h)| (*i, h.as_str(), recent))
+                .collect::<Vec<_>>(),
+        );
+        assert!(matches!(
+            choose(Some(&crowded), "a", u32::MAX, now),
+            Choice::Wait { holders, .. } if holders.len() == 32
         ));
-        assert!(!held_by(&lease, "host-a"));
+    }
+
+    #[test]
+    fn taking_a_slot_clears_any_other_the_agent_held() {
+        let now = at("2025-01-01T00:10:00Z");
+        let both = lease(&[(0, "a", "2025-01-01T00:09:00Z")]);
+        // Written by hand (or a bug elsewhere): `a` in slot 0 and slot 3.
+        let both = {
+            let mut l = both;
+            let record = taken(Some(lease(&[])), &secret(), NAME, 3, "a", now);
+            l.metadata.annotations = record.metadata.annotations;
+            l
+        };
+        assert_eq!(own_slot(&both, "a"), Some(0));
+        let one = taken(Some(both), &secret(), NAME, 0, "a", now);
+        assert_eq!(holders(&one), [(0, "a".to_string())]);
+    }
+
+    #[test]
+    fn releasing_clears_only_the_own_slot_as_gna_releases_slot_zero() {
+        let recent = "2025-01-01T00:09:00Z";
+        let both = lease(&[(0, "a", recent), (1, "b", recent)]);
+        let a_gone = released(both.clone(), "a");
+        assert_eq!(
+            serde_json::to_value(&a_gone).unwrap()["spec"],
+            serde_json::json!({})
+        );
+        assert_eq!(holders(&a_gone), [(1, "b".to_string())]);
+        let b_gone = released(both.clone(), "b");
+        assert_eq!(b_gone.spec, both.spec);
+        assert_eq!(holders(&b_gone), [(0, "a".to_string())]);
+        assert_eq!(b_gone.metadata.annotations, Some(BTreeMap::new()));
+        // Nothing of ours: unchanged.
+        assert_eq!(released(both.clone(), "c"), both);
+    }
+
+    #[test]
+    fn slot_annotations_are_numbered() {
+        assert_eq!(
+            slot_annotation(1),
+            "node.extensions.gardener.cloud/rollout-slot-1"
+        );
+        assert_eq!(
+            slot_annotation(31),
+            "node.extensions.gardener.cloud/rollout-slot-31"
+        );
     }
 }
