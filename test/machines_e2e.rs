@@ -1716,7 +1716,7 @@ async fn pool_at_scale_is_created_and_rolled_by_the_real_mcm() {
     // Every node runs the current OSC first: a node's first apply is quiet (nothing runs
     // there yet), so a node still joining would take the change without a slot.
     let current = before.clone().expect("the rolled pool's node-agent Secret");
-    in_place_rollout::sample_until_rolled_out(&shoot, &new_key, 1, SIZE, &current, STAGE_TIMEOUT)
+    in_place_rollout::sample_until_rolled_out(&shoot, &new_key, SIZE, &current, STAGE_TIMEOUT)
         .await;
     let changing = Instant::now();
     landscape
@@ -1725,15 +1725,9 @@ async fn pool_at_scale_is_created_and_rolled_by_the_real_mcm() {
     let (checksum, budget) =
         in_place_rollout::new_secret(&shoot, &new_key, before.as_deref()).await;
     assert_eq!(budget, "1", "the budget from maxUnavailable 1");
-    let in_place = in_place_rollout::sample_until_rolled_out(
-        &shoot,
-        &new_key,
-        1,
-        SIZE,
-        &checksum,
-        STAGE_TIMEOUT,
-    )
-    .await;
+    let in_place =
+        in_place_rollout::sample_until_rolled_out(&shoot, &new_key, SIZE, &checksum, STAGE_TIMEOUT)
+            .await;
     let in_place_in = since(changing);
     eprintln!(
         "machines e2e: disruptive change in place on {SIZE} nodes in {in_place_in:.1} s: {in_place:?}"

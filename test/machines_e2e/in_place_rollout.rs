@@ -6,6 +6,7 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
+use gardener_extension_node::agent::rollout::slots;
 use gardener_extension_node::api::constants::ANNOTATION_ROLLOUT_BUDGET;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node as KubeNode, Secret};
@@ -88,14 +89,13 @@ pub struct Seen {
     pub done_after: Option<f64>,
 }
 
-/// Samples the Nodes and the slot Leases `<key>`, `<key>-1`, … every 500 ms until every one of
+/// Samples the Nodes and the slot Lease `<key>` (every slot in it) every 500 ms until every one of
 /// `size` Nodes reports `checksum`, is `Ready` and no slot is held; fails once nothing of that
 /// (which Nodes applied, are not Ready, hold a slot) has changed for `stall`: a busy machine
 /// makes the rollout slower, not a failure.
 pub async fn sample_until_rolled_out(
     shoot: &Client,
     key: &str,
-    slots: usize,
     size: usize,
     checksum: &str,
     stall: Duration,
@@ -117,22 +117,14 @@ pub async fn sample_until_rolled_out(
             tokio::time::sleep(Duration::from_millis(500)).await;
             continue;
         };
-        let mut holders = BTreeSet::new();
-        for i in 0..slots.max(2) {
-            let name = if i == 0 {
-                key.to_string()
-            } else {
-                format!("{key}-{i}")
-            };
-            if let Ok(Some(lease)) = leases.get_opt(&name).await
-                && let Some(holder) = lease
-                    .spec
-                    .and_then(|s| s.holder_identity)
-                    .filter(|h| !h.is_empty())
-            {
-                holders.insert(holder);
-            }
-        }
+        // Every slot is in the one Lease `<key>` (docs/agent.md#slots).
+        let holders: BTreeSet<String> = match leases.get_opt(key).await {
+            Ok(Some(lease)) => slots::holders(&lease)
+                .into_iter()
+                .map(|(_, holder)| holder)
+                .collect(),
+            _ => BTreeSet::new(),
+        };
         let not_ready: BTreeSet<String> = list
             .items
             .iter()
