@@ -13,7 +13,6 @@
 //! certificate. The control plane starts first (a node agent's request is denied until GRM
 //! answers), GRM second, since it needs the plane's kubeconfig.
 
-use std::net::TcpListener;
 use std::path::Path;
 
 use super::controlplane::ControlPlaneError;
@@ -46,18 +45,7 @@ pub struct NodeAgentAuthorizer {
 impl NodeAgentAuthorizer {
     /// A free loopback port and a new serving certificate.
     pub fn new(machine_namespace: Option<String>) -> Result<Self, ControlPlaneError> {
-        let listener =
-            TcpListener::bind("127.0.0.1:0").map_err(|source| ControlPlaneError::Io {
-                path: "127.0.0.1:0".into(),
-                source,
-            })?;
-        let port = listener
-            .local_addr()
-            .map_err(|source| ControlPlaneError::Io {
-                path: "127.0.0.1:0".into(),
-                source,
-            })?
-            .port();
+        let [port, _, _] = super::controlplane::free_ports()?;
         let (serving_cert, serving_key) =
             super::pki::self_signed_serving().map_err(ControlPlaneError::Pki)?;
         Ok(NodeAgentAuthorizer {
