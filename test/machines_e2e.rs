@@ -819,6 +819,34 @@ async fn machines_of_the_real_mcm_boot_join_and_leave() {
     } else {
         lifting.abort();
     }
+    // The agent logs its apply once every job of it is done, which may be after the Node is
+    // Ready (kubelet is one of the jobs).
+    let agent_log = |node: &Node| node.machine.journal("gardener-node-agent.service");
+    let applied = wait_for("the agent's apply logged", STAGE_TIMEOUT, || async {
+        let log = landscape
+            .cloud
+            .with_node(&first_ready, agent_log)
+            .unwrap_or_default();
+        if log.contains("OSC applied to the node") {
+            Ok(())
+        } else {
+            let tail: Vec<&str> = log.lines().rev().take(15).collect();
+            Err(format!("agent's journal ends: {tail:#?}"))
+        }
+    });
+    applied.await;
+    let log = landscape
+        .cloud
+        .with_node(&first_ready, agent_log)
+        .unwrap_or_default();
+    for line in log.lines().filter(|l| {
+        l.contains("OSC applied")
+            || l.contains("WARN")
+            || l.contains("job")
+            || l.contains("exiting")
+    }) {
+        eprintln!("machines e2e: agent: {line}");
+    }
     landscape
         .cloud
         .with_node(&first_ready, |node| timeline.read_node_journal(node))
