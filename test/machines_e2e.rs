@@ -18,6 +18,17 @@
 //! in the cloud. A class whose image the cloud refuses
 //! fails the Worker with the driver's sentence.
 //!
+//! What the nodes apply: in the create → join test
+//! (`machines_of_the_real_mcm_boot_join_and_leave`) the whole reconcile OSC gardenlet ships —
+//! rendered by gardener v1.149.3's `original` components (`reconcile-osc` of
+//! `hack/envtest/components`, via `support::gardenlet_osc::render_reconcile`): kubelet's unit,
+//! flags, configuration and CA with the binary from a hyperkube image in the loopback registry,
+//! containerd's log rotation, kernel settings, journald, root certificates, sshd-ensurer and
+//! the node agent — with only what an nspawn node cannot run replaced (its doc comment names
+//! each piece and why); the test prints the lifecycle timeline. The other tests' nodes apply
+//! gardenlet's node-agent component plus the tests' own containerd and kubelet units
+//! (`support::node::NodeOsc`).
+//!
 //! The `lifecycle` tests (`make e2e-machines-lifecycle`) run longer, with the Machines sampled
 //! every 500 ms: a rolling pool rolled by a new node-agent key (MCM core killed for 20 s in the
 //! middle) and scaled up and down; an `AutoInPlaceUpdate` pool whose kubelet reservation
@@ -911,6 +922,8 @@ async fn machines_of_the_real_mcm_boot_join_and_leave() {
     support::gardener::confirm_and_delete(&landscape.workers(), "worker").await;
     let took = landscape.check_deleted(deleting).await;
     timeline.record("nothing left (checked)");
+    // One more look of the sampler (the Worker may have gone since its last).
+    tokio::time::sleep(Duration::from_millis(300)).await;
     sampling.abort();
     timeline.print("delete (s since the Worker was deleted):");
     eprintln!("machines e2e: Worker deleted in {took:.1} s");
