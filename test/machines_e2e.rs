@@ -832,12 +832,20 @@ async fn machines_of_the_real_mcm_boot_join_and_leave() {
     }
     // The agent logs its apply once every job of it is done, which may be after the Node is
     // Ready (kubelet is one of the jobs).
-    let agent_log = |node: &Node| node.machine.journal("gardener-node-agent.service");
+    let agent_log = |node: &Node| {
+        let journal = ["journalctl", "--no-pager", "-o", "cat"];
+        let out = node
+            .machine
+            .run(&[&journal[..], &["-u", "gardener-node-agent.service"]].concat());
+        format!("{}{}", out.stdout, out.stderr)
+    };
     let applied = wait_for("the agent's apply logged", STAGE_TIMEOUT, || async {
-        let log = landscape
-            .cloud
-            .with_node(&first_ready, agent_log)
-            .unwrap_or_default();
+        let Some(log) = landscape.cloud.with_node(&first_ready, agent_log) else {
+            return Err(format!(
+                "{first_ready} not among the cloud's nodes (its user data still running?): {:?}",
+                landscape.cloud.machines()
+            ));
+        };
         if log.contains("OSC applied to the node") {
             Ok(())
         } else {
