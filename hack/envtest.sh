@@ -86,6 +86,7 @@ build components "$kube_version etcd-$etcd_version gardener-$gardener_version he
   github.com/gardener/gardener/cmd/gardener-node-agent=gardener-node-agent \
   github.com/google/go-containerregistry/cmd/crane=crane \
   github.com/gardener-extension-node/hack/envtest/components/provision-osc=provision-osc \
+  github.com/gardener-extension-node/hack/envtest/components/reconcile-osc=reconcile-osc \
   github.com/gardener/machine-controller-manager/cmd/machine-controller-manager=machine-controller-manager \
   github.com/gardener/gardener/cmd/machine-controller-manager-provider-local=machine-controller-manager-provider-local \
   github.com/gardener-extension-node/hack/envtest/components/machine-provider-nspawn=machine-provider-nspawn \

@@ -13,9 +13,10 @@ phase apt
 # container's, so installing them here puts them there). For `make e2e`'s shoot node:
 # runc (containerd 2.x's runc shim drives it), containernetworking-plugins (the pod bridge),
 # iproute2, busybox-static (the test images) and musl-tools (our static binary, which the
-# node and the installation image run).
+# node and the installation image run); logrotate, which gardenlet's containerd component runs
+# on a node (`containerd-logrotate.service` of the reconcile OSC `make e2e-machines` applies).
 packages=(procps systemd-container dbus containerd runsc runc containernetworking-plugins iproute2
-  busybox-static musl-tools)
+  busybox-static musl-tools logrotate)
 
 missing=()
 for p in "${packages[@]}"; do

@@ -18,6 +18,17 @@
 //! in the cloud. A class whose image the cloud refuses
 //! fails the Worker with the driver's sentence.
 //!
+//! What the nodes apply: in the create → join test
+//! (`machines_of_the_real_mcm_boot_join_and_leave`) the whole reconcile OSC gardenlet ships —
+//! rendered by gardener v1.149.3's `original` components (`reconcile-osc` of
+//! `hack/envtest/components`, via `support::gardenlet_osc::render_reconcile`): kubelet's unit,
+//! flags, configuration and CA with the binary from a hyperkube image in the loopback registry,
+//! containerd's log rotation, kernel settings, journald, root certificates, sshd-ensurer and
+//! the node agent — with only what an nspawn node cannot run replaced (its doc comment names
+//! each piece and why); the test prints the lifecycle timeline. The other tests' nodes apply
+//! gardenlet's node-agent component plus the tests' own containerd and kubelet units
+//! (`support::node::NodeOsc`).
+//!
 //! The `lifecycle` tests (`make e2e-machines-lifecycle`) run longer, with the Machines sampled
 //! every 500 ms: a rolling pool rolled by a new node-agent key (MCM core killed for 20 s in the
 //! middle) and scaled up and down; an `AutoInPlaceUpdate` pool whose kubelet reservation
@@ -50,7 +61,10 @@ mod support;
 
 #[path = "machines_e2e/in_place_rollout.rs"]
 mod in_place_rollout;
+#[path = "machines_e2e/timeline.rs"]
+mod timeline;
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -63,18 +77,20 @@ use gardener_extension_node::api::{
 use gardener_extension_node::controllers::worker::credentials;
 use gardener_extension_node::controllers::worker::hash::{pool_hash, pool_hash_in_place};
 use k8s_openapi::api::core::v1::{Node as KubeNode, Secret};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
-use support::gardenlet_osc::{PoolFacts, render};
+use support::gardenlet_osc::{GardenletOsc, PoolFacts, ShootFacts, render, render_reconcile};
 use support::machine_controllers::{Driver, MachineControllers, Targets};
-use support::node::{Node, NodeOptions, NodeOsc};
+use support::node::{Node, NodeOptions, NodeOsc, fit_gardenlet_reconcile};
 use support::node_cloud::{Boot, NodeCloud};
 use support::oci::{Image, ImageFile};
 use support::progress::{Gaps, Observed, on_schedule, wait_while_progressing};
 use support::registry::Registry;
 use support::shoot::Shoot;
 use support::{Crds, fixtures, wait_for};
+use timeline::{Sampler, Timeline};
 
 const SIGNING: Duration = Duration::from_secs(3600);
 /// How long a landscape wait may see no progress ([`Landscape::wait`]), and the bound of the
@@ -88,6 +104,39 @@ const MAX_SAMPLE_GAP: Duration = Duration::from_secs(5);
 const KUBERNETES_VERSION: &str = "1.36.3";
 const PAUSE_IMAGE: &str = "e2e.local/pause:e2e";
 const POOL: &str = "rolling";
+/// The shoot's cluster DNS address (in the service range of the shoot's kube-apiserver).
+const CLUSTER_DNS: &str = "10.0.0.10";
+/// Where the test's registry has the hyperkube image (tag `v<KUBERNETES_VERSION>`).
+const HYPERKUBE_REPOSITORY: &str = "gardener/hyperkube";
+/// Where the test's registry has the pause image, and its tag.
+const PAUSE_REPOSITORY: &str = "gardener/pause";
+const PAUSE_TAG: &str = "e2e";
+
+/// Where a pool's reconcile OSC comes from.
+#[derive(Debug, Clone, Copy)]
+enum NodeContent {
+    /// gardenlet's node-agent component plus the tests' own containerd and kubelet
+    /// ([`NodeOsc`]: cgroupfs, `AlwaysAllow`, the image preload).
+    TestsKubelet,
+    /// gardenlet's whole reconcile OSC, fitted to the nspawn node
+    /// ([`Landscape::provision_pool_from_gardenlet`]).
+    Gardenlets,
+}
+
+/// The pool as the Shoot's `spec.provider.workers[]` entry gardenlet renders the reconcile
+/// OSC from: the Worker's machine image, containerd, and kubelet's `KubeletInUserNamespace`
+/// feature gate (the node runs in a user namespace: `support::node`'s module docs) set the
+/// way a shoot owner sets a pool's kubelet feature gates.
+fn gardenlets_pool(name: &str) -> Value {
+    json!({
+        "name": name,
+        "machine": {"type": "local", "image": {"name": "debian", "version": "13.2"}},
+        "cri": {"name": "containerd"},
+        "minimum": 1,
+        "maximum": 1,
+        "kubernetes": {"kubelet": {"featureGates": {"KubeletInUserNamespace": true}}},
+    })
+}
 
 /// The rolling pool of [`Landscape::with_rolling_pool`].
 struct RollingPool {
@@ -245,9 +294,23 @@ impl Landscape {
     /// A landscape with gardenlet's content for the rolling pool [`POOL`] and the authorizer
     /// of its nodes running; MCM is not started yet.
     async fn with_rolling_pool() -> (Self, RollingPool) {
+        Self::with_rolling_pool_of(NodeContent::TestsKubelet).await
+    }
+
+    /// [`Self::with_rolling_pool`], the pool's reconcile OSC from `content`.
+    async fn with_rolling_pool_of(content: NodeContent) -> (Self, RollingPool) {
         let landscape = Self::start().await;
         let key = format!("gardener-node-agent-{POOL}");
-        let user_data_secret = landscape.provision_pool(POOL, &key).await;
+        let user_data_secret = match content {
+            NodeContent::TestsKubelet => landscape.provision_pool(POOL, &key).await,
+            NodeContent::Gardenlets => {
+                landscape.push_gardenlets_node_images();
+                landscape
+                    .provision_pool_from_gardenlet(POOL, &key)
+                    .await
+                    .user_data_secret
+            }
+        };
         let pool = RollingPool {
             key,
             user_data_secret,
@@ -270,21 +333,8 @@ impl Landscape {
         key: &str,
         in_place: Option<&InPlace>,
     ) -> Provisioned {
-        let (env, shoot_client) = (&self.env, &self.shoot_client);
-        let repository = format!("{}/gardener/node-agent", self.registry.host());
-        let gardenlet = render(
-            &self.assets,
-            &PoolFacts {
-                namespace: &env.namespace,
-                pool,
-                key,
-                server_url: &self.shoot.plane.server_url(),
-                ca_pem: self.shoot.plane.ca_pem(),
-                kubernetes_version: KUBERNETES_VERSION,
-                node_agent_image: (&repository, "ours"),
-            },
-        );
-        gardenlet.install_shoot_rbac(shoot_client).await;
+        let env = &self.env;
+        let gardenlet = self.gardenlets_provision_content(pool, key).await;
         let node_osc = NodeOsc::bootstrapping(
             self.shoot.plane.server_url(),
             self.shoot.plane.ca_pem(),
@@ -304,6 +354,93 @@ impl Landscape {
         Provisioned {
             user_data_secret: format!("osc-result-{key}-init"),
             reconcile: base,
+        }
+    }
+
+    /// gardenlet's provision content for `pool` (its own rendering, the node agent from the
+    /// registry), with its TLS-bootstrapping RBAC installed in the shoot.
+    async fn gardenlets_provision_content(&self, pool: &str, key: &str) -> GardenletOsc {
+        let repository = format!("{}/gardener/node-agent", self.registry.host());
+        let server_url = self.shoot.plane.server_url();
+        let gardenlet = render(
+            &self.assets,
+            &self.pool_facts(pool, key, &repository, &server_url),
+        );
+        gardenlet.install_shoot_rbac(&self.shoot_client).await;
+        gardenlet
+    }
+
+    fn pool_facts<'a>(
+        &'a self,
+        pool: &'a str,
+        key: &'a str,
+        repository: &'a str,
+        server_url: &'a str,
+    ) -> PoolFacts<'a> {
+        PoolFacts {
+            namespace: &self.env.namespace,
+            pool,
+            key,
+            server_url,
+            ca_pem: self.shoot.plane.ca_pem(),
+            kubernetes_version: KUBERNETES_VERSION,
+            node_agent_image: (repository, "ours"),
+        }
+    }
+
+    /// Pushes what gardenlet's reconcile OSC pulls besides the node agent: the hyperkube image
+    /// whose `/kubelet` the OSC installs as `/opt/bin/kubelet` (the kubelet `hack/envtest.sh`
+    /// builds) and the pause image containerd's sandboxes run.
+    fn push_gardenlets_node_images(&self) {
+        let host = self.registry.host();
+        self.registry.push(&Image {
+            reference: format!("{host}/{HYPERKUBE_REPOSITORY}:v{KUBERNETES_VERSION}"),
+            entrypoint: vec!["/kubelet".into()],
+            files: vec![ImageFile::executable(
+                "/kubelet",
+                self.assets.join("kubelet"),
+            )],
+        });
+        self.registry.push(&Image {
+            reference: format!("{host}/{PAUSE_REPOSITORY}:{PAUSE_TAG}"),
+            entrypoint: vec!["/bin/busybox".into(), "sleep".into(), "2147483647".into()],
+            files: vec![ImageFile::executable("/bin/busybox", "/bin/busybox")],
+        });
+    }
+
+    /// gardenlet's part for one pool with gardenlet's whole reconcile OSC: the provision OSC
+    /// and RBAC as [`Self::provision_pool`], the reconcile OSC rendered by gardener's
+    /// components (`support::gardenlet_osc::render_reconcile`, the pool as
+    /// [`gardenlets_pool`]), fitted to the nspawn node (`support::node::fit_gardenlet_reconcile`).
+    async fn provision_pool_from_gardenlet(&self, pool: &str, key: &str) -> Provisioned {
+        let env = &self.env;
+        let gardenlet = self.gardenlets_provision_content(pool, key).await;
+        let host = self.registry.host();
+        let node_agent = format!("{host}/gardener/node-agent");
+        let hyperkube = format!("{host}/{HYPERKUBE_REPOSITORY}");
+        let pause = format!("{host}/{PAUSE_REPOSITORY}");
+        let kubelet_tag = format!("v{KUBERNETES_VERSION}");
+        let worker = gardenlets_pool(pool);
+        let server_url = self.shoot.plane.server_url();
+        let rendered = render_reconcile(
+            &self.assets,
+            &self.pool_facts(pool, key, &node_agent, &server_url),
+            &ShootFacts {
+                worker: &worker,
+                cluster_dns: CLUSTER_DNS,
+                kubelet_ca_pem: self.shoot.plane.ca_pem(),
+                hyperkube_image: (&hyperkube, &kubelet_tag),
+                pause_image: (&pause, PAUSE_TAG),
+            },
+        );
+        let reconcile = fit_gardenlet_reconcile(&rendered);
+        gardenlet
+            .create_oscs(&env.client, &env.namespace, &reconcile)
+            .await;
+        support::agent::user_data(&env.client, &env.namespace, key, STAGE_TIMEOUT).await;
+        Provisioned {
+            user_data_secret: format!("osc-result-{key}-init"),
+            reconcile,
         }
     }
 
@@ -611,6 +748,38 @@ async fn ready_nodes(shoot: &Client) -> Vec<String> {
         .collect()
 }
 
+/// Create → join → delete with gardenlet's whole reconcile OSC (`NodeContent::Gardenlets`):
+/// the machine MCM creates boots from gardenlet's provision content, our agent bootstraps and
+/// applies the reconcile OSC gardener v1.149.3's `original` components render for the pool —
+/// kubelet (gardenlet's unit, flags, configuration and CA; the binary an `imageRef` file of
+/// the hyperkube image the test pushes to its registry, built from the kubelet of
+/// `hack/envtest.sh`), containerd (log rotation, CA-triggered restart; sandbox image from the
+/// registry), kernel settings, journald, root certificates, sshd-ensurer and the node agent —
+/// and kubelet joins with gardenlet's configuration. Checked on the node: the kubelet
+/// configuration file is gardenlet's (webhook authentication and authorization, anonymous
+/// off, `protectKernelDefaults`, `serverTLSBootstrap`, kube reservation, eviction, the
+/// critical-components taint, cluster DNS), kubelet runs `/opt/bin/kubelet` with gardenlet's
+/// flags, every file and unit of the OSC is on the node; and on the Node: gardenlet's labels
+/// and taint (removed by a stand-in for GRM's node-critical-components controller, which the
+/// test shoot's GRM does not run: MCM keeps a tainted machine `Pending`), allocatable =
+/// capacity − kubeReserved − evictionHard, and kubelet's serving
+/// CSR (`serverTLSBootstrap`; the test shoot signs no serving certificates, so kubelet's
+/// `configz` is not reachable and not read).
+///
+/// What the test changes in gardenlet's output, each because the nspawn node cannot run it
+/// (`support::node::fit_gardenlet_reconcile` has the details): the cgroup driver (`cgroupfs`,
+/// criConfig and kubelet), `failCgroupV1: false` (the host's hybrid layout is v1 to kubelet),
+/// the CNI (the bridge plugin as file and criConfig patch: a landscape's network extension
+/// brings one), `--node-ip` in kubelet's `extra_args` file (no default route on the node), and
+/// `restrict_oom_score_adj` (no `CAP_SYS_RESOURCE` here). The pool's kubelet feature gate
+/// `KubeletInUserNamespace` is input to gardenlet's rendering, not an override
+/// ([`gardenlets_pool`]); the shoot has SSH access and node logging off (gardenlet then renders
+/// the sshd-ensurer that masks sshd, and no log shipper, whose OpenTelemetry collector image
+/// and ingress the test does not have). The kernel settings file is written, but the values
+/// kubelet checks are the node fixture's (`support::node`).
+///
+/// Prints the lifecycle timeline (`timeline`) in seconds since the Worker's creation and
+/// deletion.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs root and the node components: make e2e-machines"]
 async fn machines_of_the_real_mcm_boot_join_and_leave() {
@@ -621,9 +790,24 @@ async fn machines_of_the_real_mcm_boot_join_and_leave() {
             user_data_secret,
             ..
         },
-    ) = Landscape::with_rolling_pool().await;
+    ) = Landscape::with_rolling_pool_of(NodeContent::Gardenlets).await;
     landscape.start_machine_controllers();
-    let applied = Instant::now();
+    let sampler = |deleting| {
+        let timeline = Timeline::starting_now();
+        let task = Sampler {
+            machines: landscape.machines(),
+            workers: landscape.workers(),
+            shoot: landscape.shoot_client.clone(),
+        }
+        .spawn(timeline.clone(), deleting);
+        (timeline, task)
+    };
+    let (timeline, sampling) = sampler(false);
+    let lifting = tokio::spawn(lift_critical_components_taint(
+        landscape.shoot_client.clone(),
+        timeline.clone(),
+    ));
+    timeline.record("Worker created");
     landscape
         .create_worker(json!([pool(POOL, &key, &user_data_secret, 1)]))
         .await;
@@ -638,15 +822,72 @@ async fn machines_of_the_real_mcm_boot_join_and_leave() {
             }
         })
         .await;
-    eprintln!(
-        "machines e2e: Worker applied → Node {first_ready} Ready in {:.1} s",
-        since(applied)
-    );
     let worker = landscape.worker_ready(LastOperationType::Create).await;
-    eprintln!(
-        "machines e2e: Worker applied → Worker Succeeded in {:.1} s",
-        since(applied)
-    );
+    timeline.record("Worker Succeeded");
+    sampling.abort();
+    if lifting.is_finished() {
+        lifting.await.expect("the stand-in for GRM's taint removal");
+    } else {
+        lifting.abort();
+    }
+    // The agent logs its apply once every job of it is done, which may be after the Node is
+    // Ready (kubelet is one of the jobs).
+    let agent_log = |node: &Node| {
+        let journal = ["journalctl", "--no-pager", "-o", "cat"];
+        let out = node
+            .machine
+            .run(&[&journal[..], &["-u", "gardener-node-agent.service"]].concat());
+        format!("{}{}", out.stdout, out.stderr)
+    };
+    let applied = wait_for("the agent's apply logged", STAGE_TIMEOUT, || async {
+        let Some(log) = landscape.cloud.with_node(&first_ready, agent_log) else {
+            return Err(format!(
+                "{first_ready} not among the cloud's nodes (its user data still running?): {:?}",
+                landscape.cloud.machines()
+            ));
+        };
+        if log.contains("OSC applied to the node") {
+            Ok(())
+        } else {
+            let tail: Vec<&str> = log.lines().rev().take(15).collect();
+            Err(format!("agent's journal ends: {tail:#?}"))
+        }
+    });
+    applied.await;
+    let log = landscape
+        .cloud
+        .with_node(&first_ready, agent_log)
+        .unwrap_or_default();
+    for line in log.lines().filter(|l| {
+        l.contains("OSC applied")
+            || l.contains("WARN")
+            || l.contains("job")
+            || l.contains("exiting")
+    }) {
+        eprintln!("machines e2e: agent: {line}");
+    }
+    landscape
+        .cloud
+        .with_node(&first_ready, |node| timeline.read_node_journal(node))
+        .expect("the Ready node is up");
+    timeline.print("create with gardenlet's reconcile OSC (s since the Worker was created):");
+    for step in [
+        "Machine created (MCM)",
+        "node-init ran: bootstrap finished",
+        "node agent's client CSR approved",
+        "OSC applied (agent)",
+        "kubelet started",
+        "Node Ready",
+        // gardenlet's registerWithTaints: the Node came with the taint.
+        TAINT_LIFTED,
+    ] {
+        assert!(
+            timeline.at(step).is_some(),
+            "{step} seen: {:?}",
+            timeline.sorted()
+        );
+    }
+
     let status = worker.status.unwrap();
     assert_eq!(status.machine_deployments.len(), 1);
     let listed = landscape
@@ -666,9 +907,271 @@ async fn machines_of_the_real_mcm_boot_join_and_leave() {
         machine.spec.provider_id.as_deref(),
         Some(format!("nspawn:///{first_ready}").as_str())
     );
+    let reconcile = Api::<OperatingSystemConfig>::namespaced(
+        landscape.env.client.clone(),
+        &landscape.env.namespace,
+    )
+    .get(&format!("{key}-original"))
+    .await
+    .unwrap();
+    let reconcile = serde_json::to_value(&reconcile).unwrap();
+    let checked = landscape
+        .cloud
+        .with_node(&first_ready, |node| {
+            gardenlets_kubelet_runs_on(node, &reconcile, &landscape.assets)
+        })
+        .expect("the Ready node is up");
+    eprintln!("machines e2e: gardenlet's kubelet on {first_ready}: {checked}");
+    gardenlets_kubelet_shows_on_the_node(&shoot, &first_ready, &key).await;
 
-    let took = landscape.delete_worker_and_check_nothing_is_left().await;
+    let (timeline, sampling) = sampler(true);
+    timeline.record("Worker deleted (gardenlet's delete)");
+    let deleting = Instant::now();
+    support::gardener::confirm_and_delete(&landscape.workers(), "worker").await;
+    let took = landscape.check_deleted(deleting).await;
+    timeline.record("nothing left (checked)");
+    // One more look of the sampler (the Worker may have gone since its last).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    sampling.abort();
+    timeline.print("delete (s since the Worker was deleted):");
     eprintln!("machines e2e: Worker deleted in {took:.1} s");
+}
+
+/// The taint gardenlet's kubelet configuration registers the Node with
+/// (`registerWithTaints`); MCM keeps the Machine `Pending` while it is there.
+const CRITICAL_COMPONENTS_TAINT: &str = "node.gardener.cloud/critical-components-not-ready";
+/// The timeline's event of [`lift_critical_components_taint`].
+const TAINT_LIFTED: &str = "critical-components taint removed (GRM's controller, stood in for)";
+
+/// Stands in for GRM's node-critical-components controller, which the test shoot's GRM does
+/// not run: it removes [`CRITICAL_COMPONENTS_TAINT`] from a Node once every node-critical
+/// DaemonSet (`node.gardener.cloud/critical-component=true` in `kube-system`) has a Ready pod
+/// there — the test shoot has none, so as soon as the Node carries it, as GRM does. Records
+/// [`TAINT_LIFTED`] in `timeline`. Runs until aborted.
+async fn lift_critical_components_taint(shoot: Client, timeline: Timeline) {
+    use k8s_openapi::api::apps::v1::DaemonSet;
+    let nodes = Api::<KubeNode>::all(shoot.clone());
+    let critical = Api::<DaemonSet>::namespaced(shoot, "kube-system");
+    let selector = ListParams::default().labels("node.gardener.cloud/critical-component=true");
+    loop {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let Ok(list) = nodes.list(&ListParams::default()).await else {
+            continue;
+        };
+        for node in list.items {
+            let taints = node.spec.and_then(|s| s.taints).unwrap_or_default();
+            if !taints.iter().any(|t| t.key == CRITICAL_COMPONENTS_TAINT) {
+                continue;
+            }
+            let daemon_sets = critical.list(&selector).await.map(|l| l.items.len());
+            assert_eq!(
+                daemon_sets.ok(),
+                Some(0),
+                "the stand-in only knows a shoot without node-critical DaemonSets"
+            );
+            let kept: Vec<_> = taints
+                .into_iter()
+                .filter(|t| t.key != CRITICAL_COMPONENTS_TAINT)
+                .collect();
+            let name = node.metadata.name.unwrap_or_default();
+            let patch = json!({"spec": {"taints": kept}});
+            if nodes
+                .patch(&name, &PatchParams::default(), &Patch::Merge(patch))
+                .await
+                .is_ok()
+            {
+                timeline.record(TAINT_LIFTED);
+            }
+        }
+    }
+}
+
+/// On `node`: the kubelet configuration is gardenlet's as created in `reconcile` (with the
+/// test's overrides), kubelet runs gardenlet's binary with gardenlet's flags, and every file and
+/// unit of the OSC is there. Returns a summary.
+fn gardenlets_kubelet_runs_on(node: &Node, reconcile: &Value, assets: &std::path::Path) -> String {
+    let files = reconcile["spec"]["files"].as_array().unwrap();
+    let shipped = files
+        .iter()
+        .find(|f| f["path"] == "/var/lib/kubelet/config/kubelet")
+        .unwrap();
+    let wanted = support::node::decoded_kubelet_config(shipped);
+    let on_node: Value = serde_norway::from_slice(
+        &node
+            .machine
+            .read_file("/var/lib/kubelet/config/kubelet")
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        on_node, wanted,
+        "the node's kubelet configuration is the OSC's"
+    );
+    // gardenlet's values (not the test's former AlwaysAllow/anonymous-off-only configuration).
+    assert_eq!(on_node["authorization"]["mode"], "Webhook");
+    assert_eq!(on_node["authentication"]["webhook"]["enabled"], true);
+    assert_eq!(on_node["authentication"]["anonymous"]["enabled"], false);
+    assert_eq!(
+        on_node["authentication"]["x509"]["clientCAFile"],
+        "/var/lib/kubelet/ca.crt"
+    );
+    assert_eq!(on_node["protectKernelDefaults"], true);
+    assert_eq!(on_node["serverTLSBootstrap"], true);
+    assert_eq!(on_node["rotateCertificates"], true);
+    assert_eq!(
+        on_node["kubeReserved"],
+        json!({"cpu": "80m", "memory": "1Gi"})
+    );
+    assert_eq!(on_node["evictionHard"]["memory.available"], "100Mi");
+    assert_eq!(on_node["maxPods"], 110);
+    assert_eq!(on_node["clusterDNS"], json!([CLUSTER_DNS]));
+    assert_eq!(on_node["clusterDomain"], "cluster.local");
+    assert_eq!(
+        on_node["featureGates"],
+        json!({"KubeletInUserNamespace": true})
+    );
+    // The test's overrides.
+    assert_eq!(on_node["cgroupDriver"], "cgroupfs");
+    assert_eq!(on_node["failCgroupV1"], false);
+
+    // kubelet is gardenlet's binary (the hyperkube image's /kubelet) with gardenlet's flags.
+    let pid = node.machine.unit_property("kubelet.service", "MainPID");
+    let cmdline = node
+        .machine
+        .run(&["cat", &format!("/proc/{pid}/cmdline")])
+        .stdout;
+    let argv: Vec<String> = cmdline
+        .split('\0')
+        .filter(|a| !a.is_empty())
+        .map(str::to_string)
+        .collect();
+    assert_eq!(
+        argv.first().map(String::as_str),
+        Some("/opt/bin/kubelet"),
+        "{argv:?}"
+    );
+    for flag in [
+        "--bootstrap-kubeconfig=/var/lib/kubelet/kubeconfig-bootstrap",
+        "--config=/var/lib/kubelet/config/kubelet",
+        "--kubeconfig=/var/lib/kubelet/kubeconfig-real",
+        "--container-runtime-endpoint=unix:///run/containerd/containerd.sock",
+        "--runtime-cgroups=/system.slice/containerd.service",
+        &format!("--node-labels=worker.gardener.cloud/kubernetes-version={KUBERNETES_VERSION}"),
+        &format!("--node-ip={}", support::node::NODE_IP),
+    ] {
+        assert!(
+            argv.iter().any(|a| a == flag),
+            "kubelet runs with {flag}: {argv:?}"
+        );
+    }
+    let binary = node.machine.read_file("/opt/bin/kubelet").unwrap();
+    let built = std::fs::read(assets.join("kubelet")).unwrap();
+    assert!(
+        binary == built,
+        "/opt/bin/kubelet is the kubelet of the hyperkube image"
+    );
+
+    for file in files {
+        let path = file["path"].as_str().unwrap();
+        assert!(node.machine.exists(path), "{path} of the OSC on the node");
+    }
+    let units = reconcile["spec"]["units"].as_array().unwrap();
+    for unit in units.iter().filter(|u| u["content"].is_string()) {
+        let path = format!("/etc/systemd/system/{}", unit["name"].as_str().unwrap());
+        assert!(node.machine.exists(&path), "{path} of the OSC on the node");
+    }
+    let states: Vec<String> = [
+        "kubelet.service",
+        "containerd.service",
+        "systemd-sysctl.service",
+        "updatecacerts.service",
+        "sshd-ensurer.service",
+        "containerd-logrotate.timer",
+    ]
+    .iter()
+    .map(|unit| format!("{unit} {}", node.machine.unit_property(unit, "ActiveState")))
+    .collect();
+    format!(
+        "{} files and {} units of gardenlet's OSC on the node; kubelet restarts {}; {}",
+        files.len(),
+        units.len(),
+        node.machine.unit_property("kubelet.service", "NRestarts"),
+        states.join(", ")
+    )
+}
+
+/// In the shoot: the Node shows gardenlet's kubelet configuration — its labels, allocatable = capacity − kubeReserved − evictionHard — and kubelet
+/// asked for a serving certificate (`serverTLSBootstrap`).
+async fn gardenlets_kubelet_shows_on_the_node(shoot: &Client, name: &str, key: &str) {
+    use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
+    let node = Api::<KubeNode>::all(shoot.clone()).get(name).await.unwrap();
+    let labels = node.labels();
+    for (label, value) in [
+        (
+            "worker.gardener.cloud/kubernetes-version",
+            KUBERNETES_VERSION,
+        ),
+        ("worker.gardener.cloud/pool", POOL),
+        ("worker.gardener.cloud/gardener-node-agent-secret-name", key),
+        ("node.kubernetes.io/role", "node"),
+        ("worker.gardener.cloud/cri-name", "containerd"),
+    ] {
+        assert_eq!(
+            labels.get(label).map(String::as_str),
+            Some(value),
+            "{label}"
+        );
+    }
+    let status = node.status.clone().unwrap();
+    let (capacity, allocatable) = (status.capacity.unwrap(), status.allocatable.unwrap());
+    let memory = |q: &BTreeMap<String, Quantity>| bytes(&q["memory"].0);
+    assert_eq!(
+        memory(&capacity) - memory(&allocatable),
+        (1024 + 100) * 1024 * 1024,
+        "allocatable memory = capacity − kubeReserved 1Gi − evictionHard 100Mi"
+    );
+    let millicores = |q: &BTreeMap<String, Quantity>| millicores(&q["cpu"].0);
+    assert_eq!(
+        millicores(&capacity) - millicores(&allocatable),
+        80,
+        "allocatable CPU = capacity − kubeReserved 80m"
+    );
+    let csrs = Api::<CertificateSigningRequest>::all(shoot.clone());
+    let user = format!("system:node:{name}");
+    wait_for("kubelet's serving CSR", Duration::from_secs(60), || async {
+        let list = csrs
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| e.to_string())?;
+        list.items
+            .iter()
+            .find(|c| {
+                c.spec.signer_name == "kubernetes.io/kubelet-serving"
+                    && c.spec.username.as_deref() == Some(user.as_str())
+            })
+            .map(|_| ())
+            .ok_or_else(|| format!("{} CSRs, none for serving from {user}", list.items.len()))
+    })
+    .await;
+}
+
+/// A memory quantity (`Ki`, `Mi`, `Gi` or plain bytes) in bytes.
+fn bytes(quantity: &str) -> i64 {
+    let units = [("Ki", 1 << 10), ("Mi", 1 << 20), ("Gi", 1 << 30)];
+    for (suffix, factor) in units {
+        if let Some(number) = quantity.strip_suffix(suffix) {
+            return number.parse::<i64>().unwrap() * factor;
+        }
+    }
+    quantity.parse().unwrap()
+}
+
+/// A CPU quantity (`1920m` or whole cores) in millicores.
+fn millicores(quantity: &str) -> i64 {
+    match quantity.strip_suffix('m') {
+        Some(number) => number.parse().unwrap(),
+        None => quantity.parse::<i64>().unwrap() * 1000,
+    }
 }
 
 /// Bad input: the cloud refuses the machine's image. The Worker's lastError says so in one

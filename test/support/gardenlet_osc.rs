@@ -6,6 +6,13 @@
 //! The image of the node agent comes from gardener's image vector with
 //! `IMAGEVECTOR_OVERWRITE` set to the overwrite docs/operations.md gives for switching a
 //! landscape's nodes, so what a test boots from is what such a landscape ships.
+//!
+//! [`render_reconcile`] renders the whole reconcile OSC (`<key>-original`) of a pool with
+//! `reconcile-osc` of `hack/envtest/components/reconcile-osc`: gardener's `original.Config`
+//! (kubelet, containerd, kernel settings, journald, root certificates, sshd-ensurer, the node
+//! agent) with the labels and criConfig gardenlet's deployer adds; its images (hyperkube for
+//! the kubelet binary, the pause container, the node agent) from the image vector with the
+//! overwrite pointing at the test's registry.
 
 use std::path::Path;
 use std::process::Command;
@@ -99,6 +106,81 @@ pub fn render(assets: &Path, facts: &PoolFacts) -> GardenletOsc {
         node_agent_files: array(&rendered["nodeAgent"]["files"]),
         rbac: array(&rendered["rbac"]),
     }
+}
+
+/// What [`render_reconcile`] needs beyond [`PoolFacts`]: the shoot's values gardenlet puts
+/// into a pool's reconcile OSC.
+pub struct ShootFacts<'a> {
+    /// The pool as the Shoot's `spec.provider.workers[]` entry (machine image, CRI, kubelet
+    /// configuration, labels, update strategy).
+    pub worker: &'a Value,
+    /// The cluster DNS address (kubelet's `clusterDNS`).
+    pub cluster_dns: &'a str,
+    /// The CA kubelet trusts for client certificates (PEM; gardenlet's `ca-kubelet`).
+    pub kubelet_ca_pem: &'a str,
+    /// The repository and tag the image-vector overwrite gives `hyperkube` (whose `/kubelet`
+    /// the OSC installs as `/opt/bin/kubelet`).
+    pub hyperkube_image: (&'a str, &'a str),
+    /// The repository and tag the overwrite gives `pause-container` (containerd's sandbox).
+    pub pause_image: (&'a str, &'a str),
+}
+
+/// Runs gardenlet's rendering of the pool's reconcile OSC (`<key>-original`) with the binaries
+/// in `assets`: the OSC as JSON, with gardenlet's `reconcile` operation annotation.
+pub fn render_reconcile(assets: &Path, facts: &PoolFacts, shoot: &ShootFacts) -> Value {
+    let work = tempfile::Builder::new()
+        .prefix("gen-gardenlet-reconcile-osc-")
+        .tempdir()
+        .expect("folder");
+    let (ca, kubelet_ca) = (
+        work.path().join("ca.crt"),
+        work.path().join("kubelet-ca.crt"),
+    );
+    std::fs::write(&ca, facts.ca_pem).expect("CA written");
+    std::fs::write(&kubelet_ca, shoot.kubelet_ca_pem).expect("kubelet CA written");
+    let overwrite = work.path().join("imagevector-overwrite.yaml");
+    let entries: String = [
+        ("gardener-node-agent", facts.node_agent_image),
+        ("hyperkube", shoot.hyperkube_image),
+        ("pause-container", shoot.pause_image),
+    ]
+    .iter()
+    .map(|(name, (repository, tag))| {
+        format!("- name: {name}\n  repository: {repository}\n  tag: \"{tag}\"\n")
+    })
+    .collect();
+    std::fs::write(&overwrite, format!("images:\n{entries}")).expect("overwrite written");
+    let output = Command::new(assets.join("reconcile-osc"))
+        .env("IMAGEVECTOR_OVERWRITE", &overwrite)
+        .args(["--namespace", facts.namespace, "--key", facts.key])
+        .args(["--worker", &shoot.worker.to_string()])
+        .args(["--kubernetes-version", facts.kubernetes_version])
+        .args([
+            "--server",
+            facts.server_url,
+            "--cluster-dns",
+            shoot.cluster_dns,
+        ])
+        .arg("--ca-file")
+        .arg(&ca)
+        .arg("--kubelet-ca-file")
+        .arg(&kubelet_ca)
+        .output()
+        .expect("reconcile-osc runs (hack/envtest.sh builds it)");
+    assert!(
+        output.status.success(),
+        "reconcile-osc: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let osc: Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    let mut metadata = osc["metadata"].clone();
+    metadata["annotations"] = json!({"gardener.cloud/operation": "reconcile"});
+    json!({
+        "apiVersion": osc["apiVersion"],
+        "kind": osc["kind"],
+        "metadata": metadata,
+        "spec": osc["spec"],
+    })
 }
 
 impl GardenletOsc {

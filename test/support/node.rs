@@ -681,22 +681,7 @@ impl NodeOsc {
             "cgroupDriver": "cgroupfs",
             "containerd": {
                 "sandboxImage": self.sandbox_image,
-                "plugins": [
-                    // Debian's CNI plugins (containernetworking-plugins) live in /usr/lib/cni.
-                    {
-                        "op": "add",
-                        "path": ["io.containerd.cri.v1.runtime", "cni"],
-                        "values": {"bin_dirs": ["/usr/lib/cni"], "conf_dir": "/etc/cni/net.d"},
-                    },
-                    // Lowering a process's OOM score needs CAP_SYS_RESOURCE, which this
-                    // machine lacks (a real node has it; see the module docs): kubelet's
-                    // -998 for sandboxes would make runc fail, so containerd caps it.
-                    {
-                        "op": "add",
-                        "path": ["io.containerd.cri.v1.runtime"],
-                        "values": {"restrict_oom_score_adj": true},
-                    },
-                ],
+                "plugins": containerd_plugins(),
             },
         })
     }
@@ -721,21 +706,7 @@ impl NodeOsc {
                 vec![inline("/var/lib/kubelet/config/kubelet", 0o644, &config)]
             }
         };
-        files.push(inline(
-            "/etc/cni/net.d/10-e2e-bridge.conflist",
-            0o644,
-            &json!({
-                "cniVersion": "1.0.0",
-                "name": "e2e",
-                "plugins": [{
-                    "type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": false,
-                    "ipam": {"type": "host-local",
-                             "ranges": [[{"subnet": POD_SUBNET, "gateway": NODE_IP}]],
-                             "routes": [{"dst": "0.0.0.0/0"}]},
-                }],
-            })
-            .to_string(),
-        ));
+        files.push(cni_bridge_file());
         files
     }
 
@@ -808,3 +779,110 @@ evictionHard: {memory.available: \"1Mi\", nodefs.available: \"1%\", imagefs.avai
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 ";
+
+/// The containerd patches a node of this host needs in `criConfig.containerd.plugins`.
+fn containerd_plugins() -> Value {
+    json!([
+        // Debian's CNI plugins (containernetworking-plugins) live in /usr/lib/cni.
+        {
+            "op": "add",
+            "path": ["io.containerd.cri.v1.runtime", "cni"],
+            "values": {"bin_dirs": ["/usr/lib/cni"], "conf_dir": "/etc/cni/net.d"},
+        },
+        // Lowering a process's OOM score needs CAP_SYS_RESOURCE, which this machine lacks (a
+        // real node has it; see the module docs): kubelet's -998 for sandboxes would make
+        // runc fail, so containerd caps it.
+        {
+            "op": "add",
+            "path": ["io.containerd.cri.v1.runtime"],
+            "values": {"restrict_oom_score_adj": true},
+        },
+    ])
+}
+
+/// The node's CNI configuration: the bridge plugin on `cni0` with the node's pod subnet.
+fn cni_bridge_file() -> Value {
+    let conflist = json!({
+        "cniVersion": "1.0.0",
+        "name": "e2e",
+        "plugins": [{
+            "type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": false,
+            "ipam": {"type": "host-local",
+                     "ranges": [[{"subnet": POD_SUBNET, "gateway": NODE_IP}]],
+                     "routes": [{"dst": "0.0.0.0/0"}]},
+        }],
+    });
+    json!({"path": "/etc/cni/net.d/10-e2e-bridge.conflist", "permissions": 0o644,
+           "content": {"inline": {"encoding": "", "data": conflist.to_string()}}})
+}
+
+/// Where gardenlet's kubelet unit reads `$KUBELET_EXTRA_ARGS` from (`EnvironmentFile=-…`).
+pub const KUBELET_EXTRA_ARGS_FILE: &str = "/var/lib/kubelet/extra_args";
+
+/// gardenlet's reconcile OSC (`support::gardenlet_osc::render_reconcile`) with exactly the
+/// pieces a node of this host cannot run as they are replaced, each for the reason given:
+///
+/// - **cgroup driver** `systemd` → `cgroupfs`, in `criConfig` and kubelet's configuration:
+///   the node's cgroup controllers are folders below the test process's cgroup on a v1/v2
+///   hybrid host (module docs), which the node's systemd does not manage as slices.
+/// - **`failCgroupV1: false`** added to kubelet's configuration: that hybrid layout is
+///   cgroup v1 to kubelet, which kubelet v1.35+ refuses by default.
+/// - **CNI**: the bridge plugin's configuration as a file and Debian's plugin folder (plus
+///   `restrict_oom_score_adj`, see [`containerd_plugins`]) as `criConfig` patches — on a
+///   landscape the shoot's network extension (calico, cilium) installs its CNI; kubelet
+///   reports the Node NotReady without one.
+/// - **`--node-ip`** in [`KUBELET_EXTRA_ARGS_FILE`], the file gardenlet's kubelet unit reads
+///   its extra arguments from: the node's only interface is the bridge, without a default
+///   route, from which kubelet would pick its address.
+///
+/// Not changed, but provided by the node fixture instead of the OSC: the kernel settings.
+/// gardenlet's `99-k8s-general.conf` is written, but the node cannot set host-wide values
+/// (`systemd-sysctl.service` skips itself on the read-only `/proc/sys` of a container); the
+/// six values kubelet's `protectKernelDefaults: true` checks are bind-mounted files with
+/// gardenlet's values (module docs).
+pub fn fit_gardenlet_reconcile(reconcile: &Value) -> Value {
+    let mut osc = reconcile.clone();
+    let spec = &mut osc["spec"];
+    spec["criConfig"]["cgroupDriver"] = json!("cgroupfs");
+    spec["criConfig"]["containerd"]["plugins"] = containerd_plugins();
+    let files = spec["files"]
+        .as_array_mut()
+        .expect("files in the reconcile OSC");
+    let kubelet_config = files
+        .iter_mut()
+        .find(|f| f["path"] == "/var/lib/kubelet/config/kubelet")
+        .expect("gardenlet's kubelet configuration");
+    let mut config = decoded_kubelet_config(kubelet_config);
+    config["cgroupDriver"] = json!("cgroupfs");
+    config["failCgroupV1"] = json!(false);
+    let text = serde_norway::to_string(&config).expect("YAML");
+    kubelet_config["content"]["inline"] = json!({"encoding": "b64", "data": b64(text.as_bytes())});
+    files.push(cni_bridge_file());
+    files.push(json!({
+        "path": KUBELET_EXTRA_ARGS_FILE, "permissions": 0o644,
+        "content": {"inline": {"encoding": "", "data": format!("KUBELET_EXTRA_ARGS=--node-ip={NODE_IP}\n")}},
+    }));
+    osc
+}
+
+/// The kubelet configuration of an OSC file (`inline`, plain or `b64`), as JSON.
+pub fn decoded_kubelet_config(file: &Value) -> Value {
+    let inline = &file["content"]["inline"];
+    let data = inline["data"].as_str().expect("inline data");
+    let text = match inline["encoding"].as_str() {
+        Some("b64") | Some("base64") => {
+            use base64::Engine;
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(data)
+                .expect("base64");
+            String::from_utf8(bytes).expect("UTF-8")
+        }
+        _ => data.to_string(),
+    };
+    serde_norway::from_str(&text).expect("kubelet configuration YAML")
+}
+
+fn b64(data: &[u8]) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(data)
+}

@@ -6,6 +6,7 @@ tool (
 	github.com/gardener-extension-node/hack/envtest/components/machine-provider-nspawn
 	github.com/gardener-extension-node/hack/envtest/components/machine-state
 	github.com/gardener-extension-node/hack/envtest/components/provision-osc
+	github.com/gardener-extension-node/hack/envtest/components/reconcile-osc
 	github.com/gardener/gardener/cmd/gardener-node-agent
 	github.com/gardener/gardener/cmd/gardener-resource-manager
 	github.com/gardener/gardener/cmd/machine-controller-manager-provider-local
