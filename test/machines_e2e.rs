@@ -760,8 +760,8 @@ async fn ready_nodes(shoot: &Client) -> Vec<String> {
 /// off, `protectKernelDefaults`, `serverTLSBootstrap`, kube reservation, eviction, the
 /// critical-components taint, cluster DNS), kubelet runs `/opt/bin/kubelet` with gardenlet's
 /// flags, every file and unit of the OSC is on the node; and on the Node: gardenlet's labels
-/// and taint (removed by a stand-in for GRM's node-critical-components controller, which the
-/// test shoot's GRM does not run: MCM keeps a tainted machine `Pending`), allocatable =
+/// and taint (removed by the shoot GRM's real node-critical-components controller: MCM keeps a
+/// tainted machine `Pending`), allocatable =
 /// capacity − kubeReserved − evictionHard, and kubelet's serving
 /// CSR (`serverTLSBootstrap`; the test shoot signs no serving certificates, so kubelet's
 /// `configz` is not reachable and not read).
@@ -803,10 +803,6 @@ async fn machines_of_the_real_mcm_boot_join_and_leave() {
         (timeline, task)
     };
     let (timeline, sampling) = sampler(false);
-    let lifting = tokio::spawn(lift_critical_components_taint(
-        landscape.shoot_client.clone(),
-        timeline.clone(),
-    ));
     timeline.record("Worker created");
     landscape
         .create_worker(json!([pool(POOL, &key, &user_data_secret, 1)]))
@@ -825,11 +821,6 @@ async fn machines_of_the_real_mcm_boot_join_and_leave() {
     let worker = landscape.worker_ready(LastOperationType::Create).await;
     timeline.record("Worker Succeeded");
     sampling.abort();
-    if lifting.is_finished() {
-        lifting.await.expect("the stand-in for GRM's taint removal");
-    } else {
-        lifting.abort();
-    }
     // The agent logs its apply once every job of it is done, which may be after the Node is
     // Ready (kubelet is one of the jobs).
     let agent_log = |node: &Node| {
@@ -878,8 +869,6 @@ async fn machines_of_the_real_mcm_boot_join_and_leave() {
         "OSC applied (agent)",
         "kubelet started",
         "Node Ready",
-        // gardenlet's registerWithTaints: the Node came with the taint.
-        TAINT_LIFTED,
     ] {
         assert!(
             timeline.at(step).is_some(),
@@ -887,6 +876,16 @@ async fn machines_of_the_real_mcm_boot_join_and_leave() {
             timeline.sorted()
         );
     }
+    // gardenlet's registerWithTaints: the Node came with the critical-components taint, and
+    // the shoot GRM's node-critical-components controller removed it (often faster than the
+    // timeline's 250 ms sampler sees it).
+    let grm_log = landscape.shoot.resource_manager_log();
+    assert!(
+        grm_log.lines().any(|line| line
+            .contains("All node-critical components got ready, removing taint")
+            && line.contains(&first_ready)),
+        "GRM removed the taint of {first_ready}; GRM log:\n{grm_log}"
+    );
 
     let status = worker.status.unwrap();
     assert_eq!(status.machine_deployments.len(), 1);
@@ -935,55 +934,6 @@ async fn machines_of_the_real_mcm_boot_join_and_leave() {
     sampling.abort();
     timeline.print("delete (s since the Worker was deleted):");
     eprintln!("machines e2e: Worker deleted in {took:.1} s");
-}
-
-/// The taint gardenlet's kubelet configuration registers the Node with
-/// (`registerWithTaints`); MCM keeps the Machine `Pending` while it is there.
-const CRITICAL_COMPONENTS_TAINT: &str = "node.gardener.cloud/critical-components-not-ready";
-/// The timeline's event of [`lift_critical_components_taint`].
-const TAINT_LIFTED: &str = "critical-components taint removed (GRM's controller, stood in for)";
-
-/// Stands in for GRM's node-critical-components controller, which the test shoot's GRM does
-/// not run: it removes [`CRITICAL_COMPONENTS_TAINT`] from a Node once every node-critical
-/// DaemonSet (`node.gardener.cloud/critical-component=true` in `kube-system`) has a Ready pod
-/// there — the test shoot has none, so as soon as the Node carries it, as GRM does. Records
-/// [`TAINT_LIFTED`] in `timeline`. Runs until aborted.
-async fn lift_critical_components_taint(shoot: Client, timeline: Timeline) {
-    use k8s_openapi::api::apps::v1::DaemonSet;
-    let nodes = Api::<KubeNode>::all(shoot.clone());
-    let critical = Api::<DaemonSet>::namespaced(shoot, "kube-system");
-    let selector = ListParams::default().labels("node.gardener.cloud/critical-component=true");
-    loop {
-        tokio::time::sleep(Duration::from_millis(250)).await;
-        let Ok(list) = nodes.list(&ListParams::default()).await else {
-            continue;
-        };
-        for node in list.items {
-            let taints = node.spec.and_then(|s| s.taints).unwrap_or_default();
-            if !taints.iter().any(|t| t.key == CRITICAL_COMPONENTS_TAINT) {
-                continue;
-            }
-            let daemon_sets = critical.list(&selector).await.map(|l| l.items.len());
-            assert_eq!(
-                daemon_sets.ok(),
-                Some(0),
-                "the stand-in only knows a shoot without node-critical DaemonSets"
-            );
-            let kept: Vec<_> = taints
-                .into_iter()
-                .filter(|t| t.key != CRITICAL_COMPONENTS_TAINT)
-                .collect();
-            let name = node.metadata.name.unwrap_or_default();
-            let patch = json!({"spec": {"taints": kept}});
-            if nodes
-                .patch(&name, &PatchParams::default(), &Patch::Merge(patch))
-                .await
-                .is_ok()
-            {
-                timeline.record(TAINT_LIFTED);
-            }
-        }
-    }
 }
 
 /// On `node`: the kubelet configuration is gardenlet's as created in `reconcile` (with the

@@ -4,8 +4,9 @@
 //! In a landscape, each shoot namespace of a seed runs a GRM that reads the ManagedResources
 //! of that namespace (the *source*, the seed) and applies their manifests into the shoot (the
 //! *target*). [`ResourceManager::start`] runs the same binary the same way between two local
-//! control planes ([`super::ControlPlane`]): only the ManagedResource, health and token
-//! requestor controllers run (no webhooks, no garbage collector, no leader election), so what
+//! control planes ([`super::ControlPlane`]): only the ManagedResource, health, token
+//! requestor and node-critical-components controllers run (no webhooks, no garbage
+//! collector, no leader election), so what
 //! the tests see is the apply/delete/keepObjects/origin behaviour of the real component. With
 //! [`ResourceManagerOptions::csr_approver_machine_namespace`] its CSR approver runs too, as in
 //! a shoot's GRM: it approves or denies the node-agent client certificate requests of the
@@ -136,7 +137,9 @@ pub fn render_config(
                 "managedByLabelValue": "gardener",
             },
             "networkPolicy": {"enabled": false},
-            "nodeCriticalComponents": {"enabled": false},
+            // As in a shoot: removes the critical-components taint gardenlet's kubelet
+            // configuration registers Nodes with, once their node-critical pods are ready.
+            "nodeCriticalComponents": {"enabled": true, "concurrentSyncs": 5},
             "nodeAgentReconciliationDelay": {"enabled": false},
             // Shoot access secrets (the OSC controller's node-agent rollout status).
             "tokenRequestor": {"enabled": true, "concurrentSyncs": 2},

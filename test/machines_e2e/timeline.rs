@@ -25,6 +25,15 @@ use serde_json::Value;
 
 use crate::support::node::Node;
 
+/// The taint gardenlet's kubelet configuration registers the Node with
+/// (`registerWithTaints`); MCM keeps the Machine `Pending` while it is there, and GRM's
+/// node-critical-components controller removes it once the node-critical pods are ready.
+pub const CRITICAL_COMPONENTS_TAINT: &str = "node.gardener.cloud/critical-components-not-ready";
+/// The timeline's event of a Node seen with [`CRITICAL_COMPONENTS_TAINT`].
+pub const NODE_TAINTED: &str = "Node registered with the critical-components taint";
+/// The timeline's event of that Node seen without it again (GRM removed it).
+pub const TAINT_LIFTED: &str = "critical-components taint removed (GRM)";
+
 /// The first time each event was seen, in seconds since the start.
 #[derive(Clone)]
 pub struct Timeline {
@@ -207,6 +216,16 @@ impl Sampler {
         {
             for node in nodes.items {
                 timeline.record("Node registered");
+                let tainted = node
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.taints.as_ref())
+                    .is_some_and(|t| t.iter().any(|t| t.key == CRITICAL_COMPONENTS_TAINT));
+                if tainted {
+                    timeline.record(NODE_TAINTED);
+                } else if timeline.at(NODE_TAINTED).is_some() {
+                    timeline.record(TAINT_LIFTED);
+                }
                 if is_ready(&node) {
                     timeline.record("Node Ready");
                 }
