@@ -532,6 +532,11 @@ async fn a_ca_rotation_in_place_bootstraps_kubelet_again_and_reports_success() {
     assert!(machine.exists(KUBELET_REAL));
     assert_eq!(text(&agent, KUBELET_STARTS), None);
 
+    // As a real kubelet, the stand-in is healthy only once it has read its bootstrap
+    // credentials: the agent removes kubelet's bootstrap kubeconfig after the health check, so
+    // an always-healthy stand-in could find it gone (registered only now: the other tests of
+    // this process share the endpoint and wait at most this update's few seconds longer).
+    let _healthy_after_start = KubeletHealthyOnceThere::new(machine.host_path(KUBELET_STARTS));
     let outcomes = mcm_in_place::roll(
         &env.client,
         std::slice::from_ref(&agent.node),

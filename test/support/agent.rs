@@ -730,6 +730,36 @@ pub async fn user_data(seed: &Client, namespace: &str, key: &str, timeout: Durat
     .await
 }
 
+/// Host paths that must all exist before [`fake_kubelet_healthz`] answers `ok` (see
+/// [`KubeletHealthyOnceThere`]).
+static HEALTHY_ONCE_THERE: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+
+/// While alive, [`fake_kubelet_healthz`] answers `503` until `path` (a host path, e.g. a file a
+/// kubelet stand-in writes once it has read its credentials) exists — as a real kubelet's
+/// health endpoint comes up only after its client certificate bootstrap. Other tests of the
+/// process only wait a moment longer.
+pub struct KubeletHealthyOnceThere(PathBuf);
+
+impl KubeletHealthyOnceThere {
+    /// Registers `path`.
+    pub fn new(path: PathBuf) -> Self {
+        HEALTHY_ONCE_THERE
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(path.clone());
+        KubeletHealthyOnceThere(path)
+    }
+}
+
+impl Drop for KubeletHealthyOnceThere {
+    fn drop(&mut self) {
+        HEALTHY_ONCE_THERE
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .retain(|p| p != &self.0);
+    }
+}
+
 /// Plays kubelet's health endpoint on 127.0.0.1:10248 (the machines share the host's network)
 /// for the rest of the test process, so the tests that need it can run at the same time;
 /// `false` when the port is taken by something else (a kubelet on this host).
@@ -745,7 +775,17 @@ pub fn fake_kubelet_healthz() -> bool {
                 let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
                 let mut request = [0u8; 512];
                 let _ = stream.read(&mut request);
-                let _ = stream.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok");
+                let healthy = HEALTHY_ONCE_THERE
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .iter()
+                    .all(|p| p.exists());
+                let answer: &[u8] = if healthy {
+                    b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"
+                } else {
+                    b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 9\r\n\r\nstarting\n"
+                };
+                let _ = stream.write_all(answer);
             }
         });
         true
