@@ -2,7 +2,7 @@
 //! through the three phases of their life: create, reconcile (gardenlet annotates all),
 //! delete; the operator and gardener-extension-runtime-gvisor (the Go peer, built by
 //! `hack/peers.sh`) measured in the same run, alternating, on the same kube-apiserver
-//! (`support::side_by_side`). Per phase: the time until every object passes gardenlet's
+//! (`bench_support::side_by_side`). Per phase: the time until every object passes gardenlet's
 //! readiness check (or is gone), the requests (kube-apiserver's audit log, by `User-Agent`),
 //! CPU time and the kube-apiserver's CPU time; per run the peak RSS. Writes its section of
 //! `docs/benchmarks.md`.
@@ -11,18 +11,20 @@
 
 #![allow(clippy::unwrap_used, clippy::panic, dead_code)] // a measuring tool, not a controller
 
+#[path = "bench_support/mod.rs"]
+mod bench_support;
 #[path = "../test/support/mod.rs"]
 mod support;
 
 use std::time::Duration;
 
+use bench_support::peer::Peer;
+use bench_support::side_by_side::{self, Side, Workload};
 use gardener_extension_node::api::{Cluster, ContainerRuntime, ManagedResource};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::PostParams;
 use kube::{Api, Client};
 use serde_json::json;
-use support::peer::Peer;
-use support::side_by_side::{self, Side, Workload};
 use support::{Crds, fixtures};
 
 const NAMESPACES: usize = 50;

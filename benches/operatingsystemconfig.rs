@@ -2,24 +2,26 @@
 //! `reconcile`) in 50 shoot namespaces on a real kube-apiserver, through create, reconcile
 //! (gardenlet annotates all) and delete; the operator (`--controllers=operatingsystemconfig`)
 //! and gardener-extension-os-gardenlinux (the Go peer, built by `hack/peers.sh`) measured in
-//! the same run, alternating, on the same kube-apiserver (`support::side_by_side`). Writes
+//! the same run, alternating, on the same kube-apiserver (`bench_support::side_by_side`). Writes
 //! its section of `docs/benchmarks.md`.
 //!
 //! Run: `cargo bench --bench operatingsystemconfig` (release build of the operator).
 
 #![allow(clippy::unwrap_used, clippy::panic, dead_code)] // a measuring tool, not a controller
 
+#[path = "bench_support/mod.rs"]
+mod bench_support;
 #[path = "../test/support/mod.rs"]
 mod support;
 
 use std::time::Duration;
 
+use bench_support::peer::Peer;
+use bench_support::side_by_side::{self, Side, Workload};
 use gardener_extension_node::api::{Cluster, ManagedResource, OperatingSystemConfig};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::PostParams;
 use kube::{Api, Client};
-use support::peer::Peer;
-use support::side_by_side::{self, Side, Workload};
 use support::{Crds, fixtures};
 
 const NAMESPACES: usize = 50;

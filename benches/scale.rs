@@ -29,6 +29,8 @@
 
 #![allow(clippy::unwrap_used, clippy::panic, dead_code)] // a measuring tool, not a controller
 
+#[path = "bench_support/mod.rs"]
+mod bench_support;
 #[path = "../test/support/mod.rs"]
 mod support;
 
@@ -36,6 +38,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use bench_support::side_by_side;
 use futures::StreamExt;
 use gardener_extension_node::api::{
     Cluster, ContainerRuntime, ManagedResource, OperatingSystemConfig,
@@ -47,7 +50,7 @@ use serde::de::DeserializeOwned;
 use serde_json::json;
 use support::audit::{self, AuditLog, Mix};
 use support::operator::OperatorProcess;
-use support::{fixtures, side_by_side, wait_for};
+use support::{fixtures, wait_for};
 
 const PER_NAMESPACE: usize = 4;
 const POINTS: [usize; 3] = [200, 2_000, 5_000];

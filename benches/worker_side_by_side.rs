@@ -3,7 +3,7 @@
 //! create, reconcile (gardenlet annotates all) and delete; the operator (`--controllers=worker`)
 //! and gardener-extension-provider-local's Worker controller (gardener v1.149.3, the Go peer,
 //! built by `hack/peers.sh`) measured in the same run, alternating, on the same kube-apiserver
-//! (`support::side_by_side`). Writes its section of `docs/benchmarks.md`.
+//! (`bench_support::side_by_side`). Writes its section of `docs/benchmarks.md`.
 //!
 //! The pools are autoscaled pools at their minimum of 0 machines: MCM core turns every
 //! MachineDeployment into a MachineSet and reports it available, and no machine has to boot.
@@ -13,11 +13,15 @@
 
 #![allow(clippy::unwrap_used, clippy::panic, dead_code)] // a measuring tool, not a controller
 
+#[path = "bench_support/mod.rs"]
+mod bench_support;
 #[path = "../test/support/mod.rs"]
 mod support;
 
 use std::time::Duration;
 
+use bench_support::peer::Peer;
+use bench_support::side_by_side::{self, Side, Workload};
 use gardener_extension_node::api::machine::{Machine, MachineClass, MachineDeployment, MachineSet};
 use gardener_extension_node::api::{Cluster, Worker};
 use k8s_openapi::api::core::v1::Secret;
@@ -25,8 +29,6 @@ use kube::api::PostParams;
 use kube::{Api, Client};
 use serde_json::{Value, json};
 use support::machine_controllers::{Driver, MachineControllers, Targets};
-use support::peer::Peer;
-use support::side_by_side::{self, Side, Workload};
 use support::{Crds, fixtures};
 
 const NAMESPACES: usize = 20;

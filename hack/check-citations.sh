@@ -19,6 +19,7 @@ self="hack/check-citations.sh"
 # benches' Go peers from the source archives there and says so when they are absent.
 shared_allowed=(
   'test/support/*'
+  'benches/bench_support/*'
   'test/crds_upstream.rs'
   'test/bad_input_operator.rs'
   'hack/ci-cold.sh'

@@ -8,8 +8,9 @@
 #                              gardener-node-agent (github.com/gardener/gardener), helm
 #                              (helm.sh/helm/v4), crane (github.com/google/go-containerregistry:
 #                              the loopback OCI registry of the takeover e2e and its pushes),
-#                              provision-osc (ours: gardenlet's nodeinit rendering, see its main.go)
-#                              and the machine controllers the Worker e2e drives:
+#                              provision-osc, reconcile-osc and machine-state (ours: gardenlet's
+#                              nodeinit and reconcile OSC rendering, gardenlet's machine state
+#                              record and restore; see their main.go) and the machine controllers the Worker e2e drives:
 #                              machine-controller-manager (MCM core: MachineDeployments and
 #                              MachineSets, github.com/gardener/machine-controller-manager),
 #                              machine-controller-manager-provider-local (gardener's provider-local

@@ -18,6 +18,7 @@
 //! - [`stdout`]: a subcommand's output, a closed pipe taken as the end.
 //! - [`error_chain`]: an error and its causes as one line, the crate's one formatter.
 //! - [`printable`]: control characters in text from outside made visible before it is shown.
+//! - [`go_duration`]: Go's `time.Duration` strings, read and printed.
 //! - [`root_path`]: resolving a path inside a root folder, links included (the installer's
 //!   host root, an image the agent copies a file from).
 
@@ -30,6 +31,7 @@ pub mod crds;
 pub mod devenv;
 pub mod error_chain;
 pub mod extension;
+pub mod go_duration;
 pub mod gvisor_install;
 pub mod http;
 pub mod imagevector;

@@ -75,7 +75,7 @@ use gardener_extension_node::api::{
     Cluster, LastOperationState, LastOperationType, OperatingSystemConfig, Worker,
 };
 use gardener_extension_node::controllers::worker::credentials;
-use gardener_extension_node::controllers::worker::hash::{pool_hash, pool_hash_in_place};
+use gardener_extension_node::controllers::worker::hash::{class_hash, class_hash_in_place};
 use k8s_openapi::api::core::v1::{Node as KubeNode, Secret};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
@@ -291,8 +291,8 @@ impl Landscape {
         }
     }
 
-    /// A landscape with gardenlet's content for the rolling pool [`POOL`] and the authorizer
-    /// of its nodes running; MCM is not started yet.
+    /// A landscape with gardenlet's content for the rolling pool [`POOL`]; MCM is not started
+    /// yet.
     async fn with_rolling_pool() -> (Self, RollingPool) {
         Self::with_rolling_pool_of(NodeContent::TestsKubelet).await
     }
@@ -1485,7 +1485,7 @@ async fn lifecycle_a_rolling_pool_rolls_and_scales_within_its_budget() {
     let rolling = Instant::now();
     let workers = landscape.workers();
     patch_pools(&workers, json!([pool(POOL, &new_key, &new_user_data, 2)])).await;
-    let new_class = format!("-{}", pool_hash(&new_key, &[]));
+    let new_class = format!("-{}", class_hash(&new_key, &[]));
     let machines = landscape.machines();
     landscape
         .wait("a machine of the new class", || async {
@@ -1642,7 +1642,7 @@ async fn lifecycle_an_in_place_pool_is_updated_through_mcms_in_place_flow() {
         ..before.clone()
     };
     let new_pool = in_place_pool(&after);
-    let expected_hash = in_place::pool_hash(
+    let expected_hash = in_place::update_hash(
         &serde_json::from_value::<WorkerPool>(new_pool.clone()).unwrap(),
         None,
     )
@@ -1652,7 +1652,7 @@ async fn lifecycle_an_in_place_pool_is_updated_through_mcms_in_place_flow() {
         sets: Api::namespaced(landscape.env.client.clone(), &landscape.env.namespace),
         pool: pool_name.into(),
         hash: expected_hash.clone(),
-        class_suffix: format!("-{}", pool_hash_in_place(&key, &expected_hash, &[])),
+        class_suffix: format!("-{}", class_hash_in_place(&key, &expected_hash, &[])),
     };
     let seen = Arc::new(Mutex::new(Extremes::from_now()));
     let sampler = sample(
@@ -2147,7 +2147,7 @@ async fn pool_at_scale_is_created_and_rolled_by_the_real_mcm() {
     )
     .await;
     landscape.worker_ready(LastOperationType::Reconcile).await;
-    let new_class = format!("-{}", pool_hash(&new_key, &[]));
+    let new_class = format!("-{}", class_hash(&new_key, &[]));
     let machines = landscape.machines();
     landscape
         .wait("every machine of the new class", || async {

@@ -207,7 +207,7 @@ enum Hostile {
 async fn a_certificate_for_another_key_an_expired_one_or_a_huge_chain_leaves_the_old_credentials() {
     use gardener_extension_node::agent::access::credentials::{self, Source};
     use gardener_extension_node::agent::access::switching_client::Credentials;
-    use gardener_extension_node::agent::client_certificate::flow::{
+    use gardener_extension_node::agent::client_certificate::lifecycle::{
         REASON_RENEWAL_FAILED, Renewal, Renewer, renew_reported,
     };
     use gardener_extension_node::agent::ports::paths::Paths;

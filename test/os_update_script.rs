@@ -317,7 +317,15 @@ async fn after_a_failed_full_upgrade_the_reason_starts_with_the_scripts_message(
         interval: std::time::Duration::from_millis(10),
         timeout: std::time::Duration::ZERO,
     };
-    let reason = run_os_update(&update, no_retry).await.unwrap_err();
+    // The real node's program runner; no systemd is called.
+    let host = gardener_extension_node::agent::ports::host::SystemHost::new(
+        "unix:path=/nonexistent".into(),
+        std::time::Duration::from_secs(1),
+        String::new(),
+        String::new(),
+        std::env::temp_dir(),
+    );
+    let reason = run_os_update(&host, &update, no_retry).await.unwrap_err();
     assert!(
         reason.starts_with(
             "system failure: apt-get full-upgrade failed (see above) (unshare: exit status: 1); output before it: …"

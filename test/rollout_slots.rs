@@ -145,11 +145,12 @@ async fn two_agents_hold_slots_of_the_one_lease_and_a_third_is_woken_by_a_releas
     assert_eq!(holders(&env, &name).await, []);
 }
 
-/// Every version of the Lease `name` the API server had while `race` ran, as holder counts.
+/// Every version of the Lease `name` the API server had while the race `start` starts ran, as
+/// holder counts: the race starts only once the watch is open, so no write is missed.
 async fn versions_during<F: std::future::Future>(
     env: &support::TestEnv,
     name: &str,
-    race: F,
+    start: impl FnOnce() -> F,
 ) -> (F::Output, Vec<usize>) {
     let api = leases(&env.client);
     let params = WatchParams::default().fields(&format!("metadata.name={name}"));
@@ -175,7 +176,7 @@ async fn versions_during<F: std::future::Future>(
             }
         })
     };
-    let out = race.await;
+    let out = start().await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     seen.abort();
     let counts = counts.lock().unwrap().clone();
@@ -193,14 +194,17 @@ async fn racing_agents_are_sorted_out_by_conflicts_and_never_exceed_the_budget()
     }
     for round in 0..3 {
         let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(locks.len()));
-        let race = futures::future::join_all(locks.drain(..).map(|mut lock| {
-            let (barrier, secret) = (barrier.clone(), secret.clone());
-            tokio::spawn(async move {
-                barrier.wait().await;
-                let acquired = lock.acquire_slot(&secret, 2).await.unwrap();
-                (lock, acquired)
-            })
-        }));
+        let racers = std::mem::take(&mut locks);
+        let race = || {
+            futures::future::join_all(racers.into_iter().map(|mut lock| {
+                let (barrier, secret) = (barrier.clone(), secret.clone());
+                tokio::spawn(async move {
+                    barrier.wait().await;
+                    let acquired = lock.acquire_slot(&secret, 2).await.unwrap();
+                    (lock, acquired)
+                })
+            }))
+        };
         let (results, counts) = versions_during(&env, &name, race).await;
         let results: Vec<_> = results.into_iter().map(Result::unwrap).collect();
         let winners: Vec<u32> = results
@@ -240,7 +244,10 @@ async fn an_expired_slot_is_taken_over() {
     let host = |n: &str| format!("{}-e{n}", env.namespace);
     let mut a = SerialLock::new(&agent(&env, &host("a"), &name, 2).await, &host("a"));
     assert_eq!(a.acquire_slot(&secret, 2).await.unwrap(), Acquired::Held);
-    // Slot 1 of a node that went away 601 s ago, and one that did not renew for 599 s.
+    // The other agents' credentials first: from the slot records on, little time passes.
+    let mut b = SerialLock::new(&agent(&env, &host("b"), &name, 3).await, &host("b"));
+    let mut c = SerialLock::new(&agent(&env, &host("c"), &name, 3).await, &host("c"));
+    // Slot 1 of a node that went away 601 s ago, and one that did not renew for 595 s.
     let api = leases(&env.client);
     let record = |holder: &str, age: i64| {
         let renewed = MicroTime(Timestamp::now() - SignedDuration::from_secs(age));
@@ -258,12 +265,12 @@ async fn an_expired_slot_is_taken_over() {
         .annotations
         .get_or_insert_with(Default::default);
     annotations.insert(slots::slot_annotation(1), record(&host("gone"), 601));
-    annotations.insert(slots::slot_annotation(2), record(&host("slow"), 599));
+    annotations.insert(slots::slot_annotation(2), record(&host("slow"), 595));
+    let expires = std::time::Instant::now() + Duration::from_secs(5);
     api.replace(&name, &PostParams::default(), &lease)
         .await
         .unwrap();
 
-    let mut b = SerialLock::new(&agent(&env, &host("b"), &name, 3).await, &host("b"));
     assert_eq!(b.acquire_slot(&secret, 3).await.unwrap(), Acquired::Held);
     assert_eq!(b.held_slot(), Some(1));
     assert_eq!(
@@ -274,13 +281,12 @@ async fn an_expired_slot_is_taken_over() {
             pair(2, &host("slow"))
         ]
     );
-    let mut c = SerialLock::new(&agent(&env, &host("c"), &name, 3).await, &host("c"));
     match c.acquire_slot(&secret, 3).await.unwrap() {
-        // Slot 2 expires in about a second: look again then.
-        Acquired::Busy { retry_in, .. } => assert!(retry_in <= Duration::from_secs(2)),
+        // Slot 2 expires within 5 s: look again then at the latest.
+        Acquired::Busy { retry_in, .. } => assert!(retry_in <= Duration::from_secs(5)),
         other => panic!("c took a slot: {other:?}"),
     }
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    tokio::time::sleep_until((expires + Duration::from_secs(1)).into()).await;
     assert_eq!(c.acquire_slot(&secret, 3).await.unwrap(), Acquired::Held);
     assert_eq!(c.held_slot(), Some(2));
 }

@@ -1722,7 +1722,7 @@ async fn in_place_pools_report_their_hash_and_a_version_bump_changes_it() {
     };
     let expected = |pools: &Value| {
         let pool: WorkerPool = serde_json::from_value(pools[0].clone()).unwrap();
-        in_place::pool_hash(&pool, Some(&credentials)).unwrap()
+        in_place::update_hash(&pool, Some(&credentials)).unwrap()
     };
     let first = pools("1.35.2");
     create_worker(&env, |w| w["spec"]["pools"] = first.clone()).await;

@@ -26,7 +26,7 @@ use clap::Args;
 use crate::api::nodeagent::{NodeAgentConfiguration, TokenSecretSyncConfig};
 
 use crate::agent::ports::paths::{DEFAULT_BASE_DIR, Paths};
-use crate::agent::rollout::delay::parse_go_duration;
+use crate::go_duration::parse as parse_go_duration;
 
 /// The unit gardenlet's OSC installs the node agent as.
 pub const DEFAULT_UNIT_NAME: &str = "gardener-node-agent.service";

@@ -3,22 +3,27 @@
 //! file, same secret, same on-node paths, same Node annotation and labels; the upstream rules
 //! are in `docs/agent.md#the-gardener-node-agent-contract`).
 //!
-//! The folders read as the agent's architecture (module map: `docs/architecture.md#module-map`):
+//! The folders read as the agent's architecture (module map: `docs/architecture.md#module-map`);
+//! a feature's pure decisions are its `rules`, its I/O its `steps`, which get the shared
+//! [`ports::Ports`] and the feature's own settings:
 //!
-//! - [`controller`]: the main loop — watches, when to reconcile, one reconcile from the secret
-//!   to the Node's report.
+//! - [`controller`]: the main loop — watches, when to reconcile; one reconcile as a sequence of
+//!   gates from the secret to the Node's report.
 //! - [`pipeline`]: one OSC apply, `osc → changes → journal → apply`, plus drift repair.
-//! - [`in_place`], [`rollout`]: the features around an apply (GEP-31 in-place updates; the
-//!   reconciliation delay, serial slots and the disruptive rollout), each as `rules` (pure
-//!   decisions), its I/O (`steps`, `slots`, `delay`) and the `flow` the controller's
-//!   reconcile calls with a context value; [`outcome`] is what a reconcile ends with.
-//! - [`health`]: the `SystemdUnitsReady` condition and unit events.
-//! - [`access`], [`liveness`]: the agent's own credentials and token; the node Lease on its
-//!   own thread.
-//! - [`ports`]: everything outside the process — the host ([`ports::host::Host`]), the
-//!   on-node paths, the narrowly scoped API calls.
-//! - [`config`] (flags + NodeAgentConfiguration), [`error`] (why the agent stopped) and
-//!   [`metrics`].
+//! - [`in_place`]: GEP-31 in-place updates before and after an apply.
+//! - [`rollout`]: the reconciliation delay, the serial lock and the disruptive rollout's slots.
+//! - [`restart_request`]: the Node's request to restart units.
+//! - [`self_healing`]: kubelet and containerd probed and restarted.
+//! - [`health`]: the `SystemdUnitsReady` condition, unit events, the host name check.
+//! - [`bootstrap`]: `gardener-node-agent bootstrap`, the agent's unit on a new node.
+//! - [`access`]: the agent's credentials, kubeconfigs and token sync.
+//! - [`client_certificate`]: the client certificate from a bootstrap token, and its renewal.
+//! - [`liveness`]: the node Lease on its own thread.
+//! - [`ports`]: everything outside the process — the host ([`ports::host::Host`], and the
+//!   in-memory [`ports::fake_host::FakeHost`] the tests run the agent on), the on-node paths,
+//!   the narrowly scoped API calls.
+//! - [`config`] (flags + NodeAgentConfiguration), [`outcome`] (what a reconcile ends with),
+//!   [`error`] (why the agent stopped) and [`metrics`].
 
 pub mod access;
 pub mod bootstrap;
@@ -67,7 +72,7 @@ pub async fn run(args: AgentArgs) -> Result<(), AgentError> {
         |path| path.exists(),
     )?;
     info!(credentials = ?source, "credentials");
-    client_certificate::flow::kubelet(
+    client_certificate::lifecycle::kubelet(
         &settings.config,
         &settings.paths,
         &settings.paths.kubelet_dir(),
@@ -80,15 +85,6 @@ pub async fn run(args: AgentArgs) -> Result<(), AgentError> {
     let client_config =
         access::credentials::client_config(&source, &settings.config, &settings.paths).await?;
     let credentials = access::switching_client::Credentials::new(client_config);
-    let client = credentials.client("agent").map_err(AgentError::Client)?;
-    let renewer = renews_certificate.then(|| {
-        Arc::new(client_certificate::flow::Renewer::new(
-            credentials.clone(),
-            client.clone(),
-            settings.config.clone(),
-            settings.paths.clone(),
-        ))
-    });
     for leftover in pipeline::journal::remove_leftover_temp_files(&settings.paths) {
         info!(path = %leftover.display(), "removed a temporary file a killed agent left");
     }
@@ -120,23 +116,15 @@ pub async fn run(args: AgentArgs) -> Result<(), AgentError> {
         settings.containerd_namespace.clone(),
         settings.paths.temp(),
     );
-    let agent = Arc::new(controller::Agent {
-        events: ports::cluster::NodeEvents::new(&client, &settings.hostname),
-        serial: tokio::sync::Mutex::new(rollout::slots::SerialLock::new(
-            &client,
-            &settings.hostname,
-        )),
-        reported_budget: std::sync::Mutex::default(),
-        secrets: ports::cluster::ApiSecrets::new(&client),
-        client,
-        credentials,
-        renewer,
-        host: Arc::new(host),
-        metrics,
-        token_trigger: Arc::new(tokio::sync::Notify::new()),
+    let agent = controller::Agent::new(
         settings,
-    });
-    let result = agent.run(readiness).await;
+        credentials,
+        renews_certificate,
+        Arc::new(host),
+        metrics,
+    )
+    .map_err(AgentError::Client)?;
+    let result = Arc::new(agent).run(readiness).await;
     server.abort();
     result
 }
@@ -153,7 +141,7 @@ async fn certificate_if_new(
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(AgentError::Signal)?;
     tokio::select! {
-        () = client_certificate::flow::bootstrap(&settings.config, &settings.paths, &token) => {
+        () = client_certificate::lifecycle::bootstrap(&settings.config, &settings.paths, &token) => {
             Ok(Some(Source::Kubeconfig(settings.paths.kubeconfig())))
         }
         _ = terminate.recv() => {

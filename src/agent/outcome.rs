@@ -1,10 +1,10 @@
 //! What one reconcile of the agent ends with: [`Reconciled`] or [`ReconcileError`]. Shared
-//! by the controller's gates and the rollout's flow ([`crate::agent::rollout::flow`]); an
+//! by the controller's gates and the rollout's steps ([`crate::agent::rollout::steps`]); an
 //! in-place [`Halt`] becomes one.
 
 use std::time::Duration;
 
-use crate::agent::in_place::flow::Halt;
+use crate::agent::in_place::steps::Halt;
 use crate::agent::pipeline::apply::ApplyError;
 use crate::agent::pipeline::osc::InvalidOsc;
 
@@ -53,7 +53,7 @@ pub enum Reconciled {
     /// The Node already reports this checksum.
     UpToDate,
     /// In-place update pending: wait until the Node changes (machine-controller-manager makes
-    /// it ready for the update; [`crate::agent::in_place::flow`]).
+    /// it ready for the update; [`crate::agent::in_place::steps`]).
     AwaitingNode,
     /// In-place update failed (reported on the Node) or waits for the reboot: nothing more
     /// until the secret changes or the sync period passes.

@@ -5,8 +5,8 @@
 //! of that namespace (the *source*, the seed) and applies their manifests into the shoot (the
 //! *target*). [`ResourceManager::start`] runs the same binary the same way between two local
 //! control planes ([`super::ControlPlane`]): only the ManagedResource, health, token
-//! requestor and node-critical-components controllers run (no webhooks, no garbage
-//! collector, no leader election), so what
+//! requestor and node-critical-components controllers run (no garbage collector, no leader
+//! election; the one webhook is the node-agent authorizer, when asked for), so what
 //! the tests see is the apply/delete/keepObjects/origin behaviour of the real component. With
 //! [`ResourceManagerOptions::csr_approver_machine_namespace`] its CSR approver runs too, as in
 //! a shoot's GRM: it approves or denies the node-agent client certificate requests of the
@@ -82,8 +82,22 @@ const READY_TIMEOUT: Duration = Duration::from_secs(120);
 /// The shortest sync period GRM accepts.
 pub const MIN_SYNC_PERIOD: Duration = Duration::from_secs(15);
 
-/// GRM's configuration file (pure): only the ManagedResource, health and token requestor
-/// controllers, and the CSR approver and the node-agent authorizer when asked for.
+/// `ports` with the webhook's first: the authorizer's port was chosen before (kube-apiserver's
+/// configuration names it), so the other two are chosen again while one of them is that port.
+fn with_webhook_port(ports: [u16; 3], webhook: u16) -> Result<[u16; 3], ControlPlaneError> {
+    let mut ports = ports;
+    for _ in 0..10 {
+        if ports[1] != webhook && ports[2] != webhook {
+            break;
+        }
+        ports = free_ports()?;
+    }
+    Ok([webhook, ports[1], ports[2]])
+}
+
+/// GRM's configuration file (pure): only the ManagedResource, health, token requestor and
+/// node-critical-components controllers, and the CSR approver and the node-agent authorizer
+/// when asked for.
 pub fn render_config(
     options: &ResourceManagerOptions,
     ports: [u16; 3],
@@ -195,7 +209,7 @@ impl ResourceManager {
             }
         };
         let ports = match &options.node_agent_authorizer {
-            Some(authorizer) => [authorizer.port, ports[1], ports[2]],
+            Some(authorizer) => with_webhook_port(ports, authorizer.port)?,
             None => ports,
         };
         let config = render_config(&options, ports, &cert_dir);

@@ -118,12 +118,17 @@ pub async fn sample_until_rolled_out(
             continue;
         };
         // Every slot is in the one Lease `<key>` (docs/agent.md#slots).
+        // A failed read says nothing about the slots: look again (as for the Nodes).
         let holders: BTreeSet<String> = match leases.get_opt(key).await {
             Ok(Some(lease)) => slots::holders(&lease)
                 .into_iter()
                 .map(|(_, holder)| holder)
                 .collect(),
-            _ => BTreeSet::new(),
+            Ok(None) => BTreeSet::new(),
+            Err(_) => {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                continue;
+            }
         };
         let not_ready: BTreeSet<String> = list
             .items

@@ -327,15 +327,22 @@ pub struct GardenletMachineState {
     pub worker_state: serde_json::Value,
 }
 
-/// The shared control plane's admin kubeconfig as a file, for the Go programs.
+/// The shared control plane's admin kubeconfig as a file, for the Go programs: written once
+/// per test binary (tests run in parallel; a file rewritten under a reader could be read
+/// half-written).
 fn kubeconfig_file() -> std::path::PathBuf {
-    let shared = super::SHARED
-        .get()
-        .expect("control plane started by env() first");
-    let path = super::state_dir().join("admin.kubeconfig");
-    std::fs::create_dir_all(super::state_dir()).expect("state folder");
-    std::fs::write(&path, &shared.kubeconfig).expect("kubeconfig written");
-    path
+    static WRITTEN: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    WRITTEN
+        .get_or_init(|| {
+            let shared = super::SHARED
+                .get()
+                .expect("control plane started by env() first");
+            let path = super::state_dir().join("admin.kubeconfig");
+            std::fs::create_dir_all(super::state_dir()).expect("state folder");
+            std::fs::write(&path, &shared.kubeconfig).expect("kubeconfig written");
+            path
+        })
+        .clone()
 }
 
 /// Runs `machine-state ARGS` against the shared control plane and returns its JSON output.

@@ -25,12 +25,10 @@ pub mod node_cloud;
 pub mod nspawn;
 pub mod oci;
 pub mod operator;
-pub mod peer;
 pub mod process;
 pub mod progress;
 pub mod registry;
 pub mod shoot;
-pub mod side_by_side;
 
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};

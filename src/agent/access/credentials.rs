@@ -29,7 +29,6 @@ use crate::api::nodeagent::NodeAgentConfiguration;
 use crate::kubeconfig::KubeconfigError;
 use crate::kubeconfig::rules::{TokenRefused, trimmed_bearer_token};
 
-use crate::agent::client_certificate::steps::MAX_CREDENTIALS_BYTES;
 use crate::agent::ports::paths::Paths;
 
 /// The largest CA bundle read (all public roots of a distribution are about 200 KiB).
@@ -47,8 +46,11 @@ pub enum Source {
 }
 
 /// How a kubeconfig names the API server's CA (defined beside the kubeconfigs that carry it).
-pub use crate::agent::client_certificate::rules::CaSource;
+pub use crate::agent::access::kubeconfigs::CaSource;
 
+/// The most bytes of a credentials file read or written (a kubeconfig with a certificate
+/// chain is a few kB).
+pub const MAX_CREDENTIALS_BYTES: u64 = 256 * 1024;
 /// Why no client could be built.
 #[derive(Debug, thiserror::Error)]
 pub enum CredentialsError {
@@ -154,7 +156,7 @@ pub async fn client_config(
             let server = server(config, "credentials/bootstrap-token")?;
             let ca = ca_source(config, paths, |path| path.exists());
             let token = read_token(token_path)?;
-            crate::agent::client_certificate::rules::bootstrap_kubeconfig(server, &ca, &token)
+            crate::agent::access::kubeconfigs::bootstrap_kubeconfig(server, &ca, &token)
         }
         Source::TokenFile(token) => {
             server(config, "credentials/token")?;

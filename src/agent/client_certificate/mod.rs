@@ -5,9 +5,9 @@
 //! renewed at 80–88 % of its lifetime — unlike GNA, without restarting the agent: every API
 //! client follows [`crate::agent::access::switching_client::Credentials`].
 //!
-//! [`rules`] decides (pure), [`steps`] does the I/O, [`flow`] is what the agent's start and
+//! [`rules`] decides (pure), [`steps`] does the I/O, [`lifecycle`] is what the agent's start and
 //! main loop call.
 
-pub mod flow;
+pub mod lifecycle;
 pub mod rules;
 pub mod steps;

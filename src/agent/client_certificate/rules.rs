@@ -11,11 +11,10 @@ use k8s_openapi::api::certificates::v1::{
     CertificateSigningRequest, CertificateSigningRequestSpec, CertificateSigningRequestStatus,
 };
 use kube::api::ObjectMeta;
-use kube::config::{
-    AuthInfo, Cluster, Context, Kubeconfig, NamedAuthInfo, NamedCluster, NamedContext,
-};
+use kube::config::{AuthInfo, Kubeconfig};
 use sha2::Digest;
 
+use crate::agent::access::kubeconfigs::{CaSource, named_kubeconfig};
 use crate::kubeconfig::x509::{self, CertificateFacts};
 
 /// The user name prefix of a node agent (`gardener.cloud:node-agent:machine:<machine>`).
@@ -28,12 +27,6 @@ pub const SIGNER: &str = "kubernetes.io/kube-apiserver-client";
 pub const EXPIRATION_SECONDS: i32 = 30 * 24 * 3600;
 /// What the certificate is for.
 pub const USAGES: [&str; 3] = ["digital signature", "key encipherment", "client auth"];
-/// The names of the cluster, user and context of the kubeconfig (GNA's).
-pub const KUBECONFIG_NAME: &str = "node-agent";
-/// The names in kubelet's bootstrap kubeconfig (GNA's).
-pub const KUBELET_BOOTSTRAP_NAME: &str = "kubelet-bootstrap";
-/// The names in the kubeconfig the agent asks for its first certificate with.
-pub const AGENT_BOOTSTRAP_NAME: &str = "node-agent-bootstrap";
 /// The longest machine name taken from the `machine-name` file.
 const MAX_MACHINE_NAME: usize = 253;
 
@@ -48,18 +41,6 @@ pub enum MachineNameError {
         "the machine-name file holds {0:?}, which is not a machine name (at most 253 characters of a-z, 0-9, '-' and '.')"
     )]
     Invalid(String),
-}
-
-/// How a kubeconfig names the API server's CA.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum CaSource {
-    /// A file (GNA writes `certificate-authority: <config-dir>/cluster-ca.crt`, so a CA
-    /// rotation that rewrites the file reaches the kubeconfig).
-    File(String),
-    /// The PEM itself.
-    Data(Vec<u8>),
-    /// None: the system's roots.
-    System,
 }
 
 /// The machine name: the first line of the `machine-name` file (which machine-controller-manager
@@ -167,7 +148,7 @@ pub fn request_state(status: Option<&CertificateSigningRequestStatus>) -> Reques
 /// The most bytes of an issued certificate (with its chain) that are taken. A client
 /// certificate with a chain of a few intermediates is a few KiB; this keeps the kubeconfig it
 /// goes into (base64, with the key) far below what is read back
-/// ([`super::steps::MAX_CREDENTIALS_BYTES`]).
+/// ([`crate::agent::access::credentials::MAX_CREDENTIALS_BYTES`]).
 pub const MAX_ISSUED_BYTES: usize = 64 * 1024;
 /// How far before the API server's clock an issued certificate may begin: the signer's clock
 /// may be off the API server's, and signers backdate (kube-controller-manager by 5 min).
@@ -266,76 +247,6 @@ pub fn check_issued(
         });
     }
     Ok(facts)
-}
-
-/// The agent's kubeconfig with the certificate and key (PEM) embedded, GNA's layout.
-pub fn kubeconfig(server: &str, ca: &CaSource, cert_pem: &str, key_pem: &str) -> Kubeconfig {
-    let auth = AuthInfo {
-        client_certificate_data: Some(STANDARD.encode(cert_pem)),
-        client_key_data: Some(STANDARD.encode(key_pem).into()),
-        ..AuthInfo::default()
-    };
-    named_kubeconfig(KUBECONFIG_NAME, server, ca, auth)
-}
-
-/// Kubelet's bootstrap kubeconfig: the bootstrap token (trimmed), GNA's layout.
-pub fn kubelet_bootstrap_kubeconfig(server: &str, ca: &CaSource, token: &str) -> Kubeconfig {
-    named_kubeconfig(KUBELET_BOOTSTRAP_NAME, server, ca, token_auth(token))
-}
-
-/// The kubeconfig the agent asks for its first certificate with: the bootstrap token.
-pub fn bootstrap_kubeconfig(server: &str, ca: &CaSource, token: &str) -> Kubeconfig {
-    named_kubeconfig(AGENT_BOOTSTRAP_NAME, server, ca, token_auth(token))
-}
-
-fn token_auth(token: &str) -> AuthInfo {
-    AuthInfo {
-        token: Some(token.trim().to_string().into()),
-        ..AuthInfo::default()
-    }
-}
-
-fn named_kubeconfig(name: &str, server: &str, ca: &CaSource, auth: AuthInfo) -> Kubeconfig {
-    let server = if server.contains("://") {
-        server.to_string()
-    } else {
-        format!("https://{server}")
-    };
-    let (file, data) = match ca {
-        CaSource::File(path) => (Some(path.clone()), None),
-        CaSource::Data(pem) => (None, Some(STANDARD.encode(pem))),
-        CaSource::System => (None, None),
-    };
-    Kubeconfig {
-        api_version: Some("v1".into()),
-        kind: Some("Config".into()),
-        clusters: vec![NamedCluster {
-            name: name.into(),
-            cluster: Some(Cluster {
-                server: Some(server),
-                certificate_authority: file,
-                certificate_authority_data: data,
-                ..Cluster::default()
-            }),
-            other: Default::default(),
-        }],
-        auth_infos: vec![NamedAuthInfo {
-            name: name.into(),
-            auth_info: Some(auth),
-            other: Default::default(),
-        }],
-        contexts: vec![NamedContext {
-            name: name.into(),
-            context: Some(Context {
-                cluster: name.into(),
-                user: Some(name.into()),
-                ..Context::default()
-            }),
-            other: Default::default(),
-        }],
-        current_context: Some(name.into()),
-        ..Kubeconfig::default()
-    }
 }
 
 /// The same kubeconfig with the current user's certificate and key replaced (a renewal keeps

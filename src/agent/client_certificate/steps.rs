@@ -13,13 +13,12 @@ use kube::config::Kubeconfig;
 use tracing::debug;
 
 use super::rules::{self, IssuedRefused, MachineNameError, RequestState};
+use crate::agent::access::credentials::MAX_CREDENTIALS_BYTES;
 use crate::kubeconfig::x509::{self, CertificateFacts};
 use crate::safe_fs::{self, SafeFsError};
 
 /// Mode of every credentials file.
 pub const CREDENTIALS_MODE: u32 = 0o600;
-/// The largest credentials file read (a kubeconfig with a certificate chain is a few KiB).
-pub const MAX_CREDENTIALS_BYTES: u64 = 256 * 1024;
 /// The longest wait between two reads of a pending request.
 const MAX_POLL: Duration = Duration::from_secs(2);
 
@@ -356,7 +355,7 @@ pub enum KubeletRebootstrapped {
 pub fn rebootstrap_kubelet_files(
     kubelet_dir: &Path,
     server: &str,
-    ca: &rules::CaSource,
+    ca: &crate::agent::access::kubeconfigs::CaSource,
 ) -> Result<KubeletRebootstrapped, CertificateError> {
     let real_path = kubelet_dir.join(rules::KUBELET_KUBECONFIG_REAL);
     let bootstrap_path = kubelet_bootstrap_path(kubelet_dir);
@@ -435,7 +434,7 @@ mod tests {
     fn credentials_files_are_written_whole_with_0600_and_hostile_ones_refused() {
         let (_dir, base) = crate::safe_fs::tests::temp();
         let path = base.join("credentials").join("kubeconfig");
-        let kubeconfig = rules::kubeconfig(
+        let kubeconfig = crate::agent::access::kubeconfigs::kubeconfig(
             "https://api",
             &crate::agent::access::credentials::CaSource::System,
             "CERT",
@@ -502,7 +501,9 @@ mod tests {
         .unwrap();
         std::fs::write(&current, "CERT AND KEY").unwrap();
         std::fs::write(pki.join("kubelet-client-2026.pem"), "old").unwrap();
-        let ca = rules::CaSource::File("/var/lib/gardener-node-agent/cluster-ca.crt".into());
+        let ca = crate::agent::access::kubeconfigs::CaSource::File(
+            "/var/lib/gardener-node-agent/cluster-ca.crt".into(),
+        );
 
         let done = rebootstrap_kubelet_files(&kubelet, "https://api", &ca).unwrap();
         assert_eq!(

@@ -14,7 +14,7 @@
 //! - after a failure: 2 s, doubling up to 5 min.
 //!
 //! Besides, every minute and right after an apply, the units of the last applied OSC are
-//! checked ([`unit_check`]) and the Node's `SystemdUnitsReady` condition is patched when it
+//! checked ([`unit_report`]) and the Node's `SystemdUnitsReady` condition is patched when it
 //! changed.
 //!
 //! A reconcile is a sequence of gates, in `controller/reconcile.rs` (an invalid OSC → Warning
@@ -23,7 +23,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::Secret;
 use kube::{Client, ResourceExt};
 use sha2::Digest;
@@ -35,14 +35,15 @@ use crate::agent::access::switching_client::Credentials;
 use crate::agent::client_certificate;
 use crate::agent::config::Settings;
 use crate::agent::health::hostname_check;
-use crate::agent::health::unit_check::{self, UnitsCondition};
+use crate::agent::health::unit_check;
 use crate::agent::health::unit_events;
+use crate::agent::health::unit_report;
 use crate::agent::metrics::Metrics;
 use crate::agent::outcome::{ReconcileError, Reconciled};
 use crate::agent::pipeline::apply::{self, ApplyError};
 use crate::agent::pipeline::drift;
-use crate::agent::pipeline::journal::Journal;
 use crate::agent::pipeline::osc::{self, NodeOsc};
+use crate::agent::ports::Ports;
 use crate::agent::ports::cluster::{
     self, ANNOTATION_SECRET_CHECKSUM, ApiSecrets, NodeEvents, NodeMeta,
 };
@@ -71,21 +72,13 @@ const NODE_LOOKUP_INTERVAL: Duration = Duration::from_secs(5);
 pub struct Agent<H: Host> {
     /// Settings.
     pub settings: Settings,
-    /// API client (it follows a renewed certificate: [`Credentials`]).
-    pub client: Client,
+    /// What the features use: API client, host, paths, events, metrics, secrets.
+    pub ports: Ports<H>,
     /// The client configuration every API client of the agent follows.
     pub credentials: Credentials,
     /// The renewal of the client certificate of `credentials/kubeconfig`, when the agent's
     /// credentials are that kubeconfig (periodic, and on a CA rotation in place).
-    pub renewer: Option<Arc<client_certificate::flow::Renewer>>,
-    /// The node.
-    pub host: Arc<H>,
-    /// Metrics.
-    pub metrics: Metrics,
-    /// Events on the Node.
-    pub events: NodeEvents,
-    /// `secretRef` and token reads.
-    pub secrets: ApiSecrets,
+    pub renewer: Option<Arc<client_certificate::lifecycle::Renewer>>,
     /// Wakes the token sync.
     pub token_trigger: Arc<Notify>,
     /// The serial reconciliation lock (used only when the secret asks for it).
@@ -106,9 +99,8 @@ struct LoopState {
     reported_invalid: Option<String>,
     last_applied: LastApplied,
     unit_check_due: Instant,
-    /// The `SystemdUnitsReady` condition as last written (or found) on the Node, with its
-    /// transition time; `None`: not known in this process yet.
-    units_condition: Option<(UnitsCondition, k8s_openapi::jiff::Timestamp)>,
+    /// The `SystemdUnitsReady` condition as last written (or found) on the Node.
+    units_condition: unit_report::Written,
     /// Reconcile again when the Node changes (an in-place update waits for it).
     wake_on_node: bool,
     /// While another node holds the serial lock: the watch that says when it is free.
@@ -144,6 +136,43 @@ pub enum LastApplied {
 }
 
 impl<H: Host + 'static> Agent<H> {
+    /// The agent of `settings` on `host`, its API clients following `credentials`.
+    /// `renews_certificate`: the credentials are `credentials/kubeconfig`, whose client
+    /// certificate the agent renews (GNA renews only that one).
+    pub fn new(
+        settings: Settings,
+        credentials: Credentials,
+        renews_certificate: bool,
+        host: Arc<H>,
+        metrics: Metrics,
+    ) -> Result<Self, kube::Error> {
+        let client = credentials.client("agent")?;
+        let renewer = renews_certificate.then(|| {
+            Arc::new(client_certificate::lifecycle::Renewer::new(
+                credentials.clone(),
+                client.clone(),
+                settings.config.clone(),
+                settings.paths.clone(),
+            ))
+        });
+        Ok(Agent {
+            serial: tokio::sync::Mutex::new(SerialLock::new(&client, &settings.hostname)),
+            reported_budget: std::sync::Mutex::default(),
+            ports: Ports {
+                events: Arc::new(NodeEvents::new(&client, &settings.hostname)),
+                secrets: ApiSecrets::new(&client),
+                paths: settings.paths.clone(),
+                client,
+                host,
+                metrics,
+            },
+            credentials,
+            renewer,
+            token_trigger: Arc::new(Notify::new()),
+            settings,
+        })
+    }
+
     /// Runs until SIGTERM/SIGINT (returns `Ok`) or until the agent must restart itself
     /// (returns `Ok` too: systemd's `Restart=always` starts the new process).
     /// The heartbeat thread builds its own API client of [`Agent::credentials`].
@@ -151,54 +180,66 @@ impl<H: Host + 'static> Agent<H> {
         self: Arc<Self>,
         ready: crate::http::Readiness,
     ) -> Result<(), crate::agent::error::AgentError> {
+        self.run_until(ready, stop_signal()).await
+    }
+
+    /// [`Agent::run`] until `stop` says why (the name of a signal; an error stops the agent
+    /// with it): the in-process tests stop an agent this way without signalling the process.
+    /// Every task the agent started ends with it; the heartbeat thread ends at its next
+    /// renewal.
+    pub async fn run_until(
+        self: Arc<Self>,
+        ready: crate::http::Readiness,
+        stop: impl Future<Output = Result<&'static str, std::io::Error>>,
+    ) -> Result<(), crate::agent::error::AgentError> {
         let (node_tx, node_rx) = watch::channel::<Option<NodeMeta>>(None);
         let (secret_tx, mut secret_rx) = mpsc::channel::<Option<Secret>>(16);
         crate::agent::liveness::heartbeat::spawn(
             self.credentials.clone(),
             node_rx.clone(),
-            self.metrics.clone(),
+            self.ports.metrics.clone(),
         )
         .map_err(crate::agent::error::AgentError::Heartbeat)?;
 
         let mut tasks = tokio::task::JoinSet::new();
         if let Some(renewer) = &self.renewer {
-            let renewal = client_certificate::flow::Renewal {
+            let renewal = client_certificate::lifecycle::Renewal {
                 renewer: renewer.clone(),
                 events: crate::agent::ports::cluster::NodeEvents::new(
-                    &self.client,
+                    &self.ports.client,
                     &self.settings.hostname,
                 ),
                 node: node_rx.clone(),
-                metrics: self.metrics.clone(),
+                metrics: self.ports.metrics.clone(),
             };
-            tasks.spawn(client_certificate::flow::renew_forever(renewal));
+            tasks.spawn(client_certificate::lifecycle::renew_forever(renewal));
         }
         {
             let agent = self.clone();
             tasks.spawn(async move { agent.track_node(node_tx).await });
         }
         {
-            let client = self.client.clone();
+            let client = self.ports.client.clone();
             let name = self.settings.secret_name.clone();
-            let metrics = self.metrics.clone();
+            let metrics = self.ports.metrics.clone();
             tasks.spawn(async move { follow_secret(client, name, metrics, secret_tx).await });
         }
         {
             let agent = self.clone();
             tasks.spawn(async move {
                 crate::agent::access::token::run(
-                    agent.secrets.clone(),
-                    agent.host.as_ref(),
+                    agent.ports.secrets.clone(),
+                    agent.ports.host.as_ref(),
                     agent.settings.token_sync_configs.clone(),
                     agent.settings.token_sync_period,
                     &agent.token_trigger,
-                    agent.metrics.clone(),
+                    agent.ports.metrics.clone(),
                 )
                 .await;
             });
         }
 
-        let result = self.main_loop(&mut secret_rx, node_rx, ready).await;
+        let result = self.main_loop(&mut secret_rx, node_rx, ready, stop).await;
         tasks.abort_all();
         result
     }
@@ -208,10 +249,9 @@ impl<H: Host + 'static> Agent<H> {
         secret_rx: &mut mpsc::Receiver<Option<Secret>>,
         mut node_rx: watch::Receiver<Option<NodeMeta>>,
         ready: crate::http::Readiness,
+        stop: impl Future<Output = Result<&'static str, std::io::Error>>,
     ) -> Result<(), crate::agent::error::AgentError> {
-        let mut terminate =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-                .map_err(crate::agent::error::AgentError::Signal)?;
+        let mut stop = std::pin::pin!(stop.fuse());
         let mut state = LoopState {
             secret: None,
             seen_data: None,
@@ -293,14 +333,14 @@ impl<H: Host + 'static> Agent<H> {
                             }
                             None => {}
                         },
-                        signal = stop_signal(&mut terminate) => {
+                        signal = &mut stop => {
                             let signal = signal.map_err(crate::agent::error::AgentError::Signal)?;
                             info!(signal, "stopping in the middle of a reconcile; the journal keeps the remaining work");
                             return Ok(());
                         }
                     }
                 }
-                signal = stop_signal(&mut terminate) => {
+                signal = &mut stop => {
                     let signal = signal.map_err(crate::agent::error::AgentError::Signal)?;
                     info!(signal, "stopping");
                     return Ok(());
@@ -321,7 +361,7 @@ impl<H: Host + 'static> Agent<H> {
             .is_some_and(|due| due <= Instant::now())
         {
             state.hostname_check_due = Some(Instant::now() + hostname_check::CHECK_INTERVAL);
-            match hostname_check::read_kernel_hostname() {
+            match self.ports.host.kernel_hostname() {
                 Ok(text) => {
                     if let Some(now) = hostname_check::changed(&self.settings.hostname, &text) {
                         return Some(Exit::Hostname(now));
@@ -374,18 +414,11 @@ impl<H: Host + 'static> Agent<H> {
     /// the Node is known.
     async fn check_health(&self, node: Option<&NodeMeta>, state: &mut LoopState) {
         let Some(node) = node else { return };
-        let context = self_healing::steps::Context {
-            host: self.host.as_ref(),
-            client: &self.client,
-            events: &self.events,
-            metrics: &self.metrics,
-            containerd_address: &self.settings.containerd_address,
-        };
         let components = self
             .last_applied(&mut state.last_applied)
             .map(self_healing::rules::watched)
             .unwrap_or_default();
-        self_healing::steps::check(&context, node, &components, &mut state.health).await;
+        self_healing::steps::check(&self.ports, node, &components, &mut state.health).await;
     }
 
     /// The restart request on the Node ([`restart_request`]); when to look again (`None`: done).
@@ -396,16 +429,13 @@ impl<H: Host + 'static> Agent<H> {
     ) -> Option<Instant> {
         let node = node?;
         let restarter = restart_request::steps::Restarter {
-            host: self.host.clone(),
-            client: self.client.clone(),
-            events: NodeEvents::new(&self.client, &self.settings.hostname),
-            metrics: self.metrics.clone(),
+            ports: self.ports.clone(),
             own_unit: self.settings.own_unit.clone(),
         };
         match restart_request::steps::honour(restarter, batch, node).await {
             Ok(wait) => wait.map(|wait| Instant::now() + wait),
             Err(error) => {
-                self.metrics.error("restart-request", "api");
+                self.ports.metrics.error("restart-request", "api");
                 warn!(error = %error_chain(&error), "honouring the restart request failed; trying again");
                 Some(Instant::now() + NODE_LOOKUP_INTERVAL)
             }
@@ -425,11 +455,11 @@ impl<H: Host + 'static> Agent<H> {
         };
         if state.lock_watch.as_ref().map(LockWatch::awaited) != Some(awaited) {
             state.lock_watch = Some(LockWatch::start(
-                &self.client,
+                &self.ports.client,
                 &self.settings.secret_name,
                 &self.settings.hostname,
                 awaited,
-                &self.metrics,
+                &self.ports.metrics,
             ));
         }
     }
@@ -515,7 +545,7 @@ impl<H: Host + 'static> Agent<H> {
                     Reconciled::Holding(_) => "holding",
                     Reconciled::Stopped => "stopped",
                 };
-                self.metrics.apply_result(label);
+                self.ports.metrics.apply_result(label);
                 state.wake_on_node = outcome == Reconciled::AwaitingNode;
                 state.retry = FIRST_RETRY;
                 state.reported_invalid = None;
@@ -532,22 +562,24 @@ impl<H: Host + 'static> Agent<H> {
                 outcome
             }
             Err(ReconcileError::Invalid(error)) => {
-                self.metrics.apply_result("invalid");
-                self.metrics.error("apply", "invalid-osc");
+                self.ports.metrics.apply_result("invalid");
+                self.ports.metrics.error("apply", "invalid-osc");
                 let checksum = state.secret.as_ref().map(checksum_of).unwrap_or_default();
                 warn!(%error, secret = %self.settings.secret_name, %checksum, "OSC rejected; nothing on the node was changed");
-                if state.reported_invalid.as_deref() != Some(checksum.as_str()) {
-                    if let Some(node) = &node {
-                        self.event(node, true, "OSCInvalid", format!("OSC secret {} (checksum {checksum}) rejected, nothing changed on the node: {error}", self.settings.secret_name)).await;
-                    }
+                // Reported once per checksum, and only once there is a Node to report on (a
+                // secret seen before the Node is reported when the Node becomes known).
+                if state.reported_invalid.as_deref() != Some(checksum.as_str())
+                    && let Some(node) = &node
+                {
+                    self.event(node, true, "OSCInvalid", format!("OSC secret {} (checksum {checksum}) rejected, nothing changed on the node: {error}", self.settings.secret_name)).await;
                     state.reported_invalid = Some(checksum);
                 }
                 state.due = state.due.or(sync);
                 Reconciled::NoSecret
             }
             Err(error) => {
-                self.metrics.apply_result("error");
-                self.metrics.error("apply", error.category());
+                self.ports.metrics.apply_result("error");
+                self.ports.metrics.error("apply", error.category());
                 let retry = state.retry;
                 warn!(error = %error_chain(&error), retry_in = ?retry, "applying the OSC failed; the journal keeps the remaining work");
                 if let Some(node) = &node {
@@ -583,7 +615,8 @@ impl<H: Host + 'static> Agent<H> {
     }
 
     fn record(&self, summary: &apply::Summary) {
-        self.metrics
+        self.ports
+            .metrics
             .files_written
             .inc_by(summary.files_written.len() as u64);
         for command in &summary.commands {
@@ -592,7 +625,7 @@ impl<H: Host + 'static> Agent<H> {
                 crate::api::operatingsystemconfig::UnitCommand::Restart => "restart",
                 crate::api::operatingsystemconfig::UnitCommand::Stop => "stop",
             };
-            self.metrics.unit_job(name, "apply");
+            self.ports.metrics.unit_job(name, "apply");
         }
     }
 
@@ -610,6 +643,7 @@ impl<H: Host + 'static> Agent<H> {
     /// The last applied OSC on disk, if it is there and decodes.
     fn read_last_applied(&self) -> Option<NodeOsc> {
         let bytes = self
+            .ports
             .host
             .read(&self.settings.paths.last_applied())
             .ok()
@@ -623,187 +657,46 @@ impl<H: Host + 'static> Agent<H> {
         }
     }
 
-    /// Compares the node with the last applied OSC and repairs drift (skipped while an
-    /// apply has work left).
+    /// The drift check ([`drift::check`]) of the last applied OSC.
     async fn drift_check(&self, node: Option<&NodeMeta>, last_applied: &mut LastApplied) {
-        let paths = &self.settings.paths;
         let Some(last) = self.last_applied(last_applied) else {
             return;
         };
-        let journal = self
-            .host
-            .read(&paths.journal())
-            .ok()
-            .flatten()
-            .and_then(|bytes| Journal::parse(&String::from_utf8_lossy(&bytes)));
-        if journal.is_some_and(|journal| !journal.is_empty()) {
-            return;
-        }
-        self.metrics.drift_checks.inc();
         let effective = osc::effective(last, &self.settings.hostname);
-        match drift::check_and_repair(
-            self.host.as_ref(),
-            &self.secrets,
-            &effective,
-            paths,
-            &self.settings.own_unit,
-        )
-        .await
-        {
-            Ok(report) if report.repairs() == 0 => tracing::debug!("no drift"),
-            Ok(report) => {
-                self.metrics.drift("file", report.files.len());
-                self.metrics.drift("mode", report.modes.len());
-                self.metrics.drift("unit-file", report.unit_files.len());
-                for _ in &report.restarted {
-                    self.metrics.unit_job("restart", "drift");
-                }
-                warn!(files = ?report.files, modes = ?report.modes, unit_files = ?report.unit_files, restarted = ?report.restarted, "drift repaired");
-                if let Some(node) = node {
-                    self.event(
-                        node,
-                        true,
-                        "DriftRepaired",
-                        format!(
-                            "restored {} file(s), {} mode(s), {} unit file(s); restarted: {}",
-                            report.files.len(),
-                            report.modes.len(),
-                            report.unit_files.len(),
-                            report.restarted.join(", ")
-                        ),
-                    )
-                    .await;
-                }
-            }
-            Err(error) => {
-                self.metrics.error("drift", error.category());
-                warn!(error = %error_chain(&error), "drift check failed");
-            }
-        }
+        drift::check(&self.ports, node, &effective, &self.settings.own_unit).await;
     }
 
-    /// Checks the units of the last applied OSC and patches `SystemdUnitsReady` on the Node
-    /// when it differs from what was last written (see [`unit_check`]). Failures are logged
-    /// and retried at the next check.
+    /// The unit check ([`unit_report`]) of the last applied OSC, once the Node is known.
     async fn check_units(&self, node: Option<&NodeMeta>, state: &mut LoopState) {
         let Some(node) = node else { return };
         let Some(last) = self.last_applied(&mut state.last_applied) else {
             return;
         };
-        let units = unit_check::managed_units(last);
-        let now_us = u64::try_from(chrono::Utc::now().timestamp_micros()).unwrap_or_default();
-        let mut findings = Vec::with_capacity(units.len());
-        for unit in &units {
-            match self.host.unit_health(&unit.name).await {
-                Ok(health) => findings.push(unit_check::judge(unit, &health, now_us)),
-                Err(error) => {
-                    self.metrics.error("unit-check", "systemd");
-                    warn!(error = %error_chain(&error), unit = %unit.name, "reading a unit's state failed; the unit check is skipped");
-                    return;
-                }
-            }
-        }
-        let wanted = unit_check::condition(&findings);
-        let name = node.name_any();
-        if state.units_condition.is_none() {
-            // First check of this process: take what the Node has (one GET), so a restart
-            // neither rewrites an unchanged condition nor resets its transition time.
-            match cluster::node_condition(&self.client, &name, unit_check::CONDITION_TYPE).await {
-                Ok(Some(found)) => {
-                    let transition = found
-                        .last_transition_time
-                        .as_ref()
-                        .map(|t| t.0)
-                        .unwrap_or_else(k8s_openapi::jiff::Timestamp::now);
-                    let found_condition = UnitsCondition {
-                        status: if found.status == "True" {
-                            "True"
-                        } else {
-                            "False"
-                        },
-                        reason: match found.reason.as_deref() {
-                            Some(unit_check::REASON_ALL_HEALTHY) => unit_check::REASON_ALL_HEALTHY,
-                            Some(unit_check::REASON_PROGRESSING) => unit_check::REASON_PROGRESSING,
-                            Some(unit_check::REASON_UNHEALTHY) => unit_check::REASON_UNHEALTHY,
-                            _ => "",
-                        },
-                        message: found.message.unwrap_or_default(),
-                    };
-                    state.units_condition = Some((found_condition, transition));
-                }
-                Ok(None) => {}
-                Err(error) => {
-                    self.metrics.error("unit-check", "api");
-                    warn!(error = %error_chain(&error), "reading the node's conditions failed");
-                    return;
-                }
-            }
-        }
-        if state
-            .units_condition
-            .as_ref()
-            .is_some_and(|(written, _)| *written == wanted)
-        {
-            return;
-        }
-        let now = k8s_openapi::jiff::Timestamp::now();
-        let transition = match &state.units_condition {
-            Some((written, since)) if written.status == wanted.status => *since,
-            _ => now,
-        };
-        let condition = k8s_openapi::api::core::v1::NodeCondition {
-            type_: unit_check::CONDITION_TYPE.to_string(),
-            status: wanted.status.to_string(),
-            reason: Some(wanted.reason.to_string()),
-            message: Some(wanted.message.clone()),
-            last_heartbeat_time: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now)),
-            last_transition_time: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-                transition,
-            )),
-        };
-        match cluster::patch_node_condition(&self.client, &name, &condition).await {
-            Ok(()) => {
-                info!(condition = unit_check::CONDITION_TYPE, status = wanted.status, reason = wanted.reason, message = %wanted.message, "node condition updated");
-                state.units_condition = Some((wanted, transition));
-            }
-            Err(error) => {
-                self.metrics.error("unit-check", "api");
-                warn!(error = %error_chain(&error), "patching the node's SystemdUnitsReady condition failed");
-            }
-        }
+        unit_report::check(&self.ports, node, last, &mut state.units_condition).await;
     }
 
-    /// The disruptive rollout's I/O for one reconcile ([`rollout::flow`]).
-    fn rollout_flow(&self) -> rollout::flow::Flow<'_, H> {
-        rollout::flow::Flow {
-            client: &self.client,
-            host: self.host.as_ref(),
-            paths: &self.settings.paths,
-            metrics: &self.metrics,
-            events: &self.events,
+    /// The disruptive rollout's I/O for one reconcile ([`rollout::steps`]).
+    fn rollout(&self) -> rollout::steps::Rollout<'_, H> {
+        rollout::steps::Rollout {
+            ports: &self.ports,
             serial: &self.serial,
             reported_budget: &self.reported_budget,
         }
     }
 
-    /// What the in-place steps need ([`crate::agent::in_place::flow`]).
+    /// What the in-place steps need ([`crate::agent::in_place::steps`]).
     fn in_place_context(&self) -> crate::agent::in_place::steps::Context<'_, H> {
         crate::agent::in_place::steps::Context {
-            client: &self.client,
-            host: self.host.as_ref(),
-            paths: &self.settings.paths,
+            ports: &self.ports,
             retry: crate::agent::in_place::steps::RetryPolicy::default(),
-            kubelet_timeout: crate::agent::in_place::flow::KUBELET_TIMEOUT,
+            kubelet_timeout: crate::agent::in_place::steps::KUBELET_TIMEOUT,
             renewer: self.renewer.as_deref(),
             config: &self.settings.config,
-            kubelet_dir: self.settings.paths.kubelet_dir(),
         }
     }
 
     async fn event(&self, node: &NodeMeta, warning: bool, reason: &str, note: String) {
-        self.events
-            .report(&self.metrics, node, warning, reason, note)
-            .await;
+        self.ports.event(node, warning, reason, note).await;
     }
 
     /// Finds the Node by host name (retrying until it exists), then follows it with a watch
@@ -811,11 +704,11 @@ impl<H: Host + 'static> Agent<H> {
     async fn track_node(&self, node_tx: watch::Sender<Option<NodeMeta>>) {
         let hostname = &self.settings.hostname;
         let node = loop {
-            match cluster::find_node(&self.client, hostname).await {
+            match cluster::find_node(&self.ports.client, hostname).await {
                 Ok(Some(node)) => break node,
                 Ok(None) => tracing::debug!(%hostname, "no node for this host yet"),
                 Err(error) => {
-                    self.metrics.error("node", "lookup");
+                    self.ports.metrics.error("node", "lookup");
                     warn!(error = %error_chain(&error), "looking up the node failed");
                 }
             }
@@ -824,11 +717,14 @@ impl<H: Host + 'static> Agent<H> {
         let name = node.name_any();
         info!(node = %name, %hostname, "found the node");
         let _ = node_tx.send(Some(node));
-        let metrics = self.metrics.clone();
-        let stream = cluster::latest(cluster::watch_node(&self.client, &name), move |error| {
-            metrics.error("watch", "node");
-            warn!(error = %error_chain(error), "watching the node failed; retrying");
-        });
+        let metrics = self.ports.metrics.clone();
+        let stream = cluster::latest(
+            cluster::watch_node(&self.ports.client, &name),
+            move |error| {
+                metrics.error("watch", "node");
+                warn!(error = %error_chain(error), "watching the node failed; retrying");
+            },
+        );
         futures::pin_mut!(stream);
         while let Some(update) = stream.next().await {
             // A deleted Node is kept as last seen: the agent stays on its host.
@@ -838,6 +734,9 @@ impl<H: Host + 'static> Agent<H> {
                 return;
             }
         }
+        // The watch retries for ever; should it end, the last Node stays known (the sender
+        // lives on), so the heartbeat keeps renewing the node Lease.
+        std::future::pending::<()>().await;
     }
 }
 
@@ -909,10 +808,9 @@ async fn follow_secret(
     }
 }
 
-/// Waits for SIGTERM (`terminate`) or SIGINT; names the one that came.
-async fn stop_signal(
-    terminate: &mut tokio::signal::unix::Signal,
-) -> Result<&'static str, std::io::Error> {
+/// Waits for SIGTERM or SIGINT; names the one that came.
+async fn stop_signal() -> Result<&'static str, std::io::Error> {
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     tokio::select! {
         _ = terminate.recv() => Ok("SIGTERM"),
         result = tokio::signal::ctrl_c() => result.map(|()| "SIGINT"),

@@ -26,9 +26,9 @@ use crate::agent::pipeline::journal::Journal;
 use crate::agent::pipeline::osc::{self, InvalidOsc, NodeOsc};
 use crate::agent::ports::cluster::{self, ANNOTATION_NODE_CHECKSUM, NodeMeta};
 use crate::agent::ports::host::Host;
-use crate::agent::rollout::flow::{AllHeld, Gate};
 use crate::agent::rollout::rules::{self, Change, Policy, RolloutState};
 use crate::agent::rollout::slots::{self, Acquired};
+use crate::agent::rollout::steps::{AllHeld, Gate};
 use crate::api::constants::DATA_KEY_OPERATING_SYSTEM_CONFIG;
 use crate::error_chain::printable as error_chain;
 
@@ -83,14 +83,16 @@ impl<H: Host + 'static> Agent<H> {
                 .await?
         );
         let summary = go_on!(self.restart_self_gate(applied.outcome));
-        let in_place = in_place::flow::after(
+        let node_name = node.map(ResourceExt::name_any);
+        let in_place = in_place::steps::finish(
             &self.in_place_context(),
             &osc,
             &target.checksum,
-            node,
+            node_name.as_deref(),
             &self.token_trigger,
         )
-        .await;
+        .await
+        .map(in_place::steps::Finished::halt);
         *last_applied = LastApplied::Known(Some(Box::new(osc)));
         if let Some(halt) = in_place? {
             return Ok(halt.into());
@@ -114,7 +116,7 @@ impl<H: Host + 'static> Agent<H> {
         }
     }
 
-    /// The rollout's own gate ([`crate::agent::rollout::flow::Flow::gate`]): a hold or a stop of this checksum
+    /// The rollout's own gate ([`crate::agent::rollout::steps::Rollout::gate`]): a hold or a stop of this checksum
     /// ends the reconcile; otherwise hands over the rollout state found on the node.
     async fn rollout_gate_of(
         &self,
@@ -125,7 +127,7 @@ impl<H: Host + 'static> Agent<H> {
         };
         Ok(
             match self
-                .rollout_flow()
+                .rollout()
                 .gate(target.secret, node, policy, &target.checksum)
                 .await?
             {
@@ -146,7 +148,7 @@ impl<H: Host + 'static> Agent<H> {
         found: Option<&RolloutState>,
     ) -> Result<ControlFlow<Reconciled>, ReconcileError> {
         let paths = &self.settings.paths;
-        let host = self.host.as_ref();
+        let host = self.ports.host.as_ref();
         let journal_done = host
             .read(&paths.journal())
             .ok()
@@ -171,7 +173,7 @@ impl<H: Host + 'static> Agent<H> {
             self.release_serial_lock(target.secret).await?;
         }
         if target.rollout.is_some() {
-            self.rollout_flow()
+            self.rollout()
                 .up_to_date(target.secret, found.is_some())
                 .await?;
         }
@@ -218,7 +220,7 @@ impl<H: Host + 'static> Agent<H> {
         last_applied: &mut LastApplied,
         mut found: Option<RolloutState>,
     ) -> Result<ControlFlow<Reconciled, Applied>, ReconcileError> {
-        let host = self.host.as_ref();
+        let host = self.ports.host.as_ref();
         let checksum = target.checksum.as_str();
         let effective = osc::effective(osc, &self.settings.hostname);
         let control_plane = effective.file(cluster::KUBE_APISERVER_MANIFEST).is_some();
@@ -233,8 +235,16 @@ impl<H: Host + 'static> Agent<H> {
             let old = last
                 .zip(last_effective.as_ref())
                 .map(|(osc, effective)| Side { osc, effective });
-            let context = self.in_place_context();
-            if let Some(halt) = in_place::flow::before(&context, new, old, checksum, node).await? {
+            let node_name = node.map(ResourceExt::name_any);
+            let prepared = in_place::steps::prepare(
+                &self.in_place_context(),
+                new,
+                old,
+                checksum,
+                node_name.as_deref(),
+            )
+            .await?;
+            if let Some(halt) = prepared.halt() {
                 return Ok(ControlFlow::Break(halt.into()));
             }
             let input = Input {
@@ -258,7 +268,7 @@ impl<H: Host + 'static> Agent<H> {
                 );
                 if let Change::Disruptive(why) = change {
                     match self
-                        .rollout_flow()
+                        .rollout()
                         .take_slot(target.secret, node, policy, checksum, found.take(), &why)
                         .await?
                     {
@@ -273,8 +283,10 @@ impl<H: Host + 'static> Agent<H> {
                 }
             }
             match planned {
-                Some(planned) => apply::apply_planned(host, &self.secrets, input, planned).await,
-                None => apply::apply(host, &self.secrets, input).await,
+                Some(planned) => {
+                    apply::apply_planned(host, &self.ports.secrets, input, planned).await
+                }
+                None => apply::apply(host, &self.ports.secrets, input).await,
             }
         };
         match outcome {
@@ -286,7 +298,7 @@ impl<H: Host + 'static> Agent<H> {
             Err(error) => {
                 *last_applied = LastApplied::Unread;
                 if let (Some(state), Some((_, node))) = (disruptive, &target.rollout) {
-                    self.rollout_flow()
+                    self.rollout()
                         .stop(node, state, rules::REASON_APPLY_FAILED, error_chain(&error))
                         .await?;
                 }
@@ -321,7 +333,8 @@ impl<H: Host + 'static> Agent<H> {
             containerd_config_written = summary.containerd_config_written,
             "OSC applied to the node"
         );
-        self.metrics
+        self.ports
+            .metrics
             .last_applied_seconds
             .set(chrono::Utc::now().timestamp());
         if summary.files_deleted.iter().any(|path| {
@@ -349,7 +362,7 @@ impl<H: Host + 'static> Agent<H> {
         let checksum = &target.checksum;
         self.remove_bootstrap_files();
         cluster::mark_applied(
-            &self.client,
+            &self.ports.client,
             &name,
             checksum,
             self.settings.kubernetes_version.as_deref(),
@@ -377,7 +390,7 @@ impl<H: Host + 'static> Agent<H> {
                 .await;
         }
         if let Some(state) = disruptive {
-            return self.rollout_flow().applied(state);
+            return self.rollout().applied(state);
         }
         // As GNA: the lock is released once the node reports the new checksum.
         if target.serial || self.serial.lock().await.holds() {
@@ -404,7 +417,7 @@ impl<H: Host + 'static> Agent<H> {
                 }
             }
             Err(error) => {
-                self.metrics.error("client-certificate", "files");
+                self.ports.metrics.error("client-certificate", "files");
                 warn!(error = %error_chain(&error), "removing the bootstrap files failed; trying again after the next apply");
             }
         }

@@ -5,21 +5,14 @@
 
 use std::time::Duration;
 
-/// How often the host name is read again.
+/// How often the host name is read again ([`crate::agent::ports::host::Host::kernel_hostname`]).
 pub const CHECK_INTERVAL: Duration = Duration::from_secs(30);
-/// Where the kernel keeps it.
-const KERNEL_HOSTNAME: &str = "/proc/sys/kernel/hostname";
 
 /// Whether `kernel` (the file's text) names another host than `known` (lower case, as the
 /// agent keeps it). An empty name is no change: the kernel has none yet, or the read was cut.
 pub fn changed(known: &str, kernel: &str) -> Option<String> {
     let now = kernel.trim().to_lowercase();
     (!now.is_empty() && now != known).then_some(now)
-}
-
-/// The kernel's host name, as read.
-pub fn read_kernel_hostname() -> std::io::Result<String> {
-    std::fs::read_to_string(KERNEL_HOSTNAME)
 }
 
 #[cfg(test)]

@@ -101,10 +101,13 @@ pub fn judge(unit: &ManagedUnit, health: &UnitHealth, now_us: u64) -> Finding {
             if since >= STUCK_THRESHOLD {
                 Finding::Unhealthy(format!(
                     "{name}: stuck in {state} for {}",
-                    go_duration(since)
+                    crate::go_duration::format(since)
                 ))
             } else {
-                Finding::Progressing(format!("{name}: {state} for {}", go_duration(since)))
+                Finding::Progressing(format!(
+                    "{name}: {state} for {}",
+                    crate::go_duration::format(since)
+                ))
             }
         }
         "inactive" if unit.enabled => {
@@ -170,17 +173,22 @@ pub fn condition(findings: &[Finding]) -> UnitsCondition {
     }
 }
 
-/// Whole seconds as Go's `time.Duration.String()` prints them (`0s`, `42s`, `5m3s`,
-/// `1h0m5s`), so the messages read as GNA's do. Pure.
-pub fn go_duration(duration: Duration) -> String {
-    let total = duration.as_secs();
-    let (hours, minutes, seconds) = (total / 3600, total / 60 % 60, total % 60);
-    if hours > 0 {
-        format!("{hours}h{minutes}m{seconds}s")
-    } else if minutes > 0 {
-        format!("{minutes}m{seconds}s")
-    } else {
-        format!("{seconds}s")
+/// A `SystemdUnitsReady` condition found on the Node, as this agent would have written it (a
+/// reason it does not write is none), to compare the next check with. Pure.
+pub fn as_written(found: &k8s_openapi::api::core::v1::NodeCondition) -> UnitsCondition {
+    UnitsCondition {
+        status: if found.status == "True" {
+            "True"
+        } else {
+            "False"
+        },
+        reason: match found.reason.as_deref() {
+            Some(REASON_ALL_HEALTHY) => REASON_ALL_HEALTHY,
+            Some(REASON_PROGRESSING) => REASON_PROGRESSING,
+            Some(REASON_UNHEALTHY) => REASON_UNHEALTHY,
+            _ => "",
+        },
+        message: found.message.clone().unwrap_or_default(),
     }
 }
 
@@ -323,9 +331,12 @@ mod tests {
 
     #[test]
     fn durations_print_like_go() {
-        assert_eq!(go_duration(Duration::ZERO), "0s");
-        assert_eq!(go_duration(Duration::from_secs(42)), "42s");
-        assert_eq!(go_duration(Duration::from_secs(303)), "5m3s");
-        assert_eq!(go_duration(Duration::from_secs(3605)), "1h0m5s");
+        assert_eq!(crate::go_duration::format(Duration::ZERO), "0s");
+        assert_eq!(crate::go_duration::format(Duration::from_secs(42)), "42s");
+        assert_eq!(crate::go_duration::format(Duration::from_secs(303)), "5m3s");
+        assert_eq!(
+            crate::go_duration::format(Duration::from_secs(3605)),
+            "1h0m5s"
+        );
     }
 }

@@ -26,6 +26,7 @@ use serde::Deserialize;
 
 use crate::agent::pipeline::journal::InPlaceUpdateFlags;
 use crate::agent::pipeline::osc::{self, NodeOsc};
+use crate::agent::ports::program::ProgramOutput;
 use crate::api::operatingsystemconfig::InPlaceUpdates;
 use crate::api::quantity::Quantity;
 
@@ -404,32 +405,13 @@ fn one_line(text: &str) -> String {
     cleaned.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
-/// What a failed run of the OS update command left behind.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct CommandOutput {
-    /// The end of its standard output.
-    pub stdout: String,
-    /// The end of its error output.
-    pub stderr: String,
-    /// How it ended (`exit status: 1`, `signal: 9 (SIGKILL)`, `not started`, ...).
-    pub ending: String,
-}
-
-impl CommandOutput {
-    /// Both streams, standard output first: what GNA's patterns are matched against
-    /// ([`classify`]).
-    pub fn combined(&self) -> String {
-        format!("{}\n{}", self.stdout, self.stderr)
-    }
-}
-
 /// The failure reason of a failed OS update run, for the Node annotation: the command's own
 /// last message first (the last non-blank line of its error output, else of its standard
 /// output: where a script such as this extension's `os-update.sh` says `system failure: ...`),
 /// then the command and how it ended, then as much of the output before that message as fits
 /// in [`MAX_REASON_CHARS`], from its end (after a failed `apt-get full-upgrade` the
 /// progress lines come first and the errors last). One line, no control characters.
-pub fn command_failure_reason(command: &str, output: &CommandOutput) -> String {
+pub fn command_failure_reason(command: &str, output: &ProgramOutput) -> String {
     let (last, earlier) = last_message(output);
     let head = failure_reason(&format!("{last} ({command}: {})", output.ending));
     let earlier = one_line(&earlier);
@@ -451,7 +433,7 @@ pub fn command_failure_reason(command: &str, output: &CommandOutput) -> String {
 
 /// The last non-blank line of the error output (else of the standard output) and everything
 /// printed before it (standard output first).
-fn last_message(output: &CommandOutput) -> (String, String) {
+fn last_message(output: &ProgramOutput) -> (String, String) {
     if let Some((line, before)) = split_last_line(&output.stderr) {
         return (line, format!("{}\n{before}", output.stdout));
     }
@@ -767,7 +749,7 @@ mod tests {
         let progress: String = (0..2000)
             .map(|i| format!("Get:{i} http://deb.debian.org/debian bookworm/main pkg{i} [12 kB]\n"))
             .collect();
-        let output = CommandOutput {
+        let output = ProgramOutput {
             stdout: progress,
             stderr: "E: Sub-process /usr/bin/dpkg returned an error code (1)\n\x1b[31msystem failure: apt-get full-upgrade failed (see above)\x1b[0m\n\n".into(),
             ending: "exit status: 1".into(),
@@ -790,7 +772,7 @@ mod tests {
         assert_eq!(classify(&output.combined()), Failure::Fatal);
 
         // Only standard output: its last line leads; short output is kept whole.
-        let output = CommandOutput {
+        let output = ProgramOutput {
             stdout: "updating\ninvalid arguments: 13.1\n".into(),
             stderr: String::new(),
             ending: "exit status: 2".into(),
@@ -800,16 +782,16 @@ mod tests {
             "invalid arguments: 13.1 (update: exit status: 2); output before it: updating"
         );
         // Nothing printed.
-        let output = CommandOutput {
+        let output = ProgramOutput {
             ending: "signal: 9 (SIGKILL)".into(),
-            ..CommandOutput::default()
+            ..ProgramOutput::default()
         };
         assert_eq!(
             command_failure_reason("update", &output),
             "the command printed nothing (update: signal: 9 (SIGKILL))"
         );
         // A network problem anywhere in the output is retried (GNA matches the whole text).
-        let output = CommandOutput {
+        let output = ProgramOutput {
             stdout: "network problems: mirror down\n".into(),
             stderr: "exiting\n".into(),
             ending: "exit status: 1".into(),

@@ -24,33 +24,29 @@
 //! A failure labels the Node `update-result=failed` with the reason in
 //! `node.machine.sapcloud.io/update-failed-reason` and stops until the next reconcile.
 
-use std::path::{Path, PathBuf};
-use std::process::Stdio;
+use std::path::Path;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::DeleteParams;
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
-use tokio::io::{AsyncRead, AsyncReadExt};
 use tracing::{info, warn};
 
 use crate::agent::access::credentials;
-use crate::agent::client_certificate::flow::{BootstrapError, Renewer};
+use crate::agent::client_certificate::lifecycle::{BootstrapError, Renewer};
 use crate::agent::client_certificate::steps::{self as certificate_steps, CertificateError};
-use crate::agent::in_place::rules::{self, CommandOutput, Failure, Gate};
+use crate::agent::in_place::rules::{self, Failure, Gate};
 use crate::agent::pipeline::changes::{self, Side};
 use crate::agent::pipeline::journal::{self, Journal, PersistError};
 use crate::agent::pipeline::osc::NodeOsc;
+use crate::agent::ports::Ports;
 use crate::agent::ports::cluster;
-use crate::agent::ports::host::{self, Host, HostError, KUBELET_HEALTHZ, KUBELET_UNIT};
-use crate::agent::ports::paths::Paths;
+use crate::agent::ports::host::{Host, HostError, KUBELET_UNIT};
 use crate::api::nodeagent::NodeAgentConfiguration;
 use crate::api::operatingsystemconfig::{OsUpdate, UnitCommand};
 use crate::error_chain::printable as error_chain;
 
-/// Longest output kept of an OS update command (its end: where the failure is).
-pub const MAX_OUTPUT_BYTES: usize = 64 * 1024;
 /// Longest one run of the OS update command may take.
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(600);
 /// Longest one kubelet health probe may take while waiting for kubelet after the update.
@@ -68,9 +64,6 @@ pub enum InPlaceError {
     /// The journal could not be serialised.
     #[error("encoding the journal: {0}")]
     Encode(String),
-    /// A system file could not be read.
-    #[error("reading {0}")]
-    Read(String, #[source] std::io::Error),
     /// An API call failed.
     #[error("{0}")]
     Api(String, #[source] kube::Error),
@@ -84,23 +77,17 @@ impl InPlaceError {
     pub fn category(&self) -> &'static str {
         match self {
             InPlaceError::Flags(_) => "in-place-flags",
-            InPlaceError::Host(..) | InPlaceError::Encode(_) | InPlaceError::Read(..) => {
-                "in-place-host"
-            }
+            InPlaceError::Host(..) | InPlaceError::Encode(_) => "in-place-host",
             InPlaceError::Api(..) => "in-place-api",
             InPlaceError::NoCommand(_) => "in-place-no-command",
         }
     }
 }
 
-/// What the node and API the in-place steps need.
-pub struct Context<'a, H: Host> {
-    /// API client (own Node, pods on it).
-    pub client: &'a Client,
-    /// The node.
-    pub host: &'a H,
-    /// State paths.
-    pub paths: &'a Paths,
+/// What the in-place steps need: the agent's ports and the in-place settings.
+pub struct Context<'a, H> {
+    /// The agent's ports (own Node, pods on it; the node; state paths).
+    pub ports: &'a Ports<H>,
     /// How the OS update command is retried.
     pub retry: RetryPolicy,
     /// How long kubelet may take to be healthy after kubelet changes.
@@ -110,8 +97,18 @@ pub struct Context<'a, H: Host> {
     pub renewer: Option<&'a Renewer>,
     /// The agent's configuration (API server and CA for kubelet's bootstrap kubeconfig).
     pub config: &'a NodeAgentConfiguration,
-    /// kubelet's folder ([`Paths::kubelet_dir`]).
-    pub kubelet_dir: PathBuf,
+}
+
+/// How long kubelet may take to be healthy after kubelet changes (GNA's 5 minutes).
+pub const KUBELET_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// Why the reconcile ends before or after the apply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Halt {
+    /// The node waits for machine-controller-manager to make it ready for the update.
+    AwaitNode,
+    /// The update failed (reported on the Node) or the node must reboot first.
+    Stopped,
 }
 
 /// Retries of the OS update command on `network problems`.
@@ -144,6 +141,20 @@ pub enum Prepared {
     Stopped(String),
 }
 
+impl Prepared {
+    /// Whether the reconcile ends before the apply (a stop is logged with its reason).
+    pub fn halt(self) -> Option<Halt> {
+        match self {
+            Prepared::Apply => None,
+            Prepared::Wait => Some(Halt::AwaitNode),
+            Prepared::Stopped(reason) => {
+                warn!(%reason, "in-place update stopped");
+                Some(Halt::Stopped)
+            }
+        }
+    }
+}
+
 /// Result of [`finish`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Finished {
@@ -154,44 +165,54 @@ pub enum Finished {
     Stopped(String),
 }
 
+impl Finished {
+    /// Whether the reconcile ends after the apply, before the checksum is reported (a stop is
+    /// logged with its reason).
+    pub fn halt(self) -> Option<Halt> {
+        match self {
+            Finished::Done => None,
+            Finished::Stopped(reason) => {
+                warn!(%reason, "in-place update stopped");
+                Some(Halt::Stopped)
+            }
+        }
+    }
+}
+
 /// The journal on disk if it is for `checksum`.
 fn load_journal<H: Host>(
     ctx: &Context<'_, H>,
     checksum: &str,
 ) -> Result<Option<Journal>, InPlaceError> {
-    journal::load(ctx.host, ctx.paths, checksum)
+    journal::load(ctx.ports.host.as_ref(), &ctx.ports.paths, checksum)
         .map_err(|e| InPlaceError::Host("reading the journal".into(), e))
 }
 
 fn persist<H: Host>(ctx: &Context<'_, H>, journal: &Journal) -> Result<(), InPlaceError> {
-    journal::persist(ctx.host, ctx.paths, journal).map_err(|error| match error {
-        PersistError::Encode(e) => InPlaceError::Encode(e.to_string()),
-        PersistError::Write(e) => InPlaceError::Host("writing the journal".into(), e),
-    })
+    journal::persist(ctx.ports.host.as_ref(), &ctx.ports.paths, journal).map_err(
+        |error| match error {
+            PersistError::Encode(e) => InPlaceError::Encode(e.to_string()),
+            PersistError::Write(e) => InPlaceError::Host("writing the journal".into(), e),
+        },
+    )
 }
 
-/// The node's OS version (see [`rules::os_version`]). os-release is usually a symbolic
-/// link (`/etc/os-release` → `../usr/lib/os-release`), so these root-owned, read-only files
-/// are read following links, not through [`Host`] (whose reads refuse links); anything but a
-/// regular file (a FIFO) is still refused, and the open does not block
-/// ([`crate::safe_fs::read_following_links`]).
-pub fn current_os_version() -> Result<Option<String>, InPlaceError> {
-    let os_release = match read_system_file(rules::OS_RELEASE_PATH)? {
+/// The node's OS version (see [`rules::os_version`]), from os-release and debian_version
+/// ([`Host::read_system_file`]: links followed, a FIFO refused).
+pub fn current_os_version<H: Host>(host: &H) -> Result<Option<String>, InPlaceError> {
+    let os_release = match read_system_file(host, rules::OS_RELEASE_PATH)? {
         Some(text) => text,
-        None => read_system_file(rules::OS_RELEASE_FALLBACK_PATH)?.unwrap_or_default(),
+        None => read_system_file(host, rules::OS_RELEASE_FALLBACK_PATH)?.unwrap_or_default(),
     };
-    let debian_version = read_system_file(rules::DEBIAN_VERSION_PATH)?;
+    let debian_version = read_system_file(host, rules::DEBIAN_VERSION_PATH)?;
     Ok(rules::os_version(&os_release, debian_version.as_deref()))
 }
 
-/// The most bytes of a system file read.
-const MAX_SYSTEM_FILE_BYTES: u64 = 64 * 1024;
-
-/// A small system file (at most [`MAX_SYSTEM_FILE_BYTES`]); `None` when it is missing.
-fn read_system_file(path: &str) -> Result<Option<String>, InPlaceError> {
-    crate::safe_fs::read_following_links_if_present(Path::new(path), MAX_SYSTEM_FILE_BYTES)
+/// A small system file as text; `None` when it is missing.
+fn read_system_file<H: Host>(host: &H, path: &str) -> Result<Option<String>, InPlaceError> {
+    host.read_system_file(Path::new(path))
         .map(|bytes| bytes.map(|bytes| String::from_utf8_lossy(&bytes).into_owned()))
-        .map_err(|error| InPlaceError::Read(path.to_string(), std::io::Error::other(error)))
+        .map_err(|error| InPlaceError::Host(format!("reading {path}"), error))
 }
 
 /// What the Node says: `InPlaceUpdate` reason, `update-result`, the annotations.
@@ -289,7 +310,7 @@ pub async fn prepare<H: Host>(
     let Some(spec) = &new.osc.spec.in_place_updates else {
         return Ok(Prepared::Apply);
     };
-    let current = current_os_version()?;
+    let current = current_os_version(ctx.ports.host.as_ref())?;
     let mut journal = match load_journal(ctx, checksum)? {
         Some(journal) => journal,
         None => {
@@ -317,7 +338,7 @@ pub async fn prepare<H: Host>(
         info!("in-place update pending; waiting for the node to be registered");
         return Ok(Prepared::Wait);
     };
-    let state = node_state(ctx.client, node).await?;
+    let state = node_state(&ctx.ports.client, node).await?;
     match rules::gate(state.reason.as_deref(), state.result.as_deref()) {
         Gate::Wait => {
             info!(node, flags = ?flags, condition_reason = ?state.reason, "in-place update pending; waiting for machine-controller-manager to make the node ready (InPlaceUpdate/ReadyForUpdate)");
@@ -328,7 +349,9 @@ pub async fn prepare<H: Host>(
     }
     if flags.kubelet.cpu_manager_policy {
         // Before the apply restarts kubelet: a state of the old policy keeps it from starting.
-        ctx.host
+        ctx.ports
+            .host
+            .as_ref()
             .remove_file(Path::new(rules::CPU_MANAGER_STATE_PATH))
             .map_err(|e| InPlaceError::Host("removing kubelet's CPU manager state".into(), e))?;
     }
@@ -349,14 +372,14 @@ pub async fn finish<H: Host>(
     };
     let mut journal = load_journal(ctx, checksum)?.unwrap_or_else(|| Journal::done(checksum));
     let flags = journal.in_place_updates.clone();
-    let state = node_state(ctx.client, node).await?;
+    let state = node_state(&ctx.ports.client, node).await?;
     let desired = &spec.operating_system_version;
 
     if rules::kubelet(&flags) {
-        if let Err(error) = wait_for_kubelet(KUBELET_HEALTHZ, ctx.kubelet_timeout).await {
+        if let Err(error) = wait_for_kubelet(ctx.ports.host.as_ref(), ctx.kubelet_timeout).await {
             let reason = format!("kubelet is not healthy after the in-place update: {error}");
             return Ok(Finished::Stopped(
-                mark_failed(ctx.client, node, &reason).await?,
+                mark_failed(&ctx.ports.client, node, &reason).await?,
             ));
         }
         journal.in_place_updates.kubelet = Default::default();
@@ -364,14 +387,14 @@ pub async fn finish<H: Host>(
     }
 
     if rules::rolled_back(&flags, state.attempted_os.as_deref(), desired) {
-        let current = current_os_version()?.unwrap_or_default();
+        let current = current_os_version(ctx.ports.host.as_ref())?.unwrap_or_default();
         let reason = match &state.failed_reason {
             Some(reason) => rules::failure_reason(reason),
             None => {
                 let reason = format!(
                     "the OS update to {desired} did not take (or rolled back): the node runs {current}"
                 );
-                mark_failed(ctx.client, node, &reason).await?
+                mark_failed(&ctx.ports.client, node, &reason).await?
             }
         };
         return Ok(Finished::Stopped(reason));
@@ -386,19 +409,19 @@ pub async fn finish<H: Host>(
             .filter(|u| !u.command.is_empty())
             .ok_or_else(|| InPlaceError::NoCommand(desired.clone()))?;
         patch_node(
-            ctx.client,
+            &ctx.ports.client,
             node,
             json!({"metadata": {"annotations": {rules::ANNOTATION_UPDATING_OS_VERSION: desired}}}),
             "annotating the OS update",
         )
         .await?;
         info!(node, command = ?command.command, args = ?command.args, "running the OS update");
-        if let Err(reason) = run_os_update(command, ctx.retry).await {
+        if let Err(reason) = run_os_update(ctx.ports.host.as_ref(), command, ctx.retry).await {
             return Ok(Finished::Stopped(
-                mark_failed(ctx.client, node, &reason).await?,
+                mark_failed(&ctx.ports.client, node, &reason).await?,
             ));
         }
-        let current = current_os_version()?;
+        let current = current_os_version(ctx.ports.host.as_ref())?;
         if !current
             .as_deref()
             .is_some_and(|v| rules::same_version(v, desired))
@@ -426,7 +449,7 @@ pub async fn finish<H: Host>(
     if flags.certificate_authorities_rotation.node_agent {
         if let Err(reason) = reissue_agent_certificate(ctx).await {
             return Ok(Finished::Stopped(
-                mark_failed(ctx.client, node, &reason).await?,
+                mark_failed(&ctx.ports.client, node, &reason).await?,
             ));
         }
         journal
@@ -439,7 +462,7 @@ pub async fn finish<H: Host>(
     if flags.certificate_authorities_rotation.kubelet {
         if let Err(reason) = rebootstrap_kubelet(ctx).await {
             return Ok(Finished::Stopped(
-                mark_failed(ctx.client, node, &reason).await?,
+                mark_failed(&ctx.ports.client, node, &reason).await?,
             ));
         }
         journal
@@ -450,8 +473,8 @@ pub async fn finish<H: Host>(
     }
 
     if rules::should_report_success(state.reason.as_deref(), state.result.as_deref()) {
-        delete_pods(ctx.client, node).await?;
-        mark_successful(ctx.client, node).await?;
+        delete_pods(&ctx.ports.client, node).await?;
+        mark_successful(&ctx.ports.client, node).await?;
     }
     Ok(Finished::Done)
 }
@@ -493,12 +516,13 @@ async fn reissue_agent_certificate<H: Host>(ctx: &Context<'_, H>) -> Result<(), 
 /// ([`certificate_steps::rebootstrap_kubelet_files`]), `kubelet.service` restarted, and kubelet
 /// healthy again within the in-place kubelet timeout. `Err` is the failure reason.
 async fn rebootstrap_kubelet<H: Host>(ctx: &Context<'_, H>) -> Result<(), String> {
-    info!(kubelet_dir = %ctx.kubelet_dir.display(), "certificate authority rotation: bootstrapping kubelet again");
+    info!(kubelet_dir = %ctx.ports.paths.kubelet_dir().display(), "certificate authority rotation: bootstrapping kubelet again");
     let server = credentials::server(ctx.config, "kubelet's bootstrap kubeconfig")
         .map_err(|error| format!("bootstrapping kubelet again: {}", error_chain(&error)))?;
-    let ca = credentials::ca_source(ctx.config, ctx.paths, |path| path.exists());
-    let done = certificate_steps::rebootstrap_kubelet_files(&ctx.kubelet_dir, server, &ca)
-        .map_err(|error| {
+    let ca = credentials::ca_source(ctx.config, &ctx.ports.paths, |path| path.exists());
+    let done =
+        certificate_steps::rebootstrap_kubelet_files(&ctx.ports.paths.kubelet_dir(), server, &ca)
+            .map_err(|error| {
             format!(
                 "bootstrapping kubelet again after the certificate authority rotation failed: {}",
                 error_chain(&error)
@@ -508,7 +532,9 @@ async fn rebootstrap_kubelet<H: Host>(ctx: &Context<'_, H>) -> Result<(), String
         ?done,
         "kubelet's bootstrap kubeconfig ready, kubeconfig-real and pki removed; restarting kubelet"
     );
-    ctx.host
+    ctx.ports
+        .host
+        .as_ref()
         .unit_job(KUBELET_UNIT, UnitCommand::Restart)
         .await
         .map_err(|error| {
@@ -517,7 +543,7 @@ async fn rebootstrap_kubelet<H: Host>(ctx: &Context<'_, H>) -> Result<(), String
                 error_chain(&error)
             )
         })?;
-    wait_for_kubelet(KUBELET_HEALTHZ, ctx.kubelet_timeout)
+    wait_for_kubelet(ctx.ports.host.as_ref(), ctx.kubelet_timeout)
         .await
         .map_err(|error| {
             format!("kubelet is not healthy after the certificate authority rotation: {error}")
@@ -560,14 +586,21 @@ async fn delete_pods(client: &Client, node: &str) -> Result<(), InPlaceError> {
     Ok(())
 }
 
-/// Runs the OS update command (no shell), retrying while its output says `network
-/// problems`; `Err` carries the failure reason of the failed run
+/// Runs the OS update command (no shell, [`Host::run_program`]), retrying while its output
+/// says `network problems`; `Err` carries the failure reason of the failed run
 /// ([`rules::command_failure_reason`]: the command's last message first, then the end of
 /// its output; one line, bounded).
-pub async fn run_os_update(command: &OsUpdate, retry: RetryPolicy) -> Result<(), String> {
+pub async fn run_os_update<H: Host>(
+    host: &H,
+    command: &OsUpdate,
+    retry: RetryPolicy,
+) -> Result<(), String> {
     let started = tokio::time::Instant::now();
     loop {
-        let Err(output) = run_once(command).await else {
+        let Err(output) = host
+            .run_program(&command.command, &command.args, COMMAND_TIMEOUT)
+            .await
+        else {
             return Ok(());
         };
         let reason = rules::command_failure_reason(&command.command, &output);
@@ -581,78 +614,11 @@ pub async fn run_os_update(command: &OsUpdate, retry: RetryPolicy) -> Result<(),
     }
 }
 
-/// One run; on failure what it printed (the last [`MAX_OUTPUT_BYTES`] of each stream) and
-/// how it ended.
-async fn run_once(command: &OsUpdate) -> Result<(), CommandOutput> {
-    let child = tokio::process::Command::new(&command.command)
-        .args(&command.args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn();
-    let mut child = child.map_err(|error| CommandOutput {
-        stderr: format!("system failure: cannot run {}: {error}", command.command),
-        ending: "not started".into(),
-        ..CommandOutput::default()
-    })?;
-    let stdout = child.stdout.take();
-    let stderr = child.stderr.take();
-    let run = async {
-        let (stdout, stderr) = tokio::join!(read_tail(stdout), read_tail(stderr));
-        let status = child.wait().await;
-        (status, stdout, stderr)
-    };
-    let (status, stdout, stderr) =
-        tokio::time::timeout(COMMAND_TIMEOUT, run)
-            .await
-            .map_err(|_| CommandOutput {
-                stderr: format!(
-                    "system failure: {} did not finish within {COMMAND_TIMEOUT:?}",
-                    command.command
-                ),
-                ending: "killed".into(),
-                ..CommandOutput::default()
-            })?;
-    let ending = match status {
-        Ok(status) if status.success() => return Ok(()),
-        Ok(status) => status.to_string(),
-        Err(error) => format!("waiting for it failed: {error}"),
-    };
-    Err(CommandOutput {
-        stdout,
-        stderr,
-        ending,
-    })
-}
-
-/// Reads a stream to its end, keeping its last [`MAX_OUTPUT_BYTES`].
-async fn read_tail<R: AsyncRead + Unpin>(stream: Option<R>) -> String {
-    let Some(mut stream) = stream else {
-        return String::new();
-    };
-    let mut kept: Vec<u8> = Vec::new();
-    let mut buffer = [0u8; 8192];
-    loop {
-        match stream.read(&mut buffer).await {
-            Ok(0) | Err(_) => break,
-            Ok(n) => {
-                kept.extend_from_slice(&buffer[..n]);
-                if kept.len() > MAX_OUTPUT_BYTES {
-                    let excess = kept.len() - MAX_OUTPUT_BYTES;
-                    kept.drain(..excess);
-                }
-            }
-        }
-    }
-    String::from_utf8_lossy(&kept).into_owned()
-}
-
-/// Polls kubelet's `/healthz` every 5 s until it answers 200 or `timeout` passes.
-async fn wait_for_kubelet(address: &str, timeout: Duration) -> Result<(), String> {
+/// Polls kubelet's health every 5 s until it answers 200 or `timeout` passes.
+async fn wait_for_kubelet<H: Host>(host: &H, timeout: Duration) -> Result<(), String> {
     let deadline = tokio::time::Instant::now() + timeout;
     loop {
-        let error = match host::http_healthz(address, KUBELET_PROBE_TIMEOUT).await {
+        let error = match host.kubelet_health(KUBELET_PROBE_TIMEOUT).await {
             Ok(()) => return Ok(()),
             Err(error) => error,
         };
@@ -666,6 +632,19 @@ async fn wait_for_kubelet(address: &str, timeout: Duration) -> Result<(), String
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::agent::ports::fake_host::FakeHost;
+    use crate::agent::ports::host::SystemHost;
+
+    /// The real node, for the reads and programs these tests make (no systemd is called).
+    fn system_host() -> SystemHost {
+        SystemHost::new(
+            "unix:path=/nonexistent".into(),
+            Duration::from_secs(1),
+            String::new(),
+            String::new(),
+            std::env::temp_dir(),
+        )
+    }
 
     fn script(dir: &Path, body: &str) -> OsUpdate {
         let path = dir.join("update");
@@ -687,7 +666,9 @@ mod tests {
         crate::safe_fs::tests::mkfifo(&fifo);
         let shown = fifo.display().to_string();
         let (send, receive) = std::sync::mpsc::channel();
-        std::thread::spawn(move || send.send(read_system_file(&shown).map_err(|e| e.to_string())));
+        std::thread::spawn(move || {
+            send.send(read_system_file(&system_host(), &shown).map_err(|e| e.to_string()))
+        });
         let read = receive.recv_timeout(Duration::from_secs(10));
         assert!(
             matches!(&read, Ok(Err(_))),
@@ -698,10 +679,10 @@ mod tests {
         std::fs::write(&real, "ID=debian\nVERSION_ID=\"12\"\n").unwrap();
         let link = base.join("etc-os-release");
         std::os::unix::fs::symlink(&real, &link).unwrap();
-        let text = read_system_file(&link.display().to_string()).unwrap();
+        let text = read_system_file(&system_host(), &link.display().to_string()).unwrap();
         assert_eq!(text.as_deref(), Some("ID=debian\nVERSION_ID=\"12\"\n"));
         let missing = base.join("missing").display().to_string();
-        assert_eq!(read_system_file(&missing).unwrap(), None);
+        assert_eq!(read_system_file(&system_host(), &missing).unwrap(), None);
     }
 
     const FAST: RetryPolicy = RetryPolicy {
@@ -717,7 +698,7 @@ mod tests {
             dir.path(),
             &format!("printf '%s|' \"$@\" > {}\n", out.display()),
         );
-        assert_eq!(run_os_update(&command, FAST).await, Ok(()));
+        assert_eq!(run_os_update(&system_host(), &command, FAST).await, Ok(()));
         assert_eq!(std::fs::read_to_string(out).unwrap(), "12.8|$HOME `id`|");
     }
 
@@ -732,7 +713,9 @@ mod tests {
                 c = count.display()
             ),
         );
-        let error = run_os_update(&command, FAST).await.unwrap_err();
+        let error = run_os_update(&system_host(), &command, FAST)
+            .await
+            .unwrap_err();
         assert!(error.contains("invalid arguments: 13"), "{error}");
         assert_eq!(std::fs::read_to_string(&count).unwrap().lines().count(), 1);
 
@@ -744,11 +727,13 @@ mod tests {
                 c = count.display()
             ),
         );
-        assert_eq!(run_os_update(&command, FAST).await, Ok(()));
+        assert_eq!(run_os_update(&system_host(), &command, FAST).await, Ok(()));
         // Network problems for ever: gives up after the timeout with the output.
         let command = script(dir.path(), "echo 'network problems: down'\nexit 1\n");
         let started = std::time::Instant::now();
-        let error = run_os_update(&command, FAST).await.unwrap_err();
+        let error = run_os_update(&system_host(), &command, FAST)
+            .await
+            .unwrap_err();
         assert!(error.contains("network problems: down"), "{error}");
         assert!(started.elapsed() < Duration::from_secs(5));
         // A command that is not there.
@@ -756,7 +741,9 @@ mod tests {
             command: dir.path().join("nope").display().to_string(),
             args: vec![],
         };
-        let error = run_os_update(&missing, FAST).await.unwrap_err();
+        let error = run_os_update(&system_host(), &missing, FAST)
+            .await
+            .unwrap_err();
         assert!(error.starts_with("system failure: cannot run"), "{error}");
     }
 
@@ -767,7 +754,9 @@ mod tests {
             dir.path(),
             "head -c 300000 /dev/zero | tr '\\0' a\necho 'system failure: the end' >&2\nexit 1\n",
         );
-        let error = run_os_update(&command, FAST).await.unwrap_err();
+        let error = run_os_update(&system_host(), &command, FAST)
+            .await
+            .unwrap_err();
         assert!(
             error.chars().count() <= rules::MAX_REASON_CHARS,
             "{}",
@@ -787,7 +776,9 @@ mod tests {
              echo 'E: Sub-process /usr/bin/dpkg returned an error code (1)' >&2\n\
              printf '\\033[31msystem failure: apt-get full-upgrade failed (see above)\\n' >&2\nexit 1\n",
         );
-        let error = run_os_update(&command, FAST).await.unwrap_err();
+        let error = run_os_update(&system_host(), &command, FAST)
+            .await
+            .unwrap_err();
         assert!(
             error.starts_with("[31msystem failure: apt-get full-upgrade failed (see above) ("),
             "{error}"
@@ -806,30 +797,16 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn kubelet_health_is_polled() {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let address = listener.local_addr().unwrap().to_string();
-        tokio::spawn(async move {
-            use tokio::io::AsyncWriteExt;
-            while let Ok((mut stream, _)) = listener.accept().await {
-                let mut buffer = [0u8; 256];
-                let _ = stream.read(&mut buffer).await;
-                let _ = stream.write_all(b"HTTP/1.1 200 OK\r\n\r\nok").await;
-            }
-        });
+    async fn kubelet_health_is_polled_until_the_timeout() {
+        let host = FakeHost::default();
         assert_eq!(
-            wait_for_kubelet(&address, Duration::from_secs(5)).await,
+            wait_for_kubelet(&host, Duration::from_secs(5)).await,
             Ok(())
         );
-        // Nothing listens: fails after the timeout.
-        let closed = {
-            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-            l.local_addr().unwrap().to_string()
-        };
-        assert!(
-            wait_for_kubelet(&closed, Duration::from_millis(10))
-                .await
-                .is_err()
-        );
+        host.set_kubelet_health(Err("connection refused".into()));
+        let error = wait_for_kubelet(&host, Duration::from_millis(10))
+            .await
+            .unwrap_err();
+        assert!(error.contains("connection refused"), "{error}");
     }
 }

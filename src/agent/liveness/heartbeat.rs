@@ -55,11 +55,18 @@ fn run(credentials: Credentials, node: watch::Receiver<Option<NodeMeta>>, metric
             match credentials.client("agent") {
                 Ok(client) => crate::agent::liveness::lease::run(client, node, metrics).await,
                 Err(error) => {
-                    tracing::error!(error = %crate::error_chain::printable(&error), "building the heartbeat's API client failed; the node Lease is not renewed")
+                    tracing::error!(error = %crate::error_chain::printable(&error), "building the heartbeat's API client failed; the node Lease is not renewed");
+                    // The stop deadline still holds.
+                    std::future::pending::<()>().await;
                 }
             }
         };
-        tokio::join!(lease, stop_deadline());
+        // The Lease ends only when the main loop is gone (the process is ending, or an
+        // in-process test stopped its agent): the thread ends with it.
+        tokio::select! {
+            () = lease => {}
+            () = stop_deadline() => {}
+        }
     });
 }
 

@@ -133,6 +133,10 @@ pub async fn run(client: Client, mut node: watch::Receiver<Option<NodeMeta>>, me
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticker.tick().await;
+        if node.has_changed().is_err() {
+            // The main loop is gone (the agent stops).
+            return;
+        }
         let current = node.borrow_and_update().clone();
         let Some(current) = current else {
             // Not known yet: wait for it, then renew at once.

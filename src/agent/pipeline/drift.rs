@@ -25,10 +25,69 @@ use crate::api::operatingsystemconfig::UnitCommand;
 
 use crate::agent::pipeline::apply::{self, ApplyError, UNIT_FILE_MODE};
 use crate::agent::pipeline::changes::command_for;
+use crate::agent::pipeline::journal::Journal;
 use crate::agent::pipeline::osc::Effective;
-use crate::agent::ports::cluster::Secrets;
+use crate::agent::ports::Ports;
+use crate::agent::ports::cluster::{NodeMeta, Secrets};
 use crate::agent::ports::host::Host;
 use crate::agent::ports::paths::Paths;
+
+/// One drift check of the node against `effective` (the last applied OSC), skipped while an
+/// apply has work left in the journal; repairs are counted, logged and reported in a
+/// `DriftRepaired` event on `node` (when known); a failure is logged and counted.
+pub async fn check<H: Host>(
+    ports: &Ports<H>,
+    node: Option<&NodeMeta>,
+    effective: &Effective<'_>,
+    own_unit: &str,
+) {
+    let journal = ports
+        .host
+        .read(&ports.paths.journal())
+        .ok()
+        .flatten()
+        .and_then(|bytes| Journal::parse(&String::from_utf8_lossy(&bytes)));
+    if journal.is_some_and(|journal| !journal.is_empty()) {
+        return;
+    }
+    ports.metrics.drift_checks.inc();
+    let repaired = check_and_repair(
+        ports.host.as_ref(),
+        &ports.secrets,
+        effective,
+        &ports.paths,
+        own_unit,
+    )
+    .await;
+    match repaired {
+        Ok(report) if report.repairs() == 0 => tracing::debug!("no drift"),
+        Ok(report) => report_repairs(ports, node, &report).await,
+        Err(error) => {
+            ports.metrics.error("drift", error.category());
+            tracing::warn!(error = %crate::error_chain::printable(&error), "drift check failed");
+        }
+    }
+}
+
+/// Counts, logs and reports what a check repaired.
+async fn report_repairs<H: Host>(ports: &Ports<H>, node: Option<&NodeMeta>, report: &Report) {
+    ports.metrics.drift("file", report.files.len());
+    ports.metrics.drift("mode", report.modes.len());
+    ports.metrics.drift("unit-file", report.unit_files.len());
+    for _ in &report.restarted {
+        ports.metrics.unit_job("restart", "drift");
+    }
+    tracing::warn!(files = ?report.files, modes = ?report.modes, unit_files = ?report.unit_files, restarted = ?report.restarted, "drift repaired");
+    let Some(node) = node else { return };
+    let note = format!(
+        "restored {} file(s), {} mode(s), {} unit file(s); restarted: {}",
+        report.files.len(),
+        report.modes.len(),
+        report.unit_files.len(),
+        report.restarted.join(", ")
+    );
+    ports.event(node, true, "DriftRepaired", note).await;
+}
 
 /// What one check found and did.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]

@@ -12,7 +12,8 @@
 //! | `SystemdUnitsReady` | `PATCH nodes/<node>/status` (strategic merge) when it changed; `GET nodes/<node>` once per process, before the first write |
 //! | lease | `PUT leases/gardener-node-agent-<node> -n kube-system` (GET/POST only at start, after a conflict or when it is gone) |
 //! | serial lock | `GET`, then `POST/PUT leases/<secret> -n kube-system` around an apply (only when the secret asks for it) |
-//! | rollout slots | as the serial lock, for `leases/<secret>-<i>`; `LIST nodes?labelSelector=worker.gardener.cloud/pool=<pool>&limit=<budget>` (metadata only) before taking one, when the budget is above 1 |
+//! | rollout slots | as the serial lock, the same Lease (slot i ≥ 1 an annotation of it); `LIST nodes?labelSelector=worker.gardener.cloud/pool=<pool>&limit=<budget>` (metadata only) before taking or renewing one, when the budget is above 1 |
+//! | waiting for the lock or a slot | `WATCH leases -n kube-system` with `fieldSelector=metadata.name=<secret>` (metadata only), while waiting only |
 //!
 //! Nothing lists or watches a resource without a selector naming the object. Watches carry
 //! metadata only (`PartialObjectMetadata`): a Node's status (images, conditions) and the

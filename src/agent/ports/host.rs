@@ -22,6 +22,7 @@
 
 use std::future::Future;
 use std::io;
+use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
@@ -34,6 +35,7 @@ use crate::api::operatingsystemconfig::UnitCommand;
 use crate::containerd;
 use crate::systemd::{self, Systemd};
 
+pub use crate::agent::ports::program::ProgramOutput;
 use crate::root_path::{self, ResolveError};
 use crate::safe_fs::{self, SafeFsError};
 
@@ -129,8 +131,33 @@ pub trait Host: Send + Sync {
         unit: &str,
     ) -> impl Future<Output = Result<systemd::UnitHealth, HostError>> + Send;
 
-    /// Whether kubelet answers `200` on its health endpoint ([`KUBELET_HEALTHZ`]).
-    fn kubelet_healthy(&self) -> impl Future<Output = bool> + Send;
+    /// A small root-owned system file (`/etc/os-release`, `/etc/debian_version`), at most
+    /// [`MAX_SYSTEM_FILE_BYTES`]; `None` when it is missing. Such files are usually links
+    /// (`/etc/os-release` → `../usr/lib/os-release`), so unlike [`Host::read`] links are
+    /// followed; anything but a regular file (a FIFO) is still refused without blocking
+    /// ([`crate::safe_fs::read_following_links`]).
+    fn read_system_file(&self, path: &Path) -> Result<Option<Vec<u8>>, HostError>;
+    /// The kernel's host name, as read (`/proc/sys/kernel/hostname`).
+    fn kernel_hostname(&self) -> io::Result<String>;
+    /// Whether `ip` is an address of this machine.
+    fn is_local_address(&self, ip: IpAddr) -> bool;
+    /// Runs `program` with `args` (no shell, no stdin) for at most `timeout`; on failure what it
+    /// printed (the end of each stream) and how it ended.
+    fn run_program(
+        &self,
+        program: &str,
+        args: &[String],
+        timeout: Duration,
+    ) -> impl Future<Output = Result<(), ProgramOutput>> + Send;
+
+    /// Whether kubelet answers `200` on its health endpoint ([`KUBELET_HEALTHZ`]) within
+    /// `timeout`; else why not.
+    fn kubelet_health(&self, timeout: Duration) -> impl Future<Output = Result<(), String>> + Send;
+    /// Whether containerd answers (`ctr version`) within `timeout`; else why not.
+    fn containerd_health(
+        &self,
+        timeout: Duration,
+    ) -> impl Future<Output = Result<(), String>> + Send;
 
     /// `containerd config default`.
     fn containerd_default_config(&self) -> impl Future<Output = Result<String, HostError>> + Send;
@@ -153,8 +180,10 @@ pub const KUBELET_HEALTHZ: &str = "127.0.0.1:10248";
 pub const KUBELET_UNIT: &str = "kubelet.service";
 /// containerd's unit.
 pub const CONTAINERD_UNIT: &str = "containerd.service";
-/// How long one health probe of kubelet may take.
-const KUBELET_HEALTHZ_TIMEOUT: Duration = Duration::from_secs(5);
+/// The most bytes of a system file read ([`Host::read_system_file`]).
+pub const MAX_SYSTEM_FILE_BYTES: u64 = 64 * 1024;
+/// Where the kernel tells its host name.
+const KERNEL_HOSTNAME: &str = "/proc/sys/kernel/hostname";
 
 /// One `GET /healthz` to `address` over plain HTTP/1.1: `Ok` on status 200, else why not
 /// (connection, status or timeout). A small request by hand rather than an HTTP client: it
@@ -513,10 +542,43 @@ impl Host for SystemHost {
             .await
     }
 
-    async fn kubelet_healthy(&self) -> bool {
-        http_healthz(KUBELET_HEALTHZ, KUBELET_HEALTHZ_TIMEOUT)
-            .await
-            .is_ok()
+    fn read_system_file(&self, path: &Path) -> Result<Option<Vec<u8>>, HostError> {
+        Ok(safe_fs::read_following_links_if_present(
+            path,
+            MAX_SYSTEM_FILE_BYTES,
+        )?)
+    }
+
+    fn kernel_hostname(&self) -> io::Result<String> {
+        std::fs::read_to_string(KERNEL_HOSTNAME)
+    }
+
+    /// A socket can be bound to it (GNA compares it with the interfaces' addresses; binding
+    /// asks the kernel the same question).
+    fn is_local_address(&self, ip: IpAddr) -> bool {
+        std::net::UdpSocket::bind((ip, 0)).is_ok()
+    }
+
+    async fn run_program(
+        &self,
+        program: &str,
+        args: &[String],
+        timeout: Duration,
+    ) -> Result<(), ProgramOutput> {
+        crate::agent::ports::program::run(program, args, timeout).await
+    }
+
+    async fn kubelet_health(&self, timeout: Duration) -> Result<(), String> {
+        http_healthz(KUBELET_HEALTHZ, timeout).await
+    }
+
+    async fn containerd_health(&self, timeout: Duration) -> Result<(), String> {
+        let args = ["--address", self.containerd_address.as_str(), "version"];
+        match tokio::time::timeout(timeout, run_command("ctr", &args)).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(error)) => Err(crate::error_chain::printable(&error)),
+            Err(_) => Err(format!("no answer within {timeout:?}")),
+        }
     }
 
     async fn containerd_default_config(&self) -> Result<String, HostError> {
@@ -578,6 +640,37 @@ mod tests {
     use std::path::PathBuf;
 
     use super::*;
+
+    #[tokio::test]
+    async fn the_health_probe_tells_200_from_anything_else() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap().to_string();
+        tokio::spawn(async move {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let mut answers = [
+                &b"HTTP/1.1 200 OK\r\n\r\nok"[..],
+                b"HTTP/1.1 500 Oops\r\n\r\n",
+            ]
+            .into_iter();
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let mut buffer = [0u8; 256];
+                let _ = stream.read(&mut buffer).await;
+                let _ = stream.write_all(answers.next().unwrap_or_default()).await;
+            }
+        });
+        let timeout = Duration::from_secs(5);
+        assert_eq!(http_healthz(&address, timeout).await, Ok(()));
+        assert_eq!(
+            http_healthz(&address, timeout).await,
+            Err("status 500".into())
+        );
+        // Nothing listens.
+        let closed = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().to_string()
+        };
+        assert!(http_healthz(&closed, timeout).await.is_err());
+    }
 
     /// An "image" folder and a folder of the "node" beside it, both free of links (like the
     /// agent's own mount folder).

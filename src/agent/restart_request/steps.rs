@@ -9,7 +9,6 @@
 //! Removing the annotation first means a request is acted on at most once: a restart that
 //! takes the node or the agent down does not find the annotation again afterwards.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use kube::api::{Api, Patch, PatchParams};
@@ -18,10 +17,10 @@ use tracing::{info, warn};
 
 use super::rules::{self, ANNOTATION_RESTART_SERVICES, RestartRequest};
 use crate::agent::health::unit_events;
-use crate::agent::metrics::Metrics;
 use crate::agent::pipeline::apply::FailedJob;
 use crate::agent::pipeline::journal::CommandEntry;
-use crate::agent::ports::cluster::{self, NodeEvents, NodeMeta};
+use crate::agent::ports::Ports;
+use crate::agent::ports::cluster::{self, NodeMeta};
 use crate::agent::ports::host::Host;
 use crate::api::operatingsystemconfig::UnitCommand;
 use crate::error_chain::printable as error_chain;
@@ -37,14 +36,8 @@ const REMOVAL_ATTEMPTS: usize = 3;
 /// What the agent needs to honour a request; owned, as the restarts run on a task of their
 /// own.
 pub struct Restarter<H> {
-    /// The node.
-    pub host: Arc<H>,
-    /// API client (the Node's annotation).
-    pub client: kube::Client,
-    /// Events on the Node.
-    pub events: NodeEvents,
-    /// Error counters.
-    pub metrics: Metrics,
+    /// The agent's ports (the Node's annotation, events, unit jobs).
+    pub ports: Ports<H>,
     /// The agent's own unit.
     pub own_unit: String,
 }
@@ -77,7 +70,8 @@ pub async fn honour<H: Host + 'static>(
     if batch.busy() {
         return Ok(Some(BUSY_RECHECK));
     }
-    let Some((node, request)) = take_request(&restarter.client, name, &restarter.own_unit).await?
+    let Some((node, request)) =
+        take_request(&restarter.ports.client, name, &restarter.own_unit).await?
     else {
         return Ok(None);
     };
@@ -94,8 +88,8 @@ pub async fn honour<H: Host + 'static>(
     for note in rules::refusal_notes(&request) {
         warn!(%note, "restart request: names refused");
         restarter
-            .events
-            .report(&restarter.metrics, &node, true, REASON_REFUSED, note)
+            .ports
+            .event(&node, true, REASON_REFUSED, note)
             .await;
     }
     if !request.units.is_empty() || request.own_unit {
@@ -149,14 +143,8 @@ async fn run<H: Host>(restarter: Restarter<H>, node: NodeMeta, request: RestartR
     let (done, failed) = restart_all(&restarter, &request.units).await;
     for event in unit_events::aggregate(&done, &failed) {
         restarter
-            .events
-            .report(
-                &restarter.metrics,
-                &node,
-                event.warning,
-                event.reason,
-                event.note,
-            )
+            .ports
+            .event(&node, event.warning, event.reason, event.note)
             .await;
     }
     if request.own_unit {
@@ -165,6 +153,7 @@ async fn run<H: Host>(restarter: Restarter<H>, node: NodeMeta, request: RestartR
             "restarting the agent's own unit, as requested"
         );
         if let Err(error) = restarter
+            .ports
             .host
             .unit_job(&restarter.own_unit, UnitCommand::Restart)
             .await
@@ -181,7 +170,11 @@ async fn restart_all<H: Host>(
     units: &[String],
 ) -> (Vec<CommandEntry>, Vec<FailedJob>) {
     let jobs = units.iter().map(|unit| async move {
-        let result = restarter.host.unit_job(unit, UnitCommand::Restart).await;
+        let result = restarter
+            .ports
+            .host
+            .unit_job(unit, UnitCommand::Restart)
+            .await;
         (unit, result)
     });
     let (mut done, mut failed) = (Vec::new(), Vec::new());
@@ -192,7 +185,7 @@ async fn restart_all<H: Host>(
                 command: UnitCommand::Restart,
             }),
             Err(error) => {
-                restarter.metrics.error("restart-request", "unit-job");
+                restarter.ports.metrics.error("restart-request", "unit-job");
                 warn!(%unit, error = %error_chain(&error), "restarting a requested unit failed");
                 failed.push(FailedJob {
                     unit: unit.clone(),

@@ -20,24 +20,7 @@ use crate::agent::ports::cluster;
 use crate::agent::rollout::slots::{self, Choice};
 use crate::error_chain::printable as error_chain;
 
-/// What a waiting agent waits for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Awaited {
-    /// The serial lock (slot 0; serial reconciliation).
-    SerialLock,
-    /// One of this many rollout slots (the disruptive rollout).
-    Slots(u32),
-}
-
-impl Awaited {
-    /// How many slots may be taken.
-    pub fn slots(self) -> u32 {
-        match self {
-            Awaited::SerialLock => 1,
-            Awaited::Slots(slots) => slots,
-        }
-    }
-}
+pub use crate::agent::rollout::slots::Awaited;
 
 /// The watch of one lock; dropping it ends the watch.
 pub struct LockWatch {
@@ -71,11 +54,11 @@ impl LockWatch {
         };
         let task = {
             let (free, identity, lease) = (free.clone(), identity.to_string(), lease.to_string());
-            let slots = awaited.slots();
             tokio::spawn(async move {
                 let mut updates = std::pin::pin!(cluster::latest(updates, on_error));
                 while let Some(update) = updates.next().await {
-                    let choice = slots::choose(update.as_ref(), &identity, slots, Timestamp::now());
+                    let choice =
+                        slots::choose(update.as_ref(), &identity, awaited, Timestamp::now());
                     if let Choice::Take(slot) = choice {
                         debug!(%lease, slot, "a slot of the lock is free");
                         free.notify_one();

@@ -176,19 +176,43 @@ pub enum Choice {
     },
 }
 
-/// The slot `identity` takes: the one it holds, wherever it is (so an agent never holds two,
-/// and a restarted one finds its own first, also beyond a budget that shrank), else the
-/// first of `0..slots` that is free or expired, else wait. Pure.
-pub fn choose(lease: Option<&Lease>, identity: &str, slots: u32, now: Timestamp) -> Choice {
+/// What an agent takes, or waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Awaited {
+    /// The serial lock (slot 0; serial reconciliation).
+    SerialLock,
+    /// One of this many rollout slots (the disruptive rollout).
+    Slots(u32),
+}
+
+impl Awaited {
+    /// How many slots may be taken.
+    pub fn slots(self) -> u32 {
+        match self {
+            Awaited::SerialLock => 1,
+            Awaited::Slots(slots) => slots,
+        }
+    }
+}
+
+/// The slot `identity` takes for `awaited`: a rollout slot it holds, wherever it is (so an
+/// agent never holds two, and a restarted one finds its own first, also beyond a budget that
+/// shrank), else the first of the awaited slots that is free or expired, else wait. The serial
+/// lock is slot 0 only: a rollout slot the agent still holds (its pool went from the rollout to
+/// serial reconciliation) does not stand for it, and is cleared when slot 0 is taken
+/// ([`taken`]). Pure.
+pub fn choose(lease: Option<&Lease>, identity: &str, awaited: Awaited, now: Timestamp) -> Choice {
     let Some(lease) = lease else {
         return Choice::Take(0);
     };
-    if let Some(own) = own_slot(lease, identity) {
+    let own =
+        own_slot(lease, identity).filter(|own| *own == 0 || matches!(awaited, Awaited::Slots(_)));
+    if let Some(own) = own {
         return Choice::Take(own);
     }
     let mut holders = Vec::new();
     let mut retry = POLL_INTERVAL;
-    for index in 0..bounded(slots) {
+    for index in 0..bounded(awaited.slots()) {
         match decide(&slot(lease, index), identity, now) {
             Decision::Take => return Choice::Take(index),
             Decision::Wait { holder, retry_in } => {
@@ -370,7 +394,7 @@ impl SerialLock {
 
     /// Takes the serial lock for `secret` (slot 0 of the Lease named like it).
     pub async fn acquire(&mut self, secret: &Secret) -> Result<Acquired, kube::Error> {
-        self.acquire_slot(secret, 1).await
+        self.take(secret, Awaited::SerialLock).await
     }
 
     /// Takes one of the first `slots` slots of `secret`'s Lease, or renews the one this agent
@@ -383,12 +407,19 @@ impl SerialLock {
         secret: &Secret,
         slots: u32,
     ) -> Result<Acquired, kube::Error> {
+        self.take(secret, Awaited::Slots(slots)).await
+    }
+
+    /// [`SerialLock::acquire`] and [`SerialLock::acquire_slot`]. What this agent holds is known
+    /// after each call: a slot it wrote, none (all held by others), or unknown (a write that
+    /// kept conflicting or failed: the next release reads the Lease again).
+    async fn take(&mut self, secret: &Secret, awaited: Awaited) -> Result<Acquired, kube::Error> {
         let api = self.api();
         let name = secret.name_any();
         self.looked = true;
         for _ in 0..MAX_WRITES {
             let lease = api.get_opt(&name).await?;
-            let index = match choose(lease.as_ref(), &self.identity, slots, Timestamp::now()) {
+            let index = match choose(lease.as_ref(), &self.identity, awaited, Timestamp::now()) {
                 Choice::Take(index) => index,
                 Choice::Wait { holders, retry_in } => {
                     self.held = None;
@@ -421,14 +452,25 @@ impl SerialLock {
                 Err(error) if is_conflict(&error) => {
                     tracing::debug!(lease = %name, slot = index, "another node wrote the lock first; reading it again");
                 }
-                Err(error) => return Err(error),
+                Err(error) => {
+                    self.forget();
+                    return Err(error);
+                }
             }
         }
-        self.held = None;
+        self.forget();
         Ok(Acquired::Busy {
             holder: String::new(),
             retry_in: CONFLICT_RETRY,
         })
+    }
+
+    /// What this agent holds is not known: a slot it held may still be written as its own
+    /// (a renewal that kept conflicting, a write whose answer was lost), so the next release
+    /// reads the Lease instead of taking "none" for granted.
+    fn forget(&mut self) {
+        self.held = None;
+        self.looked = false;
     }
 
     /// Releases whichever slot of the Lease `lock` this agent holds ([`released`]); a no-op
@@ -667,22 +709,34 @@ mod tests {
         );
         assert_eq!(slot(&lease, 1), Slot::default());
         let now = at("2025-01-01T00:10:00Z");
-        assert_eq!(choose(Some(&lease), "a", 2, now), Choice::Take(0));
+        assert_eq!(
+            choose(Some(&lease), "a", Awaited::Slots(2), now),
+            Choice::Take(0)
+        );
         let lease = taken(Some(lease), &secret(), NAME, 0, "b", now);
-        assert_eq!(choose(Some(&lease), "a", 2, now), Choice::Take(1));
+        assert_eq!(
+            choose(Some(&lease), "a", Awaited::Slots(2), now),
+            Choice::Take(1)
+        );
     }
 
     #[test]
     fn the_own_slot_wins_then_the_first_free_or_expired_one_else_the_soonest_expiry() {
         let now = at("2025-01-01T00:10:00Z");
         let recent = "2025-01-01T00:09:00Z";
-        assert_eq!(choose(None, "a", 3, now), Choice::Take(0));
-        assert_eq!(choose(Some(&lease(&[])), "a", 3, now), Choice::Take(0));
+        assert_eq!(choose(None, "a", Awaited::Slots(3), now), Choice::Take(0));
+        assert_eq!(
+            choose(Some(&lease(&[])), "a", Awaited::Slots(3), now),
+            Choice::Take(0)
+        );
         let b0 = lease(&[(0, "b", recent)]);
-        assert_eq!(choose(Some(&b0), "a", 3, now), Choice::Take(1));
+        assert_eq!(
+            choose(Some(&b0), "a", Awaited::Slots(3), now),
+            Choice::Take(1)
+        );
         // Budget 1 (serial mode): slot 0 only.
         assert_eq!(
-            choose(Some(&b0), "a", 1, now),
+            choose(Some(&b0), "a", Awaited::Slots(1), now),
             Choice::Wait {
                 holders: vec!["b".into()],
                 retry_in: POLL_INTERVAL
@@ -690,15 +744,37 @@ mod tests {
         );
         // A gap left by a release is filled first.
         let gap = lease(&[(0, "b", recent), (2, "c", recent)]);
-        assert_eq!(choose(Some(&gap), "a", 3, now), Choice::Take(1));
+        assert_eq!(
+            choose(Some(&gap), "a", Awaited::Slots(3), now),
+            Choice::Take(1)
+        );
         // Our own slot, even with an earlier one free, and even beyond today's budget.
         let own = lease(&[(2, "a", recent)]);
-        assert_eq!(choose(Some(&own), "a", 3, now), Choice::Take(2));
-        assert_eq!(choose(Some(&own), "a", 1, now), Choice::Take(2));
+        assert_eq!(
+            choose(Some(&own), "a", Awaited::Slots(3), now),
+            Choice::Take(2)
+        );
+        assert_eq!(
+            choose(Some(&own), "a", Awaited::Slots(1), now),
+            Choice::Take(2)
+        );
+        // The serial lock is slot 0 only: a rollout slot held from before does not stand for
+        // it (and taking slot 0 clears it).
+        assert_eq!(
+            choose(Some(&own), "a", Awaited::SerialLock, now),
+            Choice::Take(0)
+        );
+        let serial_busy = lease(&[(0, "b", recent), (2, "a", recent)]);
+        assert!(matches!(
+            choose(Some(&serial_busy), "a", Awaited::SerialLock, now),
+            Choice::Wait { .. }
+        ));
+        let taken_serially = taken(Some(own.clone()), &Secret::default(), "l", 0, "a", now);
+        assert_eq!(holders(&taken_serially), [(0, "a".to_string())]);
         // All held: the holders, and the soonest expiry if within the poll interval.
         let full = lease(&[(0, "b", recent), (1, "c", "2025-01-01T00:00:03Z")]);
         assert_eq!(
-            choose(Some(&full), "a", 2, now),
+            choose(Some(&full), "a", Awaited::Slots(2), now),
             Choice::Wait {
                 holders: vec!["b".into(), "c".into()],
                 retry_in: Duration::from_secs(3)
@@ -706,7 +782,10 @@ mod tests {
         );
         // An expired slot is taken over.
         let stale = lease(&[(0, "b", recent), (1, "c", "2025-01-01T00:00:00Z")]);
-        assert_eq!(choose(Some(&stale), "a", 2, now), Choice::Take(1));
+        assert_eq!(
+            choose(Some(&stale), "a", Awaited::Slots(2), now),
+            Choice::Take(1)
+        );
         // However large the budget asked for, at most the cap.
         let crowded: Vec<(u32, String)> = (0..MAX_ROLLOUT_BUDGET)
             .map(|i| (i, format!("h{i}")))
@@ -718,7 +797,7 @@ mod tests {
                 .collect::<Vec<_>>(),
         );
         assert!(matches!(
-            choose(Some(&crowded), "a", u32::MAX, now),
+            choose(Some(&crowded), "a", Awaited::Slots(u32::MAX), now),
             Choice::Wait { holders, .. } if holders.len() == 32
         ));
     }

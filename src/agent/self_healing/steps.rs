@@ -13,30 +13,16 @@ use tracing::{info, warn};
 use super::addresses::{self, AddressCheck};
 use super::rules::{self, Component, ReadinessToggles, Tracker, Verdict};
 use crate::agent::health::unit_events;
-use crate::agent::metrics::Metrics;
 use crate::agent::pipeline::apply::FailedJob;
 use crate::agent::pipeline::journal::CommandEntry;
-use crate::agent::ports::cluster::{NodeEvents, NodeMeta};
-use crate::agent::ports::host::{self, Host};
+use crate::agent::ports::Ports;
+use crate::agent::ports::cluster::NodeMeta;
+use crate::agent::ports::host::Host;
 use crate::api::operatingsystemconfig::UnitCommand;
 use crate::error_chain::printable as error_chain;
 
 /// How long one probe may take (GNA's HTTP client timeout).
 const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// What a round of checks needs from the running agent.
-pub struct Context<'a, H> {
-    /// The node.
-    pub host: &'a H,
-    /// The API client (the Node's `Ready` condition).
-    pub client: &'a kube::Client,
-    /// Events on the Node.
-    pub events: &'a NodeEvents,
-    /// Error counters.
-    pub metrics: &'a Metrics,
-    /// containerd's socket.
-    pub containerd_address: &'a str,
-}
 
 /// The trackers of both components, kept by the main loop between rounds.
 #[derive(Debug, Default)]
@@ -54,7 +40,7 @@ pub struct Trackers {
 
 /// Checks `components` once (one after the other: each probe is bounded).
 pub async fn check<H: Host>(
-    context: &Context<'_, H>,
+    ports: &Ports<H>,
     node: &NodeMeta,
     components: &[Component],
     trackers: &mut Trackers,
@@ -64,24 +50,17 @@ pub async fn check<H: Host>(
             Component::Kubelet => &mut trackers.kubelet,
             Component::Containerd => &mut trackers.containerd,
         };
-        let probe = probe(context, component).await;
+        let probe = probe(ports, component).await;
         let verdict = tracker.observe(component, probe, Instant::now());
-        act(context, node, component, verdict).await;
+        act(ports, node, component, verdict).await;
     }
     if components.contains(&Component::Kubelet)
-        && let Some(ready) = node_ready(context, node, trackers).await
+        && let Some(ready) = node_ready(ports, node, trackers).await
         && let Some(note) = trackers.readiness.observe(ready, Instant::now())
     {
         warn!(%note, "kubelet keeps falling out of Ready");
-        context
-            .events
-            .report(
-                context.metrics,
-                node,
-                true,
-                Component::Kubelet.reason(),
-                note,
-            )
+        ports
+            .event(node, true, Component::Kubelet.reason(), note)
             .await;
     }
 }
@@ -91,7 +70,7 @@ pub async fn check<H: Host>(
 /// changes rarely (kubelet reports it every few minutes when nothing changes). Each read also
 /// looks after the Node's internal IP ([`keep_internal_ip`]).
 async fn node_ready<H: Host>(
-    context: &Context<'_, H>,
+    ports: &Ports<H>,
     node: &NodeMeta,
     trackers: &mut Trackers,
 ) -> Option<bool> {
@@ -106,21 +85,21 @@ async fn node_ready<H: Host>(
     {
         return Some(*ready);
     }
-    match Api::<Node>::all(context.client.clone())
+    match Api::<Node>::all(ports.client.clone())
         .get(&node.name_any())
         .await
     {
         Ok(full) => {
             let ready = rules::node_ready(&full);
             *last = Some((full.resource_version().unwrap_or_default(), ready));
-            if !keep_internal_ip(context, node, &full, trackers).await {
+            if !keep_internal_ip(ports, node, &full, trackers).await {
                 // Not settled: read the Node again next round, whether it moved or not.
                 trackers.node_status = None;
             }
             Some(ready)
         }
         Err(error) => {
-            context.metrics.error("health-check", "api");
+            ports.metrics.error("health-check", "api");
             warn!(error = %error_chain(&error), "reading the node's Ready condition failed");
             None
         }
@@ -133,7 +112,7 @@ async fn node_ready<H: Host>(
 /// lost and not back yet. A Node that never had an address here (no IP to restore) is
 /// reported once, not at every round as GNA does: nothing can be done about it.
 async fn keep_internal_ip<H: Host>(
-    context: &Context<'_, H>,
+    ports: &Ports<H>,
     node: &NodeMeta,
     full: &Node,
     trackers: &mut Trackers,
@@ -150,22 +129,15 @@ async fn keep_internal_ip<H: Host>(
     if last.is_none() && std::mem::replace(&mut trackers.told_no_address, true) {
         return true;
     }
-    let report = |warning: bool, note: String| {
-        context.events.report(
-            context.metrics,
-            node,
-            warning,
-            Component::Kubelet.reason(),
-            note,
-        )
-    };
+    let report =
+        |warning: bool, note: String| ports.event(node, warning, Component::Kubelet.reason(), note);
     warn!(last_internal_ip = ?last, "the Node has neither an internal nor an external IP");
     report(true, addresses::lost_note(last)).await;
-    let Some(ip) = last.filter(|ip| is_local_address(*ip)) else {
+    let Some(ip) = last.filter(|ip| ports.host.is_local_address(*ip)) else {
         return last.is_none();
     };
     let patch = addresses::restore_patch(ip, &full.resource_version().unwrap_or_default());
-    let written = Api::<Node>::all(context.client.clone())
+    let written = Api::<Node>::all(ports.client.clone())
         .patch_status(
             &node.name_any(),
             &PatchParams::default(),
@@ -180,48 +152,25 @@ async fn keep_internal_ip<H: Host>(
         }
         Err(kube::Error::Api(status)) if status.code == 409 => false,
         Err(error) => {
-            context.metrics.error("health-check", "api");
+            ports.metrics.error("health-check", "api");
             let error = error_chain(&error);
             warn!(%error, "writing the Node's internal IP failed; restarting kubelet");
             report(true, addresses::restore_failed_note(&error)).await;
-            restart(context, node, Component::Kubelet).await;
+            restart(ports, node, Component::Kubelet).await;
             false
         }
     }
 }
 
-/// Whether `ip` is an address of this machine: a socket can be bound to it (GNA compares
-/// it with the interfaces' addresses; binding asks the kernel the same question).
-fn is_local_address(ip: IpAddr) -> bool {
-    std::net::UdpSocket::bind((ip, 0)).is_ok()
-}
-
-async fn probe<H: Host>(context: &Context<'_, H>, component: Component) -> Result<(), String> {
+async fn probe<H: Host>(ports: &Ports<H>, component: Component) -> Result<(), String> {
     match component {
-        Component::Kubelet => host::http_healthz(host::KUBELET_HEALTHZ, PROBE_TIMEOUT).await,
-        Component::Containerd => {
-            let args = ["--address", context.containerd_address, "version"];
-            let version = host::run_command("ctr", &args);
-            match tokio::time::timeout(PROBE_TIMEOUT, version).await {
-                Ok(Ok(_)) => Ok(()),
-                Ok(Err(error)) => Err(error_chain(&error)),
-                Err(_) => Err(format!("no answer within {PROBE_TIMEOUT:?}")),
-            }
-        }
+        Component::Kubelet => ports.host.kubelet_health(PROBE_TIMEOUT).await,
+        Component::Containerd => ports.host.containerd_health(PROBE_TIMEOUT).await,
     }
 }
 
-async fn act<H: Host>(
-    context: &Context<'_, H>,
-    node: &NodeMeta,
-    component: Component,
-    verdict: Verdict,
-) {
-    let report = |warning: bool, note: String| {
-        context
-            .events
-            .report(context.metrics, node, warning, component.reason(), note)
-    };
+async fn act<H: Host>(ports: &Ports<H>, node: &NodeMeta, component: Component, verdict: Verdict) {
+    let report = |warning: bool, note: String| ports.event(node, warning, component.reason(), note);
     match verdict {
         Verdict::Healthy | Verdict::Waiting => {}
         Verdict::Recovered(note) => {
@@ -235,15 +184,15 @@ async fn act<H: Host>(
         Verdict::Restart(note) => {
             warn!(component = component.reason(), %note, "restarting");
             report(true, note).await;
-            restart(context, node, component).await;
+            restart(ports, node, component).await;
         }
     }
 }
 
 /// Restarts the component's unit, with the `SystemDUnitRestart` event of any unit job.
-async fn restart<H: Host>(context: &Context<'_, H>, node: &NodeMeta, component: Component) {
+async fn restart<H: Host>(ports: &Ports<H>, node: &NodeMeta, component: Component) {
     let unit = component.unit();
-    let result = context.host.unit_job(unit, UnitCommand::Restart).await;
+    let result = ports.host.unit_job(unit, UnitCommand::Restart).await;
     let (done, failed) = match result {
         Ok(()) => (
             vec![CommandEntry {
@@ -253,7 +202,7 @@ async fn restart<H: Host>(context: &Context<'_, H>, node: &NodeMeta, component: 
             Vec::new(),
         ),
         Err(error) => {
-            context.metrics.error("health-check", "unit-job");
+            ports.metrics.error("health-check", "unit-job");
             (
                 Vec::new(),
                 vec![FailedJob {
@@ -265,15 +214,8 @@ async fn restart<H: Host>(context: &Context<'_, H>, node: &NodeMeta, component: 
         }
     };
     for event in unit_events::aggregate(&done, &failed) {
-        context
-            .events
-            .report(
-                context.metrics,
-                node,
-                event.warning,
-                event.reason,
-                event.note,
-            )
+        ports
+            .event(node, event.warning, event.reason, event.note)
             .await;
     }
 }

@@ -10,7 +10,7 @@
 //! rotations, some kubelet settings), so labels, annotations, taints, sizes and zones never
 //! change the hash: they are applied to the running machines instead.
 //!
-//! In-place pools add their in-place hash after the secret name ([`pool_hash_in_place`]).
+//! In-place pools add their in-place hash after the secret name ([`class_hash_in_place`]).
 //!
 //! Our provider extra data is the pool's `providerConfig` as validated by
 //! [`super::config`]: `image=<value>` when an image override is set. A changed override
@@ -32,7 +32,7 @@ pub fn provider_data(config: Option<&PoolConfig>) -> Vec<String> {
 }
 
 /// The hash of `node_agent_secret_name` and `extra` (see the module docs).
-pub fn pool_hash(node_agent_secret_name: &str, extra: &[String]) -> String {
+pub fn class_hash(node_agent_secret_name: &str, extra: &[String]) -> String {
     hash_of_hashes(
         std::iter::once(node_agent_secret_name).chain(extra.iter().map(String::as_str)),
         HASH_LENGTH,
@@ -41,10 +41,10 @@ pub fn pool_hash(node_agent_secret_name: &str, extra: &[String]) -> String {
 
 /// The class hash of an in-place pool (`WorkerPoolHashInPlace`): gardenlet keeps the
 /// node-agent secret name of such a pool constant, so the pool's in-place hash
-/// ([`super::in_place::pool_hash`]) comes right after it, then `extra`. A new Kubernetes
+/// ([`super::in_place::update_hash`]) comes right after it, then `extra`. A new Kubernetes
 /// minor, image version, rotation or node-relevant kubelet setting thus gives new classes,
 /// which is what makes machine-controller-manager start an in-place update.
-pub fn pool_hash_in_place(
+pub fn class_hash_in_place(
     node_agent_secret_name: &str,
     in_place_hash: &str,
     extra: &[String],
@@ -75,8 +75,8 @@ mod tests {
 
     #[test]
     fn same_input_same_hash() {
-        let a = pool_hash("gardener-node-agent-worker-a-77ac3", &[]);
-        let b = pool_hash("gardener-node-agent-worker-a-77ac3", &[]);
+        let a = class_hash("gardener-node-agent-worker-a-77ac3", &[]);
+        let b = class_hash("gardener-node-agent-worker-a-77ac3", &[]);
         assert_eq!(a, b);
         assert_eq!(a.len(), HASH_LENGTH);
         assert!(
@@ -90,7 +90,7 @@ mod tests {
         // Computed independently: sha256(hex(sha256("abc"))) starts with these characters.
         let inner = hex::encode(Sha256::digest(b"abc"));
         let expected = hex::encode(Sha256::digest(inner.as_bytes()));
-        assert_eq!(pool_hash("abc", &[]), expected[..HASH_LENGTH]);
+        assert_eq!(class_hash("abc", &[]), expected[..HASH_LENGTH]);
         // Two inputs: the hex digests are concatenated before the outer hash.
         let both = format!(
             "{}{}",
@@ -99,19 +99,19 @@ mod tests {
         );
         let expected = hex::encode(Sha256::digest(both.as_bytes()));
         assert_eq!(
-            pool_hash("abc", &["image=x".to_string()]),
+            class_hash("abc", &["image=x".to_string()]),
             expected[..HASH_LENGTH]
         );
     }
 
     #[test]
     fn secret_name_and_provider_data_change_the_hash() {
-        let base = pool_hash("gna-1", &[]);
-        assert_ne!(base, pool_hash("gna-2", &[]));
-        assert_ne!(base, pool_hash("gna-1", &["image=a".to_string()]));
+        let base = class_hash("gna-1", &[]);
+        assert_ne!(base, class_hash("gna-2", &[]));
+        assert_ne!(base, class_hash("gna-1", &["image=a".to_string()]));
         assert_ne!(
-            pool_hash("gna-1", &["image=a".to_string()]),
-            pool_hash("gna-1", &["image=b".to_string()])
+            class_hash("gna-1", &["image=a".to_string()]),
+            class_hash("gna-1", &["image=b".to_string()])
         );
     }
 
@@ -123,12 +123,12 @@ mod tests {
             .collect();
         let expected = hex::encode(Sha256::digest(inner.as_bytes()));
         assert_eq!(
-            pool_hash_in_place("gardener-node-agent-a", "0123456789abcdef", &[]),
+            class_hash_in_place("gardener-node-agent-a", "0123456789abcdef", &[]),
             expected[..HASH_LENGTH]
         );
         assert_ne!(
-            pool_hash_in_place("gardener-node-agent-a", "0123456789abcdef", &[]),
-            pool_hash_in_place("gardener-node-agent-a", "fedcba9876543210", &[])
+            class_hash_in_place("gardener-node-agent-a", "0123456789abcdef", &[]),
+            class_hash_in_place("gardener-node-agent-a", "fedcba9876543210", &[])
         );
     }
 

@@ -1,6 +1,6 @@
 //! In-place update pools (GEP-31), the Worker's part (pure).
 //!
-//! - [`pool_hash`]: the hash of what an in-place pool's nodes must be updated to, as
+//! - [`update_hash`]: the hash of what an in-place pool's nodes must be updated to, as
 //!   Gardener's `CalculateWorkerPoolHashForInPlaceUpdate` (`pkg/utils/gardener`, called by the
 //!   generic actuator's `updateWorkerStatusInPlaceUpdateWorkerPoolHash`): Kubernetes
 //!   major.minor, machine image version, the pool's last initiation time of the certificate
@@ -10,6 +10,7 @@
 //!   each part is SHA-256 hex, the concatenation is hashed again and cut to 16 characters.
 //!   gardenlet computes the same value from the Shoot and compares it with ours
 //!   (`SetInPlaceUpdatePendingWorkers`), so the construction is followed byte for byte.
+//! - [`class_hash`]: which machine-class hash a pool gets ([`super::hash`]), in-place or not.
 //! - [`status_map`]: `status.inPlaceUpdates.workerPoolToHashMap` as
 //!   `updateWorkerStatusInPlaceUpdateWorkerPoolHash` writes it: every in-place pool with its
 //!   hash, except `ManualInPlaceUpdate` pools with a deployment whose machines are not all
@@ -177,8 +178,28 @@ fn kubelet_data(pool: &str, kubelet: Option<&Value>) -> Result<Vec<String>, InPl
     Ok(data)
 }
 
+/// The machine-class hash of `pool` ([`super::hash`]): an in-place pool's has its
+/// [`update_hash`] right after the node-agent secret name ([`super::hash::class_hash_in_place`]),
+/// any other pool's is [`super::hash::class_hash`].
+pub fn class_hash(
+    pool: &WorkerPool,
+    node_agent_secret_name: &str,
+    extra: &[String],
+    credentials: Option<&ShootCredentialsView>,
+) -> Result<String, InPlaceHashError> {
+    if !is_in_place(pool.update_strategy) {
+        return Ok(super::hash::class_hash(node_agent_secret_name, extra));
+    }
+    let update = update_hash(pool, credentials)?;
+    Ok(super::hash::class_hash_in_place(
+        node_agent_secret_name,
+        &update,
+        extra,
+    ))
+}
+
 /// The in-place hash of `pool` (see the module docs).
-pub fn pool_hash(
+pub fn update_hash(
     pool: &WorkerPool,
     credentials: Option<&ShootCredentialsView>,
 ) -> Result<String, InPlaceHashError> {
@@ -347,7 +368,7 @@ mod tests {
     fn the_hash_matches_gardeners_for_the_same_inputs() {
         // Gardener's own test vectors (generic actuator tests): no image, no kubelet
         // config, no rotations.
-        let hash = |v| pool_hash(&pool(v, "AutoInPlaceUpdate"), None).unwrap();
+        let hash = |v| update_hash(&pool(v, "AutoInPlaceUpdate"), None).unwrap();
         assert_eq!(hash("1.32.0"), "89e7871a154fd3d0");
         assert_eq!(hash("1.31.0"), "04863233bf6b9bb0");
         assert_eq!(hash("1.33.0"), "e1d8805194ff0b5e");
@@ -359,22 +380,22 @@ mod tests {
     #[test]
     fn image_kubelet_and_rotations_change_the_hash() {
         let base = pool("1.32.0", "AutoInPlaceUpdate");
-        let plain = pool_hash(&base, None).unwrap();
+        let plain = update_hash(&base, None).unwrap();
         let mut image = base.clone();
         image.machine_image =
             serde_json::from_value(json!({"name": "debian", "version": "1.1"})).unwrap();
-        assert_ne!(pool_hash(&image, None).unwrap(), plain);
+        assert_ne!(update_hash(&image, None).unwrap(), plain);
         let mut kubelet = base.clone();
         kubelet.kubelet_config = Some(json!({"cpuManagerPolicy": "static"}));
-        assert_ne!(pool_hash(&kubelet, None).unwrap(), plain);
+        assert_ne!(update_hash(&kubelet, None).unwrap(), plain);
         // Settings that need no node update do not count.
         kubelet.kubelet_config = Some(json!({"maxPods": 50}));
-        assert_eq!(pool_hash(&kubelet, None).unwrap(), plain);
+        assert_eq!(update_hash(&kubelet, None).unwrap(), plain);
         let credentials: ShootCredentialsView = serde_json::from_value(json!({"rotation": {
             "certificateAuthorities": {"lastInitiationTime": "2026-01-02T03:04:05Z"}
         }}))
         .unwrap();
-        let rotated = pool_hash(&base, Some(&credentials)).unwrap();
+        let rotated = update_hash(&base, Some(&credentials)).unwrap();
         assert_ne!(rotated, plain);
         // A pending rollout of the pool carries its own time.
         let pending: ShootCredentialsView = serde_json::from_value(json!({"rotation": {
@@ -384,7 +405,7 @@ mod tests {
             }
         }}))
         .unwrap();
-        assert_ne!(pool_hash(&base, Some(&pending)).unwrap(), rotated);
+        assert_ne!(update_hash(&base, Some(&pending)).unwrap(), rotated);
     }
 
     #[test]
@@ -411,7 +432,7 @@ mod tests {
             Err(InPlaceHashError::Quantity { .. })
         ));
         assert_eq!(
-            pool_hash(&pool("", "AutoInPlaceUpdate"), None),
+            update_hash(&pool("", "AutoInPlaceUpdate"), None),
             Err(InPlaceHashError::KubernetesVersion {
                 pool: "pool1".into(),
                 version: String::new()

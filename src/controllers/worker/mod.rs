@@ -29,14 +29,14 @@
 //!
 //! | Here | Upstream |
 //! |---|---|
-//! | [`hash::pool_hash`] | `WorkerPoolHashV2` (`worker/machines.go`) |
+//! | [`hash::class_hash`] | `WorkerPoolHashV2` (`worker/machines.go`) |
 //! | [`replicas::decide`] | `deployMachineDeployments` (replica rules) |
 //! | [`reconcile`]: classes, deployments, status | `Reconcile`, `DeployMachineClasses`, `deployMachineDeployments`, `updateWorkerStatusMachineDeployments` |
 //! | [`availability::evaluate`] (incl. preserved failed machines, `ManualInPlaceUpdate`) | `waitUntilWantedMachineDeploymentsAvailable` |
 //! | [`poll`]: polls list only, status/replicas written on change | the 5-second `retry.UntilTimeout` loop of that wait, which only lists |
 //! | [`leftovers::unwanted_deployments`] | `waitUntilUnwantedMachineDeploymentsDeleted` |
 //! | [`leftovers::stuck_controller`] | `isMachineControllerStuck` (`actuator.go`) |
-//! | [`in_place::pool_hash`] | `CalculateWorkerPoolHashForInPlaceUpdate` (`pkg/utils/gardener`) |
+//! | [`in_place::update_hash`] | `CalculateWorkerPoolHashForInPlaceUpdate` (`pkg/utils/gardener`) |
 //! | [`in_place::status_map`] | `updateWorkerStatusInPlaceUpdateWorkerPoolHash` |
 //! | [`machine_watch`] | the Machine watch with `MachineConditionChangedPredicate` (`worker/controller.go`) |
 //! | [`delete`] | `Delete` (`actuator_delete.go`), `waitUntilCredentialsSecretAcquiredOrReleased`, `WaitUntilMachineResourcesDeleted` (`pkg/utils/gardener`) |

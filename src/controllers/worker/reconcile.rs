@@ -513,7 +513,7 @@ async fn write_in_place_status(
     let mut hashes = Vec::with_capacity(pools.len());
     for pool in pools {
         let hash = if in_place::is_in_place(pool.update_strategy) {
-            Some(in_place::pool_hash(pool, credentials).map_err(Error::InPlaceHash)?)
+            Some(in_place::update_hash(pool, credentials).map_err(Error::InPlaceHash)?)
         } else {
             None
         };

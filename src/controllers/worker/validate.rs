@@ -113,7 +113,7 @@ pub struct PoolInputs {
     pub pool: WorkerPool,
     /// Its validated `providerConfig`.
     pub config: Option<PoolConfig>,
-    /// The pool hash ([`hash::pool_hash`]).
+    /// The pool hash ([`hash::class_hash`]).
     pub hash: String,
     /// The machine image.
     pub image: MachineImage,
@@ -425,12 +425,7 @@ fn validate_pool(
     };
     let boot_image = boot_image(pool, &image, config.as_ref(), context)?;
     let extra = hash::provider_data(config.as_ref());
-    let hash = if in_place::is_in_place(pool.update_strategy) {
-        let in_place_hash = in_place::pool_hash(pool, context.credentials)?;
-        hash::pool_hash_in_place(node_agent_secret_name, &in_place_hash, &extra)
-    } else {
-        hash::pool_hash(node_agent_secret_name, &extra)
-    };
+    let hash = in_place::class_hash(pool, node_agent_secret_name, &extra, context.credentials)?;
     let count = zones.len();
     let mut deployments = Vec::with_capacity(count);
     for (index, zone) in zones.into_iter().enumerate() {

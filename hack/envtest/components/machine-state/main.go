@@ -65,7 +65,9 @@ import (
 
 const usage = `usage:
   machine-state record  --kubeconfig FILE --namespace NS [--worker-namespace NS] [--worker NAME]
-  machine-state restore --kubeconfig FILE --namespace NS --state-file FILE [--from-shoot-state] --deployment NAME=CLASS...
+                        [--shoot-name NAME] [--shoot-namespace NS]
+  machine-state restore --kubeconfig FILE --namespace NS --state-file FILE [--from-shoot-state]
+                        [--worker NAME] [--pool POOL] --deployment NAME=CLASS...
   machine-state decode  --state-file FILE`
 
 // deployments collects repeated --deployment NAME=CLASS flags.

@@ -1,6 +1,7 @@
 use k8s_openapi::api::certificates::v1::CertificateSigningRequestCondition;
 
 use super::*;
+use crate::agent::access::kubeconfigs::{kubeconfig, kubelet_bootstrap_kubeconfig};
 
 #[test]
 fn the_machine_name_is_the_first_line_and_an_object_name() {

@@ -1,5 +1,5 @@
 //! Test support: the Go extensions the benches measure side by side with the operator
-//! ("peers"), run against the test control plane like [`super::operator::OperatorProcess`]:
+//! ("peers"), run against the test control plane like [`crate::support::operator::OperatorProcess`]:
 //! a child process in its own process group with a watchdog, so it never outlives the test
 //! binary. The binaries come from `hack/peers.sh`, which builds them from the published source
 //! archives in `../shared/peers/` and caches them outside the repository.
@@ -78,7 +78,7 @@ impl Peer {
     /// why it cannot be built (the script's last words on stderr). The script's progress goes
     /// to this process's stderr as well.
     pub fn build(self) -> Result<PathBuf, String> {
-        let script = super::repo_root().join("hack/peers.sh");
+        let script = crate::support::repo_root().join("hack/peers.sh");
         let output = Command::new("bash")
             .arg(&script)
             .arg(self.name())
@@ -266,7 +266,7 @@ impl PeerProcess {
             .process_group(0)
             .spawn()
             .unwrap_or_else(|e| panic!("{} starts: {e}", binary.display()));
-        let watchdog = super::spawn_child_watchdog(child.id());
+        let watchdog = crate::support::spawn_child_watchdog(child.id());
         PeerProcess {
             child,
             watchdog,
@@ -326,17 +326,17 @@ impl PeerProcess {
 
     /// CPU time (user + system) it has used so far, in seconds.
     pub fn cpu_seconds(&self) -> Option<f64> {
-        super::process::cpu_seconds(self.child.id())
+        crate::support::process::cpu_seconds(self.child.id())
     }
 
     /// Current resident set size (VmRSS) in KiB.
     pub fn rss_kib(&self) -> Option<u64> {
-        super::process::rss_kib(self.child.id())
+        crate::support::process::rss_kib(self.child.id())
     }
 
     /// Peak resident set size (VmHWM) in KiB.
     pub fn peak_rss_kib(&self) -> Option<u64> {
-        super::process::peak_rss_kib(self.child.id())
+        crate::support::process::peak_rss_kib(self.child.id())
     }
 
     /// SIGKILLs the peer and waits for it.

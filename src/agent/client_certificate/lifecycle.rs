@@ -14,6 +14,7 @@ use tracing::{info, warn};
 use super::rules;
 use super::steps::{self, CertificateError, unix_now};
 use crate::agent::access::credentials::{self, CredentialsError, Source};
+use crate::agent::access::kubeconfigs;
 use crate::agent::access::switching_client::Credentials;
 use crate::agent::metrics::Metrics;
 use crate::agent::ports::cluster::{NodeEvents, NodeMeta};
@@ -86,7 +87,7 @@ async fn bootstrap_once(
     let issued = steps::request(&client, &machine, REQUEST_TIMEOUT).await?;
     let server = credentials::server(config, "credentials/bootstrap-token")?;
     let ca = credentials::ca_source(config, paths, |path| path.exists());
-    let kubeconfig = rules::kubeconfig(server, &ca, &issued.cert_pem, &issued.key_pem);
+    let kubeconfig = kubeconfigs::kubeconfig(server, &ca, &issued.cert_pem, &issued.key_pem);
     usable(&kubeconfig, &paths.kubeconfig(), paths).await?;
     steps::write_kubeconfig(&paths.kubeconfig(), &kubeconfig)?;
     info!(
@@ -115,7 +116,7 @@ pub fn kubelet(config: &NodeAgentConfiguration, paths: &Paths, kubelet_dir: &Pat
         let server = credentials::server(config, "kubelet's bootstrap kubeconfig")?;
         let ca = credentials::ca_source(config, paths, |path| path.exists());
         let token = credentials::read_token(&token)?;
-        let kubeconfig = rules::kubelet_bootstrap_kubeconfig(server, &ca, &token);
+        let kubeconfig = kubeconfigs::kubelet_bootstrap_kubeconfig(server, &ca, &token);
         let path = steps::kubelet_bootstrap_path(kubelet_dir);
         steps::write_kubeconfig(&path, &kubeconfig)?;
         Ok(path)

@@ -1,11 +1,11 @@
 //! The disruptive rollout's I/O around one apply (`docs/agent.md#disruptive-rollout`): the
-//! decisions are [`rules`]', the slot Leases [`SerialLock`]'s; a [`Flow`] reads and writes
+//! decisions are [`rules`]', the slots of the one Lease [`SerialLock`]'s; a [`Rollout`] reads and writes
 //! the state file, the Node's condition and events, and asks the API server and kubelet how
 //! the node is.
 //!
-//! Where it sits in the agent's reconcile: [`Flow::gate`] runs first (a hold or a stop of the
-//! secret's checksum is handled there and ends the reconcile), [`Flow::take_slot`] between
-//! computing the change set and applying it, [`Flow::applied`] and [`Flow::stop`] after
+//! Where it sits in the agent's reconcile: [`Rollout::gate`] runs first (a hold or a stop of the
+//! secret's checksum is handled there and ends the reconcile), [`Rollout::take_slot`] between
+//! computing the change set and applying it, [`Rollout::applied`] and [`Rollout::stop`] after
 //! the apply.
 //!
 //! [`rules`]: crate::agent::rollout::rules
@@ -15,14 +15,13 @@ use std::sync::Mutex;
 use k8s_openapi::api::core::v1::{NodeCondition, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use kube::{Client, ResourceExt};
+use kube::ResourceExt;
 use tracing::{info, warn};
 
-use crate::agent::metrics::Metrics;
 use crate::agent::outcome::{ReconcileError, Reconciled};
-use crate::agent::ports::cluster::{self, NodeEvents, NodeMeta};
+use crate::agent::ports::Ports;
+use crate::agent::ports::cluster::{self, NodeMeta};
 use crate::agent::ports::host::Host;
-use crate::agent::ports::paths::Paths;
 use crate::agent::rollout::slots::{Acquired, SerialLock};
 use crate::agent::rollout::{
     self,
@@ -30,25 +29,21 @@ use crate::agent::rollout::{
 };
 use crate::error_chain::printable as error_chain;
 
-/// What the rollout's I/O needs from the running agent, borrowed for one reconcile.
-pub struct Flow<'a, H> {
-    /// API client (the Node, its pods, the pool's Nodes).
-    pub client: &'a Client,
-    /// The node.
-    pub host: &'a H,
-    /// Where the state file is.
-    pub paths: &'a Paths,
-    /// Error counters.
-    pub metrics: &'a Metrics,
-    /// Events on the Node.
-    pub events: &'a NodeEvents,
-    /// The slot Leases.
+/// How long one probe of kubelet's health may take while a node is watched after a
+/// disruptive change.
+const KUBELET_PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The rollout's I/O for one reconcile: the agent's ports and the rollout's own state.
+pub struct Rollout<'a, H> {
+    /// The agent's ports (the Node, its pods, the pool's Nodes; the state file; events).
+    pub ports: &'a Ports<H>,
+    /// The serial lock and the rollout's slots (one Lease).
     pub serial: &'a tokio::sync::Mutex<SerialLock>,
     /// The out-of-range budget last reported in an event (once per value in this process).
     pub reported_budget: &'a Mutex<Option<String>>,
 }
 
-/// [`Flow::take_slot`] found every slot held by another node.
+/// [`Rollout::take_slot`] found every slot held by another node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AllHeld {
     /// Until the next look at the latest.
@@ -57,7 +52,7 @@ pub struct AllHeld {
     pub slots: u32,
 }
 
-/// What [`Flow::gate`] leaves to the rest of the reconcile.
+/// What [`Rollout::gate`] leaves to the rest of the reconcile.
 pub enum Gate {
     /// The reconcile ends with this.
     Done(Reconciled),
@@ -70,17 +65,23 @@ fn unix_now() -> i64 {
     Timestamp::now().as_second()
 }
 
-impl<H: Host> Flow<'_, H> {
+impl<H: Host> Rollout<'_, H> {
     /// The persisted rollout state, if any (an unreadable file is none).
     pub fn read_state(&self) -> Option<RolloutState> {
-        let bytes = self.host.read(&self.paths.rollout_state()).ok().flatten()?;
+        let bytes = self
+            .ports
+            .host
+            .read(&self.ports.paths.rollout_state())
+            .ok()
+            .flatten()?;
         RolloutState::parse(&bytes)
     }
 
     fn write_state(&self, state: &RolloutState) -> Result<(), ReconcileError> {
-        self.host
+        self.ports
+            .host
             .write(
-                &self.paths.rollout_state(),
+                &self.ports.paths.rollout_state(),
                 &state.to_bytes(),
                 crate::agent::ports::paths::STATE_FILE_MODE,
             )
@@ -88,8 +89,9 @@ impl<H: Host> Flow<'_, H> {
     }
 
     fn clear_state(&self) -> Result<(), ReconcileError> {
-        self.host
-            .remove_file(&self.paths.rollout_state())
+        self.ports
+            .host
+            .remove_file(&self.ports.paths.rollout_state())
             .map(drop)
             .map_err(ReconcileError::RolloutState)
     }
@@ -110,7 +112,7 @@ impl<H: Host> Flow<'_, H> {
         let resume_asked = rollout::rules::resume_asked(node.metadata.annotations.as_ref());
         if resume_asked {
             cluster::remove_node_annotation(
-                self.client,
+                &self.ports.client,
                 &node_name,
                 rollout::rules::ANNOTATION_RESUME,
             )
@@ -125,9 +127,8 @@ impl<H: Host> Flow<'_, H> {
             Resume::Fresh | Resume::Continue => Ok(Gate::Go(Some(state))),
             Resume::Resumed => {
                 info!(%checksum, "disruptive rollout resumed on request");
-                self.events
-                    .report(
-                        self.metrics,
+                self.ports
+                    .event(
                         node,
                         false,
                         rollout::rules::EVENT_RESUMED,
@@ -147,7 +148,7 @@ impl<H: Host> Flow<'_, H> {
                 Ok(Gate::Go(Some(state)))
             }
             Resume::Stay => {
-                self.renew_slot(secret, policy).await?;
+                self.renew_slot(secret, node, policy).await?;
                 Ok(Gate::Done(Reconciled::Stopped))
             }
             Resume::Hold => self.hold(secret, node, policy, state).await.map(Gate::Done),
@@ -171,14 +172,8 @@ impl<H: Host> Flow<'_, H> {
         };
         let note = rollout::rules::invalid_budget_note(value);
         warn!(%note, "invalid rollout budget");
-        self.events
-            .report(
-                self.metrics,
-                node,
-                true,
-                rollout::rules::EVENT_INVALID_BUDGET,
-                note,
-            )
+        self.ports
+            .event(node, true, rollout::rules::EVENT_INVALID_BUDGET, note)
             .await;
     }
 
@@ -193,25 +188,41 @@ impl<H: Host> Flow<'_, H> {
         let Some(pool) = pool else {
             return Ok(rollout::rules::slot_count(policy.budget, None));
         };
-        let nodes = cluster::count_pool_nodes(self.client, pool, policy.budget)
+        let nodes = cluster::count_pool_nodes(&self.ports.client, pool, policy.budget)
             .await
             .map_err(|error| ReconcileError::Node(node.name_any(), error))?;
         Ok(rollout::rules::slot_count(policy.budget, Some(nodes)))
     }
 
     /// Keeps the slot of a held or stopped node from expiring: renews it when the last write
-    /// is older than [`rollout::rules::RENEW_INTERVAL`] (or unknown, after a restart).
-    async fn renew_slot(&self, secret: &Secret, policy: &Policy) -> Result<(), ReconcileError> {
-        let mut lock = self.serial.lock().await;
-        if lock.renewed_within(rollout::rules::RENEW_INTERVAL) {
+    /// is older than [`rollout::rules::RENEW_INTERVAL`] (or unknown, after a restart). A slot
+    /// lost meanwhile is replaced by a free one within the same bound as
+    /// [`Rollout::take_slot`]'s ([`Rollout::slot_count`]).
+    async fn renew_slot(
+        &self,
+        secret: &Secret,
+        node: &NodeMeta,
+        policy: &Policy,
+    ) -> Result<(), ReconcileError> {
+        if self
+            .serial
+            .lock()
+            .await
+            .renewed_within(rollout::rules::RENEW_INTERVAL)
+        {
             return Ok(());
         }
+        let slots = self.slot_count(node, policy).await?;
+        let mut lock = self.serial.lock().await;
         match lock
-            .acquire_slot(secret, policy.budget)
+            .acquire_slot(secret, slots)
             .await
             .map_err(|error| ReconcileError::SerialLock(secret.name_any(), error))?
         {
             Acquired::Held => {}
+            Acquired::Busy { holder, .. } if holder.is_empty() => {
+                warn!("renewing the slot lost every race with other nodes' writes; trying again");
+            }
             Acquired::Busy { holder, .. } => {
                 warn!(%holder, "the slot this node held was taken by another node (it expired)");
             }
@@ -249,7 +260,7 @@ impl<H: Host> Flow<'_, H> {
             return Ok(Ok(state));
         }
         let node_name = node.name_any();
-        let pods = cluster::pods_on_node(self.client, &node_name)
+        let pods = cluster::pods_on_node(&self.ports.client, &node_name)
             .await
             .map_err(|error| ReconcileError::Node(node_name.clone(), error))?;
         let state = RolloutState {
@@ -291,14 +302,8 @@ impl<H: Host> Flow<'_, H> {
         );
         self.write_state(&state.stopped(reason, message, unix_now()))?;
         self.condition(node, "False", reason, note.clone()).await;
-        self.events
-            .report(
-                self.metrics,
-                node,
-                true,
-                rollout::rules::EVENT_STOPPED,
-                note,
-            )
+        self.ports
+            .event(node, true, rollout::rules::EVENT_STOPPED, note)
             .await;
         Ok(())
     }
@@ -312,7 +317,7 @@ impl<H: Host> Flow<'_, H> {
         policy: &Policy,
         state: RolloutState,
     ) -> Result<Reconciled, ReconcileError> {
-        self.renew_slot(secret, policy).await?;
+        self.renew_slot(secret, node, policy).await?;
         let elapsed = std::time::Duration::from_secs(
             u64::try_from(unix_now().saturating_sub(state.since)).unwrap_or_default(),
         );
@@ -323,22 +328,27 @@ impl<H: Host> Flow<'_, H> {
         }
         let node_name = node.name_any();
         let checking_failed = |error: kube::Error| {
-            self.metrics.error("rollout", "api");
+            self.ports.metrics.error("rollout", "api");
             warn!(error = %error_chain(&error), "checking the node's health failed; checking again");
             Ok(Reconciled::Holding(rollout::rules::HEALTH_POLL))
         };
-        let ready = match cluster::node_condition(self.client, &node_name, "Ready").await {
+        let ready = match cluster::node_condition(&self.ports.client, &node_name, "Ready").await {
             Ok(ready) => ready,
             Err(error) => return checking_failed(error),
         };
         let mut health = rollout::rules::Health {
             node_ready: ready.is_some_and(|c| c.status == "True"),
-            kubelet_healthy: self.host.kubelet_healthy().await,
+            kubelet_healthy: self
+                .ports
+                .host
+                .kubelet_health(KUBELET_PROBE_TIMEOUT)
+                .await
+                .is_ok(),
             pods_not_ready: Vec::new(),
         };
         // `judge` looks at the pods only on a Ready node with a healthy kubelet.
         if health.node_ready && health.kubelet_healthy {
-            match cluster::pods_on_node(self.client, &node_name).await {
+            match cluster::pods_on_node(&self.ports.client, &node_name).await {
                 Ok(pods) => {
                     health.pods_not_ready =
                         rollout::rules::not_ready_again(&state.pods_ready_before, &pods)
@@ -375,14 +385,8 @@ impl<H: Host> Flow<'_, H> {
                 info!(%note, "disruptive change done");
                 self.condition(node, "True", rollout::rules::REASON_HEALTHY, note.clone())
                     .await;
-                self.events
-                    .report(
-                        self.metrics,
-                        node,
-                        false,
-                        rollout::rules::EVENT_RELEASED,
-                        note,
-                    )
+                self.ports
+                    .event(node, false, rollout::rules::EVENT_RELEASED, note)
                     .await;
                 Ok(Reconciled::UpToDate)
             }
@@ -426,9 +430,9 @@ impl<H: Host> Flow<'_, H> {
             last_transition_time: Some(now),
         };
         if let Err(error) =
-            cluster::patch_node_condition(self.client, &node.name_any(), &condition).await
+            cluster::patch_node_condition(&self.ports.client, &node.name_any(), &condition).await
         {
-            self.metrics.error("rollout", "api");
+            self.ports.metrics.error("rollout", "api");
             warn!(error = %error_chain(&error), "patching the node's rollout condition failed");
         }
     }

@@ -1,4 +1,4 @@
-//! Test support: benches that measure the operator and a Go peer ([`super::peer`]) in the same
+//! Bench support: benches that measure the operator and a Go peer ([`super::peer`]) in the same
 //! run, on the same kube-apiserver, over the same objects and phases, alternating (ours,
 //! peer, ours, peer, …) with a cleanup between runs; and the tables they write into
 //! `docs/benchmarks.md` (medians of the runs, ours beside the peer and the ratio).
@@ -18,10 +18,10 @@ use kube::{Api, Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use super::audit::{self, AuditLog, Mix};
-use super::gardener::check_ready;
-use super::operator::OperatorProcess;
 use super::peer::{Peer, PeerOptions, PeerProcess};
+use crate::support::audit::{self, AuditLog, Mix};
+use crate::support::gardener::check_ready;
+use crate::support::operator::OperatorProcess;
 
 /// Who acts in a run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,7 +70,7 @@ impl Contender {
     }
 
     fn cpu_seconds(&self) -> f64 {
-        super::process::cpu_seconds(self.pid()).unwrap_or(0.0)
+        crate::support::process::cpu_seconds(self.pid()).unwrap_or(0.0)
     }
 
     /// Waits until it reconciles: ours answers `/readyz`, the peer has started its workers.
@@ -78,7 +78,7 @@ impl Contender {
         match self {
             Contender::Ours(operator) => {
                 let operator = &*operator;
-                super::wait_for("operator ready", Duration::from_secs(60), || async {
+                crate::support::wait_for("operator ready", Duration::from_secs(60), || async {
                     match operator.http_get("/readyz").await {
                         Some((200, _)) => Ok(()),
                         other => Err(format!("{other:?}")),
@@ -151,7 +151,7 @@ pub async fn alternate<W: Workload>(
     with_peer: bool,
     mut start: impl FnMut(Side) -> Contender,
 ) -> (Vec<Run>, Vec<Run>) {
-    let mut log = AuditLog::from_end(super::audit_log_path());
+    let mut log = AuditLog::from_end(crate::support::audit_log_path());
     let mut ours = Vec::new();
     let mut peers = Vec::new();
     for round in 0..runs {
@@ -252,7 +252,7 @@ pub async fn contest<W: Workload>(
     contest: &Contest<'_>,
 ) -> Comparison {
     for side in [Side::Ours, Side::Peer] {
-        super::create_namespace(client, &heartbeat_namespace(side)).await;
+        crate::support::create_namespace(client, &heartbeat_namespace(side)).await;
     }
     let mut ours_flags: Vec<String> = contest.ours_flags.iter().map(|f| f.to_string()).collect();
     ours_flags.push(format!("--max-concurrent-reconciles={}", contest.workers));
@@ -346,8 +346,8 @@ pub async fn measure<W: Workload>(
     log.take_coded_when_quiet(|ua| contender.is_client(ua), quiet, periodic)
         .await;
     let apiserver_cpu = || {
-        super::apiserver_pid()
-            .and_then(super::process::cpu_seconds)
+        crate::support::apiserver_pid()
+            .and_then(crate::support::process::cpu_seconds)
             .unwrap_or(0.0)
     };
     let mut phases = Vec::new();
@@ -372,8 +372,8 @@ pub async fn measure<W: Workload>(
     Run {
         side: contender.side(),
         phases,
-        peak_rss_kib: super::process::peak_rss_kib(pid).unwrap_or(0),
-        rss_end_kib: super::process::rss_kib(pid).unwrap_or(0),
+        peak_rss_kib: crate::support::process::peak_rss_kib(pid).unwrap_or(0),
+        rss_end_kib: crate::support::process::rss_kib(pid).unwrap_or(0),
     }
 }
 
@@ -546,7 +546,7 @@ impl PeerFigures {
     /// The peer was not measured (`why`): the figures section `section` of
     /// `docs/benchmarks.md` keeps from the last run that measured it, if any.
     pub fn not_measured(section: &str, why: String) -> Self {
-        let kept = super::benchmarks::read_section(section).and_then(|body| {
+        let kept = crate::support::benchmarks::read_section(section).and_then(|body| {
             let start = body.find("<!-- peer-figures ")? + "<!-- peer-figures ".len();
             let end = start + body[start..].find(" -->")?;
             serde_json::from_str::<Summary>(&body[start..end]).ok()
@@ -995,7 +995,7 @@ where
     .await;
     for namespace in namespaces {
         let api: Api<K> = Api::namespaced(client.clone(), namespace);
-        super::wait_for("cleanup", Duration::from_secs(60), || async {
+        crate::support::wait_for("cleanup", Duration::from_secs(60), || async {
             let left = api
                 .list_metadata(&ListParams::default())
                 .await
