@@ -50,7 +50,7 @@ START_ADDRESS ?= 127.0.0.1:8080
 START_STATE_DIR ?= dev/local-env
 
 .PHONY: start start-clean test fmt lint generate check-generate envtest peers deps unit integration check-orphans
-.PHONY: test-resilience fuzz advisories e2e e2e-rollout e2e-health e2e-takeover e2e-machines e2e-machines-lifecycle bench-machines bench-rollout bench-node
+.PHONY: test-resilience fuzz advisories e2e-prebuild e2e e2e-rollout e2e-health e2e-takeover e2e-machines e2e-machines-lifecycle bench-machines bench-rollout bench-node
 .PHONY: bench-agent-certificate bench-scale
 
 # The fault-injection binaries; `make test` runs them at reduced counts.
@@ -138,17 +138,28 @@ test-resilience: deps
 # The node runs our binary statically linked (it also goes into the installation image).
 STATIC_TARGET := x86_64-unknown-linux-musl
 TARGET_DIR := $(abspath $(or $(CARGO_TARGET_DIR),target))
+# The static build has a target folder of its own, so it can be built while `cargo test` holds
+# the main one (`.ci/run` builds it beside the tests: e2e-prebuild).
+STATIC_TARGET_DIR := $(TARGET_DIR)/static
+STATIC_BINARY := $(STATIC_TARGET_DIR)/$(STATIC_TARGET)/debug/gardener-extension-node
 # Runs $(2) with the node components, our static binary and a test-run id starting with $(1),
 # then checks that nothing the run started is left.
 define node-run
 $(call phase,$(1)-go-builds); assets="$$(hack/envtest.sh --node)"; \
-	  $(call phase,$(1)-build); $(CARGO) build --target $(STATIC_TARGET) --bin gardener-extension-node; \
+	  $(call phase,$(1)-build); CARGO_TARGET_DIR="$(STATIC_TARGET_DIR)" $(CARGO) build --target $(STATIC_TARGET) --bin gardener-extension-node; \
 	  export GARDENER_EXTENSION_NODE_TEST_RUN="$(1)-$$$$-$$(date +%s%N)"; \
 	  $(call phase,$(1)); \
-	  ENVTEST_ASSETS="$$assets" E2E_STATIC_BINARY="$(TARGET_DIR)/$(STATIC_TARGET)/debug/gardener-extension-node" \
+	  ENVTEST_ASSETS="$$assets" E2E_STATIC_BINARY="$(STATIC_BINARY)" \
 	    $(2); \
 	  hack/check-orphans.sh "$$GARDENER_EXTENSION_NODE_TEST_RUN"
 endef
+
+# What the node runs, built ahead: the node components (containerd, runsc) and our static
+# binary. `.ci/run` runs it beside `make test` at the lowest priority, in the CPU time the tests
+# leave idle; the e2e targets then find both built.
+e2e-prebuild: deps
+	@hack/envtest.sh --node >/dev/null
+	@CARGO_TARGET_DIR="$(STATIC_TARGET_DIR)" $(CARGO) build --quiet --target $(STATIC_TARGET) --bin gardener-extension-node
 
 e2e: deps
 	@$(call node-run,e2e,$(CARGO) test --test node_e2e -- --ignored --nocapture)
