@@ -333,7 +333,6 @@ impl Landscape {
         key: &str,
         in_place: Option<&InPlace>,
     ) -> Provisioned {
-        let env = &self.env;
         let gardenlet = self.gardenlets_provision_content(pool, key).await;
         let node_osc = NodeOsc::bootstrapping(
             self.shoot.plane.server_url(),
@@ -343,24 +342,42 @@ impl Landscape {
             PAUSE_IMAGE,
         );
         let base = gardenlet.reconcile(node_osc.cri_config(), &node_osc.files(), &node_osc.units());
-        let reconcile = match in_place {
+        let created = match in_place {
             Some(in_place) => in_place.apply_to(&base),
             None => base.clone(),
         };
+        self.create_pool_oscs(&gardenlet, key, &created, base).await
+    }
+
+    /// Creates gardenlet's provision OSC and the reconcile OSC `created` of a pool and waits
+    /// for the provision OSC's user data; `reconcile` is the reconcile OSC the test keeps.
+    async fn create_pool_oscs(
+        &self,
+        gardenlet: &GardenletOsc,
+        key: &str,
+        created: &Value,
+        reconcile: Value,
+    ) -> Provisioned {
+        let env = &self.env;
         gardenlet
-            .create_oscs(&env.client, &env.namespace, &reconcile)
+            .create_oscs(&env.client, &env.namespace, created)
             .await;
         support::agent::user_data(&env.client, &env.namespace, key, STAGE_TIMEOUT).await;
         Provisioned {
             user_data_secret: format!("osc-result-{key}-init"),
-            reconcile: base,
+            reconcile,
         }
+    }
+
+    /// Where the loopback registry serves the node-agent image.
+    fn node_agent_repository(&self) -> String {
+        format!("{}/gardener/node-agent", self.registry.host())
     }
 
     /// gardenlet's provision content for `pool` (its own rendering, the node agent from the
     /// registry), with its TLS-bootstrapping RBAC installed in the shoot.
     async fn gardenlets_provision_content(&self, pool: &str, key: &str) -> GardenletOsc {
-        let repository = format!("{}/gardener/node-agent", self.registry.host());
+        let repository = self.node_agent_repository();
         let server_url = self.shoot.plane.server_url();
         let gardenlet = render(
             &self.assets,
@@ -413,10 +430,9 @@ impl Landscape {
     /// components (`support::gardenlet_osc::render_reconcile`, the pool as
     /// [`gardenlets_pool`]), fitted to the nspawn node (`support::node::fit_gardenlet_reconcile`).
     async fn provision_pool_from_gardenlet(&self, pool: &str, key: &str) -> Provisioned {
-        let env = &self.env;
         let gardenlet = self.gardenlets_provision_content(pool, key).await;
         let host = self.registry.host();
-        let node_agent = format!("{host}/gardener/node-agent");
+        let node_agent = self.node_agent_repository();
         let hyperkube = format!("{host}/{HYPERKUBE_REPOSITORY}");
         let pause = format!("{host}/{PAUSE_REPOSITORY}");
         let kubelet_tag = format!("v{KUBERNETES_VERSION}");
@@ -434,14 +450,8 @@ impl Landscape {
             },
         );
         let reconcile = fit_gardenlet_reconcile(&rendered);
-        gardenlet
-            .create_oscs(&env.client, &env.namespace, &reconcile)
-            .await;
-        support::agent::user_data(&env.client, &env.namespace, key, STAGE_TIMEOUT).await;
-        Provisioned {
-            user_data_secret: format!("osc-result-{key}-init"),
-            reconcile,
-        }
+        self.create_pool_oscs(&gardenlet, key, &reconcile, reconcile.clone())
+            .await
     }
 
     /// Writes gardenlet's changed reconcile OSC (spec and the `reconcile` operation).
@@ -760,8 +770,8 @@ async fn ready_nodes(shoot: &Client) -> Vec<String> {
 /// off, `protectKernelDefaults`, `serverTLSBootstrap`, kube reservation, eviction, the
 /// critical-components taint, cluster DNS), kubelet runs `/opt/bin/kubelet` with gardenlet's
 /// flags, every file and unit of the OSC is on the node; and on the Node: gardenlet's labels
-/// and taint (removed by the shoot GRM's real node-critical-components controller: MCM keeps a
-/// tainted machine `Pending`), allocatable =
+/// and taint (removed by the shoot GRM's real node-critical-components controller, read from
+/// GRM's log; MCM keeps a tainted machine `Pending`; the timeline shows when), allocatable =
 /// capacity − kubeReserved − evictionHard, and kubelet's serving
 /// CSR (`serverTLSBootstrap`; the test shoot signs no serving certificates, so kubelet's
 /// `configz` is not reachable and not read).
@@ -818,6 +828,9 @@ async fn machines_of_the_real_mcm_boot_join_and_leave() {
             }
         })
         .await;
+    // The sampler looks every 250 ms; the wait above has seen it for sure (the first record
+    // of a step is kept).
+    timeline.record("Node Ready");
     let worker = landscape.worker_ready(LastOperationType::Create).await;
     timeline.record("Worker Succeeded");
     sampling.abort();
@@ -985,11 +998,21 @@ fn gardenlets_kubelet_runs_on(node: &Node, reconcile: &Value, assets: &std::path
     assert_eq!(on_node["failCgroupV1"], false);
 
     // kubelet is gardenlet's binary (the hyperkube image's /kubelet) with gardenlet's flags.
-    let pid = node.machine.unit_property("kubelet.service", "MainPID");
-    let cmdline = node
-        .machine
-        .run(&["cat", &format!("/proc/{pid}/cmdline")])
-        .stdout;
+    // MainPID is 0 while kubelet restarts: ask again (for up to 30 s).
+    let mut cmdline = String::new();
+    for _ in 0..60 {
+        let pid = node.machine.unit_property("kubelet.service", "MainPID");
+        if pid != "0" {
+            cmdline = node
+                .machine
+                .run(&["cat", &format!("/proc/{pid}/cmdline")])
+                .stdout;
+            if !cmdline.is_empty() {
+                break;
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
     let argv: Vec<String> = cmdline
         .split('\0')
         .filter(|a| !a.is_empty())

@@ -26,12 +26,12 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::{PostParams, WatchEvent, WatchParams};
 use kube::{Api, Client};
-use support::agent::{client_for, limited_token_with_slots_in, put_osc};
+use support::agent::{client_for, limited_token_in, put_osc};
 
-/// A client for agent `host` that may hold `slots` slots of `secret`.
-async fn agent(env: &support::TestEnv, host: &str, secret: &str, slots: u32) -> Client {
-    let token =
-        limited_token_with_slots_in(&env.client, &env.namespace, host, &[secret], slots).await;
+/// A client for agent `host` with what the node-agent authorizer admits for the pool of
+/// `secret` (every slot is in the one Lease named like it).
+async fn agent(env: &support::TestEnv, host: &str, secret: &str) -> Client {
+    let token = limited_token_in(&env.client, &env.namespace, host, &[secret]).await;
     client_for(&render_token_kubeconfig(
         &env.server_url,
         &env.ca_pem,
@@ -49,6 +49,11 @@ async fn osc_secret(env: &support::TestEnv, suffix: &str) -> (Secret, String) {
         .await
         .unwrap();
     (secret, name)
+}
+
+/// The slots of `secret`'s Lease as agent `host` sees them.
+async fn lock(env: &support::TestEnv, host: &str, secret: &str) -> SerialLock {
+    SerialLock::new(&agent(env, host, secret).await, host)
 }
 
 fn leases(client: &Client) -> Api<Lease> {
@@ -80,9 +85,9 @@ async fn two_agents_hold_slots_of_the_one_lease_and_a_third_is_woken_by_a_releas
     let (secret, name) = osc_secret(&env, "two").await;
     let host = |n: &str| format!("{}-{n}", env.namespace);
 
-    let mut a = SerialLock::new(&agent(&env, &host("a"), &name, 2).await, &host("a"));
-    let mut b = SerialLock::new(&agent(&env, &host("b"), &name, 2).await, &host("b"));
-    let c_client = agent(&env, &host("c"), &name, 2).await;
+    let mut a = lock(&env, &host("a"), &name).await;
+    let mut b = lock(&env, &host("b"), &name).await;
+    let c_client = agent(&env, &host("c"), &name).await;
     let mut c = SerialLock::new(&c_client, &host("c"));
 
     assert_eq!(a.acquire_slot(&secret, 2).await.unwrap(), Acquired::Held);
@@ -190,7 +195,7 @@ async fn racing_agents_are_sorted_out_by_conflicts_and_never_exceed_the_budget()
     let mut locks = Vec::new();
     for n in 0..6 {
         let host = format!("{}-r{n}", env.namespace);
-        locks.push(SerialLock::new(&agent(&env, &host, &name, 2).await, &host));
+        locks.push(lock(&env, &host, &name).await);
     }
     for round in 0..3 {
         let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(locks.len()));
@@ -214,12 +219,7 @@ async fn racing_agents_are_sorted_out_by_conflicts_and_never_exceed_the_budget()
             .collect();
         let mut sorted = winners.clone();
         sorted.sort_unstable();
-        assert_eq!(
-            sorted,
-            [0, 1],
-            "round {round}: {results:?}",
-            results = winners
-        );
+        assert_eq!(sorted, [0, 1], "round {round}: slots taken {winners:?}");
         assert!(!counts.is_empty(), "round {round}: no version seen");
         assert!(
             counts.iter().all(|&n| n <= 2),
@@ -242,11 +242,11 @@ async fn an_expired_slot_is_taken_over() {
     let env = support::env().await;
     let (secret, name) = osc_secret(&env, "exp").await;
     let host = |n: &str| format!("{}-e{n}", env.namespace);
-    let mut a = SerialLock::new(&agent(&env, &host("a"), &name, 2).await, &host("a"));
+    let mut a = lock(&env, &host("a"), &name).await;
     assert_eq!(a.acquire_slot(&secret, 2).await.unwrap(), Acquired::Held);
     // The other agents' credentials first: from the slot records on, little time passes.
-    let mut b = SerialLock::new(&agent(&env, &host("b"), &name, 3).await, &host("b"));
-    let mut c = SerialLock::new(&agent(&env, &host("c"), &name, 3).await, &host("c"));
+    let mut b = lock(&env, &host("b"), &name).await;
+    let mut c = lock(&env, &host("c"), &name).await;
     // Slot 1 of a node that went away 601 s ago, and one that did not renew for 595 s.
     let api = leases(&env.client);
     let record = |holder: &str, age: i64| {
@@ -310,16 +310,16 @@ async fn gardener_node_agents_writes_of_slot_zero_keep_the_other_slots() {
     let env = support::env().await;
     let (secret, name) = osc_secret(&env, "gna").await;
     let host = |n: &str| format!("{}-g{n}", env.namespace);
-    let mut a = SerialLock::new(&agent(&env, &host("a"), &name, 2).await, &host("a"));
-    let mut b = SerialLock::new(&agent(&env, &host("b"), &name, 2).await, &host("b"));
-    let mut c = SerialLock::new(&agent(&env, &host("c"), &name, 2).await, &host("c"));
+    let mut a = lock(&env, &host("a"), &name).await;
+    let mut b = lock(&env, &host("b"), &name).await;
+    let mut c = lock(&env, &host("c"), &name).await;
     assert_eq!(a.acquire_slot(&secret, 2).await.unwrap(), Acquired::Held);
     assert_eq!(b.acquire_slot(&secret, 2).await.unwrap(), Acquired::Held);
     a.release(&name).await.unwrap();
     assert_eq!(holders(&env, &name).await, [pair(1, &host("b"))]);
 
     // GNA (with a node agent's permissions) takes the free lock.
-    let gna = leases(&agent(&env, &host("gna"), &name, 1).await);
+    let gna = leases(&agent(&env, &host("gna"), &name).await);
     let read = gna.get(&name).await.unwrap();
     gna_write(&gna, read, Some(&host("gna"))).await.unwrap();
     assert_eq!(
@@ -350,11 +350,32 @@ async fn gardener_node_agents_writes_of_slot_zero_keep_the_other_slots() {
     b.release(&name).await.unwrap();
     assert_eq!(holders(&env, &name).await, [pair(0, &host("c"))]);
     // In serial mode (one slot) GNA and the agent exclude each other on slot 0.
-    let mut d = SerialLock::new(&agent(&env, &host("d"), &name, 1).await, &host("d"));
-    assert!(matches!(
-        d.acquire(&secret).await.unwrap(),
-        Acquired::Busy { .. }
-    ));
+    c.release(&name).await.unwrap();
+    let read = gna.get(&name).await.unwrap();
+    gna_write(&gna, read, Some(&host("gna"))).await.unwrap();
+    let mut d = lock(&env, &host("d"), &name).await;
+    match d.acquire(&secret).await.unwrap() {
+        Acquired::Busy { holder, .. } => assert_eq!(holder, host("gna")),
+        other => panic!("d took the lock GNA holds: {other:?}"),
+    }
+    let read = gna.get(&name).await.unwrap();
+    gna_write(&gna, read, None).await.unwrap();
+    assert_eq!(d.acquire(&secret).await.unwrap(), Acquired::Held);
+    assert_eq!(d.held_slot(), Some(0));
+    // A rollout slot held from before does not stand for the serial lock, and stays b's
+    // until b releases it.
+    assert_eq!(b.acquire_slot(&secret, 2).await.unwrap(), Acquired::Held);
+    assert_eq!(b.held_slot(), Some(1));
+    match b.acquire(&secret).await.unwrap() {
+        Acquired::Busy { holder, .. } => assert_eq!(holder, host("d")),
+        other => panic!("b's rollout slot stood for the serial lock: {other:?}"),
+    }
+    assert_eq!(
+        holders(&env, &name).await,
+        [pair(0, &host("d")), pair(1, &host("b"))]
+    );
+    b.release(&name).await.unwrap();
+    assert_eq!(holders(&env, &name).await, [pair(0, &host("d"))]);
 }
 
 /// The serial lock's watch (`src/agent/rollout/lock_watch.rs`) with a node's RBAC-limited
@@ -364,10 +385,10 @@ async fn a_waiting_agent_is_woken_when_the_serial_lock_is_released() {
     let env = support::env().await;
     let (secret, name) = osc_secret(&env, "w").await;
     let host = |n: &str| format!("{}-w{n}", env.namespace);
-    let mut a = SerialLock::new(&agent(&env, &host("a"), &name, 1).await, &host("a"));
+    let mut a = lock(&env, &host("a"), &name).await;
     assert_eq!(a.acquire(&secret).await.unwrap(), Acquired::Held);
 
-    let b = agent(&env, &host("b"), &name, 1).await;
+    let b = agent(&env, &host("b"), &name).await;
     let mut registry = gardener_extension_node::metrics::new_registry();
     let metrics = Metrics::register(&mut registry);
     let watch = LockWatch::start(&b, &name, &host("b"), Awaited::SerialLock, &metrics);

@@ -42,7 +42,8 @@ pub struct ResourceManagerOptions {
     /// `reuse_state` is set.
     pub state_dir: PathBuf,
     /// Keep the ports and the serving certificate of an earlier start in `state_dir` (the
-    /// configuration is written again, so kubeconfig paths and periods follow the options).
+    /// configuration is written again, so kubeconfig paths and periods follow the options);
+    /// not with a [`Self::node_agent_authorizer`], which brings its own.
     pub reuse_state: bool,
     /// Kubeconfig file of the cluster holding the ManagedResources (the seed).
     pub source_kubeconfig: PathBuf,
@@ -180,7 +181,9 @@ impl ResourceManager {
         let state = options.state_dir.clone();
         let cert_dir = state.join("certs");
         let config_path = state.join("config.yaml");
-        let previous = if options.reuse_state {
+        // The authorizer brings its own serving certificate and port (kube-apiserver's webhook
+        // configuration names both), so a GRM serving it never reuses earlier ones.
+        let previous = if options.reuse_state && options.node_agent_authorizer.is_none() {
             previous_ports(&config_path, &cert_dir).filter(|ports| {
                 ports
                     .iter()

@@ -103,25 +103,11 @@ pub async fn limited_token(env: &TestEnv, node: &str, secrets: &[&str]) -> Strin
     limited_token_in(&env.client, &env.namespace, node, secrets).await
 }
 
-/// [`limited_token`] in any cluster: the ServiceAccount lives in `ns`.
+/// [`limited_token`] in any cluster: the ServiceAccount lives in `ns`. The Leases it may use
+/// are `gardener-node-agent-<node>` and `<secret>` (the first of `secrets`; the serial lock and
+/// every rollout slot live in that one Lease, docs/agent.md#slots), as the node-agent
+/// authorizer admits, and it may create any; nothing else — no `<secret>-<i>` Lease.
 pub async fn limited_token_in(client: &Client, ns: &str, node: &str, secrets: &[&str]) -> String {
-    limited_token_with_slots_in(client, ns, node, secrets, 1).await
-}
-
-/// [`limited_token_in`] for an agent that may hold any of `slots` disruptive-rollout slots.
-/// Every slot lives in the one Lease named like the OSC secret (slot 0 its `spec`, the others
-/// annotations; docs/agent.md#slots), which the node-agent authorizer admits anyway, so the
-/// grant is the same for every `slots` (kept so callers say what the agent is for): Leases
-/// `gardener-node-agent-<node>` and `<secret>` (the first of `secrets`), create any, and
-/// nothing else — no `<secret>-<i>` Lease.
-pub async fn limited_token_with_slots_in(
-    client: &Client,
-    ns: &str,
-    node: &str,
-    secrets: &[&str],
-    slots: u32,
-) -> String {
-    assert!(slots >= 1, "an agent has at least one slot");
     let sa = format!("agent-{node}");
     let lease = format!("gardener-node-agent-{node}");
     // What the node-agent authorizer admits: the node's own Lease and the Lease named like

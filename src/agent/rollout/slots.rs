@@ -422,7 +422,12 @@ impl SerialLock {
             let index = match choose(lease.as_ref(), &self.identity, awaited, Timestamp::now()) {
                 Choice::Take(index) => index,
                 Choice::Wait { holders, retry_in } => {
-                    self.held = None;
+                    // A rollout slot this agent still holds while it waits for the serial lock
+                    // stays its own: the next release reads the Lease and frees it.
+                    match lease.as_ref().and_then(|l| own_slot(l, &self.identity)) {
+                        Some(_) => self.forget(),
+                        None => self.held = None,
+                    }
                     return Ok(Acquired::Busy {
                         holder: holders.join(","),
                         retry_in,
