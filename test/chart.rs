@@ -295,6 +295,40 @@ async fn chart_lints_renders_and_is_accepted_by_the_api_server() {
     }
 }
 
+/// The annotations gardener's seed monitoring reads (as runtime-gvisor and os-gardenlinux have
+/// them): the pods name their scrape job, and the Service asks gardener-resource-manager's
+/// NetworkPolicy controller to open the metrics port to the seed's scrape targets in `garden`
+/// (issue #44 item 1).
+#[test]
+fn the_metrics_port_is_announced_for_the_seed_prometheus() {
+    let objects = render("extensions-node", None);
+    let service = objects.iter().find(|o| kind(o) == "Service").unwrap();
+    let annotations = service.metadata.annotations.clone().unwrap_or_default();
+    let port = service.data["spec"]["ports"][0]["port"].as_u64().unwrap();
+    assert_eq!(
+        annotations["networking.resources.gardener.cloud/from-all-seed-scrape-targets-allowed-ports"],
+        format!(r#"[{{"port":{port},"protocol":"TCP"}}]"#)
+    );
+    assert_eq!(
+        annotations["networking.resources.gardener.cloud/namespace-selectors"],
+        r#"[{"matchLabels":{"kubernetes.io/metadata.name":"garden"}}]"#
+    );
+    assert_eq!(
+        annotations["networking.resources.gardener.cloud/pod-label-selector-namespace-alias"],
+        "extensions"
+    );
+    let deployment = objects.iter().find(|o| kind(o) == "Deployment").unwrap();
+    let pod = &deployment.data["spec"]["template"]["metadata"]["annotations"];
+    assert_eq!(pod["prometheus.io/scrape"], "true");
+    assert_eq!(pod["prometheus.io/port"], port.to_string());
+    assert!(
+        pod["prometheus.io/name"]
+            .as_str()
+            .is_some_and(|n| !n.is_empty()),
+        "{pod}"
+    );
+}
+
 #[test]
 fn cluster_role_has_no_wildcards() {
     let objects = render("extension-test", None);
