@@ -245,7 +245,9 @@ async fn a_certificate_for_another_key_an_expired_one_or_a_huge_chain_leaves_the
             config,
             paths.clone(),
         )),
-        events: gardener_extension_node::agent::ports::cluster::NodeEvents::new(&client, &node),
+        events: std::sync::Arc::new(
+            gardener_extension_node::agent::ports::cluster::NodeEvents::new(&client, &node),
+        ),
         node: tokio::sync::watch::channel(Some(meta)).1,
         metrics: gardener_extension_node::agent::metrics::Metrics::register(&mut registry),
     };

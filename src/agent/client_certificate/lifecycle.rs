@@ -208,8 +208,8 @@ async fn usable(
 pub struct Renewal {
     /// The renewal itself.
     pub renewer: Arc<Renewer>,
-    /// Events on the Node, once it is known.
-    pub events: NodeEvents,
+    /// Events on the Node, once it is known (the agent's one recorder).
+    pub events: Arc<NodeEvents>,
     /// The Node.
     pub node: watch::Receiver<Option<NodeMeta>>,
     /// Error counters.

@@ -205,10 +205,7 @@ impl<H: Host + 'static> Agent<H> {
         if let Some(renewer) = &self.renewer {
             let renewal = client_certificate::lifecycle::Renewal {
                 renewer: renewer.clone(),
-                events: crate::agent::ports::cluster::NodeEvents::new(
-                    &self.ports.client,
-                    &self.settings.hostname,
-                ),
+                events: self.ports.events.clone(),
                 node: node_rx.clone(),
                 metrics: self.ports.metrics.clone(),
             };
@@ -571,7 +568,7 @@ impl<H: Host + 'static> Agent<H> {
                 if state.reported_invalid.as_deref() != Some(checksum.as_str())
                     && let Some(node) = &node
                 {
-                    self.event(node, true, "OSCInvalid", format!("OSC secret {} (checksum {checksum}) rejected, nothing changed on the node: {error}", self.settings.secret_name)).await;
+                    self.ports.event(node, true, "OSCInvalid", format!("OSC secret {} (checksum {checksum}) rejected, nothing changed on the node: {error}", self.settings.secret_name)).await;
                     state.reported_invalid = Some(checksum);
                 }
                 state.due = state.due.or(sync);
@@ -583,11 +580,13 @@ impl<H: Host + 'static> Agent<H> {
                 let retry = state.retry;
                 warn!(error = %error_chain(&error), retry_in = ?retry, "applying the OSC failed; the journal keeps the remaining work");
                 if let Some(node) = &node {
-                    self.event(node, true, "OSCApplyFailed", error_chain(&error))
+                    self.ports
+                        .event(node, true, "OSCApplyFailed", error_chain(&error))
                         .await;
                     if let ReconcileError::Apply(ApplyError::Commands(failed)) = &error {
                         for event in unit_events::aggregate(&[], failed) {
-                            self.event(node, event.warning, event.reason, event.note)
+                            self.ports
+                                .event(node, event.warning, event.reason, event.note)
                                 .await;
                         }
                     }
@@ -693,10 +692,6 @@ impl<H: Host + 'static> Agent<H> {
             renewer: self.renewer.as_deref(),
             config: &self.settings.config,
         }
-    }
-
-    async fn event(&self, node: &NodeMeta, warning: bool, reason: &str, note: String) {
-        self.ports.event(node, warning, reason, note).await;
     }
 
     /// Finds the Node by host name (retrying until it exists), then follows it with a watch

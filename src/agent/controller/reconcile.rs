@@ -371,22 +371,24 @@ impl<H: Host + 'static> Agent<H> {
         .await
         .map_err(|error| ReconcileError::Node(name.clone(), error))?;
         let restarted: Vec<_> = summary.commands.iter().map(|c| c.name.as_str()).collect();
-        self.event(
-            node,
-            false,
-            "OSCApplied",
-            format!(
-                "applied OSC {checksum}; unit jobs: {}",
-                if restarted.is_empty() {
-                    "none".to_string()
-                } else {
-                    restarted.join(", ")
-                }
-            ),
-        )
-        .await;
+        self.ports
+            .event(
+                node,
+                false,
+                "OSCApplied",
+                format!(
+                    "applied OSC {checksum}; unit jobs: {}",
+                    if restarted.is_empty() {
+                        "none".to_string()
+                    } else {
+                        restarted.join(", ")
+                    }
+                ),
+            )
+            .await;
         for event in unit_events::aggregate(&summary.commands, &[]) {
-            self.event(node, event.warning, event.reason, event.note)
+            self.ports
+                .event(node, event.warning, event.reason, event.note)
                 .await;
         }
         if let Some(state) = disruptive {
