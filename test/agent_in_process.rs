@@ -201,6 +201,7 @@ fn settings(node: &str, secret: &str, state: PathBuf) -> Settings {
         token_sync_period: Duration::from_secs(3600),
         drift_check_interval: Duration::from_secs(600),
         metrics_address: "127.0.0.1:0".parse().unwrap(),
+        metrics_on_node_ip: false,
         hostname: node.to_string(),
         hostname_fixed: true,
         own_unit: "gardener-node-agent.service".to_string(),

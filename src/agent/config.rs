@@ -174,6 +174,10 @@ pub struct Settings {
     pub drift_check_interval: Duration,
     /// Where /metrics and /healthz listen.
     pub metrics_address: SocketAddr,
+    /// Serve them on the Node's `InternalIP` too, at the same port: true when no address was
+    /// given (neither `--metrics-bind-address` nor `server.metrics.bindAddress`), see
+    /// [`crate::agent::metrics_server`].
+    pub metrics_on_node_ip: bool,
     /// This host's name (lower case).
     pub hostname: String,
     /// The host name was given by `--hostname` (so a changed kernel host name changes
@@ -274,6 +278,12 @@ pub fn load(args: AgentArgs) -> Result<Settings, ConfigError> {
             )));
         }
     }
+    let metrics_on_node_ip = metrics_bind_address.is_none()
+        && config
+            .server
+            .metrics
+            .as_ref()
+            .is_none_or(|server| server.bind_address.trim().is_empty());
     let metrics_address = metrics_bind_address.unwrap_or_else(|| {
         let server = config.server.metrics.clone().unwrap_or_default();
         let ip = server
@@ -301,6 +311,7 @@ pub fn load(args: AgentArgs) -> Result<Settings, ConfigError> {
         token_sync_period,
         drift_check_interval,
         metrics_address,
+        metrics_on_node_ip,
         hostname,
         hostname_fixed,
         own_unit: unit_name,
@@ -446,7 +457,11 @@ mod tests {
         assert_eq!(settings.sync_period, Duration::from_secs(600));
         assert_eq!(settings.token_sync_period, Duration::from_secs(12 * 3600));
         assert_eq!(settings.metrics_address, "127.0.0.1:2752".parse().unwrap());
+        assert!(settings.metrics_on_node_ip, "no address given: the node's too");
         assert_eq!(settings.hostname, "node-a");
+        let mut explicit = args(dir.path());
+        explicit.metrics_bind_address = "127.0.0.1:2752".parse().ok();
+        assert!(!load(explicit).unwrap().metrics_on_node_ip);
 
         std::fs::write(dir.path().join("config-v1.121.0.yaml"), "controllers: {}\n").unwrap();
         let error = load(args(dir.path())).unwrap_err();

@@ -59,6 +59,15 @@ pub struct Metrics {
     pub last_applied_seconds: Gauge,
     /// Files written by applies.
     pub files_written: Counter,
+    /// 1 while the node runs the configuration of the OSC secret (the last reconcile found it
+    /// up to date or applied it), else 0.
+    pub osc_current: Gauge,
+    /// 1 while the disruptive rollout is stopped on this node, else 0.
+    pub rollout_stopped: Gauge,
+    /// Unix time the client certificate in use became valid (absent with a token).
+    pub certificate_not_before_seconds: Gauge,
+    /// Unix time the client certificate in use stops being valid (absent with a token).
+    pub certificate_not_after_seconds: Gauge,
 }
 
 impl Metrics {
@@ -101,7 +110,50 @@ impl Metrics {
             "Files written by OSC applies",
             metrics.files_written.clone(),
         );
+        agent.register(
+            "osc_current",
+            "1 while the node runs the configuration of its OSC secret, else 0",
+            metrics.osc_current.clone(),
+        );
+        agent.register(
+            "rollout_stopped",
+            "1 while the disruptive rollout is stopped on this node, else 0",
+            metrics.rollout_stopped.clone(),
+        );
         metrics
+    }
+
+    /// Registers the client certificate's validity gauges (only an agent whose kubeconfig
+    /// holds a certificate has them, so a token-based agent shows no series).
+    pub fn register_certificate(&self, registry: &mut Registry) {
+        let agent = registry.sub_registry_with_prefix("agent");
+        agent.register(
+            "client_certificate_not_before_timestamp_seconds",
+            "Unix time the client certificate in use became valid",
+            self.certificate_not_before_seconds.clone(),
+        );
+        agent.register(
+            "client_certificate_not_after_timestamp_seconds",
+            "Unix time the client certificate in use stops being valid",
+            self.certificate_not_after_seconds.clone(),
+        );
+    }
+
+    /// Records the result of one reconcile: the counter, and the gauges it decides
+    /// ([`outcome_gauges`]).
+    pub fn reconciled(&self, result: &str) {
+        self.apply_result(result);
+        let (current, stopped) = outcome_gauges(result);
+        self.osc_current.set(current);
+        if let Some(stopped) = stopped {
+            self.rollout_stopped.set(stopped);
+        }
+    }
+
+    /// Records the validity of the client certificate in use.
+    pub fn certificate(&self, not_before: i64, not_after: i64) {
+        self.certificate_not_before_seconds.set(not_before);
+        self.certificate_not_after_seconds.set(not_after);
     }
 
     /// Counts a reconcile result.
@@ -145,6 +197,20 @@ impl Metrics {
     }
 }
 
+/// What a reconcile result says about the node (pure): `osc_current` (1 only when the node
+/// runs the secret's configuration: `applied`, `up-to-date`) and `rollout_stopped` (`Some(1)`
+/// for `stopped`, `Some(0)` for a result that passed the rollout's gate, `None` for a failure
+/// before it — the stop, if any, stays as it was).
+pub fn outcome_gauges(result: &str) -> (i64, Option<i64>) {
+    let current = i64::from(matches!(result, "applied" | "up-to-date"));
+    let stopped = match result {
+        "stopped" => Some(1),
+        "error" | "invalid" | "no-secret" => None,
+        _ => Some(0),
+    };
+    (current, stopped)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -171,5 +237,33 @@ mod tests {
             !text.contains("kind=\"mode\""),
             "zero repairs create no series"
         );
+    }
+
+    #[test]
+    fn a_reconcile_result_sets_the_current_and_stopped_gauges() {
+        let mut registry = crate::metrics::new_registry();
+        let metrics = Metrics::register(&mut registry);
+        metrics.reconciled("stopped");
+        assert_eq!(
+            (metrics.osc_current.get(), metrics.rollout_stopped.get()),
+            (0, 1)
+        );
+        metrics.reconciled("error");
+        assert_eq!(metrics.rollout_stopped.get(), 1, "a failure keeps the stop");
+        metrics.reconciled("applied");
+        assert_eq!(
+            (metrics.osc_current.get(), metrics.rollout_stopped.get()),
+            (1, 0)
+        );
+        metrics.reconciled("waiting");
+        assert_eq!(metrics.osc_current.get(), 0);
+        let text = crate::metrics::encode(&registry).unwrap();
+        assert!(text.contains("gardener_extension_node_agent_osc_current 0"), "{text}");
+        assert!(text.contains("gardener_extension_node_agent_rollout_stopped 0"), "{text}");
+        assert!(!text.contains("client_certificate"), "no certificate, no series: {text}");
+        metrics.register_certificate(&mut registry);
+        metrics.certificate(100, 200);
+        let text = crate::metrics::encode(&registry).unwrap();
+        assert!(text.contains("gardener_extension_node_agent_client_certificate_not_after_timestamp_seconds 200"), "{text}");
     }
 }

@@ -23,7 +23,8 @@
 //!   in-memory [`ports::fake_host::FakeHost`] the tests run the agent on), the on-node paths,
 //!   the narrowly scoped API calls.
 //! - [`config`] (flags + NodeAgentConfiguration), [`outcome`] (what a reconcile ends with),
-//!   [`error`] (why the agent stopped) and [`metrics`].
+//!   [`error`] (why the agent stopped), [`metrics`] and where they are served
+//!   ([`metrics_server`]).
 
 pub mod access;
 pub mod bootstrap;
@@ -35,6 +36,7 @@ pub mod health;
 pub mod in_place;
 pub mod liveness;
 pub mod metrics;
+pub mod metrics_server;
 pub mod outcome;
 pub mod pipeline;
 pub mod ports;
@@ -91,6 +93,9 @@ pub async fn run(args: AgentArgs) -> Result<(), AgentError> {
 
     let mut registry = crate::metrics::new_registry();
     let metrics = metrics::Metrics::register(&mut registry);
+    if renews_certificate {
+        metrics.register_certificate(&mut registry);
+    }
     let readiness = Readiness::default();
     let listener = tokio::net::TcpListener::bind(settings.metrics_address)
         .await
@@ -102,12 +107,21 @@ pub async fn run(args: AgentArgs) -> Result<(), AgentError> {
         registry: Arc::new(registry),
         readiness: readiness.clone(),
     };
+    let router = crate::http::router(state);
     info!(address = %settings.metrics_address, "serving /metrics, /healthz and /readyz");
-    let server = tokio::spawn(async move {
-        if let Err(error) = axum::serve(listener, crate::http::router(state)).await {
-            tracing::error!(%error, "metrics server stopped");
-        }
-    });
+    let mut servers = vec![tokio::spawn(metrics_server::serve(listener, router.clone()))];
+    if settings.metrics_on_node_ip {
+        let client = credentials
+            .client("agent")
+            .map_err(AgentError::Client)?;
+        servers.push(tokio::spawn(metrics_server::serve_on_node_ip(
+            client,
+            settings.hostname.clone(),
+            settings.metrics_address.port(),
+            router,
+            metrics.clone(),
+        )));
+    }
 
     let host = ports::host::SystemHost::new(
         settings.system_bus_address.clone(),
@@ -125,7 +139,9 @@ pub async fn run(args: AgentArgs) -> Result<(), AgentError> {
     )
     .map_err(AgentError::Client)?;
     let result = Arc::new(agent).run(readiness).await;
-    server.abort();
+    for server in servers {
+        server.abort();
+    }
     result
 }
 

@@ -237,6 +237,7 @@ pub async fn renew_forever(renewal: Renewal) {
                 continue;
             }
         };
+        renewal.metrics.certificate(facts.not_before, facts.not_after);
         if std::mem::take(&mut first) {
             report_early_certificate(&renewal, &facts).await;
         }

@@ -542,7 +542,7 @@ impl<H: Host + 'static> Agent<H> {
                     Reconciled::Holding(_) => "holding",
                     Reconciled::Stopped => "stopped",
                 };
-                self.ports.metrics.apply_result(label);
+                self.ports.metrics.reconciled(label);
                 state.wake_on_node = outcome == Reconciled::AwaitingNode;
                 state.retry = FIRST_RETRY;
                 state.reported_invalid = None;
@@ -559,7 +559,7 @@ impl<H: Host + 'static> Agent<H> {
                 outcome
             }
             Err(ReconcileError::Invalid(error)) => {
-                self.ports.metrics.apply_result("invalid");
+                self.ports.metrics.reconciled("invalid");
                 self.ports.metrics.error("apply", "invalid-osc");
                 let checksum = state.secret.as_ref().map(checksum_of).unwrap_or_default();
                 warn!(%error, secret = %self.settings.secret_name, %checksum, "OSC rejected; nothing on the node was changed");
@@ -575,7 +575,7 @@ impl<H: Host + 'static> Agent<H> {
                 Reconciled::NoSecret
             }
             Err(error) => {
-                self.ports.metrics.apply_result("error");
+                self.ports.metrics.reconciled("error");
                 self.ports.metrics.error("apply", error.category());
                 let retry = state.retry;
                 warn!(error = %error_chain(&error), retry_in = ?retry, "applying the OSC failed; the journal keeps the remaining work");
