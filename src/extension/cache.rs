@@ -233,6 +233,21 @@ impl SeedCache {
             .collect()
     }
 
+    /// Names of our ManagedResources of `namespace` as far as we know them: stored and not
+    /// being deleted, unless our last write deleted them, plus those we applied since the
+    /// store last showed them (sorted, each once).
+    pub fn known_managed_resource_names(&self, namespace: &str) -> Vec<String> {
+        let mut names: std::collections::BTreeSet<String> = self
+            .managed_resource_names(namespace)
+            .into_iter()
+            .filter(|name| {
+                !self.written.deleted(namespace, name) && !self.written.deleting(namespace, name)
+            })
+            .collect();
+        names.extend(self.written.applied_names(namespace));
+        names.into_iter().collect()
+    }
+
     /// Names of our stored ManagedResources of `namespace` that are not being deleted.
     pub fn managed_resource_names(&self, namespace: &str) -> Vec<String> {
         self.managed_resources
@@ -534,6 +549,16 @@ impl Written {
             Some(Write::Applied { content: c, at, .. })
                 if c == content && at.elapsed() < TRUST_OWN_WRITE
         )
+    }
+
+    /// Names of the MRs of `namespace` whose last write (still remembered) was an apply.
+    pub fn applied_names(&self, namespace: &str) -> Vec<String> {
+        self.state()
+            .managed_resources
+            .iter()
+            .filter(|((ns, _), write)| ns == namespace && matches!(write, Write::Applied { .. }))
+            .map(|((_, name), _)| name.clone())
+            .collect()
     }
 
     /// Whether our last write of the MR (still remembered) was an apply.

@@ -329,6 +329,17 @@ pub fn render_secret(namespace: &str, name: &str, data: &BTreeMap<String, Vec<u8
     }
 }
 
+/// Where gardener-resource-manager applies an MR's objects.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Target {
+    /// Into the shoot (no class; the shoot's resource manager). Objects get the label
+    /// `shoot.gardener.cloud/no-cleanup` so gardenlet's shoot cleanup leaves them alone.
+    Shoot,
+    /// Into the seed (class `seed`; the seed's resource manager), e.g. the monitoring objects
+    /// of a shoot namespace.
+    Seed,
+}
+
 /// The MR "for shoot" referencing `secret` (pure).
 pub fn render_managed_resource(
     namespace: &str,
@@ -336,14 +347,32 @@ pub fn render_managed_resource(
     secret: &str,
     keep_objects: bool,
 ) -> ManagedResource {
+    render_managed_resource_for(Target::Shoot, namespace, name, secret, keep_objects)
+}
+
+/// The MR for `target` referencing `secret` (pure).
+pub fn render_managed_resource_for(
+    target: Target,
+    namespace: &str,
+    name: &str,
+    secret: &str,
+    keep_objects: bool,
+) -> ManagedResource {
+    let (class, inject_labels) = match target {
+        Target::Shoot => (
+            None,
+            [(LABEL_NO_CLEANUP.to_string(), "true".to_string())].into(),
+        ),
+        Target::Seed => (Some("seed".to_string()), BTreeMap::new()),
+    };
     let mut mr = ManagedResource::new(
         name,
         ManagedResourceSpec {
-            class: None,
+            class,
             secret_refs: vec![LocalObjectReference {
                 name: secret.to_string(),
             }],
-            inject_labels: [(LABEL_NO_CLEANUP.to_string(), "true".to_string())].into(),
+            inject_labels,
             keep_objects: Some(keep_objects),
             ..Default::default()
         },
@@ -396,12 +425,36 @@ pub async fn apply_for_shoot(
     data: &BTreeMap<String, Vec<u8>>,
     keep_objects: bool,
 ) -> Result<bool, ManagedResourceError> {
+    apply(client, cache, Target::Shoot, namespace, name, data, keep_objects).await
+}
+
+/// [`apply_for_shoot`] for an MR whose objects go into the seed (class `seed`).
+pub async fn apply_for_seed(
+    client: &Client,
+    cache: Option<&SeedCache>,
+    namespace: &str,
+    name: &str,
+    data: &BTreeMap<String, Vec<u8>>,
+) -> Result<bool, ManagedResourceError> {
+    apply(client, cache, Target::Seed, namespace, name, data, false).await
+}
+
+async fn apply(
+    client: &Client,
+    cache: Option<&SeedCache>,
+    target: Target,
+    namespace: &str,
+    name: &str,
+    data: &BTreeMap<String, Vec<u8>>,
+    keep_objects: bool,
+) -> Result<bool, ManagedResourceError> {
     let _turn = match cache {
         Some(cache) => Some(cache.lock(namespace, name).await),
         None => None,
     };
     let secret_name = secret_name(name, data);
-    let desired = render_managed_resource(namespace, name, &secret_name, keep_objects);
+    let desired =
+        render_managed_resource_for(target, namespace, name, &secret_name, keep_objects);
     let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
     let params = PatchParams::apply(FIELD_MANAGER).force();
     // Same name means same content, so an existing (immutable) secret is already right.
@@ -414,7 +467,7 @@ pub async fn apply_for_shoot(
             .is_some(),
     };
     // What we applied: the rest of the MR follows from namespace and name.
-    let content = format!("{secret_name} keepObjects={keep_objects}");
+    let content = format!("{secret_name} keepObjects={keep_objects} target={target:?}");
     let stored = cache.and_then(|cache| cache.managed_resource(namespace, name));
     if is_deleting(client, cache, stored.as_ref(), namespace, name).await? {
         return Err(still_deleting(namespace, name));

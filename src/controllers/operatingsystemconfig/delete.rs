@@ -19,7 +19,10 @@ use kube::{Api, ResourceExt};
 
 use std::collections::BTreeMap;
 
-use super::{Error, OscActuator, node_agent_managed_resource, nodeagent, result_secret_ref};
+use super::{
+    Error, OscActuator, monitoring, node_agent_managed_resource, nodeagent, osc_key,
+    result_secret_ref,
+};
 use crate::api::operatingsystemconfig::OperatingSystemConfigPurpose;
 use crate::api::{ManagedResource, OperatingSystemConfig};
 use crate::extension::managed_resource;
@@ -57,6 +60,8 @@ pub async fn delete(
                     "ManagedResource {mr}"
                 )));
             }
+            monitoring::step::keep_in_step(actuator, request.namespace(), osc_key(osc), false)
+                .await?;
         }
         OperatingSystemConfigPurpose::Provision => {
             let (name, namespace) = result_secret_ref(osc);

@@ -7,7 +7,7 @@
 //!   gardenlet deletes the migrated object; restore renders it anew from the spec, so no
 //!   state needs to travel (`status.state` stays empty).
 
-use super::{Error, OscActuator, node_agent_managed_resource};
+use super::{Error, OscActuator, monitoring, node_agent_managed_resource, osc_key};
 use crate::api::OperatingSystemConfig;
 use crate::api::operatingsystemconfig::OperatingSystemConfigPurpose;
 use crate::extension::managed_resource;
@@ -36,6 +36,7 @@ pub async fn migrate(
                 "ManagedResource {mr}"
             )));
         }
+        monitoring::step::keep_in_step(actuator, namespace, osc_key(osc), false).await?;
     }
     Ok(Outcome::done())
 }

@@ -36,6 +36,7 @@ pub mod extensions;
 pub mod fetch;
 pub mod handover;
 pub mod migrate;
+pub mod monitoring;
 pub mod nodeagent;
 pub mod os_update;
 pub mod reconcile;
@@ -102,6 +103,9 @@ pub enum Error {
     /// A ManagedResource operation failed.
     #[error("managing the node-agent ManagedResource")]
     ManagedResource(#[source] ManagedResourceError),
+    /// The shoot monitoring objects cannot be rendered (a broken build, not the user's).
+    #[error("rendering the shoot monitoring objects")]
+    Monitoring(#[source] monitoring::rules::RenderError),
     /// Extension status fields do not serialise (a bug, not the user's).
     #[error("encoding the extension status")]
     Status(#[source] serde_json::Error),
@@ -134,6 +138,7 @@ impl Classify for Error {
             Error::ManagedResource(error) => error.codes(),
             Error::Secret { .. }
             | Error::Status(_)
+            | Error::Monitoring(_)
             | Error::List { .. }
             | Error::DeliveryUnknown => Vec::new(),
             Error::Spec(_) | Error::TooLarge { .. } | Error::OsVersion(_) => {
@@ -151,6 +156,7 @@ impl Classify for Error {
             Error::DeliveryUnknown => "node-agent-delivery",
             Error::ManagedResource(_) => "managed-resource",
             Error::Status(_) => "status",
+            Error::Monitoring(_) => "monitoring",
             Error::Spec(_) => "spec",
             Error::OsVersion(_) => "in-place",
             Error::TooLarge { .. } => "size",
@@ -284,7 +290,12 @@ pub fn result_secret_ref(osc: &OperatingSystemConfig) -> (String, String) {
     }
 }
 
-/// Name of the node-agent ManagedResource of `osc`.
+/// The key of `osc` ([`nodeagent::key_of`]): its node-agent secret's name.
+pub fn osc_key(osc: &OperatingSystemConfig) -> &str {
+    nodeagent::key_of(osc.metadata.name.as_deref().unwrap_or_default())
+}
+
+/// The node-agent ManagedResource of a `reconcile` OSC ([`nodeagent::managed_resource_name`]).
 pub fn node_agent_managed_resource(osc: &OperatingSystemConfig) -> String {
     nodeagent::managed_resource_name(nodeagent::key_of(
         osc.metadata.name.as_deref().unwrap_or_default(),

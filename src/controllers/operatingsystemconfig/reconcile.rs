@@ -28,7 +28,8 @@ use super::extensions::{self, Extensions};
 use super::rollout::rules as rollout_rules;
 use super::user_data_secrets;
 use super::{
-    Error, OscActuator, USER_DATA_KEY, fetch, node_agent_managed_resource, nodeagent,
+    Error, OscActuator, USER_DATA_KEY, fetch, monitoring, node_agent_managed_resource, nodeagent,
+    osc_key,
     result_secret_ref, userdata, validate,
 };
 use crate::api::OperatingSystemConfig;
@@ -283,6 +284,7 @@ async fn original(
             &mr,
         )
         .await?;
+        monitoring::step::keep_in_step(actuator, namespace, osc_key(osc), false).await?;
         (extensions_of(osc)?, false)
     };
     let mut status = Map::new();
@@ -339,6 +341,7 @@ pub async fn ship_node_agent_secret(
     )
     .await?;
     let access_written = apply_access_secret(actuator, osc, namespace, &secret).await?;
+    monitoring::step::keep_in_step(actuator, namespace, osc_key(osc), true).await?;
     if applied || access_written {
         tracing::info!(
             managed_resource = %mr,

@@ -226,6 +226,9 @@ pub async fn hand_over(
 pub async fn release(actuator: &OscActuator, namespace: &str, name: &str) -> Result<(), Error> {
     managed_resource::release_objects(&actuator.client, actuator.cache.as_ref(), namespace, name)
         .await?;
+    if let Some(key) = name.strip_prefix(super::nodeagent::MANAGED_RESOURCE_PREFIX) {
+        super::monitoring::step::keep_in_step(actuator, namespace, key, false).await?;
+    }
     Ok(())
 }
 
