@@ -21,7 +21,7 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
@@ -41,39 +41,10 @@ use serde_json::{Value, json};
 use support::gardener::{
     GvisorRolloutStandIn, annotate, check_ready, confirm_and_delete, wait_gone, wait_ready,
 };
+use support::helm::CHART;
 use support::mcm::Mcm;
 use support::operator::OperatorProcess;
 use support::{TestEnv, fixtures, wait_for};
-
-const CHART: &str = "charts/gardener-extension-node";
-
-fn helm() -> PathBuf {
-    let output = Command::new("bash")
-        .arg(support::repo_root().join("hack/helm.sh"))
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    PathBuf::from(String::from_utf8(output.stdout).unwrap().trim())
-}
-
-fn helm_run(args: &[&str]) -> (String, String) {
-    let output = Command::new(helm())
-        .args(args)
-        .current_dir(support::repo_root())
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8(output.stdout).unwrap();
-    let stderr = String::from_utf8(output.stderr).unwrap();
-    assert!(
-        output.status.success(),
-        "helm {args:?} failed:\n{stdout}\n{stderr}"
-    );
-    (stdout, stderr)
-}
 
 fn values_all() -> String {
     support::repo_root()
@@ -109,14 +80,14 @@ fn render_release(
     values: &[&str],
     set: &[&str],
 ) -> Vec<DynamicObject> {
-    let (manifests, _) = helm_run(&template_args(release, namespace, values, set));
+    let (manifests, _) = support::helm::run(&template_args(release, namespace, values, set));
     apply::parse_documents(&manifests, "helm template").unwrap()
 }
 
 /// The stderr of a `helm template` that must fail.
 fn render_error(set: &[&str]) -> String {
     let args = template_args("gardener-extension-node", "extension-test", &[], set);
-    let output = Command::new(helm())
+    let output = Command::new(support::helm::binary())
         .args(&args)
         .current_dir(support::repo_root())
         .output()
@@ -182,7 +153,7 @@ async fn chart_lints_renders_and_is_accepted_by_the_api_server() {
         if let Some(v) = &values {
             lint.extend(["--values", v.as_str()]);
         }
-        let (out, _) = helm_run(&lint);
+        let (out, _) = support::helm::run(&lint);
         assert!(out.contains("0 chart(s) failed"), "{out}");
 
         let objects = render(&env.namespace, values.as_deref());

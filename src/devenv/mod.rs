@@ -31,7 +31,7 @@ use clap::Args;
 
 pub use controlplane::{ControlPlane, ControlPlaneOptions};
 pub use node_agent_authorizer::NodeAgentAuthorizer;
-pub use resource_manager::{ResourceManager, ResourceManagerOptions};
+pub use resource_manager::{NetworkPolicyController, ResourceManager, ResourceManagerOptions};
 
 /// Flags of `local-env`.
 #[derive(Debug, Clone, Args)]
@@ -178,6 +178,7 @@ pub async fn run_local_env(args: LocalEnvArgs) -> anyhow::Result<()> {
         reuse_state: true,
         csr_approver_machine_namespace: None,
         node_agent_authorizer: None,
+        network_policy: None,
     })
     .await
     .context("starting gardener-resource-manager")?;

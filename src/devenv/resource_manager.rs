@@ -12,7 +12,11 @@
 //! a shoot's GRM: it approves or denies the node-agent client certificate requests of the
 //! target against the Machines of the source, and with
 //! [`ResourceManagerOptions::node_agent_authorizer`] it serves the node-agent authorizer
-//! webhook the target's kube-apiserver asks ([`super::node_agent_authorizer`]).
+//! webhook the target's kube-apiserver asks ([`super::node_agent_authorizer`]). With
+//! [`ResourceManagerOptions::network_policy`] its NetworkPolicy controller runs against the
+//! target as in a seed's GRM: it turns the `networking.resources.gardener.cloud/*` annotations
+//! of the Services in the namespaces it handles into NetworkPolicies
+//! ([`NetworkPolicyController::seed`] handles the namespaces a seed's GRM does).
 //!
 //! Like the control plane, the process runs in a process group of its own that a watchdog
 //! kills when the owning process is gone, and [`ResourceManager::stop`] (also on drop) kills
@@ -25,6 +29,8 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
 
 use super::controlplane::{
     ControlPlaneError, free_ports, io_error, log_tail, spawn_watchdog, write_file,
@@ -68,6 +74,57 @@ pub struct ResourceManagerOptions {
     /// Serve the node-agent authorizer webhook the control plane was started with (its port
     /// and certificate replace GRM's own webhook port and certificate). Off when `None`.
     pub node_agent_authorizer: Option<super::NodeAgentAuthorizer>,
+    /// Run GRM's NetworkPolicy controller (`controllers.networkPolicy`) against the target.
+    /// Off when `None`.
+    pub network_policy: Option<NetworkPolicyController>,
+}
+
+/// What GRM's NetworkPolicy controller is started with.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NetworkPolicyController {
+    /// The namespaces whose Services it handles (`namespaceSelectors`); empty means all. A
+    /// Service elsewhere gets no policies, and those made for it before are deleted.
+    pub namespace_selectors: Vec<LabelSelector>,
+}
+
+impl NetworkPolicyController {
+    /// As in a seed, where gardenlet configures GRM (gardener v1.149): shoot, extension,
+    /// istio-system and istio-ingress namespaces (`gardener.cloud/role`), those of exposure
+    /// class handlers, and `garden`, the one of the seed's own Prometheus.
+    pub fn seed() -> Self {
+        let role = |role: &str| LabelSelector {
+            match_labels: Some([("gardener.cloud/role".to_string(), role.to_string())].into()),
+            ..Default::default()
+        };
+        let exposure_class_handlers = LabelSelector {
+            match_expressions: Some(vec![LabelSelectorRequirement {
+                key: "handler.exposureclass.gardener.cloud/name".into(),
+                operator: "Exists".into(),
+                values: None,
+            }]),
+            ..Default::default()
+        };
+        let garden = LabelSelector {
+            match_labels: Some(
+                [(
+                    "kubernetes.io/metadata.name".to_string(),
+                    "garden".to_string(),
+                )]
+                .into(),
+            ),
+            ..Default::default()
+        };
+        NetworkPolicyController {
+            namespace_selectors: vec![
+                role("shoot"),
+                role("extension"),
+                role("istio-system"),
+                role("istio-ingress"),
+                exposure_class_handlers,
+                garden,
+            ],
+        }
+    }
 }
 
 /// A running gardener-resource-manager.
@@ -97,8 +154,8 @@ fn with_webhook_port(ports: [u16; 3], webhook: u16) -> Result<[u16; 3], ControlP
 }
 
 /// GRM's configuration file (pure): only the ManagedResource, health, token requestor and
-/// node-critical-components controllers, and the CSR approver and the node-agent authorizer
-/// when asked for.
+/// node-critical-components controllers, and the CSR approver, the NetworkPolicy controller
+/// and the node-agent authorizer when asked for.
 pub fn render_config(
     options: &ResourceManagerOptions,
     ports: [u16; 3],
@@ -112,6 +169,14 @@ pub fn render_config(
             "enabled": true,
             "concurrentSyncs": 1,
             "machineNamespace": namespace,
+        }),
+        None => serde_json::json!({"enabled": false}),
+    };
+    let network_policy = match &options.network_policy {
+        Some(controller) => serde_json::json!({
+            "enabled": true,
+            "concurrentSyncs": 5,
+            "namespaceSelectors": controller.namespace_selectors,
         }),
         None => serde_json::json!({"enabled": false}),
     };
@@ -151,7 +216,7 @@ pub fn render_config(
                 "alwaysUpdate": false,
                 "managedByLabelValue": "gardener",
             },
-            "networkPolicy": {"enabled": false},
+            "networkPolicy": network_policy,
             // As in a shoot: removes the critical-components taint gardenlet's kubelet
             // configuration registers Nodes with, once their node-critical pods are ready.
             "nodeCriticalComponents": {"enabled": true, "concurrentSyncs": 5},
@@ -350,6 +415,7 @@ mod tests {
             reuse_state: false,
             csr_approver_machine_namespace: None,
             node_agent_authorizer: None,
+            network_policy: None,
         };
         let config = render_config(&options, [1, 2, 3], Path::new("/certs"));
         assert_eq!(
@@ -401,6 +467,27 @@ mod tests {
             config["webhooks"]["nodeAgentAuthorizer"]["machineNamespace"],
             "shoot--a--b"
         );
+
+        let seed = ResourceManagerOptions {
+            network_policy: Some(NetworkPolicyController::seed()),
+            ..authorizing
+        };
+        let config = render_config(&seed, [1, 2, 3], Path::new("/certs"));
+        let controller = &config["controllers"]["networkPolicy"];
+        assert_eq!(controller["enabled"], true);
+        let selectors = controller["namespaceSelectors"].as_array().unwrap();
+        assert_eq!(selectors.len(), 6);
+        assert!(
+            selectors.contains(
+                &serde_json::json!({"matchLabels": {"gardener.cloud/role": "extension"}})
+            )
+        );
+        assert!(selectors.contains(
+            &serde_json::json!({"matchLabels": {"kubernetes.io/metadata.name": "garden"}})
+        ));
+        assert!(selectors.contains(&serde_json::json!({"matchExpressions": [
+            {"key": "handler.exposureclass.gardener.cloud/name", "operator": "Exists"}
+        ]})));
     }
 
     #[test]
@@ -418,6 +505,7 @@ mod tests {
             reuse_state: true,
             csr_approver_machine_namespace: None,
             node_agent_authorizer: None,
+            network_policy: None,
         };
         let certs = dir.path().join("certs");
         let config = dir.path().join("config.yaml");

@@ -16,6 +16,7 @@ pub mod benchmarks;
 pub mod fixtures;
 pub mod gardener;
 pub mod gardenlet_osc;
+pub mod helm;
 pub mod load;
 pub mod machine_controllers;
 pub mod mcm;

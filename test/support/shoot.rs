@@ -144,6 +144,7 @@ impl Shoot {
             reuse_state: false,
             csr_approver_machine_namespace,
             node_agent_authorizer,
+            network_policy: None,
         })
         .await
         .expect("gardener-resource-manager starts");
