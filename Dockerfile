@@ -4,6 +4,11 @@
 #   docker build --target gvisor-installation -t gardener-extension-node/gvisor-installation:v0.1.0 .
 #   docker build --target node-agent -t gardener-extension-node/node-agent:v0.1.0 .
 #
+# Without a container daemon, `make images` builds the same three images (hack/images.sh, as
+# OCI layouts from the static binary of `cargo build --release --target x86_64-unknown-linux-musl`)
+# and `make push-images` pushes them. Keep the stages below and that script in step: files,
+# user, entrypoint and command (test/images.rs compares them).
+#
 # All carry the same static (musl) binary. The installation image adds runsc and
 # containerd-shim-runsc-v1, built from the gVisor Go module pinned in hack/envtest/gvisor/go.mod.
 # That go.mod is the one pin for tests and images: the tests build the same files with
@@ -40,10 +45,12 @@ RUN set -eu; \
     chmod 0755 /var/content/runsc /var/content/containerd-shim-runsc-v1
 
 # --- operator: static binary, non-root, nothing else ---------------------------------------
+# The chart passes `operator …` as the container's args; `operator` alone is the default.
 FROM scratch AS operator
 COPY --from=builder /gardener-extension-node /usr/local/bin/gardener-extension-node
 USER 65532:65532
 ENTRYPOINT ["/usr/local/bin/gardener-extension-node"]
+CMD ["operator"]
 
 # --- gVisor installation image: our installer + runsc + shim -----------------------------------
 # Runs privileged in the shoot (it edits the node's containerd config); the binary is the same.

@@ -7,6 +7,11 @@
 #   make fmt | lint      format / check format, clippy and citations (hack/check-citations.sh)
 #   make generate        regenerate crds/ from the Rust types and example/controller-registration*.yaml
 #   make check-generate  fail if generated files are out of date
+#   make images          the operator, gVisor installation and node-agent images as OCI layouts in
+#                        target/images (static release binary, no container daemon: hack/images.sh)
+#   make push-images     push them to $(REGISTRY)/<image>:$(TAG) with crane (INSECURE=1: plain HTTP)
+#   make generate-registrations  the four registrations and gardenlet's node-agent overwrite for
+#                        $(REGISTRY)/$(TAG) into $(OUT) (docs/operations.md#install)
 #   make envtest         build (once) kube-apiserver, etcd, kube-controller-manager, kube-scheduler,
 #                        kubelet, gardener-resource-manager and helm and print their folder
 #   make peers           build (once) the Go extensions the benches measure beside ours
@@ -51,7 +56,7 @@ START_STATE_DIR ?= dev/local-env
 
 .PHONY: start start-clean test fmt lint generate check-generate envtest peers deps unit integration check-orphans
 .PHONY: test-resilience fuzz advisories e2e-prebuild e2e e2e-rollout e2e-health e2e-takeover e2e-machines e2e-machines-lifecycle bench-machines bench-rollout bench-node
-.PHONY: bench-agent-certificate bench-scale
+.PHONY: bench-agent-certificate bench-scale images push-images generate-registrations
 
 # The fault-injection binaries; `make test` runs them at reduced counts.
 RESILIENCE_TESTS := --test resilience_apiserver --test resilience_etcd \
@@ -142,6 +147,27 @@ TARGET_DIR := $(abspath $(or $(CARGO_TARGET_DIR),target))
 # the main one (`.ci/run` builds it beside the tests: e2e-prebuild).
 STATIC_TARGET_DIR := $(TARGET_DIR)/static
 STATIC_BINARY := $(STATIC_TARGET_DIR)/$(STATIC_TARGET)/debug/gardener-extension-node
+# The images a landscape runs (docs/operations.md#install): `make images push-images
+# generate-registrations REGISTRY=<registry>/<path> TAG=<tag>`. REGISTRY is the repository prefix
+# (the images are $(REGISTRY)/operator, /gvisor-installation, /node-agent); the defaults are the
+# chart's and the image vector's.
+REGISTRY ?= gardener-extension-node
+TAG ?= v$(shell sed -n 's/^version = "\(.*\)"$$/\1/p' Cargo.toml | head -n 1)
+IMAGES_DIR ?= $(TARGET_DIR)/images
+OUT ?= dev/registrations
+STATIC_RELEASE_BINARY := $(STATIC_TARGET_DIR)/$(STATIC_TARGET)/release/gardener-extension-node
+
+images: deps
+	@CARGO_TARGET_DIR="$(STATIC_TARGET_DIR)" $(CARGO) build --release --locked --target $(STATIC_TARGET) --bin gardener-extension-node
+	@BINARY="$(STATIC_RELEASE_BINARY)" REGISTRY="$(REGISTRY)" TAG="$(TAG)" IMAGES_DIR="$(IMAGES_DIR)" hack/images.sh build
+
+push-images: images
+	@REGISTRY="$(REGISTRY)" TAG="$(TAG)" IMAGES_DIR="$(IMAGES_DIR)" INSECURE="$(INSECURE)" hack/images.sh push
+
+generate-registrations:
+	@hack/generate-controller-registration.sh --registry "$(REGISTRY)" --tag "$(TAG)" "$(OUT)"
+	@echo "registrations for $(REGISTRY)/<image>:$(TAG) in $(OUT)"
+
 # Runs $(2) with the node components, our static binary and a test-run id starting with $(1),
 # then checks that nothing the run started is left.
 define node-run
