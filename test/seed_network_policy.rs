@@ -634,6 +634,7 @@ async fn the_seed_prometheus_and_only_it_reaches_the_metrics_port_through_grm_po
         csr_approver_machine_namespace: None,
         node_agent_authorizer: None,
         network_policy: Some(NetworkPolicyController::seed()),
+        resource_class: None,
     })
     .await
     .expect("gardener-resource-manager starts");

@@ -457,7 +457,10 @@ mod tests {
         assert_eq!(settings.sync_period, Duration::from_secs(600));
         assert_eq!(settings.token_sync_period, Duration::from_secs(12 * 3600));
         assert_eq!(settings.metrics_address, "127.0.0.1:2752".parse().unwrap());
-        assert!(settings.metrics_on_node_ip, "no address given: the node's too");
+        assert!(
+            settings.metrics_on_node_ip,
+            "no address given: the node's too"
+        );
         assert_eq!(settings.hostname, "node-a");
         let mut explicit = args(dir.path());
         explicit.metrics_bind_address = "127.0.0.1:2752".parse().ok();

@@ -258,12 +258,26 @@ mod tests {
         metrics.reconciled("waiting");
         assert_eq!(metrics.osc_current.get(), 0);
         let text = crate::metrics::encode(&registry).unwrap();
-        assert!(text.contains("gardener_extension_node_agent_osc_current 0"), "{text}");
-        assert!(text.contains("gardener_extension_node_agent_rollout_stopped 0"), "{text}");
-        assert!(!text.contains("client_certificate"), "no certificate, no series: {text}");
+        assert!(
+            text.contains("gardener_extension_node_agent_osc_current 0"),
+            "{text}"
+        );
+        assert!(
+            text.contains("gardener_extension_node_agent_rollout_stopped 0"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("client_certificate"),
+            "no certificate, no series: {text}"
+        );
         metrics.register_certificate(&mut registry);
         metrics.certificate(100, 200);
         let text = crate::metrics::encode(&registry).unwrap();
-        assert!(text.contains("gardener_extension_node_agent_client_certificate_not_after_timestamp_seconds 200"), "{text}");
+        assert!(
+            text.contains(
+                "gardener_extension_node_agent_client_certificate_not_after_timestamp_seconds 200"
+            ),
+            "{text}"
+        );
     }
 }

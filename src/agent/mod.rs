@@ -109,11 +109,12 @@ pub async fn run(args: AgentArgs) -> Result<(), AgentError> {
     };
     let router = crate::http::router(state);
     info!(address = %settings.metrics_address, "serving /metrics, /healthz and /readyz");
-    let mut servers = vec![tokio::spawn(metrics_server::serve(listener, router.clone()))];
+    let mut servers = vec![tokio::spawn(metrics_server::serve(
+        listener,
+        router.clone(),
+    ))];
     if settings.metrics_on_node_ip {
-        let client = credentials
-            .client("agent")
-            .map_err(AgentError::Client)?;
+        let client = credentials.client("agent").map_err(AgentError::Client)?;
         servers.push(tokio::spawn(metrics_server::serve_on_node_ip(
             client,
             settings.hostname.clone(),

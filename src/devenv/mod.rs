@@ -179,6 +179,7 @@ pub async fn run_local_env(args: LocalEnvArgs) -> anyhow::Result<()> {
         csr_approver_machine_namespace: None,
         node_agent_authorizer: None,
         network_policy: None,
+        resource_class: None,
     })
     .await
     .context("starting gardener-resource-manager")?;

@@ -77,6 +77,10 @@ pub struct ResourceManagerOptions {
     /// Run GRM's NetworkPolicy controller (`controllers.networkPolicy`) against the target.
     /// Off when `None`.
     pub network_policy: Option<NetworkPolicyController>,
+    /// The class of ManagedResources it handles (`controllers.resourceClass`; `seed` for the
+    /// seed's own instance). GRM's default (`resources`, which takes MRs without a class) when
+    /// `None`.
+    pub resource_class: Option<String>,
 }
 
 /// What GRM's NetworkPolicy controller is started with.
@@ -207,6 +211,7 @@ pub fn render_config(
             "metrics": {"bindAddress": "127.0.0.1", "port": metrics_port},
         },
         "controllers": {
+            "resourceClass": options.resource_class,
             "garbageCollector": {"enabled": false},
             "health": {"concurrentSyncs": 5, "syncPeriod": seconds(options.health_sync_period)},
             "csrApprover": csr_approver,
@@ -416,6 +421,7 @@ mod tests {
             csr_approver_machine_namespace: None,
             node_agent_authorizer: None,
             network_policy: None,
+            resource_class: None,
         };
         let config = render_config(&options, [1, 2, 3], Path::new("/certs"));
         assert_eq!(
@@ -470,6 +476,7 @@ mod tests {
 
         let seed = ResourceManagerOptions {
             network_policy: Some(NetworkPolicyController::seed()),
+            resource_class: None,
             ..authorizing
         };
         let config = render_config(&seed, [1, 2, 3], Path::new("/certs"));
@@ -506,6 +513,7 @@ mod tests {
             csr_approver_machine_namespace: None,
             node_agent_authorizer: None,
             network_policy: None,
+            resource_class: None,
         };
         let certs = dir.path().join("certs");
         let config = dir.path().join("config.yaml");

@@ -425,7 +425,16 @@ pub async fn apply_for_shoot(
     data: &BTreeMap<String, Vec<u8>>,
     keep_objects: bool,
 ) -> Result<bool, ManagedResourceError> {
-    apply(client, cache, Target::Shoot, namespace, name, data, keep_objects).await
+    apply(
+        client,
+        cache,
+        Target::Shoot,
+        namespace,
+        name,
+        data,
+        keep_objects,
+    )
+    .await
 }
 
 /// [`apply_for_shoot`] for an MR whose objects go into the seed (class `seed`).
@@ -453,8 +462,7 @@ async fn apply(
         None => None,
     };
     let secret_name = secret_name(name, data);
-    let desired =
-        render_managed_resource_for(target, namespace, name, &secret_name, keep_objects);
+    let desired = render_managed_resource_for(target, namespace, name, &secret_name, keep_objects);
     let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
     let params = PatchParams::apply(FIELD_MANAGER).force();
     // Same name means same content, so an existing (immutable) secret is already right.

@@ -145,6 +145,7 @@ impl Shoot {
             csr_approver_machine_namespace,
             node_agent_authorizer,
             network_policy: None,
+            resource_class: None,
         })
         .await
         .expect("gardener-resource-manager starts");

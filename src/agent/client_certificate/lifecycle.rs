@@ -237,7 +237,9 @@ pub async fn renew_forever(renewal: Renewal) {
                 continue;
             }
         };
-        renewal.metrics.certificate(facts.not_before, facts.not_after);
+        renewal
+            .metrics
+            .certificate(facts.not_before, facts.not_after);
         if std::mem::take(&mut first) {
             report_early_certificate(&renewal, &facts).await;
         }

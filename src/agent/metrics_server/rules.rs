@@ -62,7 +62,10 @@ mod tests {
             ("InternalIP", "fd00::4"),
         ]);
         assert_eq!(internal_ip(&n), "10.250.0.4".parse().ok());
-        assert_eq!(internal_ip(&node(&[("InternalIP", "fd00::4")])), "fd00::4".parse().ok());
+        assert_eq!(
+            internal_ip(&node(&[("InternalIP", "fd00::4")])),
+            "fd00::4".parse().ok()
+        );
     }
 
     #[test]

@@ -29,8 +29,7 @@ use super::rollout::rules as rollout_rules;
 use super::user_data_secrets;
 use super::{
     Error, OscActuator, USER_DATA_KEY, fetch, monitoring, node_agent_managed_resource, nodeagent,
-    osc_key,
-    result_secret_ref, userdata, validate,
+    osc_key, result_secret_ref, userdata, validate,
 };
 use crate::api::OperatingSystemConfig;
 use crate::api::cluster::ShootView;

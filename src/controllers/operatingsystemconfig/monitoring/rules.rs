@@ -85,7 +85,13 @@ pub fn render(
 pub fn node_label_meta(label: &str) -> String {
     let sanitized: String = label
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '_' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
         .collect();
     format!("__meta_kubernetes_node_label_{sanitized}")
 }
@@ -249,7 +255,11 @@ mod tests {
             .collect();
         assert!(alerts.contains(&"NodeAgentRolloutStopped"), "{alerts:?}");
         let dashboard: Value = serde_json::from_str(DASHBOARD_JSON).unwrap();
-        assert!(dashboard["panels"].as_array().is_some_and(|p| !p.is_empty()));
+        assert!(
+            dashboard["panels"]
+                .as_array()
+                .is_some_and(|p| !p.is_empty())
+        );
     }
 
     #[test]

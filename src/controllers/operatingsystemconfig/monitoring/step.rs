@@ -132,7 +132,6 @@ async fn shoot_ca(actuator: &OscActuator, namespace: &str) -> Result<Option<Stri
     }
 }
 
-
 fn is_base64(data: &str) -> bool {
     use base64::Engine as _;
     base64::engine::general_purpose::STANDARD
