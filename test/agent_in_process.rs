@@ -25,227 +25,34 @@ mod support;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use gardener_extension_node::agent::access::credentials::{Source, client_config};
 use gardener_extension_node::agent::access::switching_client::Credentials;
 use gardener_extension_node::agent::client_certificate::lifecycle;
 use gardener_extension_node::agent::client_certificate::rules::client_certificate;
-use gardener_extension_node::agent::config::Settings;
-use gardener_extension_node::agent::controller::Agent;
-use gardener_extension_node::agent::metrics::Metrics;
 use gardener_extension_node::agent::ports::fake_host::{FakeHost, Op};
 use gardener_extension_node::agent::ports::host::ProgramOutput;
-use gardener_extension_node::agent::ports::paths::Paths;
 use gardener_extension_node::agent::rollout::{rules as rollout_rules, slots};
-use gardener_extension_node::api::nodeagent::NodeAgentConfiguration;
 use gardener_extension_node::api::operatingsystemconfig::UnitCommand;
-use gardener_extension_node::kubeconfig::config_from_yaml;
 use gardener_extension_node::kubeconfig::x509::{CertificateFacts, first_certificate_facts};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::PostParams;
 use kube::config::Kubeconfig;
 use kube::{Api, Client};
 use serde_json::{Value, json};
-use support::agent::{
-    create_node, limited_kubeconfig, node_checksum, node_events, osc_yaml, plain_file, put_osc,
-    put_osc_annotated, service,
+use support::agent::{node_checksum, osc_yaml, plain_file, put_osc, put_osc_annotated, service};
+use support::in_process_agent::{
+    AT_ONCE, RunningAgent, condition, node_name, put_rollout_osc, secret_name, set_condition,
+    settings, slot_holder, start_in_rollout,
 };
 use support::node_agent_identity::{
     allow_bootstrappers, create_bootstrap_token, create_machine, create_pool_node,
 };
 use support::shoot::Shoot;
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
-
-/// How long a test waits for the agent to do something it does at once.
-const AT_ONCE: Duration = Duration::from_secs(20);
-
-/// An agent running in this process for node `node`, on `host`.
-struct RunningAgent {
-    node: String,
-    secret: String,
-    host: Arc<FakeHost>,
-    started: Instant,
-    stop: Option<oneshot::Sender<()>>,
-    task: JoinHandle<()>,
-    state: tempfile::TempDir,
-}
-
-impl RunningAgent {
-    /// The agent of a new Node in `env` (named after the test's namespace) with its OSC secret
-    /// ([`secret_name`]) and RBAC-limited credentials.
-    async fn start(env: &support::TestEnv, host: FakeHost) -> RunningAgent {
-        let node = node_name(env);
-        let secret = secret_name(&node);
-        create_node(&env.client, &node).await;
-        let kubeconfig = limited_kubeconfig(env, &node, &[&secret]).await;
-        let credentials = Credentials::new(config_from_yaml(&kubeconfig).await.unwrap());
-        let state = tempfile::tempdir().unwrap();
-        let settings = settings(&node, &secret, state.path().to_path_buf());
-        RunningAgent::run(settings, credentials, false, host, state)
-    }
-
-    /// Runs the agent of `settings` on `host` (state in `state`) until [`RunningAgent::stop`].
-    fn run(
-        settings: Settings,
-        credentials: Credentials,
-        renews_certificate: bool,
-        host: FakeHost,
-        state: tempfile::TempDir,
-    ) -> RunningAgent {
-        let (node, secret) = (settings.hostname.clone(), settings.secret_name.clone());
-        let host = Arc::new(host);
-        let mut registry = prometheus_client::registry::Registry::default();
-        let agent = Agent::new(
-            settings,
-            credentials,
-            renews_certificate,
-            host.clone(),
-            Metrics::register(&mut registry),
-        )
-        .unwrap();
-        let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(async move {
-            let stop = async move {
-                let _ = stopped.await;
-                Ok("test stop")
-            };
-            Arc::new(agent)
-                .run_until(Default::default(), stop)
-                .await
-                .unwrap();
-        });
-        RunningAgent {
-            node,
-            secret,
-            host,
-            started: Instant::now(),
-            stop: Some(stop),
-            task,
-            state,
-        }
-    }
-
-    /// Stops the agent and waits for its loop to return.
-    async fn stop(mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        tokio::time::timeout(Duration::from_secs(10), &mut self.task)
-            .await
-            .expect("the agent stops within 10 s")
-            .unwrap();
-    }
-
-    /// Waits until the Node reports `checksum`; returns how long after the start.
-    async fn wait_reported(&self, client: &Client, checksum: &str) -> Duration {
-        let node = self.node.clone();
-        support::wait_for("the checksum on the Node", AT_ONCE, || {
-            let (client, node) = (client.clone(), node.clone());
-            async move {
-                let reported = node_checksum(&client, &node).await;
-                (reported.as_deref() == Some(checksum))
-                    .then_some(())
-                    .ok_or(format!("{reported:?}"))
-            }
-        })
-        .await;
-        self.started.elapsed()
-    }
-
-    /// Waits until `reason` is among the events on the Node; returns the first's note.
-    async fn wait_event(&self, client: &Client, reason: &str, within: Duration) -> String {
-        let node = self.node.clone();
-        support::wait_for(&format!("a {reason} event"), within, || {
-            let (client, node) = (client.clone(), node.clone());
-            async move {
-                node_events(&client, &node, reason)
-                    .await
-                    .into_iter()
-                    .next()
-                    .map(|event| event.note.unwrap_or_default())
-                    .ok_or("none yet".to_string())
-            }
-        })
-        .await
-    }
-}
-
-/// The Node of the test running in `env`'s namespace.
-fn node_name(env: &support::TestEnv) -> String {
-    format!("in-process-{}", env.namespace)
-}
-
-/// The OSC secret of `node`'s pool (gardenlet's `gardener-node-agent-<pool>-<hash>`; never the
-/// name of the node's own Lease, `gardener-node-agent-<node>`).
-fn secret_name(node: &str) -> String {
-    format!("gardener-node-agent-pool-{node}")
-}
-
-/// The agent's settings, as `config::load` makes them from a config file: host name fixed,
-/// state in `state`, the periods of a running node.
-fn settings(node: &str, secret: &str, state: PathBuf) -> Settings {
-    Settings {
-        paths: Paths::new(state.clone()),
-        config_file: state.join("config.yaml"),
-        config: NodeAgentConfiguration::default(),
-        secret_name: secret.to_string(),
-        kubernetes_version: Some(support::agent::KUBERNETES_VERSION.to_string()),
-        sync_period: Duration::from_secs(600),
-        token_sync_configs: Vec::new(),
-        token_sync_period: Duration::from_secs(3600),
-        drift_check_interval: Duration::from_secs(600),
-        metrics_address: "127.0.0.1:0".parse().unwrap(),
-        metrics_on_node_ip: false,
-        hostname: node.to_string(),
-        hostname_fixed: true,
-        own_unit: "gardener-node-agent.service".to_string(),
-        system_bus_address: String::new(),
-        unit_job_timeout: Duration::from_secs(60),
-        containerd_address: String::new(),
-        containerd_namespace: String::new(),
-        kubeconfig_flag: None,
-    }
-}
-
-/// Sets the Node's `Ready` condition (kubelet's part in these tests).
-async fn set_ready(client: &Client, node: &str, ready: bool) {
-    set_condition(
-        client,
-        node,
-        json!({"type": "Ready", "status": if ready { "True" } else { "False" }, "reason": "KubeletReady"}),
-    )
-    .await;
-}
-
-/// Adds or replaces one condition of the Node's status (a strategic merge on `type`).
-async fn set_condition(client: &Client, node: &str, condition: Value) {
-    let mut condition = condition;
-    condition["lastTransitionTime"] = json!(k8s_openapi::jiff::Timestamp::now().to_string());
-    Api::<Node>::all(client.clone())
-        .patch_status(
-            node,
-            &PatchParams::default(),
-            &Patch::Strategic(json!({"status": {"conditions": [condition]}})),
-        )
-        .await
-        .unwrap();
-}
-
-/// The Node's condition of `type_` as `(status, reason)`.
-async fn condition(client: &Client, node: &str, type_: &str) -> Option<(String, String)> {
-    let node = Api::<Node>::all(client.clone()).get(node).await.unwrap();
-    node.status?
-        .conditions?
-        .into_iter()
-        .find(|c| c.type_ == type_)
-        .map(|c| (c.status, c.reason.unwrap_or_default()))
-}
 
 /// The Node's labels and annotations.
 async fn node_metadata(
@@ -392,47 +199,6 @@ async fn with_the_serial_lock_held_by_another_node_the_agent_waits_then_applies(
             .is_some()
     );
     agent.stop().await;
-}
-
-/// An OSC of `app.service` and kubelet's unit with `kubelet_flag` in its command line.
-fn osc_with_kubelet(kubelet_flag: &str) -> String {
-    let mut kubelet = service("kubelet.service", "kubelet");
-    kubelet["content"] = json!(format!(
-        "[Unit]\nDescription=kubelet\n[Service]\nExecStart=/opt/bin/kubelet {kubelet_flag}\n[Install]\nWantedBy=multi-user.target\n"
-    ));
-    osc_yaml(&[service("app.service", "app"), kubelet], &[], None)
-}
-
-/// The rollout annotations of a pool with budget 1 and a health timeout of one second.
-const ROLLOUT: [(&str, &str); 2] = [
-    (rollout_rules::ANNOTATION_BUDGET, "1"),
-    (rollout_rules::ANNOTATION_HEALTH_TIMEOUT, "1"),
-];
-
-/// The holder of the rollout's slot 0 (the Lease's holder).
-async fn slot_holder(client: &Client, secret: &str) -> Option<String> {
-    Api::<Lease>::namespaced(client.clone(), "kube-system")
-        .get_opt(secret)
-        .await
-        .unwrap()
-        .and_then(|lease| lease.spec)
-        .and_then(|spec| spec.holder_identity)
-        .filter(|holder| !holder.is_empty())
-}
-
-/// Puts the pool's OSC with kubelet's `kubelet_flag`, the rollout's annotations on; its checksum.
-async fn put_rollout_osc(client: &Client, secret: &str, kubelet_flag: &str) -> String {
-    put_osc_annotated(client, secret, &osc_with_kubelet(kubelet_flag), &ROLLOUT).await
-}
-
-/// An agent of a Ready node in a pool with the rollout on, its first OSC (a quiet first
-/// apply) applied and reported; with that OSC's checksum.
-async fn start_in_rollout(env: &support::TestEnv) -> (RunningAgent, String) {
-    let agent = RunningAgent::start(env, FakeHost::default()).await;
-    set_ready(&env.client, &agent.node, true).await;
-    let first = put_rollout_osc(&env.client, &agent.secret, "--v=1").await;
-    agent.wait_reported(&env.client, &first).await;
-    (agent, first)
 }
 
 #[tokio::test]

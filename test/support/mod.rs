@@ -17,6 +17,7 @@ pub mod fixtures;
 pub mod gardener;
 pub mod gardenlet_osc;
 pub mod helm;
+pub mod in_process_agent;
 pub mod load;
 pub mod machine_controllers;
 pub mod mcm;
