@@ -29,7 +29,17 @@
 #                              pseudo-version of its `go` branch)
 #
 # These two pin their own dependency graphs (containerd's and gVisor's), which do not meet the
-# Kubernetes one, so each is its own module and build.
+# Kubernetes one, so each is its own module and build. With `--prometheus` also the monitoring
+# tools the rules tests and the monitoring e2e run:
+#
+#   hack/envtest/prometheus/   prometheus (the server; its API, no web UI assets) and promtool
+#                              (github.com/prometheus/prometheus)
+#
+# Prometheus is its own module for the same reason: v0.316.0 requires prometheus/client_golang
+# v1.25.0, whose API client's Query returns one value more than gardener v1.149.3's
+# pkg/utils/kubernetes/health takes, so in the wrapper module gardener's binaries no longer
+# compile. Its build tags keep, of the service discoveries, only kubernetes (file and static are
+# always in), which halves its build time and nearly halves its binaries.
 #
 # The binaries land in a cache folder outside the repository; a stamp next to them (the
 # versions plus a hash of the module's go.sum) says what they were built from, so a second run
@@ -38,6 +48,7 @@
 #
 #   hack/envtest.sh            build (if needed) and print the folder
 #   hack/envtest.sh --node     the same, plus containerd and gVisor
+#   hack/envtest.sh --prometheus   the same, plus prometheus and promtool (combines with --node)
 #   ENVTEST_CACHE=/some/dir    override the cache root (default: ~/.cache/gardener-extension-node/envtest)
 set -euo pipefail
 
@@ -45,8 +56,15 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 components_module="$here/envtest/components"
 containerd_module="$here/envtest/containerd"
 gvisor_module="$here/envtest/gvisor"
-node=false
-if [[ "${1:-}" == "--node" ]]; then node=true; fi
+prometheus_module="$here/envtest/prometheus"
+node=false prometheus=false
+for arg in "$@"; do
+  case "$arg" in
+    --node) node=true ;;
+    --prometheus) prometheus=true ;;
+    *) echo "envtest: unknown argument $arg (see the header of $0)" >&2; exit 2 ;;
+  esac
+done
 
 log_prefix=envtest
 # module_version, sum_hash, lock_out, build: shared with hack/peers.sh.
@@ -113,6 +131,25 @@ if $node; then
     "-X gvisor.dev/gvisor/runsc/version.version=$gvisor_version" "" \
     gvisor.dev/gvisor/runsc=runsc \
     gvisor.dev/gvisor/shim=containerd-shim-runsc-v1
+fi
+
+if $prometheus; then
+  prometheus_version="$(module_version "$prometheus_module/go.mod" github.com/prometheus/prometheus)"
+  if [[ -z "$prometheus_version" ]]; then
+    echo "envtest: cannot read the Prometheus version from hack/envtest/prometheus/go.mod" >&2
+    exit 1
+  fi
+  # The module's v0.3MM.P is Prometheus 3.MM.P, the version its binaries report upstream.
+  release="${prometheus_version#v0.}"
+  minor="${release%%.*}"
+  release="$((10#$minor / 100)).$((10#$minor % 100)).${release#*.}"
+  # remove_all_sd leaves out every service discovery in Prometheus' plugins package but those
+  # enabled one by one; no other package of this build reads these tags.
+  tags="remove_all_sd enable_kubernetes_sd"
+  build prometheus "$prometheus_version $tags $(sum_hash "$prometheus_module")" "$prometheus_module" \
+    "-X github.com/prometheus/common/version.Version=$release" "$tags" \
+    github.com/prometheus/prometheus/cmd/prometheus=prometheus \
+    github.com/prometheus/prometheus/cmd/promtool=promtool
 fi
 
 echo "$out"
