@@ -55,7 +55,7 @@ START_ADDRESS ?= 127.0.0.1:8080
 START_STATE_DIR ?= dev/local-env
 
 .PHONY: start start-clean test fmt lint generate check-generate envtest peers deps unit integration check-orphans
-.PHONY: test-resilience fuzz advisories e2e-prebuild e2e e2e-rollout e2e-health e2e-takeover e2e-machines e2e-machines-lifecycle bench-machines bench-rollout bench-node
+.PHONY: test-resilience test-rules e2e-prometheus fuzz advisories e2e-prebuild e2e e2e-rollout e2e-health e2e-takeover e2e-machines e2e-machines-lifecycle bench-machines bench-rollout bench-node
 .PHONY: bench-agent-certificate bench-scale images push-images generate-registrations
 
 # The fault-injection binaries; `make test` runs them at reduced counts.
@@ -122,14 +122,28 @@ check-generate: generate
 
 # Every process a test run starts inherits GARDENER_EXTENSION_NODE_TEST_RUN; check-orphans
 # looks for that value only.
+#
+# Prometheus and promtool (hack/envtest.sh --prometheus, minutes on a cold machine) build beside
+# lint and the tests at the lowest priority; the promtool rule tests (test/monitoring_rules.rs,
+# ignored in the main run) run once they are there.
 test: deps
 	@$(call phase,go-builds); assets="$$(hack/envtest.sh)"; \
+	  mkdir -p "$(TARGET_DIR)"; prometheus_log="$(TARGET_DIR)/prometheus-build.log"; \
+	  nice -n 19 hack/envtest.sh --prometheus >"$$prometheus_log" 2>&1 & prometheus=$$!; \
+	  trap 'kill $$prometheus 2>/dev/null || true' EXIT; \
 	  $(call phase,lint); $(MAKE) --no-print-directory lint; \
 	  $(call phase,check-generate); $(MAKE) --no-print-directory check-generate; \
 	  export GARDENER_EXTENSION_NODE_TEST_RUN="test-$$$$-$$(date +%s%N)"; \
 	  $(call phase,build-tests); $(CARGO) test --lib --bins --tests --no-run; \
 	  $(call phase,test); ENVTEST_ASSETS="$$assets" $(CARGO) test --lib --bins --tests; \
+	  $(call phase,rules); wait $$prometheus || { cat "$$prometheus_log"; exit 1; }; \
+	  ENVTEST_ASSETS="$$assets" $(CARGO) test --test monitoring_rules -- --ignored; \
 	  hack/check-orphans.sh "$$GARDENER_EXTENSION_NODE_TEST_RUN"
+
+# The alerts' promtool tests alone (test/monitoring/*.test.yaml).
+test-rules: deps
+	@assets="$$(hack/envtest.sh --prometheus)"; \
+	  ENVTEST_ASSETS="$$assets" $(CARGO) test --test monitoring_rules -- --ignored
 
 check-orphans:
 	@hack/check-orphans.sh "$(RUN)"
@@ -198,6 +212,15 @@ e2e-health: deps
 
 e2e-takeover: deps
 	@$(call node-run,e2e-takeover,$(CARGO) test --test node_takeover_e2e -- --ignored --nocapture)
+
+# A real Prometheus scrapes the operator and two agents through the API server's node proxy
+# (test/prometheus_e2e.rs; root, for two node addresses on the loopback interface).
+e2e-prometheus: deps
+	@assets="$$(hack/envtest.sh --prometheus)"; \
+	  export GARDENER_EXTENSION_NODE_TEST_RUN="e2e-prometheus-$$$$-$$(date +%s%N)"; \
+	  $(call phase,e2e-prometheus); \
+	  ENVTEST_ASSETS="$$assets" $(CARGO) test --test prometheus_e2e -- --ignored --nocapture; \
+	  hack/check-orphans.sh "$$GARDENER_EXTENSION_NODE_TEST_RUN"
 
 e2e-machines: deps
 	@$(call node-run,e2e-machines,$(CARGO) test --test machines_e2e -- --ignored --nocapture --skip lifecycle --skip pool_at_scale)
