@@ -11,8 +11,11 @@
 //!   admission policy allow and deny, for the combined and the gVisor-only installation;
 //! - the generated registrations (`example/controller-registration*.yaml`) embed exactly this
 //!   chart, split the chart's default types by component, render only their controllers and
-//!   never share a cluster-scoped object; the chart refuses to render with no controller or
-//!   an unknown `nodeAgentSecrets` mode.
+//!   never share a cluster-scoped object (nor one in `garden`); the chart refuses to render
+//!   with no controller or an unknown `nodeAgentSecrets` mode;
+//! - the seed monitoring (a PrometheusRule labelled `prometheus: seed`, a dashboard ConfigMap in
+//!   `garden`) carries the release's job and can be turned off; promtool runs the alerts in
+//!   test/monitoring_rules.rs.
 //!
 //! helm itself is built from its Go module by `hack/helm.sh`.
 
@@ -108,8 +111,9 @@ fn kind(object: &DynamicObject) -> &str {
         .unwrap_or_default()
 }
 
-/// What a seed has and the test control plane lacks: the priority class and a (minimal,
-/// schema-less) VerticalPodAutoscaler CRD, so the rendered objects can be admitted.
+/// What a seed has and the test control plane lacks: the priority class, the `garden`
+/// namespace and (minimal, schema-less) VerticalPodAutoscaler and PrometheusRule CRDs, so the
+/// rendered objects can be admitted.
 async fn seed_prerequisites(client: &Client) {
     let objects = apply::parse_documents(
         r#"
@@ -137,6 +141,28 @@ spec:
       openAPIV3Schema:
         type: object
         x-kubernetes-preserve-unknown-fields: true
+---
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: prometheusrules.monitoring.coreos.com
+spec:
+  group: monitoring.coreos.com
+  scope: Namespaced
+  names: {kind: PrometheusRule, plural: prometheusrules, singular: prometheusrule}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema:
+        type: object
+        x-kubernetes-preserve-unknown-fields: true
+---
+apiVersion: v1
+kind: Namespace
+metadata:
+  name: garden
 "#,
         "seed prerequisites",
     )
@@ -170,15 +196,17 @@ async fn chart_lints_renders_and_is_accepted_by_the_api_server() {
             "VerticalPodAutoscaler",
             "ValidatingAdmissionPolicy",
             "ValidatingAdmissionPolicyBinding",
+            "PrometheusRule",
+            "ConfigMap",
         ] {
             assert!(kinds.contains(&expected), "{expected} missing in {kinds:?}");
         }
-        if values.is_some() {
-            assert!(
-                kinds.contains(&"ConfigMap"),
-                "imageVectorOverwrite renders its ConfigMap"
-            );
-        }
+        let config_maps = kinds.iter().filter(|k| **k == "ConfigMap").count();
+        assert_eq!(
+            config_maps,
+            if values.is_some() { 2 } else { 1 },
+            "the dashboard, and with imageVectorOverwrite its ConfigMap"
+        );
         for object in &objects {
             apply::apply_object(&env.client, object, &env.namespace, true)
                 .await
@@ -297,6 +325,82 @@ fn the_metrics_port_is_announced_for_the_seed_prometheus() {
             .as_str()
             .is_some_and(|n| !n.is_empty()),
         "{pod}"
+    );
+}
+
+/// Issue #44 item 2: the alerts go to the seed Prometheus (a PrometheusRule labelled
+/// `prometheus: seed` beside the pods) and the dashboard to the seed's Plutono (a ConfigMap in
+/// `garden`), both for the release's own `job`; `monitoring.enabled=false` renders neither
+/// (a cluster without the prometheus-operator CRDs).
+#[test]
+fn seed_monitoring_ships_alerts_and_a_dashboard_for_its_job() {
+    let release = "gardener-extension-node-os";
+    let objects = render_release(release, "extension-node-os-x1", &[], &[]);
+    let deployment = objects.iter().find(|o| kind(o) == "Deployment").unwrap();
+    let job = &deployment.data["spec"]["template"]["metadata"]["annotations"]["prometheus.io/name"];
+    assert_eq!(job, release);
+
+    let rule = objects
+        .iter()
+        .find(|o| kind(o) == "PrometheusRule")
+        .unwrap();
+    assert_eq!(rule.name_any(), release);
+    assert_eq!(
+        rule.metadata.namespace.as_deref(),
+        Some("extension-node-os-x1")
+    );
+    assert_eq!(rule.metadata.labels.as_ref().unwrap()["prometheus"], "seed");
+    let text = serde_json::to_string(&rule.data["spec"]).unwrap();
+    assert!(!text.contains("__"), "a placeholder is left: {text}");
+    let rules: Vec<&Value> = rule.data["spec"]["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|g| g["rules"].as_array().unwrap())
+        .collect();
+    assert_eq!(rules.len(), 5);
+    for rule in rules {
+        let expr = rule["expr"].as_str().unwrap();
+        assert!(
+            expr.contains(&format!(r#"job="{release}""#)),
+            "{expr}: not this release's job"
+        );
+        assert_eq!(rule["labels"]["service"], release);
+        assert_eq!(rule["labels"]["type"], "seed");
+        assert_eq!(rule["labels"]["visibility"], "operator");
+    }
+    assert!(text.contains("namespace extension-node-os-x1"), "{text}");
+
+    let dashboard = objects
+        .iter()
+        .find(|o| kind(o) == "ConfigMap" && o.metadata.namespace.as_deref() == Some("garden"))
+        .unwrap();
+    assert_eq!(dashboard.name_any(), format!("{release}-dashboard"));
+    assert_eq!(
+        dashboard.metadata.labels.as_ref().unwrap()["dashboard.monitoring.gardener.cloud/seed"],
+        "true"
+    );
+    let json = dashboard.data["data"][format!("{release}.json")]
+        .as_str()
+        .unwrap();
+    let board: Value = serde_json::from_str(json).unwrap();
+    assert_eq!(board["title"], format!("Extension {release}"));
+    assert_eq!(board["templating"]["list"][0]["current"]["value"], release);
+    let uid = board["uid"].as_str().unwrap();
+    assert!(uid.len() <= 40 && uid.starts_with("gen-"), "{uid}");
+    assert!(!json.contains("__"), "a placeholder is left");
+
+    let off = render_release(
+        release,
+        "extension-node-os-x1",
+        &[],
+        &["monitoring.enabled=false"],
+    );
+    assert!(
+        !off.iter()
+            .any(|o| kind(o) == "PrometheusRule" || kind(o) == "ConfigMap"),
+        "{:?}",
+        off.iter().map(kind).collect::<Vec<_>>()
     );
 }
 
@@ -526,6 +630,8 @@ fn granted_resources(objects: &[DynamicObject]) -> Vec<(String, String)> {
 fn each_registration_renders_only_its_controllers_under_names_of_its_own() {
     let dir = tempfile::tempdir().unwrap();
     let mut cluster_scoped: Vec<String> = Vec::new();
+    // Plutono's sidecar writes every dashboard key into one folder.
+    let mut dashboard_keys: Vec<String> = Vec::new();
     for (file, name, controllers) in REGISTRATIONS {
         let (deployment, _) = registration_objects(file);
         // gardenlet renders the chart with the registration's name as release name into
@@ -544,16 +650,22 @@ fn each_registration_renders_only_its_controllers_under_names_of_its_own() {
         );
         assert_eq!(operator_arg(&objects, "controllers"), controllers, "{file}");
         for object in &objects {
-            if object.metadata.namespace.is_none()
+            let cluster_wide = object.metadata.namespace.is_none()
                 && matches!(
                     kind(object),
                     "ClusterRole"
                         | "ClusterRoleBinding"
                         | "ValidatingAdmissionPolicy"
                         | "ValidatingAdmissionPolicyBinding"
-                )
-            {
+                );
+            // The dashboard goes to `garden`, which every installation shares.
+            let in_garden = object.metadata.namespace.as_deref() == Some("garden");
+            if cluster_wide || in_garden {
                 cluster_scoped.push(format!("{}/{}", kind(object), object.name_any()));
+            }
+            if in_garden {
+                let keys = object.data["data"].as_object().unwrap();
+                dashboard_keys.extend(keys.keys().cloned());
             }
         }
         // RBAC follows the enabled controllers: nobody but the Worker controller may touch
@@ -585,12 +697,17 @@ fn each_registration_renders_only_its_controllers_under_names_of_its_own() {
             );
         }
     }
-    // Two installations on one seed never own the same cluster-scoped object.
+    // Two installations on one seed never own the same cluster-scoped object or object in
+    // `garden`, nor write the same dashboard file.
     let count = cluster_scoped.len();
     cluster_scoped.sort();
     cluster_scoped.dedup();
     assert_eq!(cluster_scoped.len(), count, "{cluster_scoped:?}");
-    assert_eq!(count, 4 * 4, "{cluster_scoped:?}");
+    assert_eq!(count, 4 * 5, "{cluster_scoped:?}");
+    let keys = dashboard_keys.len();
+    dashboard_keys.sort();
+    dashboard_keys.dedup();
+    assert_eq!((dashboard_keys.len(), keys), (4, 4), "{dashboard_keys:?}");
 }
 
 /// The namespaces the rendered admission policy lets the operator write in, besides

@@ -849,6 +849,32 @@ async fn operator_serves_health_readiness_and_metrics() {
         .unwrap();
     assert_eq!(status, 200);
     assert!(metrics.contains(r#"controller_reconciles_total{kind="ContainerRuntime",operation="create",result="success"}"#), "{metrics}");
+    // Without leader election the one replica leads; it renewed the heartbeat.
+    assert!(
+        metrics.contains("\ngardener_extension_node_leader 1\n"),
+        "{metrics}"
+    );
+    let renewed = OperatorProcess::metric_at(
+        &address,
+        "gardener_extension_node_heartbeat_last_renew_timestamp_seconds",
+    )
+    .await
+    .unwrap();
+    let now = chrono::Utc::now().timestamp() as f64;
+    assert!(renewed > now - 120.0 && renewed <= now + 1.0, "{renewed}");
+    // The object gauges count our ContainerRuntime once sampled (every 30 s).
+    let succeeded = r#"gardener_extension_node_objects{kind="ContainerRuntime",state="Succeeded"}"#;
+    wait_for(
+        "the object gauges to count a succeeded ContainerRuntime",
+        Duration::from_secs(45),
+        || async {
+            match OperatorProcess::metric_at(&address, succeeded).await {
+                Some(count) if count >= 1.0 => Ok(()),
+                other => Err(format!("{succeeded} = {other:?}")),
+            }
+        },
+    )
+    .await;
     // The heartbeat Lease is renewed in the heartbeat namespace.
     let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
         Api::namespaced(env.client.clone(), "default");

@@ -153,6 +153,7 @@ async fn every_worker_reconciles_and_a_shutdown_does_not_wait_for_idle_workers()
         reconciler,
         options,
         objects,
+        Default::default(),
         synced,
         None,
         shutdown.clone(),

@@ -169,6 +169,13 @@ async fn a_standby_replica_takes_over_when_the_leader_dies() {
     );
     let heartbeat = leases.get("gardener-extension-heartbeat").await.unwrap();
     assert!(heartbeat.spec.unwrap().renew_time.is_some());
+    // The leader says so on /metrics and has renewed the heartbeat; the standby has neither.
+    let leader = "gardener_extension_node_leader";
+    let renewed = "gardener_extension_node_heartbeat_last_renew_timestamp_seconds";
+    assert_eq!(first.metric(leader).await, Some(1.0));
+    assert!(first.metric(renewed).await.unwrap() > 0.0);
+    assert_eq!(second.metric(leader).await, Some(0.0));
+    assert_eq!(second.metric(renewed).await, Some(0.0));
 
     first.kill();
     let second_holder = wait_for(
@@ -189,6 +196,17 @@ async fn a_standby_replica_takes_over_when_the_leader_dies() {
     )
     .await;
     assert_ne!(second_holder, first_holder);
+    wait_for(
+        "the new leader's gauge",
+        Duration::from_secs(10),
+        || async {
+            match second.metric(leader).await {
+                Some(1.0) => Ok(()),
+                other => Err(format!("{leader} = {other:?}")),
+            }
+        },
+    )
+    .await;
     // The new leader reconciles a new request.
     let api: Api<ContainerRuntime> = Api::namespaced(env.client.clone(), &env.namespace);
     support::gardener::annotate(&api, "gvisor-pool-0", "reconcile").await;

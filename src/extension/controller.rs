@@ -1,11 +1,13 @@
 //! The controller loop of one extension kind: a watch feeding the [`predicate`] rules into a
 //! [`WorkQueue`], and `max_concurrent` workers running the [`Reconciler`].
 //!
-//! The watch keeps a [`Fingerprint`] per object for the update rule and fills the kind's
-//! object store ([`ObjectStore`], objects without `managedFields`), from which the
-//! runs and the actuator read. Namespace wake-ups enqueue every object of a namespace: in
-//! ignore-operation-annotation mode from a second watch on Clusters, and from a kind's own
-//! source ([`WakeNamespaces`]; the Worker's comes from its Machines).
+//! The watch keeps, per object its filter accepts, a [`Fingerprint`] for the update rule and
+//! the object's [`Tracked`] state for the object gauges (the [`ObjectIndex`], read by
+//! [`super::object_metrics`]). It also fills the kind's object store ([`ObjectStore`], every
+//! object of the kind without `managedFields`), from which the runs and the actuator read.
+//! Namespace wake-ups enqueue every object of a namespace: in ignore-operation-annotation
+//! mode from a second watch on Clusters, and from a kind's own source ([`WakeNamespaces`]; the
+//! Worker's comes from its Machines).
 //!
 //! [`predicate`]: super::predicate
 
@@ -22,6 +24,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::cache::ObjectStore;
 use super::error::RetryPolicy;
+use super::object_states::{self, Tracked};
 use super::predicate::{self, Fingerprint};
 use super::queue::WorkQueue;
 use super::reconciler::{Next, Reconciler};
@@ -48,31 +51,80 @@ pub struct ControllerOptions {
     pub retry: RetryPolicy,
 }
 
-type Fingerprints = Arc<Mutex<HashMap<ObjectKey, Fingerprint>>>;
+/// What the watch keeps of one object its filter accepts.
+#[derive(Debug, Clone)]
+struct Seen {
+    /// For the update rule.
+    fingerprint: Fingerprint,
+    /// The object's state for the object gauges.
+    tracked: Tracked,
+}
+
+/// What the watch keeps of every object of the kind its filter accepts (its fingerprint and
+/// its [`Tracked`] state), until the object is deleted or missing from a relist. Shared with
+/// the object gauges ([`super::object_metrics`]); a clone reads the same entries.
+#[derive(Debug, Clone, Default)]
+pub struct ObjectIndex(Arc<Mutex<HashMap<ObjectKey, Seen>>>);
+
+impl ObjectIndex {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ObjectKey, Seen>> {
+        lock(&self.0)
+    }
+
+    /// Records a watch event of the object `key` (accepted by the filter) at `now` (unix
+    /// seconds) and returns the fingerprint from before, `None` on first sight.
+    fn record(
+        &self,
+        key: ObjectKey,
+        meta: &kube::api::ObjectMeta,
+        last: Option<&LastOperation>,
+        now: i64,
+    ) -> Option<Fingerprint> {
+        let mut index = self.lock();
+        let previous = index.get(&key);
+        let tracked = object_states::track(
+            previous.map(|p| p.tracked),
+            last,
+            meta.creation_timestamp.as_ref().map(|t| t.0.as_second()),
+            now,
+        );
+        let seen = Seen {
+            fingerprint: Fingerprint::of(meta),
+            tracked,
+        };
+        index.insert(key, seen).map(|p| p.fingerprint)
+    }
+
+    /// The tracked state of every indexed object (copied out, so the lock is held briefly).
+    pub fn tracked(&self) -> Vec<Tracked> {
+        self.lock().values().map(|seen| seen.tracked).collect()
+    }
+}
 
 /// A stream of namespaces whose objects of the controller's kind should run again.
 pub type WakeNamespaces = futures::stream::BoxStream<'static, String>;
 
 /// Runs the controller until `shutdown`, keeping `store` (the reconciler's and actuator's
-/// object store). `synced` fires once the first list of the watch has been processed (the
-/// basis of `/readyz`); `wake` adds namespaces to run again from a kind's own source.
+/// object store) and `index` (see [`ObjectIndex`]). `synced` fires once the first list of the
+/// watch has been processed (the basis of `/readyz`); `wake` adds namespaces to run again
+/// from a kind's own source.
 pub async fn run<A: Actuator>(
     reconciler: Arc<Reconciler<A>>,
     options: ControllerOptions,
     store: ObjectStore,
+    index: ObjectIndex,
     synced: oneshot::Sender<()>,
     wake: Option<WakeNamespaces>,
     shutdown: CancellationToken,
 ) {
     let queue = Arc::new(WorkQueue::<ObjectKey>::new());
-    let fingerprints: Fingerprints = Arc::default();
     let failures: Arc<Mutex<HashMap<ObjectKey, u32>>> = Arc::default();
     let kind = A::Object::KIND;
 
     let watch = tokio::spawn(watch_objects(
         Arc::clone(&reconciler),
         Arc::clone(&queue),
-        Arc::clone(&fingerprints),
+        index.clone(),
         store,
         synced,
     ));
@@ -82,7 +134,7 @@ pub async fn run<A: Actuator>(
         tokio::spawn(wake_namespaces(
             cluster_namespaces(reconciler.client.clone()),
             Arc::clone(&queue),
-            Arc::clone(&fingerprints),
+            index.clone(),
             None::<Arc<Reconciler<A>>>,
         ))
     });
@@ -90,7 +142,7 @@ pub async fn run<A: Actuator>(
         tokio::spawn(wake_namespaces(
             namespaces,
             Arc::clone(&queue),
-            Arc::clone(&fingerprints),
+            index.clone(),
             Some(Arc::clone(&reconciler)),
         ))
     });
@@ -230,7 +282,7 @@ impl Watched {
 async fn watch_objects<A: Actuator>(
     reconciler: Arc<Reconciler<A>>,
     queue: Arc<WorkQueue<ObjectKey>>,
-    fingerprints: Fingerprints,
+    fingerprints: ObjectIndex,
     store: ObjectStore,
     synced: oneshot::Sender<()>,
 ) {
@@ -268,7 +320,7 @@ async fn watch_objects<A: Actuator>(
             }
             Event::InitDone => {
                 if let Some(seen) = relisted.take() {
-                    lock(&fingerprints).retain(|key, _| seen.contains(key));
+                    fingerprints.lock().retain(|key, _| seen.contains(key));
                 }
                 if let Some(sender) = synced.take() {
                     tracing::info!(kind, "initial list processed");
@@ -277,7 +329,7 @@ async fn watch_objects<A: Actuator>(
             }
             Event::Apply(object) => observe(&reconciler, &queue, &fingerprints, object),
             Event::Delete(object) => {
-                let mut fingerprints = lock(&fingerprints);
+                let mut fingerprints = fingerprints.lock();
                 fingerprints.remove(&key_of(&object));
                 crate::extension::compact_store::shrink_when_sparse(&mut fingerprints);
             }
@@ -289,7 +341,7 @@ async fn watch_objects<A: Actuator>(
 fn observe<A: Actuator>(
     reconciler: &Reconciler<A>,
     queue: &WorkQueue<ObjectKey>,
-    fingerprints: &Fingerprints,
+    fingerprints: &ObjectIndex,
     object: DynamicObject,
 ) {
     let key = key_of(&object);
@@ -301,7 +353,8 @@ fn observe<A: Actuator>(
         return;
     }
     let meta = &object.meta;
-    let previous = lock(fingerprints).insert(key.clone(), Fingerprint::of(meta));
+    let now = chrono::Utc::now().timestamp();
+    let previous = fingerprints.record(key.clone(), meta, object.last.as_ref(), now);
     let enqueue = match previous {
         None => predicate::on_create(&reconciler.filter, meta, object.last.as_ref()),
         Some(old) => {
@@ -338,11 +391,12 @@ fn cluster_namespaces(client: kube::Client) -> WakeNamespaces {
 async fn wake_namespaces<A: Actuator>(
     mut namespaces: WakeNamespaces,
     queue: Arc<WorkQueue<ObjectKey>>,
-    fingerprints: Fingerprints,
+    fingerprints: ObjectIndex,
     mark: Option<Arc<Reconciler<A>>>,
 ) {
     while let Some(namespace) = namespaces.next().await {
-        let keys: Vec<ObjectKey> = lock(&fingerprints)
+        let keys: Vec<ObjectKey> = fingerprints
+            .lock()
             .keys()
             .filter(|k| k.namespace == namespace)
             .cloned()
@@ -362,6 +416,51 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     use super::*;
+    use crate::extension::object_states::State;
+
+    #[test]
+    fn the_index_keeps_the_fingerprint_and_follows_the_state() {
+        let index = ObjectIndex::default();
+        let key = ObjectKey {
+            namespace: "shoot--a--b".into(),
+            name: "pool".into(),
+        };
+        let mut meta = kube::api::ObjectMeta {
+            generation: Some(1),
+            creation_timestamp: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::from_second(1_000).unwrap(),
+            )),
+            ..Default::default()
+        };
+        assert_eq!(index.record(key.clone(), &meta, None, 1_060), None);
+        assert_eq!(
+            index.tracked(),
+            [Tracked {
+                state: State::NoOperation,
+                unfinished_since: Some(1_000)
+            }]
+        );
+        let error: LastOperation = serde_json::from_value(serde_json::json!({
+            "type": "Create", "state": "Error", "progress": 50, "description": "x",
+            "lastUpdateTime": "1970-01-01T00:20:00Z"
+        }))
+        .unwrap();
+        meta.generation = Some(2);
+        let previous = index.record(key.clone(), &meta, Some(&error), 1_300);
+        assert_eq!(
+            previous.map(|p| p == Fingerprint::of(&meta)),
+            Some(false),
+            "the fingerprint from before the event"
+        );
+        assert_eq!(
+            index.tracked(),
+            [Tracked {
+                state: State::Error,
+                unfinished_since: Some(1_000)
+            }],
+            "still unfinished since its creation"
+        );
+    }
 
     /// The upstream behaviour `run` works around (docs/architecture.md#store-readiness-wakes-one-waiter):
     /// of several tasks waiting for a store's readiness, kube-runtime 5.0 wakes only the one

@@ -1,7 +1,9 @@
 //! The heartbeat Lease `gardener-extension-heartbeat` (`docs/contract.md#heartbeat`):
 //! gardenlet reads its `renewTime` to tell whether the extension is alive.
 //!
-//! Renewed every `--heartbeat-renew-interval-seconds` by the leader only.
+//! Renewed every `--heartbeat-renew-interval-seconds` by the leader only; each success is
+//! recorded in `gardener_extension_node_heartbeat_last_renew_timestamp_seconds`
+//! ([`LivenessMetrics`]), which the seed alert `ExtensionNodeHeartbeatStale` reads.
 
 use std::time::Duration;
 
@@ -13,6 +15,7 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use super::finalizer::{is_conflict, is_not_found};
+use super::liveness_metrics::LivenessMetrics;
 
 /// Name of the heartbeat Lease.
 pub const HEARTBEAT_LEASE: &str = "gardener-extension-heartbeat";
@@ -61,13 +64,14 @@ pub async fn renew(
     }
 }
 
-/// Renews the heartbeat every `interval` until `shutdown`. Failures are logged and retried on
-/// the next tick.
+/// Renews the heartbeat every `interval` until `shutdown`, recording each success in
+/// `metrics`. Failures are logged and retried on the next tick.
 pub async fn run(
     client: Client,
     namespace: String,
     holder: String,
     interval: Duration,
+    metrics: LivenessMetrics,
     shutdown: CancellationToken,
 ) {
     let mut ticker = tokio::time::interval(interval);
@@ -77,7 +81,10 @@ pub async fn run(
             _ = shutdown.cancelled() => return,
             _ = ticker.tick() => {
                 match renew(&client, &namespace, &holder, interval).await {
-                    Ok(()) => tracing::debug!(namespace, "heartbeat renewed"),
+                    Ok(()) => {
+                        metrics.heartbeat_renewed(Utc::now());
+                        tracing::debug!(namespace, "heartbeat renewed");
+                    }
                     Err(error) => tracing::warn!(namespace, %error, "renewing the heartbeat failed"),
                 }
             }

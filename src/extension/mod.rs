@@ -12,8 +12,9 @@
 //! 3. failures are retried per [`error::RetryPolicy`]; successes wait for the next event.
 //!
 //! A kind plugs in by implementing [`ExtensionKind`] for its type and [`Actuator`] for its
-//! logic. Liveness pieces live beside it: [`heartbeat`], [`leader`]; and the shoot delivery
-//! helpers in [`managed_resource`].
+//! logic. Liveness pieces live beside it: [`heartbeat`], [`leader`] and their gauges
+//! ([`liveness_metrics`]); the object gauges ([`object_states`], [`object_metrics`]) read what
+//! the controllers' watches keep; and the shoot delivery helpers are in [`managed_resource`].
 
 pub mod cache;
 pub mod cluster;
@@ -24,8 +25,11 @@ pub mod events;
 pub mod finalizer;
 pub mod heartbeat;
 pub mod leader;
+pub mod liveness_metrics;
 pub mod managed_resource;
 pub mod metrics;
+pub mod object_metrics;
+pub mod object_states;
 pub mod operation;
 pub mod predicate;
 pub mod queue;

@@ -12,10 +12,12 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::Actuator;
+use super::ExtensionKind;
 use super::cache::{ObjectStore, SeedCache};
-use super::controller::{self, ControllerOptions, WakeNamespaces};
+use super::controller::{self, ControllerOptions, ObjectIndex, WakeNamespaces};
 use super::events::EventPublisher;
 use super::metrics::ControllerMetrics;
+use super::object_metrics::Source;
 use super::predicate::Filter;
 use super::reconciler::Reconciler;
 
@@ -42,6 +44,8 @@ pub struct Started {
     pub tasks: Vec<JoinHandle<()>>,
     /// Fires once the controller's store holds its first list (readiness).
     pub synced: oneshot::Receiver<()>,
+    /// The kind's objects as its watch indexes them, for the object gauges.
+    pub source: Source,
 }
 
 /// The store a controller fills from its watch and reads objects from.
@@ -76,10 +80,16 @@ impl Setup {
             woken: Default::default(),
         });
         let (sender, synced) = oneshot::channel();
+        let index = ObjectIndex::default();
+        let source = Source {
+            kind: A::Object::KIND,
+            index: index.clone(),
+        };
         let task = tokio::spawn(controller::run(
             reconciler,
             self.options,
             store.objects,
+            index,
             sender,
             wake,
             self.shutdown.clone(),
@@ -87,6 +97,7 @@ impl Setup {
         Started {
             tasks: vec![task],
             synced,
+            source,
         }
     }
 }

@@ -5,6 +5,11 @@
 //! Readiness: a replica waiting for leadership is ready (it serves probes and would take
 //! over); the leader is ready once every controller has processed its first list.
 //!
+//! Metrics on `/metrics`: the controllers' families, `leader` and the heartbeat's last
+//! renewal ([`crate::extension::liveness_metrics`]; `leader` is 1 from winning the Lease, or
+//! from the start without leader election), and, once the controllers have listed their
+//! objects, the object gauges ([`crate::extension::object_metrics`]).
+//!
 //! Shutdown (SIGTERM, Ctrl-C, lost leadership): the controllers stop first — each lets its
 //! runs in flight end within its grace and cuts off the rest — while the leader keeps
 //! renewing its Lease; only then is the Lease released, so a standby starts reconciling
@@ -12,6 +17,8 @@
 //! `STOP_TIMEOUT` (4 s) leave the Lease to expire instead (docs/contract.md#leader-election).
 
 mod options;
+#[cfg(test)]
+mod shipped_monitoring;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,7 +36,9 @@ use crate::extension::error::RetryPolicy;
 use crate::extension::events::EventPublisher;
 use crate::extension::heartbeat;
 use crate::extension::leader::{LeaderElector, Timings};
+use crate::extension::liveness_metrics::LivenessMetrics;
 use crate::extension::metrics::ControllerMetrics;
+use crate::extension::object_metrics::{self, ObjectMetrics, Source};
 use crate::extension::predicate::Filter;
 use crate::extension::start::Setup;
 use crate::http::{Readiness, ServerState};
@@ -77,8 +86,12 @@ pub async fn run_serving(
         containerruntime::render::Templates::new().context("parsing the gVisor templates")?;
     let images = ImageVector::load().context("loading the image vector")?;
 
-    let mut registry = crate::metrics::new_registry();
-    let metrics = ControllerMetrics::register(&mut registry);
+    let Metrics {
+        registry,
+        controllers: metrics,
+        liveness,
+        objects: object_gauges,
+    } = Metrics::register();
     let readiness = Readiness::default();
     let server = spawn_server(listener, registry, readiness.clone(), shutdown.clone());
 
@@ -99,14 +112,16 @@ pub async fn run_serving(
             return finish(server, None, true).await;
         }
         readiness.set_not_ready();
-        leadership = Some(Leadership::keep(elector, &shutdown));
+        leadership = Some(Leadership::keep(elector, liveness.clone(), &shutdown));
     }
+    liveness.set_leader(true);
 
     tokio::spawn(heartbeat::run(
         client.clone(),
         args.heartbeat_namespace.clone(),
         identity.clone(),
         Duration::from_secs(args.heartbeat_renew_interval_seconds),
+        liveness.clone(),
         shutdown.clone(),
     ));
 
@@ -134,12 +149,13 @@ pub async fn run_serving(
         },
         shutdown: shutdown.clone(),
     };
-    let (controllers, synced) = start_kinds(&args, &setup, &templates, &images);
+    let (controllers, synced, sources) = start_kinds(&args, &setup, &templates, &images);
     tokio::select! {
         _ = shutdown.cancelled() => {}
         _ = futures::future::join_all(synced) => {
             tracing::info!("all controllers synced; ready");
             readiness.set_ready();
+            tokio::spawn(object_metrics::run(sources, object_gauges, shutdown.clone()));
         }
     }
     shutdown.cancelled().await;
@@ -155,13 +171,37 @@ pub async fn run_serving(
     finish(server, leadership, stopped).await
 }
 
+/// The operator's metric families in the registry `/metrics` encodes.
+struct Metrics {
+    registry: Registry,
+    controllers: ControllerMetrics,
+    liveness: LivenessMetrics,
+    objects: ObjectMetrics,
+}
+
+impl Metrics {
+    fn register() -> Self {
+        let mut registry = crate::metrics::new_registry();
+        let controllers = ControllerMetrics::register(&mut registry);
+        let liveness = LivenessMetrics::register(&mut registry);
+        let objects = ObjectMetrics::register(&mut registry);
+        Metrics {
+            registry,
+            controllers,
+            liveness,
+            objects,
+        }
+    }
+}
+
 /// How long the operator waits for its controllers after a shutdown signal (a little more
 /// than a controller's [`crate::extension::controller::SHUTDOWN_GRACE`]).
 const STOP_TIMEOUT: Duration = Duration::from_secs(4);
 
 /// Starts every enabled kind once, in the order given: each starts itself and its side tasks
 /// (its `add`); this only picks the kinds and their flags. Returns the tasks to wait for on
-/// shutdown and one "first list processed" signal per kind.
+/// shutdown, one "first list processed" signal per kind and the kinds' objects for the object
+/// gauges.
 fn start_kinds(
     args: &OperatorArgs,
     setup: &Setup,
@@ -170,6 +210,7 @@ fn start_kinds(
 ) -> (
     Vec<tokio::task::JoinHandle<()>>,
     Vec<tokio::sync::oneshot::Receiver<()>>,
+    Vec<Source>,
 ) {
     let filter = |types: Vec<String>| Filter {
         classes: args.extension_classes.clone(),
@@ -178,6 +219,7 @@ fn start_kinds(
     };
     let mut tasks = Vec::new();
     let mut synced = Vec::new();
+    let mut sources = Vec::new();
     for name in dedup(&args.controllers) {
         let started = match name {
             ControllerName::Containerruntime => containerruntime::add::add(
@@ -199,8 +241,9 @@ fn start_kinds(
         };
         tasks.extend(started.tasks);
         synced.push(started.synced);
+        sources.push(started.source);
     }
-    (tasks, synced)
+    (tasks, synced, sources)
 }
 
 type ServerTask = tokio::task::JoinHandle<std::io::Result<()>>;
@@ -215,9 +258,14 @@ struct Leadership {
 }
 
 impl Leadership {
-    /// Renews the Lease won by `elector` in a task; losing it cancels `shutdown` (the
-    /// controllers stop and the process exits; the pod restarts as a follower).
-    fn keep(elector: LeaderElector, shutdown: &CancellationToken) -> Self {
+    /// Renews the Lease won by `elector` in a task; losing it sets `leader` to 0 and cancels
+    /// `shutdown` (the controllers stop and the process exits; the pod restarts as a
+    /// follower).
+    fn keep(
+        elector: LeaderElector,
+        liveness: LivenessMetrics,
+        shutdown: &CancellationToken,
+    ) -> Self {
         let renew_until = CancellationToken::new();
         let stop = shutdown.clone();
         let renewer = elector.clone();
@@ -225,6 +273,7 @@ impl Leadership {
         let renewing = tokio::spawn(async move {
             let result = renewer.keep(&until).await;
             if result.is_err() {
+                liveness.set_leader(false);
                 stop.cancel();
             }
             result

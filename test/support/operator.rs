@@ -184,6 +184,21 @@ impl OperatorProcess {
         Self::http_get_at(&self.http_address, path).await
     }
 
+    /// The value of `series` (name and labels exactly as `/metrics` writes them, e.g.
+    /// `gardener_extension_node_leader`) on the operator's `/metrics`; `None` when it cannot
+    /// be read or has no such series.
+    pub async fn metric(&self, series: &str) -> Option<f64> {
+        Self::metric_at(&self.http_address, series).await
+    }
+
+    /// [`Self::metric`] of the operator serving on `address`.
+    pub async fn metric_at(address: &str, series: &str) -> Option<f64> {
+        let (_, text) = Self::http_get_at(address, "/metrics").await?;
+        text.lines()
+            .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
+            .and_then(|value| value.trim().parse().ok())
+    }
+
     /// GET `path` on `address`; `(status, body)`.
     pub async fn http_get_at(address: &str, path: &str) -> Option<(u16, String)> {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};

@@ -60,3 +60,18 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- range . }}{{ $quoted = append $quoted (printf "'%s'" .) }}{{ end -}}
 {{- join ", " $quoted -}}
 {{- end -}}
+
+{{- /*
+  The seed monitoring files of this release: monitoring/seed-rules.yaml and
+  monitoring/seed-dashboard.json with __RELEASE__ (the `job` of the pods, prometheus.io/name)
+  and __NAMESPACE__ replaced. Plain replacement, not `tpl`: the rules carry Prometheus'
+  own `{{ $labels... }}` templates and the dashboard Plutono's `{{kind}}` legends.
+*/ -}}
+{{- define "seed-rules" -}}
+{{ .Files.Get "monitoring/seed-rules.yaml" | replace "__RELEASE__" .Release.Name | replace "__NAMESPACE__" .Release.Namespace }}
+{{- end -}}
+
+{{- /* A dashboard uid is at most 40 characters; the release name may be longer. */ -}}
+{{- define "seed-dashboard" -}}
+{{ .Files.Get "monitoring/seed-dashboard.json" | replace "__RELEASE__" .Release.Name | replace "__UID__" (printf "gen-%s" (.Release.Name | sha256sum | trunc 20)) }}
+{{- end -}}
