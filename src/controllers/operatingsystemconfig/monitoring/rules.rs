@@ -275,4 +275,32 @@ mod tests {
             }
         }
     }
+
+    #[test]
+    fn every_agent_metric_the_alerts_and_the_dashboard_query_exists() {
+        let mut registry = crate::metrics::new_registry();
+        let metrics = crate::agent::metrics::Metrics::register(&mut registry);
+        metrics.register_certificate(&mut registry);
+        // A family without a series is not exposed: one of each.
+        metrics.reconciled("applied");
+        metrics.unit_job("restart", "apply");
+        metrics.drift("file", 1);
+        metrics.error("apply", "api");
+        let exposed = crate::metrics::encode(&registry).unwrap();
+        let shipped = format!("{ALERTS_YAML}{DASHBOARD_JSON}");
+        let mut names: Vec<&str> = shipped
+            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .filter(|word| word.starts_with("gardener_extension_node_agent_"))
+            .collect();
+        names.sort_unstable();
+        names.dedup();
+        assert!(names.len() >= 8, "{names:?}");
+        for name in names {
+            let family = name.strip_suffix("_total").unwrap_or(name);
+            assert!(
+                exposed.contains(&format!("# TYPE {family} ")),
+                "{name} is queried but the agent exposes no such family:\n{exposed}"
+            );
+        }
+    }
 }
