@@ -112,9 +112,17 @@ fn kind(object: &DynamicObject) -> &str {
 }
 
 /// What a seed has and the test control plane lacks: the priority class, the `garden`
-/// namespace and (minimal, schema-less) VerticalPodAutoscaler and PrometheusRule CRDs, so the
-/// rendered objects can be admitted.
+/// namespace and the VerticalPodAutoscaler and PrometheusRule CRDs (gardener's own,
+/// [`support::seed_crds`]), so the rendered objects are admitted by their real schemas.
 async fn seed_prerequisites(client: &Client) {
+    support::seed_crds::install(
+        client,
+        &[
+            "autoscaling.k8s.io_verticalpodautoscalers",
+            "monitoring.coreos.com_prometheusrules",
+        ],
+    )
+    .await;
     let objects = apply::parse_documents(
         r#"
 apiVersion: scheduling.k8s.io/v1
@@ -122,42 +130,6 @@ kind: PriorityClass
 metadata:
   name: gardener-system-900
 value: 999998900
----
-apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata:
-  name: verticalpodautoscalers.autoscaling.k8s.io
-  annotations:
-    api-approved.kubernetes.io: "unapproved, test stand-in for the VPA CRD"
-spec:
-  group: autoscaling.k8s.io
-  scope: Namespaced
-  names: {kind: VerticalPodAutoscaler, plural: verticalpodautoscalers, singular: verticalpodautoscaler}
-  versions:
-  - name: v1
-    served: true
-    storage: true
-    schema:
-      openAPIV3Schema:
-        type: object
-        x-kubernetes-preserve-unknown-fields: true
----
-apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata:
-  name: prometheusrules.monitoring.coreos.com
-spec:
-  group: monitoring.coreos.com
-  scope: Namespaced
-  names: {kind: PrometheusRule, plural: prometheusrules, singular: prometheusrule}
-  versions:
-  - name: v1
-    served: true
-    storage: true
-    schema:
-      openAPIV3Schema:
-        type: object
-        x-kubernetes-preserve-unknown-fields: true
 ---
 apiVersion: v1
 kind: Namespace

@@ -159,8 +159,16 @@ async fn provider_locals_driver_creates_the_machines_of_our_classes() {
             container.image.as_deref(),
             Some(fixtures::MACHINE_IMAGE_13_2)
         );
+        // The Service follows the Pod (provider-local creates them one after the other).
         let services = Api::<Service>::namespaced(env.client.clone(), &machine_namespace);
-        assert!(services.get_opt(&pod_name).await.unwrap().is_some());
+        wait_for("provider-local creates the machine Service", WAIT, || async {
+            services
+                .get_opt(&pod_name)
+                .await
+                .map_err(|e| e.to_string())?
+                .ok_or_else(|| format!("no Service {pod_name}"))
+        })
+        .await;
         let user_data = Api::<Secret>::namespaced(env.client.clone(), &machine_namespace)
             .get(&format!("{pod_name}-userdata"))
             .await

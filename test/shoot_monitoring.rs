@@ -1,7 +1,7 @@
 //! Integration: the shoot monitoring of our node agents (`src/controllers/operatingsystemconfig/monitoring`)
 //! shipped by the operator and applied by the real gardener-resource-manager of the seed
 //! (class `seed`) into a seed that serves prometheus-operator's real CustomResourceDefinitions
-//! (from gardener v1.149.3, as every Gardener seed has them): the objects pass their schemas,
+//! (gardener v1.149.3's `example/seed-crds/`, as every Gardener seed has them): the objects pass their schemas,
 //! the ScrapeConfig keeps exactly the nodes of the node-agent secrets we ship, and the
 //! monitoring goes with the last of them.
 
@@ -29,30 +29,6 @@ const WAIT: Duration = Duration::from_secs(90);
 
 /// One operator for the binary (two would both act on every namespace).
 static OPERATOR: OnceLock<Mutex<OperatorProcess>> = OnceLock::new();
-
-/// prometheus-operator's CRDs as gardener v1.149.3 ships them (`example/operator/`), read
-/// from the Go module cache (`go mod download`, as `hack/envtest.sh` fetched it).
-fn monitoring_crds() -> tempfile::TempDir {
-    let components = support::repo_root().join("hack/envtest/components");
-    let output = std::process::Command::new("go")
-        .args(["mod", "download", "-json", "github.com/gardener/gardener"])
-        .current_dir(&components)
-        .output()
-        .expect("go runs");
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let module: Value = serde_json::from_slice(&output.stdout).unwrap();
-    let dir = std::path::PathBuf::from(module["Dir"].as_str().unwrap()).join("example/operator");
-    let crds = tempfile::tempdir().unwrap();
-    for kind in ["scrapeconfigs", "prometheusrules"] {
-        let file = format!("10-crd-monitoring.coreos.com_{kind}.yaml");
-        std::fs::copy(dir.join(&file), crds.path().join(&file)).unwrap();
-    }
-    crds
-}
 
 async fn seed_resource_manager(env: &TestEnv, dir: &std::path::Path) -> ResourceManager {
     let kubeconfig = dir.join("seed.kubeconfig");
@@ -162,10 +138,14 @@ async fn wait_applied(env: &TestEnv) -> ManagedResource {
 async fn the_seed_resource_manager_applies_the_agents_monitoring_and_it_follows_the_node_agent_secrets()
  {
     let env = support::env().await;
-    let crds = monitoring_crds();
-    devenv::apply::install_crds(&env.client, crds.path())
-        .await
-        .unwrap();
+    support::seed_crds::install(
+        &env.client,
+        &[
+            "monitoring.coreos.com_scrapeconfigs",
+            "monitoring.coreos.com_prometheusrules",
+        ],
+    )
+    .await;
     OPERATOR.get_or_init(|| Mutex::new(OperatorProcess::start(&env.kubeconfig, &[])));
     let cluster: Cluster = serde_json::from_value(fixtures::cluster_json(&env.namespace)).unwrap();
     Api::<Cluster>::all(env.client.clone())

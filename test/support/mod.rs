@@ -30,6 +30,7 @@ pub mod operator;
 pub mod process;
 pub mod progress;
 pub mod registry;
+pub mod seed_crds;
 pub mod shoot;
 
 use std::os::unix::process::CommandExt;
