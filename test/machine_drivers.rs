@@ -161,13 +161,17 @@ async fn provider_locals_driver_creates_the_machines_of_our_classes() {
         );
         // The Service follows the Pod (provider-local creates them one after the other).
         let services = Api::<Service>::namespaced(env.client.clone(), &machine_namespace);
-        wait_for("provider-local creates the machine Service", WAIT, || async {
-            services
-                .get_opt(&pod_name)
-                .await
-                .map_err(|e| e.to_string())?
-                .ok_or_else(|| format!("no Service {pod_name}"))
-        })
+        wait_for(
+            "provider-local creates the machine Service",
+            WAIT,
+            || async {
+                services
+                    .get_opt(&pod_name)
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .ok_or_else(|| format!("no Service {pod_name}"))
+            },
+        )
         .await;
         let user_data = Api::<Secret>::namespaced(env.client.clone(), &machine_namespace)
             .get(&format!("{pod_name}-userdata"))

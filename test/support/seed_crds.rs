@@ -36,5 +36,7 @@ pub async fn install(client: &Client, names: &[&str]) {
         std::fs::copy(source.join(&file), crds.path().join(&file))
             .unwrap_or_else(|e| panic!("{}: {e}", source.join(&file).display()));
     }
-    devenv::apply::install_crds(client, crds.path()).await.unwrap();
+    devenv::apply::install_crds(client, crds.path())
+        .await
+        .unwrap();
 }
