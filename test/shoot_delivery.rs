@@ -50,6 +50,7 @@ use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
+use support::fixtures::create_reconcile_osc_for;
 use support::gardener::{annotate, confirm_and_delete, wait_gone, wait_migrated, wait_ready};
 use support::operator::OperatorProcess;
 use support::shoot::Shoot;
@@ -398,24 +399,6 @@ async fn a_pool_whose_container_runtime_vanished_without_its_delete_flow_is_swep
 /// A reconcile OSC of pool `worker-a` without secretRef files (nothing else to create).
 async fn create_reconcile_osc(env: &TestEnv) -> String {
     create_reconcile_osc_for(env, OSC_KEY, "worker-a").await
-}
-
-/// A `reconcile` OSC of pool `pool` whose Secret is `kube-system/<key>`.
-async fn create_reconcile_osc_for(env: &TestEnv, key: &str, pool: &str) -> String {
-    let name = format!("{key}-original");
-    let mut osc = fixtures::operating_system_config_json(&env.namespace, &name, "reconcile");
-    osc["spec"]["files"]
-        .as_array_mut()
-        .unwrap()
-        .retain(|f| f["content"].get("secretRef").is_none());
-    osc["metadata"]["annotations"] = json!({"gardener.cloud/operation": "reconcile"});
-    osc["metadata"]["labels"] = json!({"worker.gardener.cloud/pool": pool});
-    let osc: OperatingSystemConfig = serde_json::from_value(osc).unwrap();
-    api::<OperatingSystemConfig>(&env.client, &env.namespace)
-        .create(&PostParams::default(), &osc)
-        .await
-        .unwrap();
-    name
 }
 
 fn our_mr() -> String {

@@ -20,7 +20,8 @@ use gardener_extension_node::devenv::{self, ResourceManager, ResourceManagerOpti
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, PostParams};
 use kube::{Api, Client};
-use serde_json::{Value, json};
+use serde_json::Value;
+use support::fixtures::create_reconcile_osc_for;
 use support::gardener::{confirm_and_delete, wait_gone, wait_ready};
 use support::operator::OperatorProcess;
 use support::{TestEnv, fixtures, wait_for};
@@ -50,23 +51,6 @@ async fn seed_resource_manager(env: &TestEnv, dir: &std::path::Path) -> Resource
     })
     .await
     .expect("the seed's gardener-resource-manager starts")
-}
-
-async fn create_reconcile_osc(env: &TestEnv, key: &str, pool: &str) -> String {
-    let name = format!("{key}-original");
-    let mut osc = fixtures::operating_system_config_json(&env.namespace, &name, "reconcile");
-    osc["spec"]["files"]
-        .as_array_mut()
-        .unwrap()
-        .retain(|f| f["content"].get("secretRef").is_none());
-    osc["metadata"]["annotations"] = json!({"gardener.cloud/operation": "reconcile"});
-    osc["metadata"]["labels"] = json!({"worker.gardener.cloud/pool": pool});
-    let osc: OperatingSystemConfig = serde_json::from_value(osc).unwrap();
-    Api::<OperatingSystemConfig>::namespaced(env.client.clone(), &env.namespace)
-        .create(&PostParams::default(), &osc)
-        .await
-        .unwrap();
-    name
 }
 
 fn scrape_configs(client: &Client, namespace: &str) -> Api<DynamicObject> {
@@ -170,7 +154,7 @@ async fn the_seed_resource_manager_applies_the_agents_monitoring_and_it_follows_
         "gardener-node-agent-worker-a-77ac3",
         "gardener-node-agent-worker-b-1b2c3",
     );
-    let a = create_reconcile_osc(&env, key_a, "worker-a").await;
+    let a = create_reconcile_osc_for(&env, key_a, "worker-a").await;
     wait_ready(&oscs, &a, LastOperationType::Create).await;
     let mr = wait_applied(&env).await;
     assert_eq!(mr.spec.class.as_deref(), Some("seed"));
@@ -213,7 +197,7 @@ async fn the_seed_resource_manager_applies_the_agents_monitoring_and_it_follows_
     );
 
     // A second pool: both keys; the first OSC goes: only the second's.
-    let b = create_reconcile_osc(&env, key_b, "worker-b").await;
+    let b = create_reconcile_osc_for(&env, key_b, "worker-b").await;
     wait_ready(&oscs, &b, LastOperationType::Create).await;
     wait_kept_keys(&env, &[key_a, key_b]).await;
     confirm_and_delete(&oscs, &a).await;

@@ -491,3 +491,25 @@ pub fn mcm_deployment_json(namespace: &str, replicas: i32) -> Value {
         }
     })
 }
+
+/// A `reconcile` OSC of pool `pool` whose Secret is `kube-system/<key>`.
+pub async fn create_reconcile_osc_for(env: &super::TestEnv, key: &str, pool: &str) -> String {
+    let name = format!("{key}-original");
+    let mut osc = operating_system_config_json(&env.namespace, &name, "reconcile");
+    osc["spec"]["files"]
+        .as_array_mut()
+        .unwrap()
+        .retain(|f| f["content"].get("secretRef").is_none());
+    osc["metadata"]["annotations"] = serde_json::json!({"gardener.cloud/operation": "reconcile"});
+    osc["metadata"]["labels"] = serde_json::json!({"worker.gardener.cloud/pool": pool});
+    let osc: gardener_extension_node::api::OperatingSystemConfig =
+        serde_json::from_value(osc).unwrap();
+    kube::Api::<gardener_extension_node::api::OperatingSystemConfig>::namespaced(
+        env.client.clone(),
+        &env.namespace,
+    )
+    .create(&kube::api::PostParams::default(), &osc)
+    .await
+    .unwrap();
+    name
+}
