@@ -124,18 +124,17 @@ check-generate: generate
 # looks for that value only.
 #
 # Prometheus and promtool (hack/envtest.sh --prometheus, minutes on a cold machine) build beside
-# the tests at the lowest priority, in the CPU time they leave idle while they wait on their API
-# servers (beside lint and the builds they cost those phases minutes); the promtool rule tests
-# (test/monitoring_rules.rs, ignored in the main run) run once they are there.
+# lint and the tests at the lowest priority; the promtool rule tests (test/monitoring_rules.rs,
+# ignored in the main run) run once they are there.
 test: deps
 	@$(call phase,go-builds); assets="$$(hack/envtest.sh)"; \
+	  mkdir -p "$(TARGET_DIR)"; prometheus_log="$(TARGET_DIR)/prometheus-build.log"; \
+	  nice -n 19 hack/envtest.sh --prometheus >"$$prometheus_log" 2>&1 & prometheus=$$!; \
+	  trap 'kill $$prometheus 2>/dev/null || true' EXIT; \
 	  $(call phase,lint); $(MAKE) --no-print-directory lint; \
 	  $(call phase,check-generate); $(MAKE) --no-print-directory check-generate; \
 	  export GARDENER_EXTENSION_NODE_TEST_RUN="test-$$$$-$$(date +%s%N)"; \
 	  $(call phase,build-tests); $(CARGO) test --lib --bins --tests --no-run; \
-	  mkdir -p "$(TARGET_DIR)"; prometheus_log="$(TARGET_DIR)/prometheus-build.log"; \
-	  nice -n 19 hack/envtest.sh --prometheus >"$$prometheus_log" 2>&1 & prometheus=$$!; \
-	  trap 'kill $$prometheus 2>/dev/null || true' EXIT; \
 	  $(call phase,test); ENVTEST_ASSETS="$$assets" $(CARGO) test --lib --bins --tests; \
 	  $(call phase,rules); wait $$prometheus || { cat "$$prometheus_log"; exit 1; }; \
 	  ENVTEST_ASSETS="$$assets" $(CARGO) test --test monitoring_rules -- --ignored; \
