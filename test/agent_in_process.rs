@@ -282,6 +282,149 @@ async fn a_disruptive_change_that_leaves_kubelet_unhealthy_stops_and_keeps_the_s
 }
 
 /// An in-place pool's OSC on Debian `version`, updated by `/opt/bin/update-os <version>`.
+/// Writes the seed's steering annotations on the pool's Lease (as the operator's rollout watch
+/// does: a merge patch of those keys only; created when absent). `None` removes a key.
+async fn steer(client: &Client, lease: &str, annotations: &[(&str, Option<&str>)]) {
+    let leases = Api::<Lease>::namespaced(client.clone(), "kube-system");
+    let values: serde_json::Map<String, Value> = annotations
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.map_or(Value::Null, |v| json!(v))))
+        .collect();
+    if leases.get_opt(lease).await.unwrap().is_none() {
+        let created: Lease = serde_json::from_value(json!({
+            "metadata": {"name": lease, "namespace": "kube-system"},
+        }))
+        .unwrap();
+        leases
+            .create(&PostParams::default(), &created)
+            .await
+            .unwrap();
+    }
+    leases
+        .patch(
+            lease,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"metadata": {"annotations": values}})),
+        )
+        .await
+        .unwrap();
+}
+
+/// Issue 45 item 2: a pause the seed carries on the pool's Lease keeps a node that runs a
+/// configuration from starting a new one (nothing written, no unit job, the old checksum
+/// stays on the Node, `rollout_paused` is 1); lifting it applies the new one at once (the
+/// agent watches the Lease).
+#[tokio::test]
+async fn a_pause_on_the_pool_lease_holds_a_new_configuration_back_until_it_is_lifted() {
+    use gardener_extension_node::api::constants::ANNOTATION_ROLLOUT_PAUSED;
+    let env = support::env().await;
+    let agent = RunningAgent::start(&env, FakeHost::default()).await;
+    let first = put_osc(
+        &env.client,
+        &agent.secret,
+        &osc_yaml(&[service("app.service", "first")], &[], None),
+    )
+    .await;
+    agent.wait_reported(&env.client, &first).await;
+    steer(
+        &env.client,
+        &agent.secret,
+        &[(ANNOTATION_ROLLOUT_PAUSED, Some("checking the image"))],
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    agent.host.take_ops();
+    let second = put_osc(
+        &env.client,
+        &agent.secret,
+        &osc_yaml(&[service("app.service", "second")], &[], None),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(
+        node_checksum(&env.client, &agent.node).await.as_deref(),
+        Some(first.as_str()),
+        "paused: the node keeps its configuration"
+    );
+    assert_eq!(agent.host.take_ops(), [], "paused: nothing touched");
+    assert_eq!(agent.metrics.rollout_paused.get(), 1);
+
+    let lifted = Instant::now();
+    steer(
+        &env.client,
+        &agent.secret,
+        &[(ANNOTATION_ROLLOUT_PAUSED, None)],
+    )
+    .await;
+    agent.wait_reported(&env.client, &second).await;
+    println!(
+        "in-process agent: pause lifted, new configuration applied {:.1?} later",
+        lifted.elapsed()
+    );
+    assert!(
+        lifted.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        lifted.elapsed()
+    );
+    assert_eq!(agent.metrics.rollout_paused.get(), 0);
+    agent.stop().await;
+}
+
+/// Issue 45 item 3: the budget the seed carries on the pool's Lease turns the disruptive
+/// rollout on for a Secret without any rollout annotation (gardenlet's): a kubelet change
+/// takes the slot, is held until the node is healthy and released.
+#[tokio::test]
+async fn the_budget_on_the_pool_lease_turns_the_rollout_on_for_a_secret_without_annotations() {
+    let env = support::env().await;
+    let agent = RunningAgent::start(&env, FakeHost::default()).await;
+    support::in_process_agent::set_ready(&env.client, &agent.node, true).await;
+    let first = put_osc(
+        &env.client,
+        &agent.secret,
+        &support::in_process_agent::osc_with_kubelet("--v=1"),
+    )
+    .await;
+    agent.wait_reported(&env.client, &first).await;
+    steer(
+        &env.client,
+        &agent.secret,
+        &[
+            (rollout_rules::ANNOTATION_BUDGET, Some("1")),
+            (rollout_rules::ANNOTATION_HEALTH_TIMEOUT, Some("5")),
+        ],
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let second = put_osc(
+        &env.client,
+        &agent.secret,
+        &support::in_process_agent::osc_with_kubelet("--v=2"),
+    )
+    .await;
+    let note = agent
+        .wait_event(
+            &env.client,
+            rollout_rules::EVENT_RELEASED,
+            Duration::from_secs(40),
+        )
+        .await;
+    println!("in-process agent: rollout on by the Lease's budget, slot released: {note}");
+    agent.wait_reported(&env.client, &second).await;
+    assert_eq!(
+        condition(&env.client, &agent.node, rollout_rules::CONDITION_TYPE).await,
+        Some(("True".into(), rollout_rules::REASON_HEALTHY.into()))
+    );
+    // The Lease the seed created is now the Secret's (it goes with it).
+    let lease = Api::<Lease>::namespaced(env.client.clone(), "kube-system")
+        .get(&agent.secret)
+        .await
+        .unwrap();
+    let owners = lease.metadata.owner_references.unwrap_or_default();
+    assert_eq!(owners.len(), 1, "{owners:?}");
+    assert_eq!(owners[0].kind, "Secret");
+    agent.stop().await;
+}
+
 fn in_place_osc(version: &str) -> String {
     let mut osc: Value =
         serde_norway::from_str(&osc_yaml(&[service("app.service", "app")], &[], None)).unwrap();

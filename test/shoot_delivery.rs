@@ -1035,6 +1035,205 @@ async fn the_osc_condition_counts_the_pools_nodes_on_the_shipped_checksum() {
     );
 }
 
+/// Issue 45 items 2 and 3: the seed carries the pool's rollout budget (from the Shoot) and a
+/// pause (an annotation on the reconcile OSC) to the pool's Lease `kube-system/<key>` — the
+/// object every node agent of the pool may read under Gardener's node-agent authorizer —
+/// also when gardenlet's ManagedResource ships the node-agent Secret (the usual landscape).
+/// The token comes from the real gardener-resource-manager's token requestor and the RBAC it
+/// may use from our rollout ManagedResource through the real GRM: the writes succeed only
+/// with what that RBAC grants. The rollout's slot annotations and the Lease's `spec` (GNA's
+/// lock) stay as the agents wrote them. The OSC condition says `RolloutPaused` with the
+/// done/waiting counts, and goes back to `RolloutProgressing` once the pause is removed.
+#[tokio::test]
+async fn the_seed_steers_the_pool_through_its_lease_also_when_gardenlet_ships_the_secret() {
+    use gardener_extension_node::api::ConditionStatus;
+    use gardener_extension_node::api::constants::{
+        ANNOTATION_ROLLOUT_BUDGET, ANNOTATION_ROLLOUT_PAUSED,
+    };
+    use gardener_extension_node::controllers::operatingsystemconfig::nodeagent;
+    use gardener_extension_node::controllers::operatingsystemconfig::rollout::rules as rollout_rules;
+    use k8s_openapi::api::coordination::v1::Lease;
+    use k8s_openapi::api::core::v1::Node;
+
+    let (env, shoot) = setup().await;
+    let shoot_client = shoot.client().await;
+    let generic = gardener_extension_node::devenv::apply::generic_token_kubeconfig(
+        &env.namespace,
+        &shoot.plane.server_url(),
+        shoot.plane.ca_pem(),
+    );
+    api::<Secret>(&env.client, &env.namespace)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(generic).unwrap(),
+        )
+        .await
+        .unwrap();
+    // gardenlet ships the pool's Secret (its MR exists before the OSC: we never ship).
+    create_gardenlet_mr(&env, &gardenlet_manifest("spec: {}\n")).await;
+    let nodes = Api::<Node>::all(shoot_client.clone());
+    for name in ["node-a", "node-b"] {
+        let node: Node = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": {"worker.gardener.cloud/pool": "worker-a"}},
+        }))
+        .unwrap();
+        nodes.create(&PostParams::default(), &node).await.unwrap();
+    }
+    let oscs = api::<OperatingSystemConfig>(&env.client, &env.namespace);
+    let name = create_reconcile_osc(&env).await;
+    wait_ready(&oscs, &name, LastOperationType::Create).await;
+    wait_mr_healthy(&env, &rollout_rules::managed_resource_name(OSC_KEY)).await;
+    let mrs = api::<ManagedResource>(&env.client, &env.namespace);
+    assert!(
+        mrs.get_opt(&our_mr()).await.unwrap().is_none(),
+        "gardenlet ships the Secret, not we"
+    );
+    let access = wait_for(
+        "the shipped checksum on our access Secret",
+        WAIT,
+        || async {
+            let secret = api::<Secret>(&env.client, &env.namespace)
+                .get_opt(&format!(
+                    "shoot-access-{}",
+                    rollout_rules::service_account_name(OSC_KEY)
+                ))
+                .await
+                .map_err(|e| e.to_string())?
+                .ok_or("no access Secret yet")?;
+            secret
+                .annotations()
+                .get(rollout_rules::ANNOTATION_SHIPPED_CHECKSUM)
+                .cloned()
+                .ok_or_else(|| "no checksum".to_string())
+        },
+    )
+    .await;
+    nodes
+        .patch(
+            "node-a",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"metadata": {"annotations": {"checksum/cloud-config-data": access}}}),
+            ),
+        )
+        .await
+        .unwrap();
+
+    // The budget the Shoot gives the pool reaches the Lease (created by the operator: no
+    // agent has taken a slot yet).
+    let cluster: Cluster = serde_json::from_value(fixtures::cluster_json(&env.namespace)).unwrap();
+    let budget = nodeagent::rollout_budget(cluster.shoot().unwrap().worker("worker-a").unwrap());
+    let leases = api::<Lease>(&shoot_client, "kube-system");
+    let lease_with = |key: &'static str, want: Option<String>| {
+        let leases = leases.clone();
+        async move {
+            wait_for(
+                &format!("the pool's Lease with {key}={want:?}"),
+                WAIT,
+                || async {
+                    let lease = leases.get_opt(OSC_KEY).await.map_err(|e| e.to_string())?;
+                    let lease = lease.ok_or("no Lease yet")?;
+                    let value = lease.annotations().get(key).cloned();
+                    if value == want {
+                        Ok(lease)
+                    } else {
+                        Err(format!("{value:?}"))
+                    }
+                },
+            )
+            .await
+        }
+    };
+    lease_with(ANNOTATION_ROLLOUT_BUDGET, Some(budget.to_string())).await;
+    // An agent holds slot 1 and GNA's lock (slot 0): the seed's writes leave both alone.
+    let slot = r#"{"holderIdentity":"node-a","leaseDurationSeconds":600,"acquireTime":"2026-12-01T10:00:00.000000Z","renewTime":"2026-12-01T10:00:00.000000Z"}"#;
+    leases
+        .patch(
+            OSC_KEY,
+            &PatchParams::default(),
+            &Patch::Merge(json!({
+                "metadata": {"annotations": {"node.extensions.gardener.cloud/rollout-slot-1": slot}},
+                "spec": {"holderIdentity": "node-b", "leaseDurationSeconds": 600},
+            })),
+        )
+        .await
+        .unwrap();
+
+    // Paused from the seed: the Lease carries it, the condition says so with the counts.
+    oscs.patch(
+        &name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"annotations": {ANNOTATION_ROLLOUT_PAUSED: "checking the new image"}}})),
+    )
+    .await
+    .unwrap();
+    let paused = lease_with(
+        ANNOTATION_ROLLOUT_PAUSED,
+        Some("checking the new image".into()),
+    )
+    .await;
+    assert_eq!(
+        paused.annotations()["node.extensions.gardener.cloud/rollout-slot-1"],
+        slot
+    );
+    assert_eq!(
+        paused
+            .spec
+            .as_ref()
+            .and_then(|s| s.holder_identity.as_deref()),
+        Some("node-b")
+    );
+    let condition = wait_rollout_condition(
+        &oscs,
+        &name,
+        ConditionStatus::Progressing,
+        "1 waiting",
+        || (),
+    )
+    .await;
+    assert_eq!(condition.reason, rollout_rules::REASON_PAUSED);
+    assert!(
+        condition.message.contains("1/2 nodes"),
+        "{}",
+        condition.message
+    );
+    eprintln!("paused: {}", condition.message);
+
+    // Resumed: the pause leaves the Lease, the condition is a rollout in progress again.
+    oscs.patch(
+        &name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"annotations": {ANNOTATION_ROLLOUT_PAUSED: null}}})),
+    )
+    .await
+    .unwrap();
+    let resumed = lease_with(ANNOTATION_ROLLOUT_PAUSED, None).await;
+    assert_eq!(
+        resumed.annotations()[ANNOTATION_ROLLOUT_BUDGET],
+        budget.to_string()
+    );
+    let condition = wait_rollout_condition(
+        &oscs,
+        &name,
+        ConditionStatus::Progressing,
+        "1/2 nodes",
+        || (),
+    )
+    .await;
+    assert_eq!(condition.reason, "RolloutProgressing");
+
+    // Deleting the OSC takes the rollout ManagedResource and its RBAC out of the shoot.
+    confirm_and_delete(&oscs, &name).await;
+    wait_gone(&oscs, &name).await;
+    let role = format!("gardener-extension-node:rollout-status:{OSC_KEY}");
+    wait_gone(
+        &api::<k8s_openapi::api::rbac::v1::Role>(&shoot_client, "kube-system"),
+        &role,
+    )
+    .await;
+}
+
 /// Waits until the OSC `name` has the `NodeAgentRollout` condition with `status` and a message
 /// containing `needle`; runs `also` (an assertion) on every look.
 async fn wait_rollout_condition(

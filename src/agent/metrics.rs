@@ -64,6 +64,8 @@ pub struct Metrics {
     pub osc_current: Gauge,
     /// 1 while the disruptive rollout is stopped on this node, else 0.
     pub rollout_stopped: Gauge,
+    /// 1 while the seed's pause keeps this node from applying its secret's content, else 0.
+    pub rollout_paused: Gauge,
     /// Unix time the client certificate in use became valid (absent with a token).
     pub certificate_not_before_seconds: Gauge,
     /// Unix time the client certificate in use stops being valid (absent with a token).
@@ -120,6 +122,11 @@ impl Metrics {
             "1 while the disruptive rollout is stopped on this node, else 0",
             metrics.rollout_stopped.clone(),
         );
+        agent.register(
+            "rollout_paused",
+            "1 while the seed's pause keeps this node from applying its configuration, else 0",
+            metrics.rollout_paused.clone(),
+        );
         metrics
     }
 
@@ -147,6 +154,7 @@ impl Metrics {
         self.osc_current.set(current);
         if let Some(stopped) = stopped {
             self.rollout_stopped.set(stopped);
+            self.rollout_paused.set(i64::from(result == "paused"));
         }
     }
 
@@ -200,7 +208,8 @@ impl Metrics {
 /// What a reconcile result says about the node (pure): `osc_current` (1 only when the node
 /// runs the secret's configuration: `applied`, `up-to-date`) and `rollout_stopped` (`Some(1)`
 /// for `stopped`, `Some(0)` for a result that passed the rollout's gate, `None` for a failure
-/// before it — the stop, if any, stays as it was).
+/// before it — the stop, if any, stays as it was). `rollout_paused` follows the same rule with
+/// `paused` for 1.
 pub fn outcome_gauges(result: &str) -> (i64, Option<i64>) {
     let current = i64::from(matches!(result, "applied" | "up-to-date"));
     let stopped = match result {
@@ -255,8 +264,18 @@ mod tests {
             (metrics.osc_current.get(), metrics.rollout_stopped.get()),
             (1, 0)
         );
+        metrics.reconciled("paused");
+        assert_eq!(
+            (metrics.osc_current.get(), metrics.rollout_paused.get()),
+            (0, 1)
+        );
+        metrics.reconciled("error");
+        assert_eq!(metrics.rollout_paused.get(), 1, "a failure keeps the pause");
         metrics.reconciled("waiting");
-        assert_eq!(metrics.osc_current.get(), 0);
+        assert_eq!(
+            (metrics.osc_current.get(), metrics.rollout_paused.get()),
+            (0, 0)
+        );
         let text = crate::metrics::encode(&registry).unwrap();
         assert!(
             text.contains("gardener_extension_node_agent_osc_current 0"),
@@ -264,6 +283,10 @@ mod tests {
         );
         assert!(
             text.contains("gardener_extension_node_agent_rollout_stopped 0"),
+            "{text}"
+        );
+        assert!(
+            text.contains("gardener_extension_node_agent_rollout_paused 0"),
             "{text}"
         );
         assert!(

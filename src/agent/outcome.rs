@@ -78,6 +78,10 @@ pub enum Reconciled {
     Holding(Duration),
     /// The disruptive rollout stopped on this node (kept until resumed).
     Stopped,
+    /// The seed paused the pool's rollout ([`crate::agent::rollout::steering`]) and this node
+    /// has not started applying the secret's content: nothing until the pause is lifted (the
+    /// pool's Lease is watched) or the sync period passes.
+    Paused,
 }
 
 impl From<Halt> for Reconciled {

@@ -65,11 +65,37 @@ pub const REASON_CANDIDATE_FOR_UPDATE: &str = "CandidateForUpdate";
 /// Reason of [`CONDITION_IN_PLACE_UPDATE`] once the node is drained and may be updated.
 pub const REASON_READY_FOR_UPDATE: &str = "ReadyForUpdate";
 
+/// The shoot namespace of the node-agent Secrets, their Leases and the agents' ServiceAccounts.
+pub const NAMESPACE_KUBE_SYSTEM: &str = "kube-system";
+
 /// Annotation on a node-agent (OSC) Secret that turns the node agent's disruptive rollout on
 /// and gives its budget: how many nodes of the pool may apply a disruptive change at once
 /// (`docs/agent.md#disruptive-rollout`). Written by the OSC controller where it ships the
 /// Secret, from the pool's `maxUnavailable`.
 pub const ANNOTATION_ROLLOUT_BUDGET: &str = "node.extensions.gardener.cloud/rollout-budget";
+/// Annotation with more units whose restart is disruptive (comma-separated), on the
+/// node-agent Secret or carried to the pool's Lease ([`ROLLOUT_STEERING_ANNOTATIONS`]).
+pub const ANNOTATION_DISRUPTIVE_UNITS: &str = "node.extensions.gardener.cloud/disruptive-units";
+/// Annotation: seconds a node has after a disruptive apply to be healthy.
+pub const ANNOTATION_ROLLOUT_HEALTH_TIMEOUT: &str =
+    "node.extensions.gardener.cloud/rollout-health-timeout";
+/// Annotation: seconds the pods that were ready before a disruptive apply are waited for.
+pub const ANNOTATION_ROLLOUT_SETTLE_TIMEOUT: &str =
+    "node.extensions.gardener.cloud/rollout-settle-timeout";
+/// Annotation on a pool's `reconcile` OperatingSystemConfig in the seed that pauses the
+/// pool's node-agent rollout (any non-empty value, e.g. why): the operator carries it to the
+/// pool's Lease in the shoot, where the node agents read it (`docs/usage.md#pause-a-rollout`).
+pub const ANNOTATION_ROLLOUT_PAUSED: &str = "node.extensions.gardener.cloud/rollout-paused";
+/// The rollout settings the operator carries from the seed to the pool's Lease
+/// `kube-system/<node-agent secret name>` in the shoot, where the node agents read them
+/// whoever ships the Secret (`docs/agent.md#steered-from-the-seed`).
+pub const ROLLOUT_STEERING_ANNOTATIONS: [&str; 5] = [
+    ANNOTATION_ROLLOUT_BUDGET,
+    ANNOTATION_DISRUPTIVE_UNITS,
+    ANNOTATION_ROLLOUT_HEALTH_TIMEOUT,
+    ANNOTATION_ROLLOUT_SETTLE_TIMEOUT,
+    ANNOTATION_ROLLOUT_PAUSED,
+];
 /// The largest value of [`ANNOTATION_ROLLOUT_BUDGET`]: the OSC controller writes at most this,
 /// and the node agent takes anything larger (or not a positive integer) as 1 and reports it.
 pub const MAX_ROLLOUT_BUDGET: u32 = 32;

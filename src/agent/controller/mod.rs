@@ -53,6 +53,7 @@ use crate::agent::rollout;
 use crate::agent::rollout::delay;
 use crate::agent::rollout::lock_watch::{Awaited, LockWatch};
 use crate::agent::rollout::slots::{self, SerialLock};
+use crate::agent::rollout::steering::{self, Steering};
 use crate::agent::self_healing;
 use crate::api::constants::DATA_KEY_OPERATING_SYSTEM_CONFIG;
 use crate::error_chain::printable as error_chain;
@@ -85,6 +86,9 @@ pub struct Agent<H: Host> {
     pub serial: tokio::sync::Mutex<SerialLock>,
     /// The out-of-range rollout budget last reported in an event (once per value).
     pub reported_budget: std::sync::Mutex<Option<String>>,
+    /// The rollout settings and pause the seed carries on the pool's Lease, as last seen
+    /// ([`rollout::steering_watch`] keeps it while the agent runs).
+    pub steering: watch::Sender<Steering>,
 }
 
 /// State of the main loop.
@@ -158,6 +162,7 @@ impl<H: Host + 'static> Agent<H> {
         Ok(Agent {
             serial: tokio::sync::Mutex::new(SerialLock::new(&client, &settings.hostname)),
             reported_budget: std::sync::Mutex::default(),
+            steering: watch::Sender::new(Steering::default()),
             ports: Ports {
                 events: Arc::new(NodeEvents::new(&client, &settings.hostname)),
                 secrets: ApiSecrets::new(&client),
@@ -216,6 +221,18 @@ impl<H: Host + 'static> Agent<H> {
             tasks.spawn(async move { agent.track_node(node_tx).await });
         }
         {
+            let agent = self.clone();
+            tasks.spawn(async move {
+                rollout::steering_watch::follow(
+                    agent.ports.client.clone(),
+                    agent.settings.secret_name.clone(),
+                    &agent.steering,
+                    agent.ports.metrics.clone(),
+                )
+                .await;
+            });
+        }
+        {
             let client = self.ports.client.clone();
             let name = self.settings.secret_name.clone();
             let metrics = self.ports.metrics.clone();
@@ -270,6 +287,7 @@ impl<H: Host + 'static> Agent<H> {
             health: self_healing::steps::Trackers::default(),
         };
         let mut node_known = false;
+        let mut steering_rx = self.steering.subscribe();
         loop {
             let wake = match state.due {
                 Some(due) => due.min(state.drift_due),
@@ -289,6 +307,14 @@ impl<H: Host + 'static> Agent<H> {
                         _ => info!("serial reconciliation: the lock is free; taking it"),
                     }
                     state.due = Some(Instant::now());
+                }
+                changed = steering_rx.changed() => {
+                    if changed.is_err() { return Ok(()); }
+                    steering_rx.borrow_and_update();
+                    // A pause lifted or new settings: look again now (a no-op when up to date).
+                    if state.secret.is_some() {
+                        state.due = Some(Instant::now());
+                    }
                 }
                 update = secret_rx.recv() => {
                     let Some(update) = update else { return Ok(()) };
@@ -485,7 +511,11 @@ impl<H: Host + 'static> Agent<H> {
             }
             // The rollout's slots space disruptive changes out; quiet ones apply at once.
             delay::Trigger::AfterDelay
-                if rollout::rules::policy(secret.metadata.annotations.as_ref()).is_some() =>
+                if rollout::rules::policy(Some(&steering::merged(
+                    secret.metadata.annotations.as_ref(),
+                    &self.steering.borrow(),
+                )))
+                .is_some() =>
             {
                 info!(
                     "OSC changed; disruptive rollout on, applying at once (disruptive changes wait for a slot)"
@@ -541,6 +571,7 @@ impl<H: Host + 'static> Agent<H> {
                     Reconciled::AwaitingLock(_) | Reconciled::AwaitingSlot { .. } => "waiting",
                     Reconciled::Holding(_) => "holding",
                     Reconciled::Stopped => "stopped",
+                    Reconciled::Paused => "paused",
                 };
                 self.ports.metrics.reconciled(label);
                 state.wake_on_node = outcome == Reconciled::AwaitingNode;

@@ -1,7 +1,8 @@
 //! One reconcile of the agent as a sequence of gates, in the order GNA and our rollout need
 //! (`docs/agent.md#apply-order`, `#disruptive-rollout`):
 //!
-//! read the secret's OSC → rollout gate → up to date? → serial lock → in-place before →
+//! read the secret's OSC (with the seed's steering) → rollout gate → up to date? → paused? →
+//! serial lock → in-place before →
 //! plan (and a rollout slot for a disruptive change) → apply → restart self? → in-place after →
 //! report on the Node.
 //!
@@ -28,6 +29,7 @@ use crate::agent::ports::cluster::{self, ANNOTATION_NODE_CHECKSUM, NodeMeta};
 use crate::agent::ports::host::Host;
 use crate::agent::rollout::rules::{self, Change, Policy, RolloutState};
 use crate::agent::rollout::slots::{self, Acquired};
+use crate::agent::rollout::steering::{self, Steering};
 use crate::agent::rollout::steps::{AllHeld, Gate};
 use crate::api::constants::DATA_KEY_OPERATING_SYSTEM_CONFIG;
 use crate::error_chain::printable as error_chain;
@@ -49,9 +51,11 @@ struct Target<'a> {
     checksum: String,
     /// GNA's serial reconciliation: one node at a time through a Lease.
     serial: bool,
-    /// The disruptive rollout's policy, when the secret asks for one and the Node is known
-    /// (serial mode takes precedence: it serialises every change already).
+    /// The disruptive rollout's policy, when the secret or the seed asks for one and the
+    /// Node is known (serial mode takes precedence: it serialises every change already).
     rollout: Option<(Policy, &'a NodeMeta)>,
+    /// The seed paused the pool's rollout (the pause's value).
+    paused: Option<String>,
 }
 
 /// What the apply hands over to the report.
@@ -74,9 +78,11 @@ impl<H: Host + 'static> Agent<H> {
         let Some(secret) = secret else {
             return Ok(Reconciled::NoSecret);
         };
-        let (target, osc) = read_target(secret, node)?;
+        let steering = self.current_steering().await;
+        let (target, osc) = read_target(secret, node, &steering)?;
         let found = go_on!(self.rollout_gate_of(&target).await?);
         go_on!(self.up_to_date_gate(&target, node, found.as_ref()).await?);
+        go_on!(self.pause_gate(&target, found.as_ref(), last_applied));
         go_on!(self.serial_gate(&target).await?);
         let applied = go_on!(
             self.apply_gate(&target, &osc, node, last_applied, found)
@@ -149,14 +155,9 @@ impl<H: Host + 'static> Agent<H> {
     ) -> Result<ControlFlow<Reconciled>, ReconcileError> {
         let paths = &self.settings.paths;
         let host = self.ports.host.as_ref();
-        let journal_done = host
-            .read(&paths.journal())
-            .ok()
-            .flatten()
-            .and_then(|bytes| Journal::parse(&String::from_utf8_lossy(&bytes)))
-            .is_some_and(|journal| {
-                journal.operating_system_config_checksum == target.checksum && journal.is_empty()
-            });
+        let journal_done = self.journal().is_some_and(|journal| {
+            journal.operating_system_config_checksum == target.checksum && journal.is_empty()
+        });
         let reported = node
             .and_then(|n| n.metadata.annotations.as_ref())
             .and_then(|a| a.get(ANNOTATION_NODE_CHECKSUM))
@@ -178,6 +179,70 @@ impl<H: Host + 'static> Agent<H> {
                 .await?;
         }
         Ok(ControlFlow::Break(Reconciled::UpToDate))
+    }
+
+    /// The seed's pause ([`steering::pause_holds`]): a node that runs a configuration and has
+    /// not started applying this one waits (no slot, no lock taken); one whose apply of it is
+    /// under way — work left in the journal, a disruptive change holding its slot — finishes.
+    fn pause_gate(
+        &self,
+        target: &Target<'_>,
+        found: Option<&RolloutState>,
+        last_applied: &mut LastApplied,
+    ) -> ControlFlow<Reconciled> {
+        let Some(why) = &target.paused else {
+            return ControlFlow::Continue(());
+        };
+        let first_apply = self.last_applied(last_applied).is_none();
+        let journal_has_work = self.journal().is_some_and(|journal| {
+            journal.operating_system_config_checksum == target.checksum && !journal.is_empty()
+        });
+        let holding = found.is_some_and(|state| state.checksum == target.checksum);
+        if !steering::pause_holds(true, first_apply, journal_has_work || holding) {
+            return ControlFlow::Continue(());
+        }
+        info!(checksum = %target.checksum, reason = %why, "rollout paused from the seed; not starting this configuration until the pause is lifted");
+        ControlFlow::Break(Reconciled::Paused)
+    }
+
+    /// The journal on disk, when there is one and it parses.
+    fn journal(&self) -> Option<Journal> {
+        self.ports
+            .host
+            .read(&self.settings.paths.journal())
+            .ok()
+            .flatten()
+            .and_then(|bytes| Journal::parse(&String::from_utf8_lossy(&bytes)))
+    }
+
+    /// The seed's steering of the pool ([`Steering`]) as the Lease watch last saw it; before
+    /// the watch has seen the Lease, one GET of it (shared with the watch). A failed read is
+    /// logged and the secret's own annotations rule this reconcile.
+    async fn current_steering(&self) -> Steering {
+        let known = self.steering.borrow().clone();
+        if known.known {
+            return known;
+        }
+        let leases: kube::Api<k8s_openapi::api::coordination::v1::Lease> =
+            kube::Api::namespaced(self.ports.client.clone(), cluster::NAMESPACE);
+        match leases.get_opt(&self.settings.secret_name).await {
+            Ok(lease) => {
+                let read = Steering::of(lease.as_ref());
+                self.steering.send_if_modified(|current| {
+                    let first = !current.known;
+                    if first {
+                        *current = read.clone();
+                    }
+                    first
+                });
+                read
+            }
+            Err(error) => {
+                self.ports.metrics.error("steering-watch", "api");
+                warn!(error = %error_chain(&error), "reading the pool's Lease for the seed's rollout settings failed; going by the secret alone");
+                known
+            }
+        }
     }
 
     /// In serial mode, the lock: held by another node ends the reconcile until it is free.
@@ -431,19 +496,23 @@ impl<H: Host + 'static> Agent<H> {
 fn read_target<'a>(
     secret: &'a Secret,
     node: Option<&'a NodeMeta>,
+    steering: &Steering,
 ) -> Result<(Target<'a>, NodeOsc), ReconcileError> {
     let data = osc_data(secret).ok_or(InvalidOsc::MissingData(DATA_KEY_OPERATING_SYSTEM_CONFIG))?;
     let mut osc = osc::decode(data)?;
     osc::validate(&osc)?;
     apply::inject_containerd_drop_in(&mut osc);
-    let annotations = secret.metadata.annotations.as_ref();
-    let serial = slots::is_serial(annotations);
-    let rollout = rules::policy(annotations).filter(|_| !serial).zip(node);
+    let annotations = steering::merged(secret.metadata.annotations.as_ref(), steering);
+    let serial = slots::is_serial(Some(&annotations));
+    let rollout = rules::policy(Some(&annotations))
+        .filter(|_| !serial)
+        .zip(node);
     let target = Target {
         secret,
         checksum: checksum_of(secret),
         serial,
         rollout,
+        paused: steering.paused().map(str::to_string),
     };
     Ok((target, osc))
 }

@@ -33,13 +33,15 @@ pub const ANNOTATION_BUDGET: &str = crate::api::constants::ANNOTATION_ROLLOUT_BU
 /// [`crate::agent::rollout::slots::POLL_INTERVAL`]), so the Lease stays small.
 pub const MAX_BUDGET: u32 = crate::api::constants::MAX_ROLLOUT_BUDGET;
 /// OSC secret annotation: more units whose restart is disruptive, comma-separated names.
-pub const ANNOTATION_DISRUPTIVE_UNITS: &str = "node.extensions.gardener.cloud/disruptive-units";
+pub const ANNOTATION_DISRUPTIVE_UNITS: &str = crate::api::constants::ANNOTATION_DISRUPTIVE_UNITS;
 /// OSC secret annotation: seconds a node has after a disruptive apply to be Ready with kubelet
 /// answering before the rollout stops ([`DEFAULT_HEALTH_TIMEOUT`]).
-pub const ANNOTATION_HEALTH_TIMEOUT: &str = "node.extensions.gardener.cloud/rollout-health-timeout";
+pub const ANNOTATION_HEALTH_TIMEOUT: &str =
+    crate::api::constants::ANNOTATION_ROLLOUT_HEALTH_TIMEOUT;
 /// OSC secret annotation: seconds the pods that were ready before the change are waited for
 /// ([`DEFAULT_SETTLE_TIMEOUT`]); after that the slot is released anyway.
-pub const ANNOTATION_SETTLE_TIMEOUT: &str = "node.extensions.gardener.cloud/rollout-settle-timeout";
+pub const ANNOTATION_SETTLE_TIMEOUT: &str =
+    crate::api::constants::ANNOTATION_ROLLOUT_SETTLE_TIMEOUT;
 /// Node annotation an operator sets to resume a stopped rollout on that node (any value);
 /// the agent removes it when it acts on it.
 pub const ANNOTATION_RESUME: &str = "node.extensions.gardener.cloud/rollout-resume";

@@ -238,7 +238,8 @@ pub fn taken(
     identity: &str,
     now: Timestamp,
 ) -> Lease {
-    let lease = existing.unwrap_or_else(|| new_lease(secret, name));
+    let mut lease = existing.unwrap_or_else(|| new_lease(secret, name));
+    adopt(&mut lease, secret);
     let before = slot(&lease, index);
     let mut lease = clear_own(lease, identity, Some(index));
     let acquired = if before.holder == identity {
@@ -272,6 +273,37 @@ pub fn taken(
     lease
 }
 
+/// Makes `secret` the owner of a Lease without owners — one the operator created to carry
+/// the seed's steering before any agent took a slot ([`crate::agent::rollout::steering`]) —
+/// so that it goes with the Secret as the Leases the agents create do. Without
+/// `blockOwnerDeletion`: setting that on an existing object needs more than the node-agent
+/// authorizer grants where owner-reference permissions are enforced.
+fn adopt(lease: &mut Lease, secret: &Secret) {
+    if lease
+        .metadata
+        .owner_references
+        .as_ref()
+        .is_some_and(|owners| !owners.is_empty())
+    {
+        return;
+    }
+    lease.metadata.owner_references = owner_of(secret, None);
+}
+
+/// The owner reference to the OSC `secret` (controller), when its uid is known.
+fn owner_of(secret: &Secret, block_owner_deletion: Option<bool>) -> Option<Vec<OwnerReference>> {
+    secret.metadata.uid.clone().map(|uid| {
+        vec![OwnerReference {
+            api_version: Secret::api_version(&()).to_string(),
+            kind: Secret::kind(&()).to_string(),
+            name: secret.name_any(),
+            uid,
+            controller: Some(true),
+            block_owner_deletion,
+        }]
+    })
+}
+
 /// A new Lease `name` in kube-system, owned by `secret` (controller, `blockOwnerDeletion`,
 /// as GNA creates its lock).
 fn new_lease(secret: &Secret, name: &str) -> Lease {
@@ -279,16 +311,7 @@ fn new_lease(secret: &Secret, name: &str) -> Lease {
         metadata: ObjectMeta {
             name: Some(name.to_string()),
             namespace: Some(NAMESPACE.to_string()),
-            owner_references: secret.metadata.uid.clone().map(|uid| {
-                vec![OwnerReference {
-                    api_version: Secret::api_version(&()).to_string(),
-                    kind: Secret::kind(&()).to_string(),
-                    name: secret.name_any(),
-                    uid,
-                    controller: Some(true),
-                    block_owner_deletion: Some(true),
-                }]
-            }),
+            owner_references: owner_of(secret, Some(true)),
             ..ObjectMeta::default()
         },
         spec: None,
@@ -664,6 +687,27 @@ mod tests {
         let spec = taken_over.spec.as_ref().unwrap();
         assert_eq!(spec.holder_identity.as_deref(), Some("host-b"));
         assert_eq!(spec.acquire_time.as_ref().map(|t| t.0), Some(later));
+    }
+
+    #[test]
+    fn a_lease_the_operator_created_is_adopted_by_the_secret_without_blocking_deletion() {
+        let now = at("2025-01-01T00:10:00Z");
+        let mut steered = lease(&[]);
+        steered.metadata.owner_references = None;
+        let lease = taken(Some(steered), &secret(), NAME, 1, "host-a", now);
+        let owner = &lease.metadata.owner_references.as_ref().unwrap()[0];
+        assert_eq!(
+            (
+                owner.uid.as_str(),
+                owner.controller,
+                owner.block_owner_deletion
+            ),
+            ("uid-s", Some(true), None)
+        );
+        let mut foreign = lease.clone();
+        foreign.metadata.owner_references.as_mut().unwrap()[0].uid = "other".into();
+        let kept = taken(Some(foreign), &secret(), NAME, 1, "host-a", now);
+        assert_eq!(kept.metadata.owner_references.unwrap()[0].uid, "other");
     }
 
     #[test]

@@ -21,7 +21,7 @@ use std::collections::BTreeMap;
 
 use super::{
     Error, OscActuator, monitoring, node_agent_managed_resource, nodeagent, osc_key,
-    result_secret_ref,
+    result_secret_ref, rollout,
 };
 use crate::api::operatingsystemconfig::OperatingSystemConfigPurpose;
 use crate::api::{ManagedResource, OperatingSystemConfig};
@@ -58,6 +58,20 @@ pub async fn delete(
             {
                 return Ok(managed_resource::pending_deletion(&format!(
                     "ManagedResource {mr}"
+                )));
+            }
+            let rollout_mr = rollout::rules::managed_resource_name(osc_key(osc));
+            if !managed_resource::delete_and_wait(
+                &actuator.client,
+                actuator.cache.as_ref(),
+                request.namespace(),
+                &rollout_mr,
+                wait,
+            )
+            .await?
+            {
+                return Ok(managed_resource::pending_deletion(&format!(
+                    "ManagedResource {rollout_mr}"
                 )));
             }
             monitoring::step::keep_in_step(actuator, request.namespace(), osc_key(osc), false)

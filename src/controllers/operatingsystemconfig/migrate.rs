@@ -7,7 +7,7 @@
 //!   gardenlet deletes the migrated object; restore renders it anew from the spec, so no
 //!   state needs to travel (`status.state` stays empty).
 
-use super::{Error, OscActuator, monitoring, node_agent_managed_resource, osc_key};
+use super::{Error, OscActuator, monitoring, node_agent_managed_resource, osc_key, rollout};
 use crate::api::OperatingSystemConfig;
 use crate::api::operatingsystemconfig::OperatingSystemConfigPurpose;
 use crate::extension::managed_resource;
@@ -21,20 +21,22 @@ pub async fn migrate(
     let osc = request.object;
     if osc.spec.purpose == OperatingSystemConfigPurpose::Reconcile {
         let namespace = request.namespace();
-        let mr = node_agent_managed_resource(osc);
-        managed_resource::set_keep_objects(&actuator.client, namespace, &mr, true).await?;
-        if !managed_resource::delete_and_wait(
-            &actuator.client,
-            actuator.cache.as_ref(),
-            namespace,
-            &mr,
-            true,
-        )
-        .await?
-        {
-            return Ok(managed_resource::pending_deletion(&format!(
-                "ManagedResource {mr}"
-            )));
+        let rollout_mr = rollout::rules::managed_resource_name(osc_key(osc));
+        for mr in [node_agent_managed_resource(osc), rollout_mr] {
+            managed_resource::set_keep_objects(&actuator.client, namespace, &mr, true).await?;
+            if !managed_resource::delete_and_wait(
+                &actuator.client,
+                actuator.cache.as_ref(),
+                namespace,
+                &mr,
+                true,
+            )
+            .await?
+            {
+                return Ok(managed_resource::pending_deletion(&format!(
+                    "ManagedResource {mr}"
+                )));
+            }
         }
         monitoring::step::keep_in_step(actuator, namespace, osc_key(osc), false).await?;
     }

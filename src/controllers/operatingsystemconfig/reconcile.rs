@@ -268,8 +268,10 @@ async fn original(
 ) -> Result<Outcome, Error> {
     let osc = request.object;
     let namespace = request.namespace();
-    let (extensions, written) = if actuator.ships_node_agent_secret(osc).await? {
-        ship_node_agent_secret(actuator, osc, request.cluster.map(|c| &c.shoot)).await?
+    let (extensions, written, rendered) = if actuator.ships_node_agent_secret(osc).await? {
+        let (extensions, written, secret) =
+            ship_node_agent_secret(actuator, osc, request.cluster.map(|c| &c.shoot)).await?;
+        (extensions, written, Some(secret))
     } else {
         // Another ManagedResource (gardenlet's) delivers this node-agent secret: leave the
         // shoot's copy in place for it to adopt, and drop ours (if an earlier run created one).
@@ -284,8 +286,17 @@ async fn original(
         )
         .await?;
         monitoring::step::keep_in_step(actuator, namespace, osc_key(osc), false).await?;
-        (extensions_of(osc)?, false)
+        (
+            extensions_of(osc)?,
+            false,
+            rendered_as_gardenlet(actuator, osc).await,
+        )
     };
+    let access_written = match &rendered {
+        Some(rendered) => keep_rollout_access(actuator, osc, namespace, rendered).await?,
+        None => false,
+    };
+    let written = written || access_written;
     let mut status = Map::new();
     status.insert("extensionUnits".into(), list_or_null(&extensions.units)?);
     status.insert("extensionFiles".into(), list_or_null(&extensions.files)?);
@@ -319,7 +330,7 @@ pub async fn ship_node_agent_secret(
     actuator: &OscActuator,
     osc: &OperatingSystemConfig,
     shoot: Option<&ShootView>,
-) -> Result<(Extensions, bool), Error> {
+) -> Result<(Extensions, bool, nodeagent::NodeAgentSecret), Error> {
     let namespace = osc.metadata.namespace.as_deref().unwrap_or_default();
     let mr = node_agent_managed_resource(osc);
     let files = osc.spec.files.iter();
@@ -328,8 +339,7 @@ pub async fn ship_node_agent_secret(
     secret.rollout_budget = shoot
         .and_then(|shoot| shoot.worker(&secret.pool))
         .map(nodeagent::rollout_budget);
-    let mut data = secret.managed_resource_data().map_err(Error::NodeAgent)?;
-    data.extend(rollout_rules::rbac_manifests(&secret.name));
+    let data = secret.managed_resource_data().map_err(Error::NodeAgent)?;
     let applied = managed_resource::apply_for_shoot(
         &actuator.client,
         actuator.cache.as_ref(),
@@ -339,9 +349,8 @@ pub async fn ship_node_agent_secret(
         false,
     )
     .await?;
-    let access_written = apply_access_secret(actuator, osc, namespace, &secret).await?;
     monitoring::step::keep_in_step(actuator, namespace, osc_key(osc), true).await?;
-    if applied || access_written {
+    if applied {
         tracing::info!(
             managed_resource = %mr,
             secret = %secret.name,
@@ -349,7 +358,57 @@ pub async fn ship_node_agent_secret(
             "node-agent secret applied"
         );
     }
-    Ok((extensions, applied || access_written))
+    Ok((extensions, applied, secret))
+}
+
+/// The node-agent Secret gardenlet ships for `osc`, as we render it (the same bytes,
+/// docs/contract.md#operatingsystemconfig): the rollout's access needs its name, pool and
+/// checksum. `None`, with a warning, when it does not render here (gardenlet's rendering is
+/// then gardenlet's business; only the rollout's view and steering of the pool wait).
+async fn rendered_as_gardenlet(
+    actuator: &OscActuator,
+    osc: &OperatingSystemConfig,
+) -> Option<nodeagent::NodeAgentSecret> {
+    let namespace = osc.metadata.namespace.as_deref().unwrap_or_default();
+    let files = osc.spec.files.iter();
+    let rendered = match fetch::referenced_secrets(&actuator.client, namespace, files).await {
+        Ok(secrets) => render_node_agent_secret(osc, &secrets).map(|(secret, _)| secret),
+        Err(error) => Err(error),
+    };
+    match rendered {
+        Ok(secret) => Some(secret),
+        Err(error) => {
+            tracing::warn!(%namespace, osc = %osc.name_any(), error = %crate::error_chain::chain(&error), "the node-agent secret gardenlet ships does not render here; the pool's rollout is neither seen nor steered from the seed until it does");
+            None
+        }
+    }
+}
+
+/// What the rollout watch needs to see and steer the pool whoever ships its node-agent
+/// Secret (`docs/agent.md#seen-from-the-seed`): the key's rollout ManagedResource with the
+/// shoot RBAC ([`rollout_rules::rbac_manifests`]) and the shoot access Secret. Returns
+/// whether anything was written.
+async fn keep_rollout_access(
+    actuator: &OscActuator,
+    osc: &OperatingSystemConfig,
+    namespace: &str,
+    shipped: &nodeagent::NodeAgentSecret,
+) -> Result<bool, Error> {
+    let mr = rollout_rules::managed_resource_name(&shipped.name);
+    let applied = managed_resource::apply_for_shoot(
+        &actuator.client,
+        actuator.cache.as_ref(),
+        namespace,
+        &mr,
+        &rollout_rules::rbac_manifests(&shipped.name),
+        false,
+    )
+    .await?;
+    let access_written = apply_access_secret(actuator, osc, namespace, shipped).await?;
+    if applied || access_written {
+        tracing::info!(managed_resource = %mr, checksum = %shipped.checksum(), "rollout access of the pool applied");
+    }
+    Ok(applied || access_written)
 }
 
 /// The shoot access Secret through which the rollout watch sees the pool's Nodes

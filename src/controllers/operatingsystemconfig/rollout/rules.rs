@@ -35,6 +35,8 @@ use crate::api::constants::LABEL_WORKER_POOL;
 
 /// The OSC condition type.
 pub const CONDITION_TYPE: &str = "NodeAgentRollout";
+/// The condition's reason while the rollout is paused from the seed.
+pub const REASON_PAUSED: &str = "RolloutPaused";
 /// The condition's reason while the generic token kubeconfig cannot be used.
 pub const REASON_KUBECONFIG_UNUSABLE: &str = "GenericKubeconfigUnusable";
 /// The condition's reason while the token in our access Secret cannot be sent.
@@ -42,7 +44,9 @@ pub const REASON_TOKEN_UNUSABLE: &str = "ShootTokenUnusable";
 /// The condition's reason while the shoot's API server does not answer in time.
 pub const REASON_SHOOT_UNREACHABLE: &str = "ShootUnreachable";
 pub use crate::api::constants::NODE_CONDITION_DISRUPTIVE_ROLLOUT as NODE_CONDITION_ROLLOUT;
-use crate::api::constants::{ANNOTATION_NODE_CHECKSUM, LABEL_NODE_AGENT_SECRET_NAME};
+use crate::api::constants::{
+    ANNOTATION_NODE_CHECKSUM, ANNOTATION_ROLLOUT_PAUSED, LABEL_NODE_AGENT_SECRET_NAME,
+};
 /// Annotation on the access Secret: the checksum of the node-agent secret we shipped.
 pub const ANNOTATION_SHIPPED_CHECKSUM: &str = "node.extensions.gardener.cloud/node-agent-checksum";
 /// Annotation on the access Secret: the pool of the OSC.
@@ -74,6 +78,9 @@ pub struct Summary {
     pub current: usize,
     /// Nodes whose rollout stopped.
     pub stopped: Vec<StoppedNode>,
+    /// The pause the OSC asks for ([`crate::api::constants::ANNOTATION_ROLLOUT_PAUSED`]), with
+    /// its value; set by the caller (the Nodes do not say it).
+    pub paused: Option<String>,
 }
 
 /// Counts the nodes of `pool` reading `key` (see the module docs).
@@ -156,6 +163,17 @@ pub fn condition(
         )
     } else if summary.current == summary.total {
         (ConditionStatus::True, "RolloutComplete", counts)
+    } else if let Some(why) = &summary.paused {
+        (
+            ConditionStatus::Progressing,
+            REASON_PAUSED,
+            format!(
+                "paused by the annotation {ANNOTATION_ROLLOUT_PAUSED}={why:?} on this \
+                 OperatingSystemConfig: {counts}, {} waiting (nodes in the middle of an apply \
+                 finish it; no node starts a new one). Remove the annotation to resume",
+                summary.total - summary.current
+            ),
+        )
     } else {
         (ConditionStatus::Progressing, "RolloutProgressing", counts)
     };
@@ -257,6 +275,13 @@ fn with_times(
     }
 }
 
+/// The ManagedResource in the seed namespace that ships [`rbac_manifests`] of OSC key `key`
+/// (in every `--node-agent-secrets` mode; the node-agent Secret's own ManagedResource may be
+/// gardenlet's).
+pub fn managed_resource_name(key: &str) -> String {
+    format!("extension-node-rollout-{key}")
+}
+
 /// Name of the shoot ServiceAccount (and, with the prefix `shoot-access-`, of the access
 /// Secret) for OSC key `key`.
 pub fn service_account_name(key: &str) -> String {
@@ -307,8 +332,11 @@ pub fn access_secret(
     }
 }
 
-/// ClusterRole and ClusterRoleBinding (ManagedResource data keys and manifests) that let the
-/// key's ServiceAccount get and list Nodes — nothing else.
+/// The RBAC of the key's ServiceAccount (ManagedResource data keys and manifests, shipped in
+/// the key's rollout ManagedResource [`managed_resource_name`] whoever ships the node-agent
+/// Secret): a ClusterRole and ClusterRoleBinding to get and list Nodes, and a Role and
+/// RoleBinding in `kube-system` to get and patch the pool's Lease (and create Leases) —
+/// nothing else.
 pub fn rbac_manifests(key: &str) -> BTreeMap<String, Vec<u8>> {
     let name = format!("gardener-extension-node:rollout-status:{key}");
     let role = json!({
@@ -328,10 +356,38 @@ pub fn rbac_manifests(key: &str) -> BTreeMap<String, Vec<u8>> {
             "namespace": SERVICE_ACCOUNT_NAMESPACE,
         }],
     });
+    // The pool's Lease (named as the node-agent Secret): read and annotated with the
+    // steering settings (`super::steering`), created when no agent has yet. RBAC cannot name
+    // an object that a `create` makes, so `create` stands alone; the token is our operator's,
+    // which ships whatever it wants into the shoot through ManagedResources anyway.
+    let lease_rules = json!([
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+         "resourceNames": [key], "verbs": ["get", "patch"]},
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+    ]);
+    let lease_role = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": {"name": name, "namespace": SERVICE_ACCOUNT_NAMESPACE},
+        "rules": lease_rules,
+    });
+    let lease_binding = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": name, "namespace": SERVICE_ACCOUNT_NAMESPACE},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+        "subjects": [{
+            "kind": "ServiceAccount",
+            "name": service_account_name(key),
+            "namespace": SERVICE_ACCOUNT_NAMESPACE,
+        }],
+    });
     let file = |kind: &str| format!("{kind}____{}.yaml", name.replace(':', "_"));
     BTreeMap::from([
         (file("clusterrole"), role.to_string().into_bytes()),
         (file("clusterrolebinding"), binding.to_string().into_bytes()),
+        (file("role"), lease_role.to_string().into_bytes()),
+        (file("rolebinding"), lease_binding.to_string().into_bytes()),
     ])
 }
 
@@ -520,7 +576,7 @@ mod tests {
     }
 
     #[test]
-    fn the_access_secret_asks_grm_for_a_token_and_the_role_only_reads_nodes() {
+    fn the_access_secret_asks_grm_for_a_token_and_the_roles_read_nodes_and_steer_the_pool_lease() {
         let owner = OwnerReference {
             api_version: "extensions.gardener.cloud/v1alpha1".into(),
             kind: "OperatingSystemConfig".into(),
@@ -553,17 +609,65 @@ mod tests {
         );
         assert_eq!(annotations[ANNOTATION_SHIPPED_CHECKSUM], "abc");
         let rbac = rbac_manifests("gardener-node-agent-pool-1a2b");
-        assert_eq!(rbac.len(), 2);
-        let role: serde_json::Value = serde_json::from_slice(
-            rbac.iter()
-                .find(|(k, _)| k.starts_with("clusterrole__"))
-                .unwrap()
-                .1,
-        )
-        .unwrap();
+        assert_eq!(rbac.len(), 4);
+        let manifest = |prefix: &str| -> serde_json::Value {
+            let (_, bytes) = rbac.iter().find(|(k, _)| k.starts_with(prefix)).unwrap();
+            serde_json::from_slice(bytes).unwrap()
+        };
+        assert_eq!(
+            manifest("clusterrole__")["rules"],
+            json!([{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list"]}])
+        );
+        let role = manifest("role__");
+        assert_eq!(role["metadata"]["namespace"], "kube-system");
         assert_eq!(
             role["rules"],
-            json!([{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list"]}])
+            json!([
+                {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+                 "resourceNames": ["gardener-node-agent-pool-1a2b"], "verbs": ["get", "patch"]},
+                {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+            ])
+        );
+        assert_eq!(
+            manifest("rolebinding__")["subjects"][0]["name"],
+            "gardener-extension-node-rollout-gardener-node-agent-pool-1a2b"
+        );
+    }
+
+    #[test]
+    fn a_pause_shows_done_and_waiting_nodes_unless_stopped_or_complete() {
+        let nodes = [
+            node("a", "pool", Some("new"), None),
+            node("b", "pool", Some("old"), None),
+            node("c", "pool", None, None),
+        ];
+        let mut summary = summarize(&nodes, "pool", "k", "new");
+        summary.paused = Some("fixing".into());
+        let paused = condition(&summary, "new", None, now());
+        assert_eq!(
+            (paused.status, paused.reason.as_str()),
+            (ConditionStatus::Progressing, REASON_PAUSED)
+        );
+        assert!(
+            paused.message.contains("1/3 nodes run") && paused.message.contains("2 waiting"),
+            "{}",
+            paused.message
+        );
+        assert!(paused.message.contains("\"fixing\""), "{}", paused.message);
+        summary.stopped.push(StoppedNode {
+            name: "b".into(),
+            reason: "NotHealthy".into(),
+            message: "m".into(),
+        });
+        assert_eq!(
+            condition(&summary, "new", None, now()).reason,
+            "RolloutStopped"
+        );
+        summary.stopped.clear();
+        summary.current = summary.total;
+        assert_eq!(
+            condition(&summary, "new", None, now()).reason,
+            "RolloutComplete"
         );
     }
 }

@@ -10,19 +10,21 @@
 //! condition (`Unknown`, see [`rules::Unobservable`]); other errors are retried the next
 //! round.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use chrono::Utc;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Secret};
-use kube::api::{ListParams, Patch, PatchParams};
+use kube::api::{ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
 use super::rules::{
     self, ANNOTATION_POOL, ANNOTATION_SHIPPED_CHECKSUM, CONDITION_TYPE, TokenRefused, Unobservable,
 };
+use super::steering;
 use crate::api::OperatingSystemConfig;
 use crate::api::common::Condition;
 use crate::controllers::operatingsystemconfig::nodeagent;
@@ -45,6 +47,9 @@ pub struct Context {
     client: Client,
     cache: SeedCache,
     clients: Mutex<HashMap<Key, (String, Client)>>,
+    /// The steering annotations last carried to each access Secret's pool Lease
+    /// ([`steering`]); a step carries them again only when they differ.
+    carried: Mutex<HashMap<Key, BTreeMap<String, String>>>,
 }
 
 impl Context {
@@ -54,12 +59,32 @@ impl Context {
             client,
             cache,
             clients: Mutex::default(),
+            carried: Mutex::default(),
         }
     }
 
-    /// Forgets the shoot clients of access Secrets not in `live`.
+    /// Forgets the shoot clients and carried settings of access Secrets not in `live`.
     pub fn retain_clients(&self, live: impl Fn(&Key) -> bool) {
         self.clients_map().retain(|key, _| live(key));
+        self.carried_map().retain(|key, _| live(key));
+    }
+
+    fn carried_map(&self) -> std::sync::MutexGuard<'_, HashMap<Key, BTreeMap<String, String>>> {
+        // Inserts and removals only: a panicking step leaves the map whole.
+        self.carried.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Whether the pool Lease of `key` was last given `wanted` by this process.
+    pub fn carries(&self, key: &Key, wanted: &BTreeMap<String, String>) -> bool {
+        self.carried_map().get(key) == Some(wanted)
+    }
+
+    /// The pool's rollout budget from the shoot's Cluster ([`nodeagent::rollout_budget`]);
+    /// `None` when the Cluster or the pool is not known.
+    pub fn budget(&self, namespace: &str, pool: &str) -> Option<u32> {
+        let cluster = self.cache.cluster(namespace)?;
+        let shoot = cluster.shoot().ok()?;
+        shoot.worker(pool).map(nodeagent::rollout_budget)
     }
 
     fn clients_map(&self) -> std::sync::MutexGuard<'_, HashMap<Key, (String, Client)>> {
@@ -147,6 +172,8 @@ pub struct Target {
     pool: String,
     checksum: String,
     previous: Option<Condition>,
+    /// The steering annotations the pool's Lease should carry ([`steering::wanted`]).
+    pub wanted: BTreeMap<String, String>,
     /// The OSC's other conditions and its resourceVersion, as the store has them: the write
     /// replaces only ours, and fails (to be retried next round) if the OSC moved meanwhile.
     others: Vec<Condition>,
@@ -157,7 +184,14 @@ pub struct Target {
 #[derive(serde::Deserialize, Default)]
 #[serde(default)]
 struct StoredConditions {
+    metadata: StoredMetadata,
     status: StoredStatus,
+}
+
+#[derive(serde::Deserialize, Default)]
+#[serde(default)]
+struct StoredMetadata {
+    annotations: BTreeMap<String, String>,
 }
 
 #[derive(serde::Deserialize, Default)]
@@ -167,8 +201,13 @@ struct StoredStatus {
 }
 
 impl Target {
-    /// The OSC the access Secret belongs to, when it still exists and is not being deleted.
-    pub fn of(secret: &Secret, oscs: &ObjectStore) -> Option<Self> {
+    /// The OSC the access Secret belongs to, when it still exists and is not being deleted;
+    /// `budget` maps its pool to the budget the Shoot gives it ([`Context::budget`]).
+    pub fn of(
+        secret: &Secret,
+        oscs: &ObjectStore,
+        budget: impl FnOnce(&str) -> Option<u32>,
+    ) -> Option<Self> {
         let annotations = secret.metadata.annotations.as_ref()?;
         let owner = secret
             .owner_references()
@@ -179,16 +218,18 @@ impl Target {
         if object.deleting || object.uid.as_deref() != Some(owner.uid.as_str()) {
             return None;
         }
-        let (ours, others): (Vec<Condition>, Vec<Condition>) = object
-            .decode::<StoredConditions>()
-            .map(|stored| stored.status.conditions)
-            .unwrap_or_default()
+        let stored = object.decode::<StoredConditions>().unwrap_or_default();
+        let (ours, others): (Vec<Condition>, Vec<Condition>) = stored
+            .status
+            .conditions
             .into_iter()
             .partition(|c| c.type_ == CONDITION_TYPE);
+        let pool = annotations.get(ANNOTATION_POOL)?.clone();
         Some(Target {
             osc_name: owner.name.clone(),
             key: nodeagent::key_of(&owner.name).to_string(),
-            pool: annotations.get(ANNOTATION_POOL)?.clone(),
+            wanted: steering::wanted(Some(&stored.metadata.annotations), budget(&pool)),
+            pool,
             checksum: annotations.get(ANNOTATION_SHIPPED_CHECKSUM)?.clone(),
             previous: ours.into_iter().next(),
             others,
@@ -262,24 +303,68 @@ async fn observe(context: &Context, step: &Step) -> Result<(), StepError> {
         crate::api::constants::LABEL_WORKER_POOL,
         target.pool
     );
-    let nodes = Api::<Node>::all(shoot)
+    let nodes = Api::<Node>::all(shoot.clone())
         .list(&ListParams::default().labels(&selector))
         .await
         .map_err(|source| StepError::Api {
             what: "listing the pool's Nodes in the shoot",
             source,
         })?;
-    let summary = rules::summarize(&nodes.items, &target.pool, &target.key, &target.checksum);
+    let mut summary = rules::summarize(&nodes.items, &target.pool, &target.key, &target.checksum);
+    summary.paused = steering::paused(&target.wanted).map(str::to_string);
     let condition = rules::condition(
         &summary,
         &target.checksum,
         target.previous.as_ref(),
         Utc::now(),
     );
-    if target.previous.as_ref() == Some(&condition) {
+    if target.previous.as_ref() != Some(&condition) {
+        write_condition(&context.client, namespace, target, condition).await?;
+    }
+    if !context.carries(&step.key, &target.wanted) {
+        let leases = Api::namespaced(shoot, crate::api::constants::NAMESPACE_KUBE_SYSTEM);
+        carry(&leases, target).await?;
+        context
+            .carried_map()
+            .insert(step.key.clone(), target.wanted.clone());
+    }
+    Ok(())
+}
+
+/// Gives the pool's Lease `kube-system/<key>` the steering annotations `target.wanted`
+/// ([`steering::lease_patch`]: only those keys, not the slots or the `spec`), creating it
+/// with them when no agent has yet (the agents keep what they read when they write).
+async fn carry(leases: &Api<Lease>, target: &Target) -> Result<(), StepError> {
+    let api_error = |what| move |source| StepError::Api { what, source };
+    let what = "reading the pool's Lease in the shoot";
+    let lease = leases.get_opt(&target.key).await.map_err(api_error(what))?;
+    let current = lease.as_ref().and_then(|l| l.metadata.annotations.as_ref());
+    let Some(patch) = steering::lease_patch(current, &target.wanted) else {
+        return Ok(());
+    };
+    tracing::info!(osc = %target.osc_name, lease = %target.key, settings = ?target.wanted, "carrying the rollout settings to the pool's Lease");
+    if lease.is_some() {
+        let what = "annotating the pool's Lease in the shoot";
+        leases
+            .patch(&target.key, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+            .map_err(api_error(what))?;
         return Ok(());
     }
-    write_condition(&context.client, namespace, target, condition).await
+    let lease = Lease {
+        metadata: ObjectMeta {
+            name: Some(target.key.clone()),
+            annotations: Some(target.wanted.clone()),
+            ..ObjectMeta::default()
+        },
+        spec: None,
+    };
+    let what = "creating the pool's Lease in the shoot";
+    leases
+        .create(&PostParams::default(), &lease)
+        .await
+        .map_err(api_error(what))?;
+    Ok(())
 }
 
 /// Sets the condition to `Unknown` for `why` with `message`, unless it says so already; a

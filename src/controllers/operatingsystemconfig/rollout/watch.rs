@@ -138,8 +138,10 @@ fn round(context: &Arc<Context>, oscs: &ObjectStore, access: &Store<Secret>, ste
 /// The step for `secret`'s OSC, when its rollout is to be looked at.
 fn step_for(context: &Context, secret: &Secret, oscs: &ObjectStore) -> Option<Step> {
     let namespace = secret.namespace()?;
-    let target = Target::of(secret, oscs)?;
-    if target.complete() || !context.shoot_running(&namespace) {
+    let target = Target::of(secret, oscs, |pool| context.budget(&namespace, pool))?;
+    let key = (namespace.clone(), secret.name_any());
+    let carried = context.carries(&key, &target.wanted);
+    if (target.complete() && carried) || !context.shoot_running(&namespace) {
         return None;
     }
     let data = secret.data.as_ref().and_then(|d| d.get("token"));
@@ -148,7 +150,7 @@ fn step_for(context: &Context, secret: &Secret, oscs: &ObjectStore) -> Option<St
         return None;
     };
     Some(Step {
-        key: (namespace, secret.name_any()),
+        key,
         token: token.map(str::to_string),
         target,
     })
