@@ -23,6 +23,9 @@
 #                        (test/rollout_e2e.rs)
 #   make e2e-health      a hung kubelet restarted by the agent's health check, on a real node
 #                        (test/rollout_e2e.rs)
+#   make e2e-steering    four real nodes steered from the pool's Lease: the budget turns the
+#                        rollout on, a pause holds it 60 s, a fleet-wide drift is repaired
+#                        one node at a time (test/rollout_e2e.rs)
 #   make e2e-takeover    nodes booted from gardenlet's provision content: our image pulled from a
 #                        loopback registry, bootstrap, client certificates, kubelet's TLS
 #                        bootstrap, self-healing, hand-over to and from real gardener-node-agent
@@ -55,7 +58,7 @@ START_ADDRESS ?= 127.0.0.1:8080
 START_STATE_DIR ?= dev/local-env
 
 .PHONY: start start-clean test fmt lint generate check-generate envtest peers deps unit integration check-orphans
-.PHONY: test-resilience test-rules e2e-prometheus fuzz advisories e2e-prebuild e2e e2e-rollout e2e-health e2e-takeover e2e-machines e2e-machines-lifecycle bench-machines bench-rollout bench-node
+.PHONY: test-resilience test-rules e2e-prometheus fuzz advisories e2e-prebuild e2e e2e-rollout e2e-health e2e-steering e2e-takeover e2e-machines e2e-machines-lifecycle bench-machines bench-rollout bench-node
 .PHONY: bench-agent-certificate bench-scale images push-images generate-registrations
 
 # The fault-injection binaries; `make test` runs them at reduced counts.
@@ -124,17 +127,18 @@ check-generate: generate
 # looks for that value only.
 #
 # Prometheus and promtool (hack/envtest.sh --prometheus, minutes on a cold machine) build beside
-# lint and the tests at the lowest priority; the promtool rule tests (test/monitoring_rules.rs,
-# ignored in the main run) run once they are there.
+# the tests at the lowest priority, in the CPU time they leave idle while they wait on their API
+# servers (beside lint and the builds they cost those phases minutes); the promtool rule tests
+# (test/monitoring_rules.rs, ignored in the main run) run once they are there.
 test: deps
 	@$(call phase,go-builds); assets="$$(hack/envtest.sh)"; \
-	  mkdir -p "$(TARGET_DIR)"; prometheus_log="$(TARGET_DIR)/prometheus-build.log"; \
-	  nice -n 19 hack/envtest.sh --prometheus >"$$prometheus_log" 2>&1 & prometheus=$$!; \
-	  trap 'kill $$prometheus 2>/dev/null || true' EXIT; \
 	  $(call phase,lint); $(MAKE) --no-print-directory lint; \
 	  $(call phase,check-generate); $(MAKE) --no-print-directory check-generate; \
 	  export GARDENER_EXTENSION_NODE_TEST_RUN="test-$$$$-$$(date +%s%N)"; \
 	  $(call phase,build-tests); $(CARGO) test --lib --bins --tests --no-run; \
+	  mkdir -p "$(TARGET_DIR)"; prometheus_log="$(TARGET_DIR)/prometheus-build.log"; \
+	  nice -n 19 hack/envtest.sh --prometheus >"$$prometheus_log" 2>&1 & prometheus=$$!; \
+	  trap 'kill $$prometheus 2>/dev/null || true' EXIT; \
 	  $(call phase,test); ENVTEST_ASSETS="$$assets" $(CARGO) test --lib --bins --tests; \
 	  $(call phase,rules); wait $$prometheus || { cat "$$prometheus_log"; exit 1; }; \
 	  ENVTEST_ASSETS="$$assets" $(CARGO) test --test monitoring_rules -- --ignored; \
@@ -209,6 +213,9 @@ e2e-rollout: deps
 
 e2e-health: deps
 	@$(call node-run,e2e-health,$(CARGO) test --test rollout_e2e hung_kubelet -- --ignored --nocapture)
+
+e2e-steering: deps
+	@$(call node-run,e2e-steering,$(CARGO) test --test rollout_e2e the_seed_pauses -- --ignored --nocapture)
 
 e2e-takeover: deps
 	@$(call node-run,e2e-takeover,$(CARGO) test --test node_takeover_e2e -- --ignored --nocapture)

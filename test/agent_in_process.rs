@@ -425,6 +425,206 @@ async fn the_budget_on_the_pool_lease_turns_the_rollout_on_for_a_secret_without_
     agent.stop().await;
 }
 
+/// Issue 45 item 4: a fleet-wide drift — the same file of kubelet's rewritten on four nodes
+/// of a pool at once — is repaired in turn: each repair that restarts kubelet takes the pool's
+/// one rollout slot (budget 1, carried on the pool's Lease) and holds it until its node is
+/// healthy, so no two nodes restart kubelet within one hold of each other; all four are
+/// repaired. A kubelet restart counts as "restarting" for the rollout's minimum hold after
+/// it (without the slots all four restart within one drift interval and overlap).
+#[tokio::test]
+async fn a_fleet_wide_drift_restarts_kubelet_on_one_node_at_a_time() {
+    use gardener_extension_node::kubeconfig::config_from_yaml;
+    use support::agent::{create_node, limited_kubeconfig, node_events};
+    const DRIFTED: &str = "/etc/kubernetes/kubelet-drift.conf";
+    let env = support::env().await;
+    let secret = format!("gardener-node-agent-fleet-{}", env.namespace);
+    let mut agents = Vec::new();
+    for index in 0..4 {
+        let node = format!("fleet-{index}-{}", env.namespace);
+        create_node(&env.client, &node).await;
+        let kubeconfig = limited_kubeconfig(&env, &node, &[&secret]).await;
+        let credentials =
+            gardener_extension_node::agent::access::switching_client::Credentials::new(
+                config_from_yaml(&kubeconfig).await.unwrap(),
+            );
+        let state = tempfile::tempdir().unwrap();
+        let mut settings = settings(&node, &secret, state.path().to_path_buf());
+        settings.drift_check_interval = Duration::from_secs(2);
+        agents.push(RunningAgent::run(
+            settings,
+            credentials,
+            false,
+            FakeHost::default(),
+            state,
+        ));
+    }
+    for agent in &agents {
+        support::in_process_agent::set_ready(&env.client, &agent.node, true).await;
+    }
+    steer(
+        &env.client,
+        &secret,
+        &[(rollout_rules::ANNOTATION_BUDGET, Some("1"))],
+    )
+    .await;
+    let mut kubelet = service("kubelet.service", "kubelet");
+    kubelet["filePaths"] = json!([DRIFTED]);
+    let osc = osc_yaml(
+        &[kubelet],
+        &[plain_file(DRIFTED, "maxPods: 110\n", Some(0o644))],
+        None,
+    );
+    let checksum = put_osc(&env.client, &secret, &osc).await;
+    for agent in &agents {
+        agent.wait_reported(&env.client, &checksum).await;
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    for agent in &agents {
+        agent.host.take_ops();
+    }
+
+    // The same careless rewrite on every node at once.
+    let tampered = Instant::now();
+    for agent in &agents {
+        agent.host.put(DRIFTED, "maxPods: 500\n", 0o644);
+    }
+    let mut restarts: Vec<(String, Duration)> = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(150);
+    loop {
+        for agent in &agents {
+            let ops = std::mem::take(&mut *agent.host.ops.lock().unwrap());
+            for op in ops {
+                if op == Op::Job("kubelet.service".into(), UnitCommand::Restart) {
+                    restarts.push((agent.node.clone(), tampered.elapsed()));
+                }
+            }
+        }
+        let repaired = agents
+            .iter()
+            .all(|a| a.host.content(DRIFTED).as_deref() == Some("maxPods: 110\n"));
+        let free = slot_holder(&env.client, &secret).await.is_none();
+        if repaired && free && restarts.len() >= 4 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not all repaired in time: restarts {restarts:?}, repaired {repaired}, slot free {free}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let window = rollout_rules::MIN_HOLD - Duration::from_millis(500);
+    let most_at_once = restarts
+        .iter()
+        .map(|(_, at)| {
+            restarts
+                .iter()
+                .filter(|(_, other)| *other >= *at && *other < *at + window)
+                .count()
+        })
+        .max()
+        .unwrap_or_default();
+    println!(
+        "fleet drift: kubelet restarts {:?}; most restarting at once: {most_at_once}",
+        restarts
+            .iter()
+            .map(|(node, at)| format!("{}@{:.1}s", &node[..7], at.as_secs_f64()))
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(
+        restarts.len(),
+        4,
+        "one kubelet restart per node: {restarts:?}"
+    );
+    assert!(most_at_once <= 1, "budget 1: {restarts:?}");
+    for agent in &agents {
+        assert!(
+            node_events(&env.client, &agent.node, "DriftRepaired")
+                .await
+                .len()
+                == 1,
+            "{} reports its repair",
+            agent.node
+        );
+    }
+    for agent in agents {
+        agent.stop().await;
+    }
+}
+
+/// Issue 45 item 4: `--drift-mode=report` leaves a drifted node as it is and says so — a
+/// `DriftDetected` Warning event (once), the Node condition `NodeAgentDrift=True`
+/// (`DriftReported`, what the seed counts) and `drift_pending` 1; the default mode repairs.
+#[tokio::test]
+async fn report_mode_reports_drift_and_leaves_the_node_as_it_is() {
+    use gardener_extension_node::agent::pipeline::drift::rules::{self as drift_rules, DriftMode};
+    use support::agent::{create_node, limited_kubeconfig, node_events};
+    const DRIFTED: &str = "/etc/app/drift.conf";
+    let env = support::env().await;
+    let node = node_name(&env);
+    let secret = secret_name(&node);
+    create_node(&env.client, &node).await;
+    let kubeconfig = limited_kubeconfig(&env, &node, &[&secret]).await;
+    let credentials = gardener_extension_node::agent::access::switching_client::Credentials::new(
+        gardener_extension_node::kubeconfig::config_from_yaml(&kubeconfig)
+            .await
+            .unwrap(),
+    );
+    let state = tempfile::tempdir().unwrap();
+    let mut settings = settings(&node, &secret, state.path().to_path_buf());
+    settings.drift_check_interval = Duration::from_secs(1);
+    settings.drift_mode = DriftMode::Report;
+    let agent = RunningAgent::run(settings, credentials, false, FakeHost::default(), state);
+    let mut app = service("app.service", "app");
+    app["filePaths"] = json!([DRIFTED]);
+    let osc = osc_yaml(&[app], &[plain_file(DRIFTED, "a=1\n", Some(0o644))], None);
+    let checksum = put_osc(&env.client, &agent.secret, &osc).await;
+    agent.wait_reported(&env.client, &checksum).await;
+    agent.host.take_ops();
+
+    agent.host.put(DRIFTED, "a=2\n", 0o644);
+    let note = agent
+        .wait_event(
+            &env.client,
+            drift_rules::EVENT_DETECTED,
+            Duration::from_secs(20),
+        )
+        .await;
+    println!("report mode: {note}");
+    support::wait_for("NodeAgentDrift=True", Duration::from_secs(20), || async {
+        let found = condition(&env.client, &agent.node, drift_rules::CONDITION_TYPE).await;
+        (found == Some(("True".into(), drift_rules::REASON_REPORTED.into())))
+            .then_some(())
+            .ok_or(format!("{found:?}"))
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        agent.host.content(DRIFTED).as_deref(),
+        Some("a=2\n"),
+        "left as it is"
+    );
+    assert_eq!(agent.host.take_ops(), [], "nothing restarted");
+    assert_eq!(agent.metrics.drift_pending.get(), 1);
+    assert_eq!(
+        node_events(&env.client, &agent.node, drift_rules::EVENT_DETECTED)
+            .await
+            .len(),
+        1,
+        "reported once"
+    );
+    // Put back by hand: the condition clears.
+    agent.host.put(DRIFTED, "a=1\n", 0o644);
+    support::wait_for("NodeAgentDrift=False", Duration::from_secs(20), || async {
+        let found = condition(&env.client, &agent.node, drift_rules::CONDITION_TYPE).await;
+        (found == Some(("False".into(), drift_rules::REASON_NONE.into())))
+            .then_some(())
+            .ok_or(format!("{found:?}"))
+    })
+    .await;
+    assert_eq!(agent.metrics.drift_pending.get(), 0);
+    agent.stop().await;
+}
+
 fn in_place_osc(version: &str) -> String {
     let mut osc: Value =
         serde_norway::from_str(&osc_yaml(&[service("app.service", "app")], &[], None)).unwrap();

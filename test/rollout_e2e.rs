@@ -476,6 +476,15 @@ struct Fixture {
 /// Writes the first OSC (with the rollout on when `budget` is set), boots `count` nodes with
 /// their agents and waits until all run it; returns the fixture and the first checksum.
 async fn fixture(budget: Option<u32>, count: usize) -> (Fixture, String) {
+    fixture_with(budget, count, "10m").await
+}
+
+/// [`fixture`] with the agents' drift check every `drift_interval` (a Go duration).
+async fn fixture_with(
+    budget: Option<u32>,
+    count: usize,
+    drift_interval: &str,
+) -> (Fixture, String) {
     let assets = required_env("ENVTEST_ASSETS");
     let static_binary = required_env("E2E_STATIC_BINARY");
     let env = support::env().await;
@@ -529,7 +538,7 @@ async fn fixture(budget: Option<u32>, count: usize) -> (Fixture, String) {
                 kubeconfig: String::new(),
                 server_url: server_url.clone(),
                 ca_pem: ca_pem.clone(),
-                drift_interval: "10m".into(),
+                drift_interval: drift_interval.into(),
                 token_sync: vec![],
                 binary_in_machine: AGENT_BINARY.into(),
             },
@@ -762,6 +771,186 @@ struct Mode {
 }
 
 /// The largest number of kubelet starts within any window of `window` seconds.
+/// Writes the seed's steering annotations on the pool's Lease, as our operator's rollout watch
+/// does (a merge patch of these keys; the Lease created when absent). `None` removes one.
+async fn steer(client: &Client, annotations: &[(&str, Option<&str>)]) {
+    let leases = Api::<Lease>::namespaced(client.clone(), "kube-system");
+    if leases.get_opt(SECRET).await.unwrap().is_none() {
+        let lease: Lease = serde_json::from_value(json!({
+            "metadata": {"name": SECRET, "namespace": "kube-system"},
+        }))
+        .unwrap();
+        leases.create(&PostParams::default(), &lease).await.unwrap();
+    }
+    let values: serde_json::Map<String, serde_json::Value> = annotations
+        .iter()
+        .map(|(k, v)| {
+            (
+                k.to_string(),
+                v.map_or(serde_json::Value::Null, |v| json!(v)),
+            )
+        })
+        .collect();
+    leases
+        .patch(
+            SECRET,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": values}})),
+        )
+        .await
+        .unwrap();
+}
+
+/// The nodes reporting `checksum`.
+async fn reporting(client: &Client, nodes: &[Node], checksum: &str) -> Vec<String> {
+    let mut on = Vec::new();
+    for node in nodes {
+        if node_state(client, node.name()).await.0.as_deref() == Some(checksum) {
+            on.push(node.name().to_string());
+        }
+    }
+    on
+}
+
+/// Issue 45 items 2–4 on four real nodes, the pool's Secret without any rollout annotation
+/// (as gardenlet ships it): the seed's steering on the pool's Lease (written here as our
+/// operator's rollout watch writes it; `shoot_delivery` shows the operator writing it through
+/// the real gardener-resource-manager) turns the disruptive rollout on with budget 1, pauses it
+/// after the first node — nothing moves for 60 s — and resumes it; then the same kubelet
+/// drop-in rewritten on all four nodes at once is repaired in turn: no two kubelet restarts
+/// within the minimum hold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs the node components and a static binary: make e2e-steering"]
+async fn the_seed_pauses_the_rollout_and_a_fleet_wide_drift_is_repaired_in_turn() {
+    const PAUSED: &str = "node.extensions.gardener.cloud/rollout-paused";
+    const DROP_IN: &str = "/etc/systemd/system/kubelet.service.d/50-rollout-e2e.conf";
+    let (fixture, _) = fixture_with(None, NODES, "5s").await;
+    let client = &fixture.client;
+    let health_timeout = HEALTH_TIMEOUT_SECONDS.to_string();
+    steer(
+        client,
+        &[
+            (BUDGET_ANNOTATION, Some("1")),
+            (
+                "node.extensions.gardener.cloud/rollout-health-timeout",
+                Some(health_timeout.as_str()),
+            ),
+            (
+                "node.extensions.gardener.cloud/rollout-settle-timeout",
+                Some("30"),
+            ),
+        ],
+    )
+    .await;
+
+    // A kubelet change; paused as soon as the first node reports it.
+    let drop_in = "[Service]\nEnvironment=ROLLOUT_E2E=steered\n";
+    let started = Instant::now();
+    let second = put_osc_annotated(
+        client,
+        SECRET,
+        &osc_with_kubelet_drop_in(&fixture.osc, Some(drop_in)),
+        &[],
+    )
+    .await;
+    let first_node = loop {
+        let on = reporting(client, &fixture.nodes, &second).await;
+        if let Some(first) = on.first() {
+            break first.clone();
+        }
+        assert!(started.elapsed() < STAGE_TIMEOUT, "no node took the change");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let reported_at = started.elapsed();
+    steer(client, &[(PAUSED, Some("rollout e2e"))]).await;
+    let paused_at = started.elapsed();
+    eprintln!(
+        "steering e2e: {first_node} reported the change at {:.1} s; paused at {:.1} s",
+        reported_at.as_secs_f64(),
+        paused_at.as_secs_f64()
+    );
+    let quiet_until = Instant::now() + Duration::from_secs(60);
+    let mut holders_seen = Vec::new();
+    while Instant::now() < quiet_until {
+        let on = reporting(client, &fixture.nodes, &second).await;
+        assert_eq!(
+            on,
+            std::slice::from_ref(&first_node),
+            "paused: no other node moves"
+        );
+        for holder in slot_holders(client).await {
+            if !holders_seen.contains(&holder) {
+                holders_seen.push(holder);
+            }
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    assert!(
+        holders_seen.iter().all(|h| *h == first_node),
+        "paused: no new slot taken: {holders_seen:?}"
+    );
+    eprintln!(
+        "steering e2e: 60 s paused at {:.1} s: still only {first_node} on the change, slot holders seen {holders_seen:?}",
+        started.elapsed().as_secs_f64()
+    );
+    steer(client, &[(PAUSED, None)]).await;
+    let resumed_at = started.elapsed();
+    wait_rolled_out(client, &fixture.nodes, &second, true, "after the resume").await;
+    eprintln!(
+        "steering e2e: resumed at {:.1} s, all four on the change at {:.1} s",
+        resumed_at.as_secs_f64(),
+        started.elapsed().as_secs_f64()
+    );
+
+    // The same careless rewrite of kubelet's drop-in on every node at once.
+    let since = unix_now();
+    for node in &fixture.nodes {
+        node.machine
+            .write_file(
+                DROP_IN,
+                b"[Service]\nEnvironment=ROLLOUT_E2E=tampered\n",
+                0o644,
+            )
+            .unwrap();
+    }
+    let tampered = Instant::now();
+    let mut starts = loop {
+        let restored = fixture.nodes.iter().all(|node| {
+            node.machine.read_file(DROP_IN).ok().as_deref() == Some(drop_in.as_bytes())
+        });
+        let starts: Vec<Vec<f64>> = fixture
+            .nodes
+            .iter()
+            .map(|node| kubelet_starts(node, since))
+            .collect();
+        let free = slot_holders(client).await.is_empty();
+        if restored && free && starts.iter().all(|s| !s.is_empty()) {
+            break starts.into_iter().flatten().collect::<Vec<f64>>();
+        }
+        assert!(
+            tampered.elapsed() < STAGE_TIMEOUT,
+            "fleet drift not repaired: restored {restored}, slots free {free}, kubelet starts {starts:?}"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    };
+    starts.sort_by(f64::total_cmp);
+    let at_once = max_within(&starts, MIN_HOLD.as_secs_f64());
+    eprintln!(
+        "steering e2e: fleet drift repaired in {:.1} s; kubelet starts at {:?} s after the rewrite; most within one hold: {at_once}",
+        tampered.elapsed().as_secs_f64(),
+        starts
+            .iter()
+            .map(|t| format!("{:.1}", t - since))
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(
+        starts.len(),
+        NODES,
+        "one kubelet restart per node: {starts:?}"
+    );
+    assert_spaced(&mut starts, 1, "fleet drift");
+}
+
 fn max_within(starts: &[f64], window: f64) -> usize {
     let mut sorted = starts.to_vec();
     sorted.sort_by(f64::total_cmp);

@@ -17,6 +17,7 @@
 //! device; one found in the config dir not through a link, one given by `--config-file`
 //! following links (whoever names it may point at a mounted ConfigMap's file).
 
+use crate::agent::pipeline::drift::rules::DriftMode;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
@@ -53,6 +54,12 @@ pub struct AgentArgs {
     /// and repaired (Go duration, e.g. 10m, 30s).
     #[arg(long, env = "DRIFT_CHECK_INTERVAL", default_value = "10m", value_parser = parse_interval)]
     pub drift_check_interval: Duration,
+
+    /// What the agent does with drift from the applied configuration: `repair` (restarts
+    /// within the rollout's budget and health hold) or `report` (log, metric, event, Node
+    /// condition; the node is left as it is).
+    #[arg(long, env = "DRIFT_MODE", value_enum, default_value_t = DriftMode::Repair)]
+    pub drift_mode: DriftMode,
 
     /// Address of /metrics and /healthz [default: 127.0.0.1 and the configuration's
     /// server.metrics.port (2752)].
@@ -172,6 +179,8 @@ pub struct Settings {
     pub token_sync_period: Duration,
     /// Period of the drift check.
     pub drift_check_interval: Duration,
+    /// `--drift-mode`.
+    pub drift_mode: DriftMode,
     /// Where /metrics and /healthz listen.
     pub metrics_address: SocketAddr,
     /// Serve them on the Node's `InternalIP` too, at the same port: true when no address was
@@ -219,6 +228,7 @@ pub fn load(args: AgentArgs) -> Result<Settings, ConfigError> {
         config_file,
         kubeconfig,
         drift_check_interval,
+        drift_mode,
         metrics_bind_address,
         hostname,
         unit_name,
@@ -310,6 +320,7 @@ pub fn load(args: AgentArgs) -> Result<Settings, ConfigError> {
         token_sync_configs: token.sync_configs.clone(),
         token_sync_period,
         drift_check_interval,
+        drift_mode,
         metrics_address,
         metrics_on_node_ip,
         hostname,
@@ -433,6 +444,7 @@ mod tests {
             config_file: None,
             kubeconfig: None,
             drift_check_interval: Duration::from_secs(600),
+            drift_mode: DriftMode::Repair,
             metrics_bind_address: None,
             hostname: Some("Node-A".into()),
             unit_name: DEFAULT_UNIT_NAME.into(),

@@ -53,6 +53,8 @@ pub struct Metrics {
     pub drift_repairs: Family<DriftLabels, Counter>,
     /// Drift checks run.
     pub drift_checks: Counter,
+    /// 1 while drift stays on the node (reported only, or its repair waits for its turn).
+    pub drift_pending: Gauge,
     /// Errors by component and category.
     pub errors: Family<ErrorLabels, Counter>,
     /// Unix time of the last successful apply.
@@ -96,6 +98,11 @@ impl Metrics {
             "drift_checks",
             "Drift checks run",
             metrics.drift_checks.clone(),
+        );
+        agent.register(
+            "drift_pending",
+            "1 while drift from the applied configuration stays on the node (reported only, or its repair waits for a rollout slot)",
+            metrics.drift_pending.clone(),
         );
         agent.register(
             "errors",

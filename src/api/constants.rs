@@ -58,6 +58,10 @@ pub const ANNOTATION_NODE_CHECKSUM: &str = "checksum/cloud-config-data";
 /// Node condition our agent writes for its disruptive rollout (`docs/agent.md`); `False` on
 /// a node where the rollout stopped.
 pub const NODE_CONDITION_DISRUPTIVE_ROLLOUT: &str = "DisruptiveRolloutHealthy";
+/// Node condition the node agent keeps about drift of the node from its applied
+/// configuration: `True` while drift stays on the node (reported only, or its repair waits
+/// for a rollout slot), `False` otherwise (`docs/agent.md#drift-repair`).
+pub const NODE_CONDITION_DRIFT: &str = "NodeAgentDrift";
 /// machine-controller-manager's Machine/Node condition type of an in-place update.
 pub const CONDITION_IN_PLACE_UPDATE: &str = "InPlaceUpdate";
 /// Reason of [`CONDITION_IN_PLACE_UPDATE`] while a machine only may be updated.

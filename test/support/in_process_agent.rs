@@ -214,6 +214,7 @@ pub fn settings(node: &str, secret: &str, state: PathBuf) -> Settings {
         token_sync_configs: Vec::new(),
         token_sync_period: Duration::from_secs(3600),
         drift_check_interval: Duration::from_secs(600),
+        drift_mode: gardener_extension_node::agent::pipeline::drift::rules::DriftMode::Repair,
         metrics_address: "127.0.0.1:0".parse().unwrap(),
         metrics_on_node_ip: false,
         hostname: node.to_string(),

@@ -41,7 +41,6 @@ use crate::agent::health::unit_report;
 use crate::agent::metrics::Metrics;
 use crate::agent::outcome::{ReconcileError, Reconciled};
 use crate::agent::pipeline::apply::{self, ApplyError};
-use crate::agent::pipeline::drift;
 use crate::agent::pipeline::osc::{self, NodeOsc};
 use crate::agent::ports::Ports;
 use crate::agent::ports::cluster::{
@@ -58,6 +57,7 @@ use crate::agent::self_healing;
 use crate::api::constants::DATA_KEY_OPERATING_SYSTEM_CONFIG;
 use crate::error_chain::printable as error_chain;
 
+mod drift_turn;
 mod reconcile;
 
 /// First retry after a failed apply.
@@ -119,6 +119,10 @@ struct LoopState {
     /// When to probe kubelet and containerd next, and what the last probes found.
     health_check_due: Instant,
     health: self_healing::steps::Trackers,
+    /// The drift condition as last written on the Node (status, reason, message).
+    drift_condition: Option<(String, String, String)>,
+    /// The drift last reported in an event (report mode: once per finding).
+    drift_reported: Option<String>,
 }
 
 /// Why the agent exits for systemd to start it again.
@@ -285,6 +289,8 @@ impl<H: Host + 'static> Agent<H> {
                 .then(|| Instant::now() + hostname_check::CHECK_INTERVAL),
             health_check_due: Instant::now() + self_healing::rules::CHECK_INTERVAL,
             health: self_healing::steps::Trackers::default(),
+            drift_condition: None,
+            drift_reported: None,
         };
         let mut node_known = false;
         let mut steering_rx = self.steering.subscribe();
@@ -426,8 +432,7 @@ impl<H: Host + 'static> Agent<H> {
         }
         if state.drift_due <= Instant::now() {
             let node = node_rx.borrow().clone();
-            self.drift_check(node.as_ref(), &mut state.last_applied)
-                .await;
+            self.drift_check(node.as_ref(), state).await;
             state.drift_due = Instant::now() + self.settings.drift_check_interval;
         }
         None
@@ -685,15 +690,6 @@ impl<H: Host + 'static> Agent<H> {
                 None
             }
         }
-    }
-
-    /// The drift check ([`drift::check`]) of the last applied OSC.
-    async fn drift_check(&self, node: Option<&NodeMeta>, last_applied: &mut LastApplied) {
-        let Some(last) = self.last_applied(last_applied) else {
-            return;
-        };
-        let effective = osc::effective(last, &self.settings.hostname);
-        drift::check(&self.ports, node, &effective, &self.settings.own_unit).await;
     }
 
     /// The unit check ([`unit_report`]) of the last applied OSC, once the Node is known.

@@ -79,7 +79,8 @@ impl<H: Host + 'static> Agent<H> {
             return Ok(Reconciled::NoSecret);
         };
         let steering = self.current_steering().await;
-        let (target, osc) = read_target(secret, node, &steering)?;
+        let held = self.rollout().read_state().is_some();
+        let (target, osc) = read_target(secret, node, &steering, held)?;
         let found = go_on!(self.rollout_gate_of(&target).await?);
         go_on!(self.up_to_date_gate(&target, node, found.as_ref()).await?);
         go_on!(self.pause_gate(&target, found.as_ref(), last_applied));
@@ -218,7 +219,7 @@ impl<H: Host + 'static> Agent<H> {
     /// The seed's steering of the pool ([`Steering`]) as the Lease watch last saw it; before
     /// the watch has seen the Lease, one GET of it (shared with the watch). A failed read is
     /// logged and the secret's own annotations rule this reconcile.
-    async fn current_steering(&self) -> Steering {
+    pub(super) async fn current_steering(&self) -> Steering {
         let known = self.steering.borrow().clone();
         if known.known {
             return known;
@@ -492,11 +493,13 @@ impl<H: Host + 'static> Agent<H> {
 }
 
 /// The secret's OSC, decoded and validated (nothing on the node is touched before this
-/// passes), with the containerd drop-in every node gets, and what the secret asks for.
+/// passes), with the containerd drop-in every node gets, and what the secret and the seed's
+/// `steering` ask for; `held`: a rollout state file is on the node (a slot is held).
 fn read_target<'a>(
     secret: &'a Secret,
     node: Option<&'a NodeMeta>,
     steering: &Steering,
+    held: bool,
 ) -> Result<(Target<'a>, NodeOsc), ReconcileError> {
     let data = osc_data(secret).ok_or(InvalidOsc::MissingData(DATA_KEY_OPERATING_SYSTEM_CONFIG))?;
     let mut osc = osc::decode(data)?;
@@ -504,7 +507,11 @@ fn read_target<'a>(
     apply::inject_containerd_drop_in(&mut osc);
     let annotations = steering::merged(secret.metadata.annotations.as_ref(), steering);
     let serial = slots::is_serial(Some(&annotations));
+    // A slot held from before (a drift repair's, or a rollout turned off since) is still
+    // held, checked and released by the rollout's gate, with the defaults where nothing
+    // turns the rollout on.
     let rollout = rules::policy(Some(&annotations))
+        .or_else(|| held.then(rules::drift_policy))
         .filter(|_| !serial)
         .zip(node);
     let target = Target {

@@ -32,15 +32,15 @@ use crate::agent::ports::cluster::{NodeMeta, Secrets};
 use crate::agent::ports::host::Host;
 use crate::agent::ports::paths::Paths;
 
-/// One drift check of the node against `effective` (the last applied OSC), skipped while an
-/// apply has work left in the journal; repairs are counted, logged and reported in a
-/// `DriftRepaired` event on `node` (when known); a failure is logged and counted.
-pub async fn check<H: Host>(
+/// One drift check of the node against `effective` (the last applied OSC): what drifted,
+/// nothing changed yet — `None` while an apply has work left in the journal (it rewrites
+/// anyway) or when the check failed (logged and counted). The controller decides what to do
+/// with it ([`rules::decide`], `crate::agent::controller`'s drift turn).
+pub async fn find<H: Host>(
     ports: &Ports<H>,
-    node: Option<&NodeMeta>,
     effective: &Effective<'_>,
     own_unit: &str,
-) {
+) -> Option<Findings> {
     let journal = ports
         .host
         .read(&ports.paths.journal())
@@ -48,10 +48,10 @@ pub async fn check<H: Host>(
         .flatten()
         .and_then(|bytes| Journal::parse(&String::from_utf8_lossy(&bytes)));
     if journal.is_some_and(|journal| !journal.is_empty()) {
-        return;
+        return None;
     }
     ports.metrics.drift_checks.inc();
-    let repaired = check_and_repair(
+    let found = detect(
         ports.host.as_ref(),
         &ports.secrets,
         effective,
@@ -59,18 +59,44 @@ pub async fn check<H: Host>(
         own_unit,
     )
     .await;
-    match repaired {
-        Ok(report) if report.repairs() == 0 => tracing::debug!("no drift"),
-        Ok(report) => report_repairs(ports, node, &report).await,
+    match found {
+        Ok(findings) => Some(findings),
         Err(error) => {
             ports.metrics.error("drift", error.category());
             tracing::warn!(error = %crate::error_chain::printable(&error), "drift check failed");
+            None
         }
     }
 }
 
+/// Repairs `findings` and reports it ([`report_repairs`]); a failure is logged, counted and
+/// returned.
+pub async fn repair_and_report<H: Host>(
+    ports: &Ports<H>,
+    node: Option<&NodeMeta>,
+    effective: &Effective<'_>,
+    findings: &Findings,
+) -> Result<Report, ApplyError> {
+    let repaired = repair(
+        ports.host.as_ref(),
+        &ports.secrets,
+        effective,
+        &ports.paths,
+        findings,
+    )
+    .await;
+    match &repaired {
+        Ok(report) => report_repairs(ports, node, report).await,
+        Err(error) => {
+            ports.metrics.error("drift", error.category());
+            tracing::warn!(error = %crate::error_chain::printable(error), "drift repair failed");
+        }
+    }
+    repaired
+}
+
 /// Counts, logs and reports what a check repaired.
-async fn report_repairs<H: Host>(ports: &Ports<H>, node: Option<&NodeMeta>, report: &Report) {
+pub async fn report_repairs<H: Host>(ports: &Ports<H>, node: Option<&NodeMeta>, report: &Report) {
     ports.metrics.drift("file", report.files.len());
     ports.metrics.drift("mode", report.modes.len());
     ports.metrics.drift("unit-file", report.unit_files.len());
@@ -109,6 +135,41 @@ impl Report {
     }
 }
 
+/// What a check found drifted ([`detect`]), before anything is repaired.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Findings {
+    /// Files whose content differs or that are missing.
+    pub files: Vec<String>,
+    /// Files whose mode differs.
+    pub modes: Vec<String>,
+    /// Unit files and drop-ins that differ or are missing (paths).
+    pub unit_files: Vec<String>,
+    /// Units the repair restarts ([`units_to_restart`], never the agent's own).
+    pub restart: Vec<String>,
+}
+
+impl Findings {
+    /// Whether nothing drifted.
+    pub fn is_empty(&self) -> bool {
+        self.files.is_empty() && self.modes.is_empty() && self.unit_files.is_empty()
+    }
+
+    /// One line for logs, events and the Node condition.
+    pub fn summary(&self) -> String {
+        let restarts = if self.restart.is_empty() {
+            "none".to_string()
+        } else {
+            self.restart.join(", ")
+        };
+        format!(
+            "{} file(s), {} mode(s), {} unit file(s) differ from the applied configuration; restarts to repair: {restarts}",
+            self.files.len(),
+            self.modes.len(),
+            self.unit_files.len()
+        )
+    }
+}
+
 /// The units a repair must restart: those whose unit file or drop-ins were rewritten and
 /// those listing a rewritten file, except units meant to be stopped. Sorted, unique.
 pub fn units_to_restart(
@@ -133,8 +194,9 @@ pub fn units_to_restart(
         .collect()
 }
 
-/// Checks the node against `effective` (the last applied OSC) and repairs what drifted.
-/// `own_unit` is never restarted (a repaired agent unit takes effect on its next restart).
+/// Checks the node against `effective` (the last applied OSC) and repairs what drifted
+/// ([`detect`], then [`repair`]). `own_unit` is never restarted (a repaired agent unit takes
+/// effect on its next restart).
 pub async fn check_and_repair<H: Host, S: Secrets>(
     host: &H,
     secrets: &S,
@@ -142,11 +204,23 @@ pub async fn check_and_repair<H: Host, S: Secrets>(
     paths: &Paths,
     own_unit: &str,
 ) -> Result<Report, ApplyError> {
-    let mut report = Report::default();
+    let findings = detect(host, secrets, effective, paths, own_unit).await?;
+    repair(host, secrets, effective, paths, &findings).await
+}
+
+/// What drifted from `effective` (the last applied OSC), read only: nothing on the node is
+/// changed. `own_unit` is never among the units to restart.
+pub async fn detect<H: Host, S: Secrets>(
+    host: &H,
+    secrets: &S,
+    effective: &Effective<'_>,
+    paths: &Paths,
+    own_unit: &str,
+) -> Result<Findings, ApplyError> {
+    let mut findings = Findings::default();
     let host_error = |step: String| move |source| ApplyError::Host { step, source };
     for file in &effective.files {
         let path = Path::new(&file.path);
-        let mode = apply::file_mode(file);
         let rewrite = match apply::file_content(secrets, file).await? {
             Some(desired) => !host
                 .holds(path, &desired)
@@ -158,51 +232,91 @@ pub async fn check_and_repair<H: Host, S: Secrets>(
                 .is_none(),
         };
         if rewrite {
-            apply::write_file(host, secrets, file).await?;
-            report.files.push(file.path.clone());
+            findings.files.push(file.path.clone());
         } else if host
             .mode(path)
             .map_err(host_error(format!("inspecting {}", file.path)))?
-            != Some(mode)
+            != Some(apply::file_mode(file))
         {
-            host.set_mode(path, mode)
-                .map_err(host_error(format!("changing the mode of {}", file.path)))?;
-            report.modes.push(file.path.clone());
+            findings.modes.push(file.path.clone());
         }
     }
     let mut rewritten_units = BTreeSet::new();
+    for (unit, path, content) in unit_targets(effective, paths) {
+        let holds = host
+            .holds(&path, content.as_bytes())
+            .map_err(host_error(format!("reading {}", path.display())))?;
+        if !holds {
+            findings.unit_files.push(path.display().to_string());
+            rewritten_units.insert(unit.to_string());
+        }
+    }
+    findings.restart = units_to_restart(effective, &findings.files, &rewritten_units)
+        .into_iter()
+        .filter(|unit| unit != own_unit)
+        .collect();
+    Ok(findings)
+}
+
+/// Every unit file and drop-in of `effective` with its unit's name, path and content.
+fn unit_targets<'e>(
+    effective: &'e Effective<'_>,
+    paths: &Paths,
+) -> Vec<(&'e str, std::path::PathBuf, &'e str)> {
+    let mut targets = Vec::new();
     for unit in &effective.units {
-        let mut targets = Vec::new();
         if let Some(content) = &unit.content {
-            targets.push((paths.unit_file(&unit.name), content.as_str()));
+            targets.push((
+                unit.name.as_str(),
+                paths.unit_file(&unit.name),
+                content.as_str(),
+            ));
         }
         for drop_in in &unit.drop_ins {
             targets.push((
+                unit.name.as_str(),
                 paths.drop_in(&unit.name, &drop_in.name),
                 drop_in.content.as_str(),
             ));
         }
-        for (path, content) in targets {
-            let holds = host
-                .holds(&path, content.as_bytes())
-                .map_err(host_error(format!("reading {}", path.display())))?;
-            if !holds {
-                apply::write_if_different(host, &path, content.as_bytes(), UNIT_FILE_MODE)?;
-                report.unit_files.push(path.display().to_string());
-                rewritten_units.insert(unit.name.clone());
-            }
+    }
+    targets
+}
+
+/// Repairs what [`detect`] found: rewrites the drifted files (a `secretRef` read again) and
+/// unit files, sets modes back, reloads systemd when a unit file changed and restarts
+/// `findings.restart`.
+pub async fn repair<H: Host, S: Secrets>(
+    host: &H,
+    secrets: &S,
+    effective: &Effective<'_>,
+    paths: &Paths,
+    findings: &Findings,
+) -> Result<Report, ApplyError> {
+    let mut report = Report::default();
+    let host_error = |step: String| move |source| ApplyError::Host { step, source };
+    for file in &effective.files {
+        if findings.files.contains(&file.path) {
+            apply::write_file(host, secrets, file).await?;
+            report.files.push(file.path.clone());
+        } else if findings.modes.contains(&file.path) {
+            host.set_mode(Path::new(&file.path), apply::file_mode(file))
+                .map_err(host_error(format!("changing the mode of {}", file.path)))?;
+            report.modes.push(file.path.clone());
         }
     }
-    if !rewritten_units.is_empty() {
+    for (_, path, content) in unit_targets(effective, paths) {
+        if findings.unit_files.contains(&path.display().to_string()) {
+            apply::write_if_different(host, &path, content.as_bytes(), UNIT_FILE_MODE)?;
+            report.unit_files.push(path.display().to_string());
+        }
+    }
+    if !report.unit_files.is_empty() {
         host.daemon_reload()
             .await
             .map_err(host_error("daemon-reload".to_string()))?;
     }
-    let restart: Vec<String> = units_to_restart(effective, &report.files, &rewritten_units)
-        .into_iter()
-        .filter(|unit| unit != own_unit)
-        .collect();
-    let jobs = restart.iter().map(|unit| async move {
+    let jobs = findings.restart.iter().map(|unit| async move {
         (
             unit.clone(),
             host.unit_job(unit, UnitCommand::Restart).await,
@@ -224,6 +338,8 @@ pub async fn check_and_repair<H: Host, S: Secrets>(
     }
     Ok(report)
 }
+
+pub mod rules;
 
 #[cfg(test)]
 mod tests;

@@ -94,6 +94,18 @@ pub struct Policy {
     pub settle_timeout: Duration,
 }
 
+/// The rollout settings a drift repair goes by where neither the secret nor the seed turns
+/// the rollout on: one slot, the default timeouts, no marked units.
+pub fn drift_policy() -> Policy {
+    Policy {
+        budget: 1,
+        invalid_budget: None,
+        marked_units: BTreeSet::new(),
+        health_timeout: DEFAULT_HEALTH_TIMEOUT,
+        settle_timeout: DEFAULT_SETTLE_TIMEOUT,
+    }
+}
+
 /// The rollout settings from the OSC secret's annotations; `None`: the rollout is off (no
 /// [`ANNOTATION_BUDGET`]). A budget that is not an integer `1..=`[`MAX_BUDGET`] is 1 (and
 /// kept in `invalid_budget` to be reported); a timeout that is not a positive number of

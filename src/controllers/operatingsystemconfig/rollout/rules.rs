@@ -46,6 +46,7 @@ pub const REASON_SHOOT_UNREACHABLE: &str = "ShootUnreachable";
 pub use crate::api::constants::NODE_CONDITION_DISRUPTIVE_ROLLOUT as NODE_CONDITION_ROLLOUT;
 use crate::api::constants::{
     ANNOTATION_NODE_CHECKSUM, ANNOTATION_ROLLOUT_PAUSED, LABEL_NODE_AGENT_SECRET_NAME,
+    NODE_CONDITION_DRIFT,
 };
 /// Annotation on the access Secret: the checksum of the node-agent secret we shipped.
 pub const ANNOTATION_SHIPPED_CHECKSUM: &str = "node.extensions.gardener.cloud/node-agent-checksum";
@@ -78,6 +79,10 @@ pub struct Summary {
     pub current: usize,
     /// Nodes whose rollout stopped.
     pub stopped: Vec<StoppedNode>,
+    /// Nodes whose agent reports drift that stays on the node (Node condition
+    /// [`crate::api::constants::NODE_CONDITION_DRIFT`] `True`: reported only, or its repair
+    /// waits for a rollout slot), by name.
+    pub drifted: Vec<String>,
     /// The pause the OSC asks for ([`crate::api::constants::ANNOTATION_ROLLOUT_PAUSED`]), with
     /// its value; set by the caller (the Nodes do not say it).
     pub paused: Option<String>,
@@ -109,6 +114,17 @@ pub fn summarize(nodes: &[Node], pool: &str, key: &str, checksum: &str) -> Summa
             .and_then(|s| s.conditions.as_ref())
             .and_then(|c| c.iter().find(|c| c.type_ == NODE_CONDITION_ROLLOUT))
             .filter(|c| c.status == "False");
+        let drifted = node
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|c| c.iter().find(|c| c.type_ == NODE_CONDITION_DRIFT))
+            .is_some_and(|c| c.status == "True");
+        if drifted {
+            summary
+                .drifted
+                .push(node.metadata.name.clone().unwrap_or_default());
+        }
         if let Some(condition) = stopped {
             summary.stopped.push(StoppedNode {
                 name: node.metadata.name.clone().unwrap_or_default(),
@@ -118,6 +134,7 @@ pub fn summarize(nodes: &[Node], pool: &str, key: &str, checksum: &str) -> Summa
         }
     }
     summary.stopped.sort_by(|a, b| a.name.cmp(&b.name));
+    summary.drifted.sort();
     summary
 }
 
@@ -141,12 +158,19 @@ pub fn condition(
     previous: Option<&Condition>,
     now: DateTime<Utc>,
 ) -> Condition {
-    let counts = format!(
+    let mut counts = format!(
         "{}/{} nodes run the node-agent configuration {}",
         summary.current,
         summary.total,
         short(checksum)
     );
+    if !summary.drifted.is_empty() {
+        counts.push_str(&format!(
+            "; {} node(s) drifted from it ({NODE_CONDITION_DRIFT}): {}",
+            summary.drifted.len(),
+            summary.drifted.join(", ")
+        ));
+    }
     let (status, reason, message) = if let Some(first) = summary.stopped.first() {
         let names: Vec<&str> = summary.stopped.iter().map(|n| n.name.as_str()).collect();
         (
@@ -631,6 +655,36 @@ mod tests {
         assert_eq!(
             manifest("rolebinding__")["subjects"][0]["name"],
             "gardener-extension-node-rollout-gardener-node-agent-pool-1a2b"
+        );
+    }
+
+    #[test]
+    fn drifted_nodes_are_named_in_any_state() {
+        let mut drifted = node("b", "pool", Some("new"), None);
+        drifted.status = Some(
+            serde_json::from_value(json!({"conditions": [{
+                "type": NODE_CONDITION_DRIFT, "status": "True", "reason": "DriftReported",
+            }]}))
+            .unwrap(),
+        );
+        let mut repaired = node("c", "pool", Some("new"), None);
+        repaired.status = Some(
+            serde_json::from_value(json!({"conditions": [{
+                "type": NODE_CONDITION_DRIFT, "status": "False", "reason": "NoDrift",
+            }]}))
+            .unwrap(),
+        );
+        let nodes = [node("a", "pool", Some("new"), None), drifted, repaired];
+        let summary = summarize(&nodes, "pool", "k", "new");
+        assert_eq!(summary.drifted, ["b"]);
+        let complete = condition(&summary, "new", None, now());
+        assert_eq!(complete.status, ConditionStatus::True);
+        assert!(
+            complete
+                .message
+                .ends_with("; 1 node(s) drifted from it (NodeAgentDrift): b"),
+            "{}",
+            complete.message
         );
     }
 

@@ -50,7 +50,14 @@ pub struct Context {
     /// The steering annotations last carried to each access Secret's pool Lease
     /// ([`steering`]); a step carries them again only when they differ.
     carried: Mutex<HashMap<Key, BTreeMap<String, String>>>,
+    /// When each access Secret's pool was last looked at (a complete rollout is looked at
+    /// again every [`QUIET_LOOK_INTERVAL`], for drift).
+    looked: Mutex<HashMap<Key, std::time::Instant>>,
 }
+
+/// How often the Nodes of a pool whose rollout is complete are looked at again: drift the
+/// agents report on their Nodes (`NodeAgentDrift`) reaches the condition within this.
+pub const QUIET_LOOK_INTERVAL: Duration = Duration::from_secs(300);
 
 impl Context {
     /// A context without shoot clients yet.
@@ -60,6 +67,7 @@ impl Context {
             cache,
             clients: Mutex::default(),
             carried: Mutex::default(),
+            looked: Mutex::default(),
         }
     }
 
@@ -67,6 +75,24 @@ impl Context {
     pub fn retain_clients(&self, live: impl Fn(&Key) -> bool) {
         self.clients_map().retain(|key, _| live(key));
         self.carried_map().retain(|key, _| live(key));
+        self.looked_map().retain(|key, _| live(key));
+    }
+
+    fn looked_map(&self) -> std::sync::MutexGuard<'_, HashMap<Key, std::time::Instant>> {
+        self.looked.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Whether a pool whose rollout is complete is due for its look ([`QUIET_LOOK_INTERVAL`]).
+    pub fn quiet_look_due(&self, key: &Key) -> bool {
+        self.looked_map()
+            .get(key)
+            .is_none_or(|at| at.elapsed() >= QUIET_LOOK_INTERVAL)
+    }
+
+    /// Notes that `key`'s pool is looked at now.
+    pub fn looking(&self, key: &Key) {
+        self.looked_map()
+            .insert(key.clone(), std::time::Instant::now());
     }
 
     fn carried_map(&self) -> std::sync::MutexGuard<'_, HashMap<Key, BTreeMap<String, String>>> {

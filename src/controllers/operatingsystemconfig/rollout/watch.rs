@@ -24,8 +24,10 @@
 //! watch never stops while the operator runs.
 //!
 //! What it costs: every [`INTERVAL`], one list of the pool's Nodes (label selector) per OSC
-//! whose condition does not say yet that every node runs the shipped checksum; nothing for
-//! an OSC whose rollout is complete, nothing for a hibernated or deleting shoot. It writes the
+//! whose condition does not say yet that every node runs the shipped checksum, or whose
+//! steering settings changed (then one GET and at most one write of the pool's Lease); for an
+//! OSC whose rollout is complete one list every [`step::QUIET_LOOK_INTERVAL`] (drift the
+//! agents report); nothing for a hibernated or deleting shoot. It writes the
 //! OSC status only when the condition changes (from the stored OSC, with its resourceVersion
 //! as precondition: a conflict is retried the next round).
 
@@ -141,7 +143,8 @@ fn step_for(context: &Context, secret: &Secret, oscs: &ObjectStore) -> Option<St
     let target = Target::of(secret, oscs, |pool| context.budget(&namespace, pool))?;
     let key = (namespace.clone(), secret.name_any());
     let carried = context.carries(&key, &target.wanted);
-    if (target.complete() && carried) || !context.shoot_running(&namespace) {
+    let quiet = target.complete() && carried && !context.quiet_look_due(&key);
+    if quiet || !context.shoot_running(&namespace) {
         return None;
     }
     let data = secret.data.as_ref().and_then(|d| d.get("token"));
@@ -149,6 +152,7 @@ fn step_for(context: &Context, secret: &Secret, oscs: &ObjectStore) -> Option<St
         tracing::debug!(%namespace, osc = %target.osc_name, "no shoot token yet");
         return None;
     };
+    context.looking(&key);
     Some(Step {
         key,
         token: token.map(str::to_string),
