@@ -4,6 +4,7 @@
 //! Each command reads one or more objects of its kind ([`input`]: several YAML documents or
 //! a `List`, as `kubectl get -o yaml` prints them) and renders each in turn.
 
+pub mod impact;
 pub mod input;
 pub mod worker;
 
