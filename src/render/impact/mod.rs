@@ -4,11 +4,17 @@
 //! `render` subcommand), which reads the files and prints; everything here is pure, one
 //! operation per module:
 //!
-//! - [`pairs`]: the objects of both files matched by namespace and name.
+//! - [`pairs`]: the objects of both files matched by namespace and name;
+//! - [`worker`]: per pool `roll`, `in-place`, `unchanged`, `new` or `removed`, from the Worker
+//!   controller's validation, machine-class hash and rendering, with the changed fields
+//!   ([`pool_fields`]) and what happens to the deployments ([`deployments`]).
 //!
 //! This module holds what they share: the flags, the output format and [`print()`].
 
+pub mod deployments;
 pub mod pairs;
+pub mod pool_fields;
+pub mod worker;
 
 use std::path::{Path, PathBuf};
 
