@@ -7,13 +7,19 @@
 //! - [`pairs`]: the objects of both files matched by namespace and name;
 //! - [`worker`]: per pool `roll`, `in-place`, `unchanged`, `new` or `removed`, from the Worker
 //!   controller's validation, machine-class hash and rendering, with the changed fields
-//!   ([`pool_fields`]) and what happens to the deployments ([`deployments`]).
+//!   ([`pool_fields`]) and what happens to the deployments ([`deployments`]);
+//! - [`osc`]: for a reconcile OperatingSystemConfig, both node-agent secrets rendered as the
+//!   OSC controller renders them, and the node agent's own diff, disruptive-rollout
+//!   classification and in-place flags on them; for a provision one, the user data
+//!   ([`provision`]).
 //!
 //! This module holds what they share: the flags, the output format and [`print()`].
 
 pub mod deployments;
+pub mod osc;
 pub mod pairs;
 pub mod pool_fields;
+pub mod provision;
 pub mod worker;
 
 use std::path::{Path, PathBuf};
