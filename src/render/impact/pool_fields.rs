@@ -9,8 +9,9 @@
 //!   volume, data volumes, `providerConfig`, switching between rolling and in-place);
 //! - [`derived_into_secret_name`]: the changed fields gardenlet derives a rolling pool's
 //!   `nodeAgentSecretName` from (`KeyV2`: Kubernetes minor, machine type, image name and
-//!   version, volume, CRI, kubelet reservations), so a hand-edited Worker that keeps the name
-//!   can be told apart from the one gardenlet would write.
+//!   version, volume, CRI, rotations, kubelet reservations, eviction thresholds and CPU
+//!   manager policy), so a hand-edited Worker that keeps the name can be told apart from the
+//!   one gardenlet would write.
 
 use std::collections::BTreeMap;
 
@@ -105,7 +106,7 @@ const CHECKS: &[Check] = &[
     Check {
         field: "CRI",
         group: Group::Machine,
-        differs: |a, b| cri_labels(&a.pool) != cri_labels(&b.pool),
+        differs: |a, b| a.pool.labels.get(LABEL_CRI_NAME) != b.pool.labels.get(LABEL_CRI_NAME),
     },
     Check {
         field: "node-agent secret name",
@@ -144,6 +145,11 @@ const CHECKS: &[Check] = &[
         field: "kubelet config",
         group: Group::Nodes,
         differs: |a, b| a.pool.kubelet_config != b.pool.kubelet_config,
+    },
+    Check {
+        field: "container runtimes",
+        group: Group::Running,
+        differs: |a, b| runtime_labels(&a.pool) != runtime_labels(&b.pool),
     },
     Check {
         field: "labels",
@@ -298,29 +304,29 @@ fn strategy(pool: &WorkerPool) -> MachineUpdateStrategy {
         .unwrap_or(MachineUpdateStrategy::AutoRollingUpdate)
 }
 
-/// Whether `key` is one of the labels gardenlet sets for the CRI.
-fn is_cri_label(key: &str) -> bool {
-    key == LABEL_CRI_NAME || key.starts_with(LABEL_PREFIX_CONTAINER_RUNTIME)
-}
-
-/// The CRI labels of the pool (`worker.gardener.cloud/cri-name`, the container runtimes).
-fn cri_labels(pool: &WorkerPool) -> BTreeMap<&str, &str> {
+/// The container runtime labels of the pool (`containerruntime.worker.gardener.cloud/<type>`:
+/// gVisor and the like, which need no new machines).
+fn runtime_labels(pool: &WorkerPool) -> BTreeMap<&str, &str> {
     pool.labels
         .iter()
-        .filter(|(key, _)| is_cri_label(key))
+        .filter(|(key, _)| key.starts_with(LABEL_PREFIX_CONTAINER_RUNTIME))
         .map(|(k, v)| (k.as_str(), v.as_str()))
         .collect()
 }
 
-/// The pool's own labels: without the CRI labels and those that name the pool and its
-/// node-agent secret (reported as their own reasons).
+/// The pool's own labels: without those gardenlet sets for the CRI, the container runtimes,
+/// the pool and its node-agent secret (reported as their own reasons).
 fn plain_labels(pool: &WorkerPool) -> BTreeMap<&str, &str> {
     pool.labels
         .iter()
         .filter(|(key, _)| {
-            !is_cri_label(key)
-                && key.as_str() != LABEL_NODE_AGENT_SECRET_NAME
-                && key.as_str() != LABEL_WORKER_POOL
+            !key.starts_with(LABEL_PREFIX_CONTAINER_RUNTIME)
+                && ![
+                    LABEL_CRI_NAME,
+                    LABEL_NODE_AGENT_SECRET_NAME,
+                    LABEL_WORKER_POOL,
+                ]
+                .contains(&key.as_str())
         })
         .map(|(k, v)| (k.as_str(), v.as_str()))
         .collect()
@@ -454,7 +460,18 @@ mod tests {
             format!("{LABEL_PREFIX_CONTAINER_RUNTIME}gvisor"),
             "true".into(),
         );
-        assert_eq!(fields(&reasons(&base, &gvisor)), ["CRI"]);
+        let found = reasons(&base, &gvisor);
+        assert_eq!(fields(&found), ["container runtimes"]);
+        assert_eq!(
+            found[0].group,
+            Group::Running,
+            "gVisor needs no new machines"
+        );
+        let mut cri = pool(json!({}));
+        cri.pool
+            .labels
+            .insert(LABEL_CRI_NAME.into(), "other".into());
+        assert_eq!(fields(&reasons(&base, &cri)), ["CRI"]);
         let mut team = pool(json!({}));
         team.pool.labels.insert("team".into(), "y".into());
         let found = reasons(&base, &team);
