@@ -681,7 +681,7 @@ fn render_osc_impact_runs_the_agents_diff() {
          units stopped: -\n\
          units removed: -\n\
          containerd config: unchanged\n\
-         disruptive: restart kubelet.service — goes through the disruptive rollout with its budget where the rollout is on (the secret carries node.extensions.gardener.cloud/rollout-budget); elsewhere every node applies it at once\n\
+         disruptive: restart kubelet.service — goes through the disruptive rollout with its budget where the rollout is on; elsewhere every node applies it at once\n\
          in-place update: no\n"
     );
 
@@ -704,7 +704,7 @@ fn render_osc_impact_runs_the_agents_diff() {
          containerd config: unchanged\n\
          quiet: no kubelet or containerd restart; the disruptive rollout does not hold it back\n\
          in-place update: no\n\
-         note: a unit named in the secret's node.extensions.gardener.cloud/disruptive-units annotation (set by hand) would make it disruptive\n"
+         note: a unit marked with node.extensions.gardener.cloud/disruptive-units would make it disruptive too; the preview does not know those marks\n"
     );
 
     let (code, stdout, stderr) = impact("osc", &previous, &previous, &[]);

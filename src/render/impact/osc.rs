@@ -9,9 +9,9 @@
 //! - the diff ([`crate::agent::pipeline::changes::compute`]): files written and deleted, units
 //!   written (then `daemon-reload`), restarted, stopped, removed, containerd's config;
 //! - the disruptive rollout's classification ([`crate::agent::rollout::rules::classify`],
-//!   without units marked by hand on the secret): a kubelet or containerd restart (or stop,
-//!   removal, containerd config) goes through the rollout, with its budget, where the secret
-//!   turns it on;
+//!   without units marked disruptive by annotation, which the preview cannot know): a kubelet
+//!   or containerd restart (or stop, removal, containerd config) goes through the rollout,
+//!   with its budget, where the rollout is on;
 //! - the in-place flags ([`crate::agent::in_place::rules::flags`]), with the previous OSC's
 //!   operating system version as the node's (the nodes run what it asked for).
 //!
@@ -289,7 +289,7 @@ pub fn summarize(journal: &Journal, change: &Change, flags: &InPlaceUpdateFlags)
         .any(|u| !rollout::ALWAYS_DISRUPTIVE.contains(&u.as_str()));
     if disruptive_because.is_empty() && other_units {
         notes.push(format!(
-            "a unit named in the secret's {ANNOTATION_DISRUPTIVE_UNITS} annotation (set by hand) would make it disruptive"
+            "a unit marked with {ANNOTATION_DISRUPTIVE_UNITS} would make it disruptive too; the preview does not know those marks"
         ));
     }
     NodeImpact {
@@ -478,9 +478,8 @@ impl NodeImpact {
     fn rollout_line(&self) -> String {
         if self.disruptive {
             format!(
-                "disruptive: {} — goes through the disruptive rollout with its budget where the rollout is on (the secret carries {}); elsewhere every node applies it at once",
-                self.disruptive_because.join(", "),
-                rollout::ANNOTATION_BUDGET
+                "disruptive: {} — goes through the disruptive rollout with its budget where the rollout is on; elsewhere every node applies it at once",
+                self.disruptive_because.join(", ")
             )
         } else {
             "quiet: no kubelet or containerd restart; the disruptive rollout does not hold it back"
@@ -551,7 +550,7 @@ mod tests {
              units stopped: -\n\
              units removed: -\n\
              containerd config: unchanged\n\
-             disruptive: restart kubelet.service — goes through the disruptive rollout with its budget where the rollout is on (the secret carries node.extensions.gardener.cloud/rollout-budget); elsewhere every node applies it at once\n\
+             disruptive: restart kubelet.service — goes through the disruptive rollout with its budget where the rollout is on; elsewhere every node applies it at once\n\
              in-place update: no\n"
         );
     }
@@ -576,7 +575,7 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.ends_with("note: a unit named in the secret's node.extensions.gardener.cloud/disruptive-units annotation (set by hand) would make it disruptive\n"),
+            text.ends_with("note: a unit marked with node.extensions.gardener.cloud/disruptive-units would make it disruptive too; the preview does not know those marks\n"),
             "{text}"
         );
     }
