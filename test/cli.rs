@@ -1,7 +1,8 @@
 //! The command line as a user meets it: error reports without backtraces, a closed stdout,
 //! plain logs into a pipe, a taken HTTP port, a kubeconfig that names a program, and `render`
-//! on files of the wrong kind, with several documents or with a `List`. Runs the real binary;
-//! no cluster.
+//! on files of the wrong kind, with several documents or with a `List`, and `render ... --impact`
+//! on the fixtures of `test/fixtures/impact/` (each verdict, the node agent's diff, every
+//! refusal). Runs the real binary; no cluster.
 
 #![allow(clippy::unwrap_used, clippy::panic)] // test crate: failing loudly is the point
 
@@ -367,5 +368,465 @@ fn a_kubeconfig_that_is_a_fifo_is_refused_at_once() {
         error_line(&output).ends_with("is a FIFO, not a regular file; it is not opened"),
         "{}",
         stderr(&output)
+    );
+}
+
+/// A file of `test/fixtures/impact/`.
+fn impact_fixture(name: &str) -> String {
+    format!("{}/test/fixtures/impact/{name}", env!("CARGO_MANIFEST_DIR"))
+}
+
+/// `render worker|osc -f NEW --previous OLD --impact [more]`: exit code, stdout, stderr.
+fn impact(kind: &str, new: &str, previous: &str, more: &[&str]) -> (Option<i32>, String, String) {
+    let mut args = vec![
+        "render",
+        kind,
+        "-f",
+        new,
+        "--previous",
+        previous,
+        "--impact",
+    ];
+    args.extend(more);
+    let output = run(&args, &[]);
+    let stdout = String::from_utf8(output.stdout.clone()).unwrap();
+    (output.status.code(), stdout, stderr(&output))
+}
+
+/// Every verdict at once: worker-a rolls (a new image version and gardenlet's new secret
+/// name), worker-b updates in place, worker-c only gets labels and taints, worker-d is new,
+/// worker-e is removed.
+#[test]
+fn render_worker_impact_gives_each_pool_its_verdict() {
+    let cluster = impact_fixture("cluster.yaml");
+    let (code, stdout, stderr) = impact(
+        "worker",
+        &impact_fixture("worker-new.yaml"),
+        &impact_fixture("worker-previous.yaml"),
+        &["--cluster", &cluster],
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(
+        stdout,
+        "worker-a: roll — machine image version, node-agent secret name\n\
+         worker-b: in-place — machine image version\n\
+         worker-c: unchanged — labels, taints (applied to the running machines)\n\
+         worker-d: new — machine deployment shoot--local--local-worker-d-z1 (zone 0) is created\n\
+         worker-e: removed — machine deployment shoot--local--local-worker-e-z1 (zone 0) is deleted with its machines\n"
+    );
+
+    let (code, stdout, stderr) = impact(
+        "worker",
+        &impact_fixture("worker-new.yaml"),
+        &impact_fixture("worker-previous.yaml"),
+        &["--cluster", &cluster, "-o", "json"],
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+    let value: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(value["name"], "local");
+    let pools = value["pools"].as_array().unwrap();
+    let summary: Vec<(&str, &str, Vec<&str>)> = pools
+        .iter()
+        .map(|p| {
+            let reasons = p["reasons"].as_array().unwrap();
+            (
+                p["name"].as_str().unwrap(),
+                p["impact"].as_str().unwrap(),
+                reasons.iter().map(|r| r.as_str().unwrap()).collect(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            (
+                "worker-a",
+                "roll",
+                vec!["machine image version", "node-agent secret name"]
+            ),
+            ("worker-b", "in-place", vec!["machine image version"]),
+            ("worker-c", "unchanged", vec!["labels", "taints"]),
+            (
+                "worker-d",
+                "new",
+                vec!["machine deployment shoot--local--local-worker-d-z1 (zone 0) is created"]
+            ),
+            (
+                "worker-e",
+                "removed",
+                vec![
+                    "machine deployment shoot--local--local-worker-e-z1 (zone 0) is deleted with its machines"
+                ]
+            ),
+        ]
+    );
+    // The verdicts come from the controller's class hash; the in-place pool shows its in-place hash.
+    assert_ne!(
+        pools[0]["classHash"]["previous"],
+        pools[0]["classHash"]["new"]
+    );
+    assert_eq!(
+        pools[2]["classHash"]["previous"],
+        pools[2]["classHash"]["new"]
+    );
+    assert_ne!(
+        pools[1]["inPlaceHash"]["previous"],
+        pools[1]["inPlaceHash"]["new"]
+    );
+    assert!(pools[0].get("inPlaceHash").is_none());
+    assert_eq!(pools[3]["classHash"]["previous"], Value::Null);
+}
+
+/// The same Worker on both sides: every pool is unchanged.
+#[test]
+fn render_worker_impact_of_no_change_is_unchanged() {
+    let previous = impact_fixture("worker-previous.yaml");
+    let cluster = impact_fixture("cluster.yaml");
+    let (code, stdout, stderr) = impact("worker", &previous, &previous, &["--cluster", &cluster]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(
+        stdout,
+        "worker-a: unchanged\nworker-b: unchanged\nworker-c: unchanged\nworker-e: unchanged\n"
+    );
+}
+
+/// Files with several Workers are compared object by object, matched by namespace and name.
+#[test]
+fn render_worker_impact_matches_several_workers_by_namespace_and_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let read = |name: &str| -> Value {
+        serde_norway::from_str(&std::fs::read_to_string(impact_fixture(name)).unwrap()).unwrap()
+    };
+    let in_namespace = |mut worker: Value, namespace: &str| {
+        worker["metadata"]["namespace"] = json!(namespace);
+        worker
+    };
+    let (new, previous) = (read("worker-new.yaml"), read("worker-previous.yaml"));
+    let new_file = write_yaml(
+        dir.path(),
+        "new.yaml",
+        &[
+            in_namespace(new.clone(), "shoot--local--a"),
+            in_namespace(previous.clone(), "shoot--local--b"),
+        ],
+    );
+    // The other order, as a List.
+    let previous_file = write_yaml(
+        dir.path(),
+        "previous.yaml",
+        &[json!({"apiVersion": "v1", "kind": "List", "items": [
+            in_namespace(previous.clone(), "shoot--local--b"),
+            in_namespace(previous.clone(), "shoot--local--a"),
+        ]})],
+    );
+    let cluster = impact_fixture("cluster.yaml");
+    let (code, stdout, stderr) = impact(
+        "worker",
+        &new_file,
+        &previous_file,
+        &["--cluster", &cluster],
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stdout.starts_with("---\n# Worker shoot--local--a/local\nworker-a: roll — "),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("---\n# Worker shoot--local--b/local\nworker-a: unchanged\n"),
+        "{stdout}"
+    );
+    let (_, json_out, _) = impact(
+        "worker",
+        &new_file,
+        &previous_file,
+        &["--cluster", &cluster, "-o", "json"],
+    );
+    let value: Value = serde_json::from_str(&json_out).unwrap();
+    assert_eq!(value.as_array().map(Vec::len), Some(2), "{json_out}");
+
+    // A Worker without a counterpart is refused, naming it and both files.
+    let lone = write_yaml(
+        dir.path(),
+        "lone.yaml",
+        &[in_namespace(previous.clone(), "shoot--local--a")],
+    );
+    let (code, _, stderr) = impact("worker", &new_file, &lone, &["--cluster", &cluster]);
+    assert_eq!(code, Some(1));
+    assert_eq!(
+        stderr.trim_end(),
+        format!(
+            "Error: objects are compared by namespace and name: Worker shoot--local--b/local of {new_file} not in --previous {lone}"
+        )
+    );
+    // So is a Worker twice in one file.
+    let twice = write_yaml(
+        dir.path(),
+        "twice.yaml",
+        &[
+            in_namespace(previous.clone(), "shoot--local--a"),
+            in_namespace(previous, "shoot--local--a"),
+        ],
+    );
+    let (code, _, stderr) = impact("worker", &new_file, &twice, &["--cluster", &cluster]);
+    assert_eq!(code, Some(1));
+    assert_eq!(
+        stderr.trim_end(),
+        format!("Error: --previous {twice} holds Worker shoot--local--a/local twice")
+    );
+}
+
+/// What `--previous` must be: the same kind, the same object; `--impact` and `--previous`
+/// only together; one Cluster.
+#[test]
+fn render_worker_impact_refuses_what_cannot_be_compared() {
+    let new = impact_fixture("worker-new.yaml");
+    for (file, kind) in [
+        ("containerruntime.yaml", "a ContainerRuntime"),
+        ("osc-previous.yaml", "an OperatingSystemConfig"),
+    ] {
+        let previous = impact_fixture(file);
+        let (code, stdout, stderr) = impact("worker", &new, &previous, &[]);
+        assert_eq!(code, Some(1));
+        assert!(stdout.is_empty());
+        assert_eq!(
+            stderr.trim_end(),
+            format!(
+                "Error: --previous {previous} must hold the Worker {new} holds, before the change: \
+                 {previous}, document 1 is {kind} (extensions.gardener.cloud/v1alpha1), not a Worker \
+                 (extensions.gardener.cloud/v1alpha1)"
+            )
+        );
+    }
+
+    let dir = tempfile::tempdir().unwrap();
+    let previous: Value = serde_norway::from_str(
+        &std::fs::read_to_string(impact_fixture("worker-previous.yaml")).unwrap(),
+    )
+    .unwrap();
+    for (field, value, other) in [
+        ("name", "other", "shoot--local--local/other"),
+        ("namespace", "shoot--other--x", "shoot--other--x/local"),
+    ] {
+        let mut renamed = previous.clone();
+        renamed["metadata"][field] = json!(value);
+        let file = write_yaml(dir.path(), &format!("{field}.yaml"), &[renamed]);
+        let (code, _, stderr) = impact("worker", &new, &file, &[]);
+        assert_eq!(code, Some(1));
+        assert_eq!(
+            stderr.trim_end(),
+            format!(
+                "Error: {new} holds Worker shoot--local--local/local, but --previous {file} holds \
+                 Worker {other}: --previous must hold the same object before the change"
+            )
+        );
+    }
+
+    let clusters = write_yaml(
+        dir.path(),
+        "clusters.yaml",
+        &[
+            fixtures::cluster_json("shoot--local--local"),
+            fixtures::cluster_json("shoot--local--other"),
+        ],
+    );
+    let (code, _, stderr) = impact(
+        "worker",
+        &new,
+        &impact_fixture("worker-previous.yaml"),
+        &["--cluster", &clusters],
+    );
+    assert_eq!(code, Some(1));
+    assert_eq!(
+        stderr.trim_end(),
+        format!("Error: {clusters} holds 2 objects; expected one Cluster")
+    );
+
+    // The flags only together, refused by the command line parser (exit code 2).
+    let previous_file = impact_fixture("worker-previous.yaml");
+    for args in [
+        vec!["render", "worker", "-f", &new, "--impact"],
+        vec!["render", "worker", "-f", &new, "--previous", &previous_file],
+        vec!["render", "worker", "-f", &new, "-o", "json"],
+        vec!["render", "osc", "-f", &new, "--impact"],
+    ] {
+        let output = run(&args, &[]);
+        assert_eq!(output.status.code(), Some(2), "{args:?}");
+        let text = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            text.contains("the following required arguments were not provided"),
+            "{args:?}: {text}"
+        );
+    }
+}
+
+/// The node agent's own diff of both node-agent secrets: a kubelet drop-in restarts kubelet
+/// (disruptive), a file of another unit restarts that unit (quiet), the same OSC does nothing.
+#[test]
+fn render_osc_impact_runs_the_agents_diff() {
+    let previous = impact_fixture("osc-previous.yaml");
+    let (code, stdout, stderr) = impact(
+        "osc",
+        &impact_fixture("osc-kubelet-drop-in.yaml"),
+        &previous,
+        &[],
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(
+        stdout,
+        "node-agent secret gardener-node-agent-worker-a-3b1a0c2f9d8e7a65 (pool worker-a): every node of the pool applies the change\n\
+         files written: -\n\
+         files deleted: -\n\
+         units written (daemon-reload): kubelet.service (drop-ins written: 20-max-pods.conf)\n\
+         units restarted: kubelet.service\n\
+         units stopped: -\n\
+         units removed: -\n\
+         containerd config: unchanged\n\
+         disruptive: restart kubelet.service — goes through the disruptive rollout with its budget where the rollout is on; elsewhere every node applies it at once\n\
+         in-place update: no\n"
+    );
+
+    let (code, stdout, stderr) = impact(
+        "osc",
+        &impact_fixture("osc-exporter-config.yaml"),
+        &previous,
+        &[],
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(
+        stdout,
+        "node-agent secret gardener-node-agent-worker-a-3b1a0c2f9d8e7a65 (pool worker-a): every node of the pool applies the change\n\
+         files written: /etc/example-exporter/config.yaml\n\
+         files deleted: -\n\
+         units written (daemon-reload): example-exporter.service\n\
+         units restarted: example-exporter.service\n\
+         units stopped: -\n\
+         units removed: -\n\
+         containerd config: unchanged\n\
+         quiet: no kubelet or containerd restart; the disruptive rollout does not hold it back\n\
+         in-place update: no\n\
+         note: a unit marked with node.extensions.gardener.cloud/disruptive-units would make it disruptive too; the preview does not know those marks\n"
+    );
+
+    let (code, stdout, stderr) = impact("osc", &previous, &previous, &[]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(
+        stdout,
+        "unchanged: no file, no unit (the node-agent secret is the same: the nodes do nothing)\n"
+    );
+
+    let (code, stdout, stderr) = impact(
+        "osc",
+        &impact_fixture("osc-kubelet-drop-in.yaml"),
+        &previous,
+        &["-o", "json"],
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+    let value: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(
+        value,
+        json!({
+            "purpose": "reconcile",
+            "namespace": "shoot--local--local",
+            "name": "gardener-node-agent-worker-a-3b1a0c2f9d8e7a65-original",
+            "secret": "gardener-node-agent-worker-a-3b1a0c2f9d8e7a65",
+            "pool": "worker-a",
+            "checksumChanged": true,
+            "unchanged": false,
+            "files": {"written": [], "deleted": []},
+            "units": {
+                "written": ["kubelet.service"],
+                "dropIns": {"kubelet.service": {"written": ["20-max-pods.conf"], "deleted": []}},
+                "restarted": ["kubelet.service"], "stopped": [], "removed": [],
+            },
+            "containerdConfigChanged": false,
+            "registriesRemoved": [],
+            "disruptive": true,
+            "disruptiveBecause": ["restart kubelet.service"],
+            "inPlaceUpdate": false,
+            "inPlaceUpdateBecause": [],
+            "notes": [],
+        })
+    );
+}
+
+/// An in-place pool's OSC with a new operating system version: the agent's in-place flags.
+#[test]
+fn render_osc_impact_says_when_nodes_update_in_place() {
+    let (code, stdout, stderr) = impact(
+        "osc",
+        &impact_fixture("osc-in-place-new.yaml"),
+        &impact_fixture("osc-in-place-previous.yaml"),
+        &[],
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stdout.ends_with(
+            "in-place update: yes — operating system version 13.1 → 13.2; a node applies the change once machine-controller-manager has made it ready (InPlaceUpdate/ReadyForUpdate)\n"
+        ),
+        "{stdout}"
+    );
+}
+
+/// Provision OSCs: only the user data of new machines; never compared with a reconcile OSC.
+#[test]
+fn render_osc_impact_of_provision_oscs_and_refusals() {
+    let provision = impact_fixture("osc-provision.yaml");
+    let (code, stdout, stderr) = impact("osc", &provision, &provision, &[]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(
+        stdout,
+        "provision: the user data is the same: new machines boot as before\n"
+    );
+
+    let reconcile = impact_fixture("osc-previous.yaml");
+    let (code, _, stderr) = impact("osc", &reconcile, &provision, &[]);
+    assert_eq!(code, Some(1));
+    assert_eq!(
+        stderr.trim_end(),
+        format!(
+            "Error: {reconcile} holds OperatingSystemConfig shoot--local--local/gardener-node-agent-worker-a-3b1a0c2f9d8e7a65-original, \
+             but --previous {provision} holds OperatingSystemConfig shoot--local--local/gardener-node-agent-worker-a-3b1a0c2f9d8e7a65-init: \
+             --previous must hold the same object before the change (a reconcile OSC cannot be compared with a provision one)"
+        )
+    );
+
+    // The same name with another purpose.
+    let dir = tempfile::tempdir().unwrap();
+    let mut as_provision: Value =
+        serde_norway::from_str(&std::fs::read_to_string(&reconcile).unwrap()).unwrap();
+    as_provision["spec"]["purpose"] = json!("provision");
+    let file = write_yaml(dir.path(), "provision.yaml", &[as_provision]);
+    let (code, _, stderr) = impact("osc", &reconcile, &file, &[]);
+    assert_eq!(code, Some(1));
+    assert_eq!(
+        stderr.trim_end(),
+        format!(
+            "Error: {reconcile}: OperatingSystemConfig shoot--local--local/gardener-node-agent-worker-a-3b1a0c2f9d8e7a65-original \
+             is a reconcile OSC, but in --previous {file} a provision one: a reconcile OSC cannot be compared with a provision one"
+        )
+    );
+
+    // Another reconcile OSC of the pool is another secret: the nodes are replaced.
+    let mut renamed: Value =
+        serde_norway::from_str(&std::fs::read_to_string(&reconcile).unwrap()).unwrap();
+    renamed["metadata"]["name"] = json!("gardener-node-agent-worker-a-0000000000000000-original");
+    let file = write_yaml(dir.path(), "renamed.yaml", &[renamed]);
+    let (code, _, stderr) = impact("osc", &reconcile, &file, &[]);
+    assert_eq!(code, Some(1));
+    assert!(
+        stderr.trim_end().ends_with(
+            "(another name is another node-agent secret: gardenlet names a rolling pool's OSCs after what needs new machines, so the pool's nodes are replaced, not updated; `render worker --impact` previews that)"
+        ),
+        "{stderr}"
+    );
+
+    let worker = impact_fixture("worker-previous.yaml");
+    let (code, _, stderr) = impact("osc", &reconcile, &worker, &[]);
+    assert_eq!(code, Some(1));
+    assert!(
+        stderr.contains(&format!(
+            "{worker}, document 1 is a Worker (extensions.gardener.cloud/v1alpha1), not an OperatingSystemConfig"
+        )),
+        "{stderr}"
     );
 }

@@ -46,6 +46,23 @@ pub fn parse_objects<K>(source: &str, text: &str) -> anyhow::Result<Vec<K>>
 where
     K: Resource<DynamicType = ()> + DeserializeOwned,
 {
+    parse_objects_hinted(source, text, Hint::Subcommand)
+}
+
+/// What a message about an object of another kind suggests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Hint {
+    /// The `render` subcommand for that kind (the file was given to the wrong command).
+    Subcommand,
+    /// Nothing: the file must hold the kind of another file (`--previous`).
+    None,
+}
+
+/// [`parse_objects`] with the hint of its messages chosen.
+fn parse_objects_hinted<K>(source: &str, text: &str, hint: Hint) -> anyhow::Result<Vec<K>>
+where
+    K: Resource<DynamicType = ()> + DeserializeOwned,
+{
     let expected_kind = K::kind(&());
     let expected_api_version = K::api_version(&());
     let expected = format!(
@@ -73,10 +90,10 @@ where
                 .with_context(|| format!("{place} is {} {kind} without items", article(kind)))?;
             for (item_index, item) in items.iter().enumerate() {
                 let place = format!("{place}, item {}", item_index + 1);
-                objects.push(decode::<K>(&place, item.clone(), &expected)?);
+                objects.push(decode::<K>(&place, item.clone(), &expected, hint)?);
             }
         } else {
-            objects.push(decode::<K>(&place, value, &expected)?);
+            objects.push(decode::<K>(&place, value, &expected, hint)?);
         }
     }
     if objects.is_empty() {
@@ -86,7 +103,7 @@ where
 }
 
 /// Checks `apiVersion` and `kind` of one object, then decodes it.
-fn decode<K>(place: &str, value: Value, expected: &str) -> anyhow::Result<K>
+fn decode<K>(place: &str, value: Value, expected: &str, hint: Hint) -> anyhow::Result<K>
 where
     K: Resource<DynamicType = ()> + DeserializeOwned,
 {
@@ -103,7 +120,7 @@ where
             if api_version == expected_api_version && kind == expected_kind => {}
         (Some(api_version), Some(kind)) => {
             let hint = subcommand_for(kind)
-                .filter(|_| kind != expected_kind)
+                .filter(|_| kind != expected_kind && hint == Hint::Subcommand)
                 .map(|command| format!(" (use `{command}` for it)"))
                 .unwrap_or_default();
             bail!(
@@ -130,6 +147,25 @@ where
     K: Resource<DynamicType = ()> + DeserializeOwned,
 {
     parse_objects(&path.display().to_string(), &read_text(path)?)
+}
+
+/// Every `K` in the `--previous` file at `path`, the objects before a change that the file
+/// `new` holds after it (`render ... --impact`): the same reading as [`read_objects`], but a
+/// message about an object of another kind names both files and does not send the user to
+/// another subcommand.
+pub fn read_previous<K>(path: &Path, new: &Path) -> anyhow::Result<Vec<K>>
+where
+    K: Resource<DynamicType = ()> + DeserializeOwned,
+{
+    let source = path.display().to_string();
+    let text = read_text(path)?;
+    parse_objects_hinted(&source, &text, Hint::None).with_context(|| {
+        format!(
+            "--previous {source} must hold the {} {} holds, before the change",
+            K::kind(&()),
+            new.display()
+        )
+    })
 }
 
 /// The one `K` in the file at `path` (e.g. the `--cluster` of a render).

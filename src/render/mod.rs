@@ -2,8 +2,11 @@
 //! without a cluster. Uses the same validate/render functions as the controllers.
 //!
 //! Each command reads one or more objects of its kind ([`input`]: several YAML documents or
-//! a `List`, as `kubectl get -o yaml` prints them) and renders each in turn.
+//! a `List`, as `kubectl get -o yaml` prints them) and renders each in turn. `render worker`
+//! and `render osc` with `--impact --previous OLD` print instead what the change from OLD
+//! does to machines and nodes ([`impact`]).
 
+pub mod impact;
 pub mod input;
 pub mod worker;
 
@@ -39,6 +42,9 @@ pub struct OscArgs {
     /// them) that the OSC's `secretRef` files refer to.
     #[arg(long)]
     pub secrets: Option<PathBuf>,
+    /// `--impact --previous OLD [-o text|json]`.
+    #[command(flatten)]
+    pub impact: impact::ImpactArgs,
 }
 
 /// Flags of `render containerruntime`.
@@ -91,8 +97,12 @@ pub fn render_container_runtimes(args: &ContainerRuntimeArgs) -> anyhow::Result<
     Ok(input::join_rendered(parts))
 }
 
-/// The text `render osc` prints for every object in the file.
+/// The text `render osc` prints for every object in the file (with `--impact`: what the
+/// change from `--previous` does, [`impact`]).
 pub fn render_oscs(args: &OscArgs) -> anyhow::Result<String> {
+    if let Some(previous) = args.impact.previous() {
+        return impact_oscs(args, previous);
+    }
     let objects: Vec<crate::api::OperatingSystemConfig> = input::read_objects(&args.file)?;
     let mut parts = Vec::new();
     for object in &objects {
@@ -129,15 +139,9 @@ fn render_osc(
     secrets_dir: Option<&Path>,
 ) -> anyhow::Result<String> {
     use crate::api::operatingsystemconfig::OperatingSystemConfigPurpose;
-    use crate::controllers::operatingsystemconfig::{self as osc, content::ReferencedSecrets};
+    use crate::controllers::operatingsystemconfig as osc;
 
-    let mut secrets = ReferencedSecrets::default();
-    if let Some(dir) = secrets_dir {
-        for secret in read_secrets(dir)? {
-            let name = secret.metadata.name.clone().unwrap_or_default();
-            secrets.insert(name, osc::fetch::secret_data(&secret));
-        }
-    }
+    let secrets = referenced_secrets(secrets_dir)?;
     let chain = |e: osc::Error| anyhow::anyhow!(crate::error_chain::chain(&e));
     match object.spec.purpose {
         OperatingSystemConfigPurpose::Provision => {
@@ -159,6 +163,42 @@ fn render_osc(
             ))
         }
     }
+}
+
+/// `render osc --impact`: every OSC of `--file` against the one of the same namespace and
+/// name in `previous`, with the Secrets of `--secrets` for both.
+fn impact_oscs(args: &OscArgs, previous: &Path) -> anyhow::Result<String> {
+    use crate::api::OperatingSystemConfig;
+
+    let new: Vec<OperatingSystemConfig> = input::read_objects(&args.file)?;
+    let old: Vec<OperatingSystemConfig> = input::read_previous(previous, &args.file)?;
+    let secrets = referenced_secrets(args.secrets.as_deref())?;
+    let files = impact::pairs::Files::new(&args.file, previous);
+    let pairs = impact::pairs::pair(files, new, old, |new, previous| {
+        Some(impact::osc::mismatch_hint(new, previous))
+    })?;
+    let mut items = Vec::new();
+    for pair in &pairs {
+        let found = impact::osc::impact(pair, &secrets, files)?;
+        items.push((input::describe(&pair.new), found));
+    }
+    impact::print(&items, args.impact.format())
+}
+
+/// The data of the Secrets in `dir` by name, as `secretRef` files resolve them.
+fn referenced_secrets(
+    dir: Option<&Path>,
+) -> anyhow::Result<crate::controllers::operatingsystemconfig::content::ReferencedSecrets> {
+    use crate::controllers::operatingsystemconfig::{content::ReferencedSecrets, fetch};
+
+    let mut secrets = ReferencedSecrets::default();
+    if let Some(dir) = dir {
+        for secret in read_secrets(dir)? {
+            let name = secret.metadata.name.clone().unwrap_or_default();
+            secrets.insert(name, fetch::secret_data(&secret));
+        }
+    }
+    Ok(secrets)
 }
 
 /// Every Secret in the YAML/JSON files of `dir` (sorted by file name; several documents per

@@ -7,17 +7,23 @@
 //! The user data lives in a seed Secret the command cannot read: with `--user-data` its
 //! content is used for every pool, without it the class secrets are printed without data and
 //! a comment says where the data comes from.
+//!
+//! With `--impact --previous OLD` it prints instead what the change from OLD to the Worker of
+//! `--file` does to each pool ([`super::impact::worker`]), both validated and rendered here as
+//! the controller would.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use clap::Args;
 use serde::Serialize;
 
+use super::impact::{self, ImpactArgs, pairs};
 use super::input;
 use crate::api::{Cluster, Worker};
 use crate::controllers::worker::replicas::{self, ReplicaInputs};
+use crate::controllers::worker::validate::WorkerInputs;
 use crate::controllers::worker::{render, validate};
 
 /// Flags of `render worker`.
@@ -32,13 +38,20 @@ pub struct RenderWorkerArgs {
     #[arg(long)]
     pub cluster: Option<PathBuf>,
     /// File whose content is used as every pool's user data.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "impact")]
     pub user_data: Option<PathBuf>,
+    /// `--impact --previous OLD [-o text|json]`.
+    #[command(flatten)]
+    pub impact: ImpactArgs,
 }
 
 impl RenderWorkerArgs {
-    /// Reads the files and renders every Worker in `--file`.
+    /// Reads the files and renders every Worker in `--file` (or, with `--impact`, what the
+    /// change from `--previous` does to each pool).
     pub fn run(&self) -> anyhow::Result<String> {
+        if let Some(previous) = self.impact.previous() {
+            return self.run_impact(previous);
+        }
         let workers: Vec<Worker> = input::read_objects(&self.file)?;
         let cluster: Option<Cluster> = self.cluster.as_deref().map(input::read_one).transpose()?;
         let user_data = self
@@ -56,6 +69,56 @@ impl RenderWorkerArgs {
     }
 }
 
+impl RenderWorkerArgs {
+    /// `--impact`: every Worker of `--file` against the one of the same namespace and name in
+    /// `previous`.
+    fn run_impact(&self, previous: &Path) -> anyhow::Result<String> {
+        let new: Vec<Worker> = input::read_objects(&self.file)?;
+        let old: Vec<Worker> = input::read_previous(previous, &self.file)?;
+        let cluster: Option<Cluster> = self.cluster.as_deref().map(input::read_one).transpose()?;
+        let files = pairs::Files::new(&self.file, previous);
+        let mut items = Vec::new();
+        for pair in pairs::pair(files, new, old, |_, _| None)? {
+            let found = worker_impact(&pair, cluster.as_ref(), files)?;
+            items.push((input::describe(&pair.new), found));
+        }
+        impact::print(&items, self.impact.format())
+    }
+}
+
+/// Validates and renders both Workers of `pair` as the controller would, then compares them.
+fn worker_impact(
+    pair: &pairs::Pair<Worker>,
+    cluster: Option<&Cluster>,
+    files: pairs::Files<'_>,
+) -> anyhow::Result<impact::worker::WorkerImpact> {
+    let side = |worker: &Worker, file: &str| {
+        inputs(worker, cluster).with_context(|| format!("{file}: {}", input::describe(worker)))
+    };
+    let before = side(&pair.previous, &format!("--previous {}", files.previous))?;
+    let after = side(&pair.new, files.new)?;
+    let none = BTreeMap::new();
+    let (before_rendered, after_rendered) = (
+        render::render(&before, &none),
+        render::render(&after, &none),
+    );
+    let shoot = cluster
+        .map(Cluster::shoot)
+        .transpose()
+        .context("the Cluster's shoot does not decode")?;
+    Ok(impact::worker::impact(
+        impact::worker::Side {
+            inputs: &before,
+            rendered: &before_rendered,
+        },
+        impact::worker::Side {
+            inputs: &after,
+            rendered: &after_rendered,
+        },
+        shoot.as_ref().and_then(|s| s.status.credentials.as_ref()),
+    ))
+}
+
 fn document(
     out: &mut String,
     comment: Option<String>,
@@ -69,12 +132,9 @@ fn document(
     Ok(())
 }
 
-/// The YAML documents for `worker` (pure).
-pub fn manifests(
-    worker: &Worker,
-    cluster: Option<&Cluster>,
-    user_data: Option<&[u8]>,
-) -> anyhow::Result<String> {
+/// `worker` validated against `cluster` as the controller validates it (pure): without a
+/// Cluster the Worker's namespace stands for the technical ID and no CloudProfile is known.
+pub fn inputs(worker: &Worker, cluster: Option<&Cluster>) -> anyhow::Result<WorkerInputs> {
     let shoot = cluster
         .map(Cluster::shoot)
         .transpose()
@@ -100,6 +160,17 @@ pub fn manifests(
         };
         anyhow::anyhow!("{}{hint}", crate::error_chain::chain(&e))
     })?;
+    Ok(inputs)
+}
+
+/// The YAML documents for `worker` (pure).
+pub fn manifests(
+    worker: &Worker,
+    cluster: Option<&Cluster>,
+    user_data: Option<&[u8]>,
+) -> anyhow::Result<String> {
+    let inputs = inputs(worker, cluster)?;
+    let namespace = &inputs.namespace;
     let data: BTreeMap<String, Vec<u8>> = user_data
         .map(|d| {
             inputs
