@@ -469,21 +469,72 @@ struct Fixture {
     osc: NodeOsc,
     client: Client,
     _images: tempfile::TempDir,
-    _shoot: support::shoot::Shoot,
-    _env: support::TestEnv,
+    shoot: support::shoot::Shoot,
+    env: support::TestEnv,
+}
+
+/// Who ships the pool's node-agent Secret into the shoot in a fixture.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Shipper {
+    /// The test writes it (with the rollout annotations our operator writes where it ships).
+    Test,
+    /// gardenlet's ManagedResource `shoot-gardener-node-agent` in the seed namespace, written
+    /// as gardenlet writes it (`origin=gardener`, no class, no rollout annotation on the
+    /// Secret), applied into the shoot by the real gardener-resource-manager.
+    Gardenlet,
+}
+
+/// gardenlet's ManagedResource for the node-agent Secrets.
+const GARDENLET_MR: &str = "shoot-gardener-node-agent";
+
+/// Ships the pool's Secret with `osc_yaml` through gardenlet's ManagedResource (a new
+/// manifest Secret, the MR pointed at it, as gardenlet updates it); returns the checksum.
+async fn ship_as_gardenlet(env: &support::TestEnv, osc_yaml: &str) -> String {
+    use gardener_extension_node::api::ManagedResource;
+    use gardener_extension_node::extension::managed_resource;
+    let secret = support::agent::osc_secret(SECRET, osc_yaml);
+    let checksum = secret.metadata.annotations.as_ref().unwrap()["checksum/data-script"].clone();
+    let data = BTreeMap::from([(
+        format!("secret__kube-system__{SECRET}.yaml"),
+        serde_json::to_vec(&secret).unwrap(),
+    )]);
+    let name = managed_resource::secret_name(GARDENLET_MR, &data);
+    let manifests = managed_resource::render_secret(&env.namespace, &name, &data);
+    let secrets =
+        Api::<k8s_openapi::api::core::v1::Secret>::namespaced(env.client.clone(), &env.namespace);
+    if secrets.get_opt(&name).await.unwrap().is_none() {
+        secrets
+            .create(&PostParams::default(), &manifests)
+            .await
+            .unwrap();
+    }
+    let mut mr =
+        managed_resource::render_managed_resource(&env.namespace, GARDENLET_MR, &name, false);
+    mr.metadata.labels = Some([("origin".to_string(), "gardener".to_string())].into());
+    Api::<ManagedResource>::namespaced(env.client.clone(), &env.namespace)
+        .patch(
+            GARDENLET_MR,
+            &PatchParams::apply("gardenlet").force(),
+            &Patch::Apply(&mr),
+        )
+        .await
+        .unwrap();
+    checksum
 }
 
 /// Writes the first OSC (with the rollout on when `budget` is set), boots `count` nodes with
 /// their agents and waits until all run it; returns the fixture and the first checksum.
 async fn fixture(budget: Option<u32>, count: usize) -> (Fixture, String) {
-    fixture_with(budget, count, "10m").await
+    fixture_with(budget, count, "10m", Shipper::Test).await
 }
 
-/// [`fixture`] with the agents' drift check every `drift_interval` (a Go duration).
+/// [`fixture`] with the agents' drift check every `drift_interval` (a Go duration) and the
+/// Secret shipped by `shipper`.
 async fn fixture_with(
     budget: Option<u32>,
     count: usize,
     drift_interval: &str,
+    shipper: Shipper,
 ) -> (Fixture, String) {
     let assets = required_env("ENVTEST_ASSETS");
     let static_binary = required_env("E2E_STATIC_BINARY");
@@ -511,9 +562,29 @@ async fn fixture_with(
         sandbox_image: PAUSE_IMAGE.into(),
     };
     let first_yaml = osc_with_kubelet_drop_in(&osc, None);
-    let first = match budget {
-        Some(budget) => put_pool_osc(&client, &first_yaml, budget).await,
-        None => put_osc_annotated(&client, SECRET, &first_yaml, &[]).await,
+    let first = match (shipper, budget) {
+        (Shipper::Gardenlet, _) => {
+            let checksum = ship_as_gardenlet(&env, &first_yaml).await;
+            support::wait_for(
+                "the Secret in the shoot through GRM",
+                STAGE_TIMEOUT,
+                || async {
+                    Api::<k8s_openapi::api::core::v1::Secret>::namespaced(
+                        client.clone(),
+                        "kube-system",
+                    )
+                    .get_opt(SECRET)
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .map(drop)
+                    .ok_or_else(|| "not yet".to_string())
+                },
+            )
+            .await;
+            checksum
+        }
+        (Shipper::Test, Some(budget)) => put_pool_osc(&client, &first_yaml, budget).await,
+        (Shipper::Test, None) => put_osc_annotated(&client, SECRET, &first_yaml, &[]).await,
     };
     let mut nodes = Vec::new();
     for _ in 0..count {
@@ -556,8 +627,8 @@ async fn fixture_with(
         osc,
         client,
         _images: images,
-        _shoot: shoot,
-        _env: env,
+        shoot,
+        env,
     };
     (fixture, first)
 }
@@ -771,36 +842,6 @@ struct Mode {
 }
 
 /// The largest number of kubelet starts within any window of `window` seconds.
-/// Writes the seed's steering annotations on the pool's Lease, as our operator's rollout watch
-/// does (a merge patch of these keys; the Lease created when absent). `None` removes one.
-async fn steer(client: &Client, annotations: &[(&str, Option<&str>)]) {
-    let leases = Api::<Lease>::namespaced(client.clone(), "kube-system");
-    if leases.get_opt(SECRET).await.unwrap().is_none() {
-        let lease: Lease = serde_json::from_value(json!({
-            "metadata": {"name": SECRET, "namespace": "kube-system"},
-        }))
-        .unwrap();
-        leases.create(&PostParams::default(), &lease).await.unwrap();
-    }
-    let values: serde_json::Map<String, serde_json::Value> = annotations
-        .iter()
-        .map(|(k, v)| {
-            (
-                k.to_string(),
-                v.map_or(serde_json::Value::Null, |v| json!(v)),
-            )
-        })
-        .collect();
-    leases
-        .patch(
-            SECRET,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"annotations": values}})),
-        )
-        .await
-        .unwrap();
-}
-
 /// The nodes reporting `checksum`.
 async fn reporting(client: &Client, nodes: &[Node], checksum: &str) -> Vec<String> {
     let mut on = Vec::new();
@@ -812,47 +853,130 @@ async fn reporting(client: &Client, nodes: &[Node], checksum: &str) -> Vec<Strin
     on
 }
 
-/// Issue 45 items 2–4 on four real nodes, the pool's Secret without any rollout annotation
-/// (as gardenlet ships it): the seed's steering on the pool's Lease (written here as our
-/// operator's rollout watch writes it; `shoot_delivery` shows the operator writing it through
-/// the real gardener-resource-manager) turns the disruptive rollout on with budget 1, pauses it
-/// after the first node — nothing moves for 60 s — and resumes it; then the same kubelet
-/// drop-in rewritten on all four nodes at once is repaired in turn: no two kubelet restarts
-/// within the minimum hold.
+/// The annotation `key` of the pool's Lease.
+async fn lease_annotation(client: &Client, key: &str) -> Option<String> {
+    Api::<Lease>::namespaced(client.clone(), "kube-system")
+        .get_opt(SECRET)
+        .await
+        .unwrap()
+        .and_then(|lease| lease.metadata.annotations)
+        .and_then(|a| a.get(key).cloned())
+}
+
+/// Waits until the pool's Lease has `key` = `want` (`None`: absent); returns when.
+async fn wait_lease(client: &Client, key: &str, want: Option<&str>) -> Instant {
+    support::wait_for(
+        &format!("the pool's Lease with {key}={want:?}"),
+        STAGE_TIMEOUT,
+        || async {
+            let value = lease_annotation(client, key).await;
+            (value.as_deref() == want)
+                .then_some(())
+                .ok_or(format!("{value:?}"))
+        },
+    )
+    .await;
+    Instant::now()
+}
+
+/// Our operator beside gardenlet's ManagedResource, as in a landscape: the shoot's Cluster,
+/// gardenlet's generic token kubeconfig, the pool's `reconcile` OSC (annotated with the
+/// rollout settings the pool gets: budget 1, the test's timeouts) and the operator with its
+/// OSC controller; it carries them to the pool's Lease through the token the real
+/// gardener-resource-manager's token requestor gives it and the RBAC of its rollout
+/// ManagedResource.
+async fn operator_beside_gardenlet(fixture: &Fixture) -> support::operator::OperatorProcess {
+    use gardener_extension_node::api::{Cluster, OperatingSystemConfig};
+    let env = &fixture.env;
+    let cluster = support::fixtures::cluster_with_pools(&env.namespace, &["rollout"]);
+    Api::<Cluster>::all(env.client.clone())
+        .create(&PostParams::default(), &cluster)
+        .await
+        .unwrap();
+    let generic = gardener_extension_node::devenv::apply::generic_token_kubeconfig(
+        &env.namespace,
+        &fixture.shoot.plane.server_url(),
+        fixture.shoot.plane.ca_pem(),
+    );
+    Api::<k8s_openapi::api::core::v1::Secret>::namespaced(env.client.clone(), &env.namespace)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(generic).unwrap(),
+        )
+        .await
+        .unwrap();
+    let health_timeout = HEALTH_TIMEOUT_SECONDS.to_string();
+    let mut osc = support::fixtures::operating_system_config_json(
+        &env.namespace,
+        &format!("{SECRET}-original"),
+        "reconcile",
+    );
+    osc["spec"]["files"]
+        .as_array_mut()
+        .unwrap()
+        .retain(|f| f["content"].get("secretRef").is_none());
+    osc["metadata"]["labels"] = json!({"worker.gardener.cloud/pool": "rollout"});
+    osc["metadata"]["annotations"] = json!({
+        "gardener.cloud/operation": "reconcile",
+        BUDGET_ANNOTATION: "1",
+        "node.extensions.gardener.cloud/rollout-health-timeout": health_timeout,
+        "node.extensions.gardener.cloud/rollout-settle-timeout": "30",
+    });
+    Api::<OperatingSystemConfig>::namespaced(env.client.clone(), &env.namespace)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(osc).unwrap(),
+        )
+        .await
+        .unwrap();
+    support::operator::OperatorProcess::start(
+        &env.kubeconfig,
+        &["--controllers=operatingsystemconfig"],
+    )
+}
+
+/// Sets (or with `None` removes) an annotation of the pool's reconcile OSC in the seed.
+async fn annotate_osc(env: &support::TestEnv, key: &str, value: Option<&str>) {
+    use gardener_extension_node::api::OperatingSystemConfig;
+    Api::<OperatingSystemConfig>::namespaced(env.client.clone(), &env.namespace)
+        .patch(
+            &format!("{SECRET}-original"),
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {key: value}}})),
+        )
+        .await
+        .unwrap();
+}
+
+/// Issue 45 items 2–4 on four real nodes as in a landscape: gardenlet's ManagedResource
+/// ships the pool's Secret through the real gardener-resource-manager (no rollout annotation
+/// on it), and our operator carries the rollout settings from the pool's OSC to the pool's
+/// Lease. Budget 1 turns the disruptive rollout on; a pause (annotation on the OSC) set as
+/// soon as the first node reports a kubelet change holds every node that had not started for
+/// 60 s; removing it resumes; then the same kubelet drop-in rewritten on all four nodes at
+/// once is repaired in turn: no two kubelet restarts within the minimum hold.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "needs the node components and a static binary: make e2e-steering"]
 async fn the_seed_pauses_the_rollout_and_a_fleet_wide_drift_is_repaired_in_turn() {
     const PAUSED: &str = "node.extensions.gardener.cloud/rollout-paused";
     const DROP_IN: &str = "/etc/systemd/system/kubelet.service.d/50-rollout-e2e.conf";
-    let (fixture, _) = fixture_with(None, NODES, "5s").await;
+    let (fixture, _) = fixture_with(None, NODES, "5s", Shipper::Gardenlet).await;
     let client = &fixture.client;
-    let health_timeout = HEALTH_TIMEOUT_SECONDS.to_string();
-    steer(
-        client,
-        &[
-            (BUDGET_ANNOTATION, Some("1")),
-            (
-                "node.extensions.gardener.cloud/rollout-health-timeout",
-                Some(health_timeout.as_str()),
-            ),
-            (
-                "node.extensions.gardener.cloud/rollout-settle-timeout",
-                Some("30"),
-            ),
-        ],
-    )
-    .await;
+    let env = &fixture.env;
+    let operator_started = Instant::now();
+    let operator = operator_beside_gardenlet(&fixture).await;
+    wait_lease(client, BUDGET_ANNOTATION, Some("1")).await;
+    eprintln!(
+        "steering e2e: the operator carried budget 1 to the pool's Lease {:.1} s after it started",
+        operator_started.elapsed().as_secs_f64()
+    );
 
-    // A kubelet change; paused as soon as the first node reports it.
+    // A kubelet change through gardenlet's ManagedResource; paused as soon as the first node
+    // reports it.
     let drop_in = "[Service]\nEnvironment=ROLLOUT_E2E=steered\n";
     let started = Instant::now();
-    let second = put_osc_annotated(
-        client,
-        SECRET,
-        &osc_with_kubelet_drop_in(&fixture.osc, Some(drop_in)),
-        &[],
-    )
-    .await;
+    let second =
+        ship_as_gardenlet(env, &osc_with_kubelet_drop_in(&fixture.osc, Some(drop_in))).await;
     let first_node = loop {
         let on = reporting(client, &fixture.nodes, &second).await;
         if let Some(first) = on.first() {
@@ -862,43 +986,54 @@ async fn the_seed_pauses_the_rollout_and_a_fleet_wide_drift_is_repaired_in_turn(
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     let reported_at = started.elapsed();
-    steer(client, &[(PAUSED, Some("rollout e2e"))]).await;
-    let paused_at = started.elapsed();
+    annotate_osc(env, PAUSED, Some("rollout e2e")).await;
+    let annotated_at = started.elapsed();
+    let on_lease = wait_lease(client, PAUSED, Some("rollout e2e")).await;
+    let paused_at = on_lease.duration_since(started);
+    let on_at_pause = reporting(client, &fixture.nodes, &second).await;
+    let holders_at_pause = slot_holders(client).await;
     eprintln!(
-        "steering e2e: {first_node} reported the change at {:.1} s; paused at {:.1} s",
+        "steering e2e: {first_node} reported the change at {:.1} s; OSC annotated at {:.1} s; pause on the Lease at {:.1} s with {on_at_pause:?} on the change, slot holders {holders_at_pause:?}",
         reported_at.as_secs_f64(),
+        annotated_at.as_secs_f64(),
         paused_at.as_secs_f64()
     );
     let quiet_until = Instant::now() + Duration::from_secs(60);
-    let mut holders_seen = Vec::new();
+    let mut holders_seen: Vec<String> = Vec::new();
     while Instant::now() < quiet_until {
         let on = reporting(client, &fixture.nodes, &second).await;
-        assert_eq!(
-            on,
-            std::slice::from_ref(&first_node),
-            "paused: no other node moves"
-        );
         for holder in slot_holders(client).await {
             if !holders_seen.contains(&holder) {
                 holders_seen.push(holder);
             }
         }
+        assert!(
+            on.iter().all(|node| on_at_pause.contains(node)),
+            "paused: no node starts the change: {on:?} now, {on_at_pause:?} at the pause"
+        );
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
     assert!(
-        holders_seen.iter().all(|h| *h == first_node),
+        holders_seen
+            .iter()
+            .all(|h| on_at_pause.contains(h) || holders_at_pause.contains(h)),
         "paused: no new slot taken: {holders_seen:?}"
     );
+    let still = reporting(client, &fixture.nodes, &second).await;
     eprintln!(
-        "steering e2e: 60 s paused at {:.1} s: still only {first_node} on the change, slot holders seen {holders_seen:?}",
+        "steering e2e: 60 s paused, at {:.1} s still {still:?} on the change, slot holders seen {holders_seen:?}",
         started.elapsed().as_secs_f64()
     );
-    steer(client, &[(PAUSED, None)]).await;
-    let resumed_at = started.elapsed();
+    annotate_osc(env, PAUSED, None).await;
+    let resume_asked = started.elapsed();
+    let resumed = wait_lease(client, PAUSED, None)
+        .await
+        .duration_since(started);
     wait_rolled_out(client, &fixture.nodes, &second, true, "after the resume").await;
     eprintln!(
-        "steering e2e: resumed at {:.1} s, all four on the change at {:.1} s",
-        resumed_at.as_secs_f64(),
+        "steering e2e: resume asked at {:.1} s, on the Lease at {:.1} s, all four on the change at {:.1} s",
+        resume_asked.as_secs_f64(),
+        resumed.as_secs_f64(),
         started.elapsed().as_secs_f64()
     );
 
@@ -949,6 +1084,8 @@ async fn the_seed_pauses_the_rollout_and_a_fleet_wide_drift_is_repaired_in_turn(
         "one kubelet restart per node: {starts:?}"
     );
     assert_spaced(&mut starts, 1, "fleet drift");
+    let log = operator.log_text();
+    assert!(!log.contains("panicked"), "{log}");
 }
 
 fn max_within(starts: &[f64], window: f64) -> usize {
