@@ -1463,6 +1463,106 @@ fn phase(machine: &McmMachine) -> Option<&str> {
         .and_then(|c| c.phase.as_deref())
 }
 
+/// The impact preview of giving the stored Worker `pools` (what [`patch_pools`] does next),
+/// as a user gets it: `gardener-extension-node render worker -f NEW --previous OLD --cluster
+/// CLUSTER --impact -o json` on the Worker and Cluster as they are in the seed. Returns the
+/// pool's verdict and reasons, printed with `what`.
+async fn preview(
+    landscape: &Landscape,
+    pools: &Value,
+    pool: &str,
+    what: &str,
+) -> (String, Vec<String>) {
+    let workers = landscape.workers();
+    let stored = workers.get("worker").await.unwrap();
+    let mut previous = serde_json::to_value(&stored).unwrap();
+    previous["metadata"]["managedFields"] = Value::Null;
+    let mut new = previous.clone();
+    new["spec"]["pools"] = pools.clone();
+    let cluster = Api::<Cluster>::all(landscape.env.client.clone())
+        .get(&landscape.namespace)
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let file = |name: &str, value: &Value| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, serde_json::to_vec(value).unwrap()).unwrap();
+        path
+    };
+    let (new_file, previous_file) = (file("new.json", &new), file("previous.json", &previous));
+    let cluster_file = file("cluster.json", &serde_json::to_value(&cluster).unwrap());
+    let run = |format: &str| {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_gardener-extension-node"))
+            .args(["render", "worker", "-f"])
+            .arg(&new_file)
+            .arg("--previous")
+            .arg(&previous_file)
+            .arg("--cluster")
+            .arg(&cluster_file)
+            .args(["--impact", "-o", format])
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "render worker --impact: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8(output.stdout).unwrap()
+    };
+    eprintln!(
+        "machines e2e: preview of {what}:\n{}",
+        run("text").trim_end()
+    );
+    let json: Value = serde_json::from_str(&run("json")).unwrap();
+    let found = json["pools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == pool)
+        .cloned()
+        .unwrap_or_else(|| panic!("{pool} in {json}"));
+    let reasons = found["reasons"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r.as_str().map_or_else(|| r.to_string(), str::to_string))
+        .collect();
+    (found["impact"].as_str().unwrap().to_string(), reasons)
+}
+
+/// The names of the Machines, sorted.
+async fn machine_names(machines: &Api<McmMachine>) -> Vec<String> {
+    let mut names: Vec<String> = machines
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(ResourceExt::name_any)
+        .collect();
+    names.sort();
+    names
+}
+
+/// Every Node's name with the checksum of the configuration its agent applied.
+async fn node_checksums(shoot: &Client) -> Vec<(String, Option<String>)> {
+    let mut checksums: Vec<_> = Api::<KubeNode>::all(shoot.clone())
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(|n| {
+            (
+                n.name_any(),
+                n.annotations().get("checksum/cloud-config-data").cloned(),
+            )
+        })
+        .collect();
+    checksums.sort();
+    checksums
+}
+
 async fn patch_pools(workers: &Api<Worker>, pools: Value) {
     workers
         .patch(
@@ -1507,7 +1607,11 @@ async fn lifecycle_a_rolling_pool_rolls_and_scales_within_its_budget() {
     let new_user_data = landscape.provision_pool(POOL, &new_key).await;
     let rolling = Instant::now();
     let workers = landscape.workers();
-    patch_pools(&workers, json!([pool(POOL, &new_key, &new_user_data, 2)])).await;
+    let new_pools = json!([pool(POOL, &new_key, &new_user_data, 2)]);
+    let (verdict, reasons) = preview(&landscape, &new_pools, POOL, "a new node-agent key").await;
+    assert_eq!(verdict, "roll", "{reasons:?}");
+    let machines_before_roll = machine_names(&landscape.machines()).await;
+    patch_pools(&workers, new_pools).await;
     let new_class = format!("-{}", class_hash(&new_key, &[]));
     let machines = landscape.machines();
     landscape
@@ -1564,6 +1668,69 @@ async fn lifecycle_a_rolling_pool_rolls_and_scales_within_its_budget() {
     roll.assert_dense("rolling update");
     assert!(roll.most_machines <= 3, "maxSurge 1: {roll:?}");
     assert_eq!(roll.most_unavailable, 0, "maxUnavailable 0: {roll:?}");
+    let machines_after_roll = machine_names(&machines).await;
+    assert!(
+        machines_after_roll
+            .iter()
+            .all(|m| !machines_before_roll.contains(m)),
+        "preview said roll: new machines replace the old ones"
+    );
+    eprintln!(
+        "machines e2e: preview roll ({reasons:?}) — observed: machines {machines_before_roll:?} replaced by {machines_after_roll:?}"
+    );
+
+    // Labels and taints only: the preview says unchanged; no machine is replaced and no
+    // node restarts a unit (the node-agent Secret is the same).
+    let mut labelled = pool(POOL, &new_key, &new_user_data, 2);
+    labelled["labels"] = json!({"e2e.gardener.cloud/preview": "labels-only"});
+    labelled["taints"] = json!([{"key": "e2e.gardener.cloud/preview", "value": "taint", "effect": "PreferNoSchedule"}]);
+    let labelled = json!([labelled]);
+    let (verdict, reasons) = preview(&landscape, &labelled, POOL, "labels and taints").await;
+    assert_eq!(verdict, "unchanged", "{reasons:?}");
+    let checksums_before = node_checksums(&landscape.shoot_client).await;
+    patch_pools(&workers, labelled).await;
+    landscape.worker_ready(LastOperationType::Reconcile).await;
+    // MCM applies the pool's labels and taints to the running nodes.
+    let shoot = landscape.shoot_client.clone();
+    let applied = Instant::now();
+    landscape
+        .wait("the new label on every node", || async {
+            let nodes = Api::<KubeNode>::all(shoot.clone())
+                .list(&ListParams::default())
+                .await
+                .map_err(|e| e.to_string())?
+                .items;
+            let without: Vec<String> = nodes
+                .iter()
+                .filter(|n| {
+                    n.labels()
+                        .get("e2e.gardener.cloud/preview")
+                        .map(String::as_str)
+                        != Some("labels-only")
+                })
+                .map(ResourceExt::name_any)
+                .collect();
+            if nodes.is_empty() || !without.is_empty() {
+                return Err(format!("nodes without the label: {without:?}"));
+            }
+            Ok(())
+        })
+        .await;
+    let labelled_after = applied.elapsed();
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    assert_eq!(
+        machine_names(&machines).await,
+        machines_after_roll,
+        "preview said unchanged: the same machines"
+    );
+    assert_eq!(
+        node_checksums(&landscape.shoot_client).await,
+        checksums_before,
+        "preview said unchanged: the nodes keep their configuration"
+    );
+    eprintln!(
+        "machines e2e: preview unchanged ({reasons:?}) — observed: the same machines {machines_after_roll:?}, the label on every node {labelled_after:.1?} after the Worker was ready, node checksums unchanged 20 s later"
+    );
 
     // Scale up to 3 and down to 1.
     let mut before = 2;
@@ -1571,11 +1738,19 @@ async fn lifecycle_a_rolling_pool_rolls_and_scales_within_its_budget() {
         *seen.lock().unwrap() = Extremes::from_now();
         wanted.store(size, Ordering::SeqCst);
         let scaling = Instant::now();
-        patch_pools(
-            &workers,
-            json!([pool(POOL, &new_key, &new_user_data, size as i32)]),
+        let mut scaled_pool = pool(POOL, &new_key, &new_user_data, size as i32);
+        scaled_pool["labels"] = json!({"e2e.gardener.cloud/preview": "labels-only"});
+        scaled_pool["taints"] = json!([{"key": "e2e.gardener.cloud/preview", "value": "taint", "effect": "PreferNoSchedule"}]);
+        let scaled_pools = json!([scaled_pool]);
+        let (verdict, reasons) = preview(
+            &landscape,
+            &scaled_pools,
+            POOL,
+            &format!("a scale to {size}"),
         )
         .await;
+        assert_eq!(verdict, "unchanged", "a size is no new class: {reasons:?}");
+        patch_pools(&workers, scaled_pools).await;
         landscape.worker_ready(LastOperationType::Reconcile).await;
         let shoot = landscape.shoot_client.clone();
         landscape
@@ -1684,6 +1859,14 @@ async fn lifecycle_an_in_place_pool_is_updated_through_mcms_in_place_flow() {
         seen.clone(),
         Some(watch.clone()),
     );
+    let (verdict, reasons) = preview(
+        &landscape,
+        &json!([new_pool.clone()]),
+        pool_name,
+        "a new kubelet reservation of an in-place pool",
+    )
+    .await;
+    assert_eq!(verdict, "in-place", "{reasons:?}");
     let updating = Instant::now();
     landscape
         .change_reconcile_osc(&after.apply_to(&provisioned.reconcile))
@@ -1710,6 +1893,9 @@ async fn lifecycle_an_in_place_pool_is_updated_through_mcms_in_place_flow() {
     }
     let list = machines.list(&ListParams::default()).await.unwrap().items;
     assert_eq!(names(&list), machines_before, "the same machines and nodes");
+    eprintln!(
+        "machines e2e: preview in-place ({reasons:?}) — observed: the same machines {machines_before:?} run the new kubelet configuration"
+    );
     assert!(
         watch.all_moved(&list).await,
         "every machine moved to the new class's set"

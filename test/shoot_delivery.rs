@@ -909,19 +909,7 @@ async fn the_osc_condition_counts_the_pools_nodes_on_the_shipped_checksum() {
 
     let (env, shoot) = setup().await;
     let shoot_client = shoot.client().await;
-    // gardenlet's generic token kubeconfig: the shoot's address and CA, a token file.
-    let generic = gardener_extension_node::devenv::apply::generic_token_kubeconfig(
-        &env.namespace,
-        &shoot.plane.server_url(),
-        shoot.plane.ca_pem(),
-    );
-    api::<Secret>(&env.client, &env.namespace)
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(generic).unwrap(),
-        )
-        .await
-        .unwrap();
+    create_generic_token_kubeconfig(&env, &shoot).await;
     let nodes = Api::<Node>::all(shoot_client.clone());
     let node = |name: &str| -> Node {
         serde_json::from_value(json!({
@@ -1057,18 +1045,7 @@ async fn the_seed_steers_the_pool_through_its_lease_also_when_gardenlet_ships_th
 
     let (env, shoot) = setup().await;
     let shoot_client = shoot.client().await;
-    let generic = gardener_extension_node::devenv::apply::generic_token_kubeconfig(
-        &env.namespace,
-        &shoot.plane.server_url(),
-        shoot.plane.ca_pem(),
-    );
-    api::<Secret>(&env.client, &env.namespace)
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(generic).unwrap(),
-        )
-        .await
-        .unwrap();
+    create_generic_token_kubeconfig(&env, &shoot).await;
     // gardenlet ships the pool's Secret (its MR exists before the OSC: we never ship).
     create_gardenlet_mr(&env, &gardenlet_manifest("spec: {}\n")).await;
     let nodes = Api::<Node>::all(shoot_client.clone());
@@ -1232,6 +1209,23 @@ async fn the_seed_steers_the_pool_through_its_lease_also_when_gardenlet_ships_th
         &role,
     )
     .await;
+}
+
+/// gardenlet's generic token kubeconfig Secret for `shoot` in `env`'s namespace: the shoot's
+/// address and CA, a token file.
+async fn create_generic_token_kubeconfig(env: &TestEnv, shoot: &Shoot) {
+    let generic = gardener_extension_node::devenv::apply::generic_token_kubeconfig(
+        &env.namespace,
+        &shoot.plane.server_url(),
+        shoot.plane.ca_pem(),
+    );
+    api::<Secret>(&env.client, &env.namespace)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(generic).unwrap(),
+        )
+        .await
+        .unwrap();
 }
 
 /// Waits until the OSC `name` has the `NodeAgentRollout` condition with `status` and a message

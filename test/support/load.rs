@@ -261,6 +261,11 @@ impl Shoot {
             .collect();
         want_mrs.insert(SHARED_MR.to_string());
         want_mrs.insert(format!("extension-osc-{OSC_KEY}"));
+        // The pool's rollout steering (budget, pause) reaches its agents through the Lease
+        // this ManagedResource gives our operator access to, in every node-agent-secrets mode.
+        want_mrs.insert(
+            gardener_extension_node::controllers::operatingsystemconfig::rollout::rules::managed_resource_name(OSC_KEY),
+        );
         let mrs = list::<ManagedResource>(env).await?;
         let have_mrs: BTreeSet<String> = mrs.iter().map(|m| m.name_any()).collect();
         if have_mrs != want_mrs || mrs.len() != want_mrs.len() {

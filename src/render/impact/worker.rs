@@ -131,13 +131,18 @@ pub fn impact(
         let name = &pool.pool.name;
         pools.push(match previous.pool(name) {
             Some(before) => changed_pool(before, pool, (previous, new), credentials),
-            None => added_pool(pool, &new.deployments(name), credentials),
+            None => lone_pool(pool, &new.deployments(name), credentials, Verdict::New),
         });
     }
     for pool in &previous.inputs.pools {
         let name = &pool.pool.name;
         if new.pool(name).is_none() {
-            pools.push(removed_pool(pool, &previous.deployments(name), credentials));
+            pools.push(lone_pool(
+                pool,
+                &previous.deployments(name),
+                credentials,
+                Verdict::Removed,
+            ));
         }
     }
     WorkerImpact {
@@ -240,45 +245,41 @@ fn in_place_hash(pool: &PoolInputs, credentials: Option<&ShootCredentialsView>) 
     in_place::update_hash(&pool.pool, credentials).ok()
 }
 
-fn added_pool(
+/// A pool in only one of the Workers: `Verdict::New` (in the new one; its deployments are
+/// created) or `Verdict::Removed` (in the previous one; deleted with their machines).
+fn lone_pool(
     pool: &PoolInputs,
     rendered: &[&RenderedDeployment],
     credentials: Option<&ShootCredentialsView>,
+    impact: Verdict,
 ) -> PoolImpact {
+    let added = impact == Verdict::New;
+    let describe = if added {
+        deployments::created
+    } else {
+        deployments::deleted
+    };
+    let side = |value: Option<String>| {
+        if added {
+            Hashes {
+                previous: None,
+                new: value,
+            }
+        } else {
+            Hashes {
+                previous: value,
+                new: None,
+            }
+        }
+    };
     PoolImpact {
         name: pool.pool.name.clone(),
-        impact: Verdict::New,
-        reasons: only_deployments(rendered.iter().map(|d| deployments::created(d))),
+        impact,
+        reasons: only_deployments(rendered.iter().map(|d| describe(d))),
         notes: Vec::new(),
-        class_hash: Hashes {
-            previous: None,
-            new: Some(pool.hash.clone()),
-        },
-        in_place_hash: is_in_place(pool.pool.update_strategy).then(|| Hashes {
-            previous: None,
-            new: in_place_hash(pool, credentials),
-        }),
-    }
-}
-
-fn removed_pool(
-    pool: &PoolInputs,
-    rendered: &[&RenderedDeployment],
-    credentials: Option<&ShootCredentialsView>,
-) -> PoolImpact {
-    PoolImpact {
-        name: pool.pool.name.clone(),
-        impact: Verdict::Removed,
-        reasons: only_deployments(rendered.iter().map(|d| deployments::deleted(d))),
-        notes: Vec::new(),
-        class_hash: Hashes {
-            previous: Some(pool.hash.clone()),
-            new: None,
-        },
-        in_place_hash: is_in_place(pool.pool.update_strategy).then(|| Hashes {
-            previous: in_place_hash(pool, credentials),
-            new: None,
-        }),
+        class_hash: side(Some(pool.hash.clone())),
+        in_place_hash: is_in_place(pool.pool.update_strategy)
+            .then(|| side(in_place_hash(pool, credentials))),
     }
 }
 
