@@ -113,8 +113,10 @@ lint:
 advisories:
 	$(CARGO) deny check advisories
 
+# GENERATE_BIN: a binary already built (make test passes the one its test build made, so
+# check-generate does not compile the binary again for `cargo run`).
 generate:
-	$(CARGO) run --quiet -- crds --output-dir crds
+	$(or $(GENERATE_BIN),$(CARGO) run --quiet --) crds --output-dir crds
 	hack/generate-controller-registration.sh
 
 check-generate: generate
@@ -129,13 +131,16 @@ check-generate: generate
 # Prometheus and promtool (hack/envtest.sh --prometheus, minutes on a cold machine) build beside
 # the tests at the lowest priority, in the CPU time they leave idle while they wait on their API
 # servers (beside lint and the builds they cost those phases minutes); the promtool rule tests
-# (test/monitoring_rules.rs, ignored in the main run) run once they are there.
+# (test/monitoring_rules.rs, ignored in the main run) run once they are there. check-generate
+# runs after the test build with the binary it made (a `cargo run` would compile it again, the
+# dev-dependencies' features aside: minutes on a cold machine).
 test: deps
 	@$(call phase,go-builds); assets="$$(hack/envtest.sh)"; \
 	  $(call phase,lint); $(MAKE) --no-print-directory lint; \
-	  $(call phase,check-generate); $(MAKE) --no-print-directory check-generate; \
 	  export GARDENER_EXTENSION_NODE_TEST_RUN="test-$$$$-$$(date +%s%N)"; \
 	  $(call phase,build-tests); $(CARGO) test --lib --bins --tests --no-run; \
+	  $(call phase,check-generate); \
+	  $(MAKE) --no-print-directory check-generate GENERATE_BIN="$(TARGET_DIR)/debug/gardener-extension-node"; \
 	  mkdir -p "$(TARGET_DIR)"; prometheus_log="$(TARGET_DIR)/prometheus-build.log"; \
 	  nice -n 19 hack/envtest.sh --prometheus >"$$prometheus_log" 2>&1 & prometheus=$$!; \
 	  trap 'kill $$prometheus 2>/dev/null || true' EXIT; \
