@@ -16,6 +16,14 @@ use gardener_extension_node::gvisor_install::plan::{self, ConfigPlan};
 
 const RUNSC_CONFIG: &str = "/etc/containerd/runsc.toml";
 
+/// The default profile's handler, as the installer registers it.
+fn runsc_handler() -> Vec<plan::Handler> {
+    vec![plan::Handler {
+        name: plan::RUNTIME_NAME.to_string(),
+        runsc_config: RUNSC_CONFIG.to_string(),
+    }]
+}
+
 /// Fixtures that install cleanly: (name, detected version, CRI plugin key of the result).
 const GOOD: [(&str, ConfigVersion, &str); 11] = [
     ("empty", ConfigVersion::V2, "io.containerd.grpc.v1.cri"),
@@ -57,7 +65,7 @@ fn fixture(name: &str) -> String {
 }
 
 fn install(text: Option<&str>) -> ConfigPlan {
-    plan::config_install(text, RUNSC_CONFIG).unwrap()
+    plan::config_install(text, &runsc_handler()).unwrap()
 }
 
 /// The file after installing: the new text, or the input when nothing changed.
@@ -212,7 +220,7 @@ fn bad_files_are_rejected_with_what_to_fix() {
         ("bad-version", |e| matches!(e, Error::UnsupportedVersion(7))),
         ("bad-not-a-table", |e| matches!(e, Error::NotATable { .. })),
     ] {
-        let error = plan::config_install(Some(&fixture(name)), RUNSC_CONFIG).unwrap_err();
+        let error = plan::config_install(Some(&fixture(name)), &runsc_handler()).unwrap_err();
         assert!(check(&error), "{name}: {error:?}");
         assert!(error.is_config_problem());
         let message = error.to_string();

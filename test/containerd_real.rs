@@ -21,6 +21,14 @@ use gardener_extension_node::containerd::ContainerdConfig;
 use gardener_extension_node::gvisor_install::plan;
 
 const RUNSC_CONFIG: &str = "/etc/containerd/runsc.toml";
+
+/// The default profile's handler, as the installer registers it.
+fn runsc_handler() -> Vec<plan::Handler> {
+    vec![plan::Handler {
+        name: plan::RUNTIME_NAME.to_string(),
+        runsc_config: RUNSC_CONFIG.to_string(),
+    }]
+}
 const CRI: &str = "io.containerd.grpc.v1.cri";
 
 fn fixture(name: &str) -> String {
@@ -65,7 +73,7 @@ fn runtime_value<'a>(
 }
 
 fn write_installed(dir: &Path, name: &str, input: Option<&str>) -> PathBuf {
-    let plan = plan::config_install(input, RUNSC_CONFIG).unwrap();
+    let plan = plan::config_install(input, &runsc_handler()).unwrap();
     let text = plan
         .new_text
         .unwrap_or_else(|| input.unwrap_or_default().to_string());
@@ -166,7 +174,7 @@ fn debian_containerd_drops_runc_when_a_file_defines_only_runsc() {
 #[test]
 fn uninstalled_config_loads_without_runsc() {
     let dir = tempfile::tempdir().unwrap();
-    let installed = plan::config_install(Some(&fixture("v2-node")), RUNSC_CONFIG)
+    let installed = plan::config_install(Some(&fixture("v2-node")), &runsc_handler())
         .unwrap()
         .new_text
         .unwrap();

@@ -37,7 +37,12 @@ async fn setup() -> TestEnv {
 
 async fn setup_with_cluster(adjust: impl FnOnce(&mut Value)) -> TestEnv {
     let env = support::env().await;
-    OPERATOR.get_or_init(|| Mutex::new(OperatorProcess::start(&env.kubeconfig, &[])));
+    OPERATOR.get_or_init(|| {
+        Mutex::new(OperatorProcess::start(
+            &env.kubeconfig,
+            &["--gvisor-kvm-machine-types=*.metal"],
+        ))
+    });
     create_cluster(&env.client, &env.namespace, adjust).await;
     env
 }
@@ -912,5 +917,196 @@ async fn operator_serves_health_readiness_and_metrics() {
     assert!(
         after_change.iter().any(|r| r == "Reconciled"),
         "{after_change:?}"
+    );
+}
+
+/// Creates `gvisor-<pool>` with `provider_config` fields (merged into the fixture's).
+async fn create_cr_with(env: &TestEnv, pool: &str, fields: Value) -> String {
+    let mut cr = fixtures::container_runtime_json(&env.namespace, pool);
+    let config = cr["spec"]["providerConfig"].as_object_mut().unwrap();
+    config.extend(fields.as_object().unwrap().clone());
+    cr["metadata"]["annotations"] = json!({"gardener.cloud/operation": "reconcile"});
+    let cr: ContainerRuntime = serde_json::from_value(cr).unwrap();
+    crs(env).create(&PostParams::default(), &cr).await.unwrap();
+    format!("gvisor-{pool}")
+}
+
+/// The RuntimeClasses in the shared MR: name to (handler, node selector, overhead).
+async fn runtime_classes(
+    env: &TestEnv,
+) -> std::collections::BTreeMap<String, (Value, Value, Value)> {
+    let text = mr_manifests(env, SHARED_MR).await;
+    gardener_extension_node::devenv::apply::parse_documents(&text, "shared")
+        .unwrap()
+        .into_iter()
+        .map(|o| serde_json::to_value(o).unwrap())
+        .filter(|o| o["kind"] == "RuntimeClass")
+        .map(|o| {
+            (
+                o["metadata"]["name"].as_str().unwrap().to_string(),
+                (
+                    o["handler"].clone(),
+                    o["scheduling"]["nodeSelector"].clone(),
+                    o["overhead"].clone(),
+                ),
+            )
+        })
+        .collect()
+}
+
+/// Waits for a lastError with ERR_CONFIGURATION_PROBLEM on `name` whose description contains
+/// `needle`; the description.
+async fn wait_configuration_problem(env: &TestEnv, name: &str, needle: &str) -> String {
+    wait_for(
+        "a configuration problem",
+        Duration::from_secs(30),
+        || async {
+            let cr = crs(env).get(name).await.map_err(|e| e.to_string())?;
+            let status = cr.status.clone().ok_or("no status")?.default;
+            match status.last_error {
+                Some(e)
+                    if e.codes
+                        .iter()
+                        .any(|c| c.as_str() == "ERR_CONFIGURATION_PROBLEM")
+                        && e.description.contains(needle) =>
+                {
+                    Ok(e.description)
+                }
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await
+}
+
+/// Profiles (docs/usage.md, "gVisor profiles"): every pool's become the shoot's
+/// RuntimeClasses; `kvm` only on a listed machine type; a conflict is the involved pool's
+/// configuration error and leaves the RuntimeClasses as they were; a leaving pool takes its
+/// profiles' RuntimeClasses with it.
+#[tokio::test]
+async fn profiles_of_every_pool_become_runtime_classes_and_go_with_their_pool() {
+    let env = setup_with_cluster(|cluster| {
+        let workers = &mut cluster["spec"]["shoot"]["spec"]["provider"]["workers"];
+        let mut metal = workers[0].clone();
+        metal["name"] = json!("metal");
+        metal["machine"]["type"] = json!("m5.metal");
+        let mut small = workers[0].clone();
+        small["name"] = json!("small");
+        small["machine"]["type"] = json!("m5.large");
+        *workers = json!([metal, small]);
+    })
+    .await;
+    let metal = create_cr_with(
+        &env,
+        "metal",
+        json!({"overhead": {"memory": "64Mi"}, "profiles": [
+            {"name": "debug", "configFlags": {"debug": "true"}},
+            {"name": "fast", "platform": "kvm", "overhead": {"cpu": "0.25"}},
+        ]}),
+    )
+    .await;
+    let small = create_cr_with(
+        &env,
+        "small",
+        json!({"overhead": {"memory": "64Mi"}, "profiles": [{"name": "debug"}]}),
+    )
+    .await;
+    wait_ready(&crs(&env), &metal, LastOperationType::Create).await;
+    wait_ready(&crs(&env), &small, LastOperationType::Create).await;
+    let classes = wait_for("three RuntimeClasses", Duration::from_secs(30), || async {
+        let classes = runtime_classes(&env).await;
+        if classes.len() == 3 {
+            Ok(classes)
+        } else {
+            Err(format!("{classes:?}"))
+        }
+    })
+    .await;
+    let gvisor_label = json!({"containerruntime.worker.gardener.cloud/gvisor": "true"});
+    assert_eq!(
+        classes["gvisor"],
+        (
+            json!("runsc"),
+            gvisor_label.clone(),
+            json!({"podFixed": {"memory": "64Mi"}})
+        )
+    );
+    assert_eq!(classes["gvisor-debug"].0, "runsc-debug");
+    assert_eq!(
+        classes["gvisor-debug"].1, gvisor_label,
+        "on every gVisor pool"
+    );
+    assert_eq!(classes["gvisor-fast"].0, "runsc-fast");
+    assert_eq!(
+        classes["gvisor-fast"].1["worker.gardener.cloud/pool"], "metal",
+        "only on its pool: {:?}",
+        classes["gvisor-fast"]
+    );
+    assert_eq!(
+        classes["gvisor-fast"].2,
+        json!({"podFixed": {"cpu": "250m"}})
+    );
+    let installation = mr_manifests(&env, &pool_mr("metal")).await;
+    assert!(
+        installation.contains("[fast]\\nplatform=kvm"),
+        "{installation}"
+    );
+
+    // kvm on a machine type the landscape does not list: refused, nothing shipped.
+    let shared_before = mrs(&env).get(SHARED_MR).await.unwrap().resource_version();
+    crs(&env)
+        .patch(
+            &small,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"providerConfig": {"platform": "kvm"}}})),
+        )
+        .await
+        .unwrap();
+    annotate(&crs(&env), &small, "reconcile").await;
+    let error = wait_configuration_problem(&env, &small, "kvm").await;
+    assert!(
+        error.contains("the default gVisor profile asks for platform kvm, but the machine type \"m5.large\" of pool small is not known to offer /dev/kvm")
+            && error.contains("--gvisor-kvm-machine-types (listed: *.metal)"),
+        "{error}"
+    );
+
+    // Another overhead for gvisor-debug on one pool: a conflict of both pools.
+    crs(&env)
+        .patch(&small, &PatchParams::default(), &Patch::Merge(json!({"spec": {"providerConfig": {"platform": null, "profiles": [{"name": "debug", "overhead": {"memory": "1Gi"}}]}}})))
+        .await
+        .unwrap();
+    annotate(&crs(&env), &small, "reconcile").await;
+    let error = wait_configuration_problem(&env, &small, "gvisor-debug").await;
+    assert!(
+        error.contains(
+            "RuntimeClass \"gvisor-debug\" gets a different overhead from the pools metal, small"
+        ),
+        "{error}"
+    );
+    assert_eq!(
+        mrs(&env).get(SHARED_MR).await.unwrap().resource_version(),
+        shared_before,
+        "the RuntimeClasses stay as they were"
+    );
+
+    // Fixed; then the metal pool leaves and takes gvisor-fast with it.
+    crs(&env)
+        .patch(
+            &small,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"providerConfig": {"profiles": [{"name": "debug"}]}}})),
+        )
+        .await
+        .unwrap();
+    annotate(&crs(&env), &small, "reconcile").await;
+    wait_ready(&crs(&env), &small, LastOperationType::Reconcile).await;
+    let _grm = GvisorRolloutStandIn::start(env.client.clone(), &env.namespace);
+    confirm_and_delete(&crs(&env), &metal).await;
+    wait_gone(&crs(&env), &metal).await;
+    let classes = runtime_classes(&env).await;
+    assert_eq!(
+        classes.keys().collect::<Vec<_>>(),
+        ["gvisor", "gvisor-debug"],
+        "gvisor-fast left with its pool"
     );
 }

@@ -300,8 +300,13 @@ fn flags_outside_the_allow_list_are_rejected_before_any_change() {
     );
     assert_rejected(
         &host,
-        &["--once", "--runsc-flags=platform=kvm"],
-        &["flag `platform` is not accepted: unknown flag"],
+        &["--once", "--runsc-flags=platform=ptrace"],
+        &["flag `platform` is not accepted: expected \"systrap\" or \"kvm\""],
+    );
+    assert_rejected(
+        &host,
+        &["--once", "--runsc-flags=network=host"],
+        &["flag `network` is not accepted: unknown flag"],
     );
 }
 
@@ -906,4 +911,101 @@ fn overlapping_places_and_system_folders_are_refused() {
             after_links,
         ],
     );
+}
+
+/// Profiles: each a runtime handler with its runsc config file beside runsc.toml; a `kvm`
+/// profile on a host without the KVM device is refused with the reason and the others
+/// install; a profile no longer asked for loses its handler and file; uninstall removes all.
+#[test]
+fn profiles_get_a_handler_and_a_file_each_and_go_when_no_longer_asked_for() {
+    let host = Host::new(Some("v2-debian"));
+    let no_kvm = host.dir.path().join("no-kvm");
+    let kvm_flag = format!("--kvm-device={}", no_kvm.display());
+    let flags = "--runsc-flags=net-raw=true\n[debug]\ndebug=true\ndebug-log=/var/log/runsc/%ID%/gvisor-%COMMAND%.log\n[fast]\nplatform=kvm\n";
+    let (ok, message) = host.run_bounded(&["--once", flags, &kvm_flag]);
+    assert_only_the_restart_failed(ok, &message);
+    assert!(
+        message.contains("\"action\":\"refused\"")
+            && message.contains("\"profile\":\"fast\"")
+            && message.contains("platform kvm needs")
+            && message.contains("which this node does not have"),
+        "{message}"
+    );
+    let etc = host.root().join("etc/containerd");
+    let config = std::fs::read_to_string(host.config_path()).unwrap();
+    let runtimes = "[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes";
+    assert!(config.contains(&format!("{runtimes}.runsc]")), "{config}");
+    assert!(
+        config.contains(&format!("{runtimes}.runsc-debug]")),
+        "{config}"
+    );
+    assert!(
+        config.contains("ConfigPath = \"/etc/containerd/runsc-debug.toml\""),
+        "{config}"
+    );
+    assert!(!config.contains("runsc-fast"), "refused: {config}");
+    assert_eq!(
+        std::fs::read_to_string(etc.join("runsc-debug.toml")).unwrap(),
+        "[runsc_config]\ndebug = \"true\"\ndebug-log = \"/var/log/runsc/%ID%/gvisor-%COMMAND%.log\"\n"
+    );
+    assert!(!etc.join("runsc-fast.toml").exists());
+
+    // With a KVM device (any character device will do for the check) the kvm profile installs.
+    host.zero_device("dev-kvm");
+    let kvm_flag = format!("--kvm-device={}", host.root().join("dev-kvm").display());
+    let (ok, message) = host.run_bounded(&["--once", flags, &kvm_flag]);
+    assert_only_the_restart_failed(ok, &message);
+    let config = std::fs::read_to_string(host.config_path()).unwrap();
+    assert!(
+        config.contains(&format!("{runtimes}.runsc-fast]")),
+        "{config}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(etc.join("runsc-fast.toml")).unwrap(),
+        "[runsc_config]\nplatform = \"kvm\"\n"
+    );
+
+    // The debug and fast profiles are no longer asked for: handlers and files go.
+    let (ok, message) = host.run_bounded(&["--once", "--runsc-flags=net-raw=true"]);
+    assert_only_the_restart_failed(ok, &message);
+    let config = std::fs::read_to_string(host.config_path()).unwrap();
+    assert!(
+        !config.contains("runsc-debug") && !config.contains("runsc-fast"),
+        "{config}"
+    );
+    assert!(!etc.join("runsc-debug.toml").exists() && !etc.join("runsc-fast.toml").exists());
+    assert!(etc.join("runsc.toml").exists());
+
+    // Uninstall removes every profile's handler and file.
+    let (ok, message) = host.run_bounded(&["--once", flags, &kvm_flag]);
+    assert_only_the_restart_failed(ok, &message);
+    let (ok, message) = host.run_bounded(&["--once", "--uninstall"]);
+    assert_only_the_restart_failed(ok, &message);
+    let config = std::fs::read_to_string(host.config_path()).unwrap();
+    assert!(!config.contains("runsc"), "{config}");
+    for file in ["runsc.toml", "runsc-debug.toml", "runsc-fast.toml"] {
+        assert!(!etc.join(file).exists(), "{file}");
+    }
+}
+
+/// A profile header the operator would never write is refused before any host file changes,
+/// without echoing it.
+#[test]
+fn bad_profile_headers_are_refused_before_any_change() {
+    let host = Host::new(Some("v2-debian"));
+    let before = host.snapshot();
+    for flags in [
+        "--runsc-flags=[../../etc/shadow]\nnet-raw=true",
+        "--runsc-flags=[a]\n[a]",
+        "--runsc-flags=[a]\nplatform=ptrace",
+    ] {
+        let (ok, message) = host.run_bounded(&["--once", flags]);
+        assert!(!ok, "{flags}");
+        assert!(
+            message.contains("runsc flags (--runsc-flags / GVISOR_RUNSC_FLAGS) are invalid"),
+            "{message}"
+        );
+        assert!(!message.contains("shadow"), "{message}");
+        assert_eq!(host.snapshot(), before, "{flags}");
+    }
 }

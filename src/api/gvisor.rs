@@ -35,8 +35,10 @@ pub enum FlagRejection {
 
 /// The one allow-list of runsc flags, shared by the operator (on `configFlags`) and by
 /// `gvisor-install` (on the flags it is given): `net-raw` (`true`/`false`), `debug` (`true`),
-/// `nvproxy` (`true`), `panic-signal` (a signal number 1 to 64) and `debug-log` (exactly
-/// [`DEBUG_LOG_PATH`]; the operator adds it, users cannot set it, see [`USER_FLAGS`]).
+/// `nvproxy` (`true`), `panic-signal` (a signal number 1 to 64), `debug-log` (exactly
+/// [`DEBUG_LOG_PATH`]) and `platform` (`systrap` or `kvm`); the operator adds the last two
+/// (from `debug` and from a profile's `platform`), users cannot set them in `configFlags`,
+/// see [`USER_FLAGS`].
 /// Returns the value to write (a signal number without leading zeros). Pure.
 pub fn check_runsc_flag(key: &str, value: &str) -> Result<String, FlagRejection> {
     let invalid = |expected| Err(FlagRejection::InvalidValue { expected });
@@ -61,6 +63,10 @@ pub fn check_runsc_flag(key: &str, value: &str) -> Result<String, FlagRejection>
             DEBUG_LOG_PATH => Ok(value.to_string()),
             _ => invalid("the path the operator sets with `debug`"),
         },
+        "platform" => match value {
+            "systrap" | "kvm" => Ok(value.to_string()),
+            _ => invalid("\"systrap\" or \"kvm\" (the operator sets it from a profile's platform)"),
+        },
         _ => Err(FlagRejection::Unknown),
     }
 }
@@ -78,9 +84,36 @@ pub struct GVisorConfiguration {
     /// Extra `runsc` flags (without leading dashes), e.g. `net-raw: "true"`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config_flags: Option<BTreeMap<String, String>>,
+    /// The default profile's platform: `systrap` (default) or `kvm`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub platform: Option<String>,
+    /// The default profile's RuntimeClass `overhead.podFixed` (`cpu`, `memory`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overhead: Option<BTreeMap<String, String>>,
+    /// Named profiles: each its own RuntimeClass `gvisor-<name>` and runtime handler
+    /// `runsc-<name>` (docs/usage.md, "gVisor profiles").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profiles: Option<Vec<GVisorProfile>>,
     /// Overrides the image tag of the gVisor installation image (testing only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub test_image_tag: Option<String>,
+}
+
+/// One named profile of a [`GVisorConfiguration`].
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GVisorProfile {
+    /// Lowercase letters, digits and `-`, at most 56 characters.
+    pub name: String,
+    /// Extra `runsc` flags, as the top-level `configFlags`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_flags: Option<BTreeMap<String, String>>,
+    /// `systrap` (default) or `kvm`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub platform: Option<String>,
+    /// RuntimeClass `overhead.podFixed` (`cpu`, `memory`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overhead: Option<BTreeMap<String, String>>,
 }
 
 impl GVisorConfiguration {

@@ -86,6 +86,11 @@ pub struct GvisorInstallArgs {
     #[arg(long, env = "GVISOR_ONCE")]
     pub once: bool,
 
+    /// The KVM device in this container (privileged: the host's devices). A profile with
+    /// `platform=kvm` is refused on a node where this is not a character device.
+    #[arg(long, env = "GVISOR_KVM_DEVICE", default_value = "/dev/kvm")]
+    pub kvm_device: PathBuf,
+
     /// Remove the runsc runtime from containerd's config and runsc.toml and restart
     /// containerd (if that changed anything), then wait for SIGTERM like install (exit with
     /// `--once`). Binaries stay (running sandboxes still need them).
@@ -238,8 +243,11 @@ pub struct Settings {
     pub flags: FlagsSource,
     /// containerd's config.toml.
     pub containerd_config: HostPath,
-    /// runsc.toml.
+    /// runsc.toml (the default profile's; a named profile's is beside it,
+    /// [`Settings::profile_config`]).
     pub runsc_config: HostPath,
+    /// The KVM device (in this container).
+    pub kvm_device: PathBuf,
     /// The restart-pending marker.
     pub restart_marker: HostPath,
     /// containerd's unit.
@@ -255,6 +263,22 @@ pub struct Settings {
 }
 
 impl Settings {
+    /// The runsc config of a profile: `--runsc-config` for the default one (`None`), the file
+    /// `runsc-<name>.toml` beside it for a named one (`name` a valid profile name, so the
+    /// file stays in that folder).
+    pub fn profile_config(&self, profile: Option<&str>) -> HostPath {
+        match profile {
+            None => self.runsc_config.clone(),
+            Some(name) => {
+                let file = super::plan::profile_config_file(name);
+                HostPath {
+                    host: self.runsc_config.host.with_file_name(&file),
+                    local: self.runsc_config.local.with_file_name(&file),
+                }
+            }
+        }
+    }
+
     /// The settings with the host paths resolved inside the host root (see the module docs
     /// for which links are followed), checked again against the [`super::targets`] rules.
     /// The host root itself is this container's path and is taken with its links resolved
@@ -312,6 +336,7 @@ impl Settings {
             dbus_address,
             restart_timeout_seconds,
             once,
+            kvm_device,
             uninstall,
         } = args;
         if !host_root.is_absolute() {
@@ -338,6 +363,7 @@ impl Settings {
             runsc_config: HostPath::resolve(&host_root, &runsc_config, "runsc-config")?,
             restart_marker: HostPath::resolve(&host_root, Path::new(RESTART_MARKER), "-")?,
             flags: FlagsSource::from_arg(&runsc_flags),
+            kvm_device,
             source_dir,
             containerd_unit,
             dbus_address,

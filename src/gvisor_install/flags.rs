@@ -23,9 +23,17 @@
 //! same flags give the same bytes (upstream rendered a Go map in random order and restarted
 //! containerd for nothing).
 //!
-//! **File or inline** (`--runsc-flags` / `GVISOR_RUNSC_FLAGS`): a value containing `=` is
-//! the flags themselves (every flag line has one); a value without `=` is the path of a
-//! file holding them; an empty value means no flags.
+//! **Profiles** ([`Profiles`]): the lines before any header are the default profile's (runtime
+//! handler `runsc`); a line `[name]` starts the flags of profile `name` (handler
+//! `runsc-<name>`, its own runsc config file), `name` being lowercase letters, digits and
+//! dashes, at most 56 characters, starting and ending with a letter or digit. `[runsc_config]`
+//! (the table header of runsc.toml) continues the default profile. So a text without headers
+//! is what it was before profiles came.
+//!
+//! **File or inline** (`--runsc-flags` / `GVISOR_RUNSC_FLAGS`): a value containing `=` or a
+//! line starting with `[` is the flags themselves (every flag line has a `=`, every profile
+//! a header); any other value is the path of a file holding them; an empty value means no
+//! flags.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -69,6 +77,115 @@ pub enum FlagsError {
         /// The key.
         key: String,
     },
+    /// A `[...]` line that is not a profile header. The name is not echoed.
+    #[error(
+        "line {line}: a profile header is `[name]`, the name lowercase letters, digits and dashes, at most {MAX_PROFILE_NAME} characters, starting and ending with a letter or digit"
+    )]
+    InvalidProfile {
+        /// 1-based line number.
+        line: usize,
+    },
+    /// The same profile twice.
+    #[error("line {line}: profile `{name}` is given twice; keep one")]
+    DuplicateProfile {
+        /// 1-based line number of the second header.
+        line: usize,
+        /// The profile.
+        name: String,
+    },
+}
+
+/// The longest profile name (`gvisor-<name>` is a RuntimeClass name, at most 63 characters).
+pub const MAX_PROFILE_NAME: usize = 56;
+
+/// Whether `name` is a valid profile name (see the module docs); the installer builds file
+/// names and handler names from it only then.
+pub fn valid_profile_name(name: &str) -> bool {
+    let alphanumeric = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
+    !name.is_empty()
+        && name.len() <= MAX_PROFILE_NAME
+        && name.chars().all(|c| alphanumeric(c) || c == '-')
+        && name.starts_with(alphanumeric)
+        && name.ends_with(alphanumeric)
+}
+
+/// The flags of every profile: the default one and the named ones, by name.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Profiles {
+    /// The default profile (handler `runsc`).
+    pub default: RunscFlags,
+    /// The named profiles.
+    pub named: BTreeMap<String, RunscFlags>,
+}
+
+impl Profiles {
+    /// Parses flags with profile headers (see the module docs).
+    pub fn parse(text: &str) -> Result<Self, FlagsError> {
+        let mut profiles = Profiles::default();
+        let mut section: Option<String> = None;
+        let mut lines: Vec<(usize, &str)> = Vec::new();
+        for (index, raw) in text.lines().enumerate() {
+            let line = index + 1;
+            let trimmed = raw.trim();
+            let Some(header) = trimmed.strip_prefix('[') else {
+                lines.push((line, raw));
+                continue;
+            };
+            profiles.close(section.take(), &lines)?;
+            lines.clear();
+            let name = header
+                .strip_suffix(']')
+                .ok_or(FlagsError::InvalidProfile { line })?;
+            if name == RUNSC_CONFIG_TABLE && profiles.named.is_empty() {
+                continue;
+            }
+            if !valid_profile_name(name) {
+                return Err(FlagsError::InvalidProfile { line });
+            }
+            if profiles.named.contains_key(name) {
+                return Err(FlagsError::DuplicateProfile {
+                    line,
+                    name: name.to_string(),
+                });
+            }
+            profiles
+                .named
+                .insert(name.to_string(), RunscFlags::default());
+            section = Some(name.to_string());
+        }
+        profiles.close(section, &lines)?;
+        Ok(profiles)
+    }
+
+    /// Parses `lines` into the flags of `section` (`None`: the default profile, which may
+    /// have lines before and after a `[runsc_config]` header).
+    fn close(
+        &mut self,
+        section: Option<String>,
+        lines: &[(usize, &str)],
+    ) -> Result<(), FlagsError> {
+        let parsed = RunscFlags::parse_lines(lines.iter().copied())?;
+        let flags = match section {
+            None => &mut self.default,
+            Some(name) => self.named.entry(name).or_default(),
+        };
+        for (key, value) in parsed.0 {
+            let line = lines.first().map_or(1, |(line, _)| *line);
+            if flags.0.insert(key.clone(), value).is_some() {
+                return Err(FlagsError::Duplicate { line, key });
+            }
+        }
+        Ok(())
+    }
+
+    /// Every profile: `None` for the default one, then the named ones by name.
+    pub fn iter(&self) -> impl Iterator<Item = (Option<&str>, &RunscFlags)> {
+        std::iter::once((None, &self.default)).chain(
+            self.named
+                .iter()
+                .map(|(name, flags)| (Some(name.as_str()), flags)),
+        )
+    }
 }
 
 /// Where the flags come from, decided from the flag's value alone.
@@ -88,7 +205,7 @@ impl FlagsSource {
         let trimmed = value.trim();
         if trimmed.is_empty() {
             Self::None
-        } else if trimmed.contains('=') {
+        } else if trimmed.contains('=') || trimmed.lines().any(|l| l.trim().starts_with('[')) {
             Self::Inline(value.to_string())
         } else {
             Self::File(PathBuf::from(trimmed))
@@ -101,11 +218,19 @@ impl FlagsSource {
 pub struct RunscFlags(BTreeMap<String, String>);
 
 impl RunscFlags {
-    /// Parses flags in either accepted form (see the module docs).
+    /// Parses flags in either accepted form (see the module docs), without profile headers.
     pub fn parse(text: &str) -> Result<Self, FlagsError> {
+        Self::parse_lines(
+            text.lines()
+                .enumerate()
+                .map(|(index, raw)| (index + 1, raw)),
+        )
+    }
+
+    /// Parses numbered lines (1-based numbers, kept for the messages).
+    fn parse_lines<'a>(lines: impl Iterator<Item = (usize, &'a str)>) -> Result<Self, FlagsError> {
         let mut flags = BTreeMap::new();
-        for (index, raw) in text.lines().enumerate() {
-            let line = index + 1;
+        for (line, raw) in lines {
             let trimmed = raw.trim();
             if trimmed.is_empty() || trimmed.starts_with('#') {
                 continue;
@@ -126,7 +251,7 @@ impl RunscFlags {
                     line,
                     key: key.to_string(),
                     reason: match rejection {
-                        FlagRejection::Unknown => "unknown flag; accepted: debug, debug-log, net-raw, nvproxy, panic-signal".to_string(),
+                        FlagRejection::Unknown => "unknown flag; accepted: debug, debug-log, net-raw, nvproxy, panic-signal, platform".to_string(),
                         FlagRejection::InvalidValue { expected } => format!("expected {expected}"),
                     },
                 }
@@ -356,7 +481,7 @@ mod tests {
         for (text, key) in [
             ("net-raw=true,debug=true", "net-raw"),
             ("debug=true\nnet-raw=yes", "net-raw"),
-            ("platform=kvm", "platform"),
+            ("platform=ptrace", "platform"),
             ("debug-log=/tmp/elsewhere.log", "debug-log"),
             ("panic-signal=65", "panic-signal"),
             ("nvproxy = \"false\"", "nvproxy"),
@@ -406,5 +531,80 @@ mod tests {
             FlagsSource::from_arg("/etc/gvisor/flags\n"),
             FlagsSource::File(PathBuf::from("/etc/gvisor/flags"))
         );
+    }
+
+    #[test]
+    fn profiles_are_sections_after_the_default_profiles_lines() {
+        let profiles = Profiles::parse(
+            "net-raw=true\n[debug]\ndebug=true\ndebug-log=/var/log/runsc/%ID%/gvisor-%COMMAND%.log\n[fast]\nplatform=kvm\n[empty]\n",
+        )
+        .unwrap();
+        assert_eq!(profiles.default.to_canonical(), "net-raw=true\n");
+        let named: Vec<(&str, String)> = profiles
+            .iter()
+            .filter_map(|(name, flags)| Some((name?, flags.to_canonical())))
+            .collect();
+        assert_eq!(
+            named,
+            [
+                (
+                    "debug",
+                    "debug=true\ndebug-log=/var/log/runsc/%ID%/gvisor-%COMMAND%.log\n".to_string()
+                ),
+                ("empty", String::new()),
+                ("fast", "platform=kvm\n".to_string()),
+            ]
+        );
+        assert_eq!(
+            Profiles::parse("net-raw=true\n").unwrap(),
+            Profiles {
+                default: RunscFlags::parse("net-raw=true").unwrap(),
+                named: BTreeMap::new()
+            },
+            "no headers: the default profile alone, as before profiles came"
+        );
+        let runsc_toml = RunscFlags::parse("net-raw=true")
+            .unwrap()
+            .render_runsc_toml();
+        assert_eq!(
+            Profiles::parse(&runsc_toml).unwrap().default.to_canonical(),
+            "net-raw=true\n",
+            "a runsc.toml reads as the default profile"
+        );
+        assert_eq!(
+            FlagsSource::from_arg("[debug]\n"),
+            FlagsSource::Inline("[debug]\n".into())
+        );
+    }
+
+    #[test]
+    fn bad_profile_headers_are_rejected_without_echoing_them() {
+        for (text, line) in [
+            ("[Debug]", 1),
+            ("net-raw=true\n[a/b]", 2),
+            ("[a", 1),
+            ("[]", 1),
+            ("[-a]", 1),
+            ("[../../etc/shadow]", 1),
+            ("[a]\n[runsc_config]", 2),
+        ] {
+            let error = Profiles::parse(text).unwrap_err();
+            assert_eq!(error, FlagsError::InvalidProfile { line }, "{text:?}");
+            assert!(!error.to_string().contains("shadow"));
+        }
+        assert_eq!(
+            Profiles::parse("[a]\n[a]").unwrap_err().to_string(),
+            "line 2: profile `a` is given twice; keep one"
+        );
+        assert!(matches!(
+            Profiles::parse("net-raw=true\n[runsc_config]\nnet-raw=false"),
+            Err(FlagsError::Duplicate { .. })
+        ));
+        assert!(matches!(
+            Profiles::parse("[a]\nplatform=ptrace"),
+            Err(FlagsError::NotAllowed { line: 2, .. })
+        ));
+        assert!(valid_profile_name(&"x".repeat(MAX_PROFILE_NAME)));
+        assert!(!valid_profile_name(&"x".repeat(MAX_PROFILE_NAME + 1)));
     }
 }

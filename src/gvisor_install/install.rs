@@ -1,5 +1,6 @@
-//! The install run: check every input, then binaries, config.toml, runsc.toml, and a
-//! containerd restart when a config file changed. See [`super`] for the order and why.
+//! The install run: check every input, then binaries, config.toml (a runtime handler per
+//! profile), the profiles' runsc config files, and a containerd restart when a config file
+//! changed. See [`super`] for the order and why.
 
 use std::path::{Path, PathBuf};
 
@@ -8,8 +9,8 @@ use tracing::info;
 use crate::containerd::files;
 use crate::safe_fs;
 
-use super::flags::{FlagsSource, RunscFlags};
-use super::plan::{self, BINARIES};
+use super::flags::{FlagsSource, Profiles, RunscFlags};
+use super::plan::{self, BINARIES, Handler};
 use super::{Error, HostPath, Settings};
 
 /// Mode of the installed binaries.
@@ -33,40 +34,111 @@ struct Binary {
     action: BinaryAction,
 }
 
-/// Installs runsc into containerd on the host described by `settings`.
+/// One profile to install: its handler and its runsc config file.
+struct ProfileFile {
+    /// `None`: the default profile.
+    name: Option<String>,
+    handler: String,
+    path: HostPath,
+    flags: RunscFlags,
+}
+
+/// A profile refused on this node (`None`: the default one) and why.
+type Refused = (Option<String>, String);
+
+/// Installs runsc into containerd on the host described by `settings`: every profile the
+/// node can run, each its runtime handler and runsc config file; handlers and files of
+/// profiles no longer asked for (or refused) go.
 pub(super) async fn run(settings: &Settings) -> Result<(), Error> {
     // Everything that can be wrong with the input fails here, before any write.
-    let flags = read_flags(&settings.flags)?;
+    let profiles = read_flags(&settings.flags)?;
     let settings = &settings.resolve_links()?;
     let binaries = plan_binaries(settings)?;
+    let (wanted, refused) = profile_files(settings, profiles)?;
     let current_config = super::read_config(settings)?;
     let config_path = settings.containerd_config.host_str();
+    let handlers: Vec<Handler> = wanted
+        .iter()
+        .map(|p| Handler {
+            name: p.handler.clone(),
+            runsc_config: p.path.host_str(),
+        })
+        .collect();
     let config_plan =
-        plan::config_install(current_config.as_deref(), &settings.runsc_config.host_str())
-            .map_err(|source| Error::Config {
+        plan::config_install(current_config.as_deref(), &handlers).map_err(|source| {
+            Error::Config {
                 path: config_path.clone(),
                 source,
-            })?;
-    // Rewritten unless it already is exactly this file; a link or FIFO there is replaced.
-    let wanted_runsc = flags.render_runsc_toml();
-    let runsc_toml = (!files::holds(&settings.runsc_config.local, wanted_runsc.as_bytes())
-        .map_err(Error::Host)?)
-    .then_some(wanted_runsc);
+            }
+        })?;
+    // Each file rewritten unless it already is exactly this file; a link or FIFO there is
+    // replaced.
+    let mut writes = Vec::new();
+    for profile in &wanted {
+        let text = profile.flags.render_runsc_toml();
+        if !files::holds(&profile.path.local, text.as_bytes()).map_err(Error::Host)? {
+            writes.push((profile, text));
+        }
+    }
+    let mut removals = Vec::new();
+    for handler in &config_plan.removed {
+        let path = removed_profile_config(settings, handler);
+        if files::exists(&path.local).map_err(Error::Host)? {
+            removals.push(path);
+        }
+    }
 
     let mut changed_files = Vec::new();
     if config_plan.new_text.is_some() {
         changed_files.push(config_path.clone());
     }
-    if runsc_toml.is_some() {
-        changed_files.push(settings.runsc_config.host_str());
-    }
+    changed_files.extend(writes.iter().map(|(p, _)| p.path.host_str()));
+    changed_files.extend(removals.iter().map(HostPath::host_str));
     let restart = super::ContainerdRestart::plan(settings, &changed_files)?;
 
     // Binaries first: containerd must not see the runtime before its shim exists.
     for binary in &binaries {
         apply_binary(binary)?;
     }
+    log_config(&config_plan, &config_path, settings, &handlers)?;
+    for (profile, text) in &writes {
+        files::write_atomic(
+            &profile.path.local,
+            text.as_bytes(),
+            files::DEFAULT_FILE_MODE,
+        )
+        .map_err(Error::Host)?;
+        info!(action = "updated", profile = profile.name.as_deref().unwrap_or("default"), path = %profile.path.host_str(), flags = profile.flags.iter().count(), "runsc config written");
+    }
+    for profile in wanted
+        .iter()
+        .filter(|p| !writes.iter().any(|(w, _)| w.handler == p.handler))
+    {
+        info!(action = "up-to-date", profile = profile.name.as_deref().unwrap_or("default"), path = %profile.path.host_str(), "runsc config unchanged");
+    }
+    for path in &removals {
+        files::remove_if_exists(&path.local).map_err(Error::Host)?;
+        info!(action = "removed", path = %path.host_str(), "runsc config of a profile no longer installed removed");
+    }
+    for (profile, reason) in &refused {
+        tracing::error!(
+            action = "refused",
+            profile = profile.as_deref().unwrap_or("default"),
+            reason,
+            "gVisor profile not installed on this node"
+        );
+    }
+    restart.finish(settings).await
+}
 
+/// Writes config.toml when the plan changes it and logs what happened.
+fn log_config(
+    config_plan: &plan::ConfigPlan,
+    config_path: &str,
+    settings: &Settings,
+    handlers: &[Handler],
+) -> Result<(), Error> {
+    let handlers: Vec<&str> = handlers.iter().map(|h| h.name.as_str()).collect();
     match &config_plan.new_text {
         Some(text) => {
             super::write_containerd_config(settings, text)?;
@@ -81,42 +153,81 @@ pub(super) async fn run(settings: &Settings) -> Result<(), Error> {
                 action,
                 path = %config_path,
                 version = config_plan.version.number(),
+                handlers = ?handlers,
+                removed = ?config_plan.removed,
                 removed_misplaced = ?config_plan.edit.removed_misplaced,
                 added_default_runtime = ?config_plan.edit.added_default_runtime,
-                "containerd config: runsc runtime registered"
+                "containerd config: runsc runtime handlers registered"
             );
         }
         None => info!(
             action = "up-to-date",
             path = %config_path,
             version = config_plan.version.number(),
-            "containerd config: runsc runtime already registered"
+            handlers = ?handlers,
+            "containerd config: runsc runtime handlers already registered"
         ),
     }
-
-    let runsc_path = settings.runsc_config.host_str();
-    match &runsc_toml {
-        Some(text) => {
-            files::write_atomic(
-                &settings.runsc_config.local,
-                text.as_bytes(),
-                files::DEFAULT_FILE_MODE,
-            )
-            .map_err(Error::Host)?;
-            info!(action = "updated", path = %runsc_path, flags = flags.iter().count(), "runsc config written");
-        }
-        None => info!(action = "up-to-date", path = %runsc_path, "runsc config unchanged"),
-    }
-
-    restart.finish(settings).await
+    Ok(())
 }
 
-/// Reads and validates the runsc flags. A flags file is a path in this container (links
+/// The runsc config of a handler of ours being removed.
+pub(super) fn removed_profile_config(settings: &Settings, handler: &str) -> HostPath {
+    settings.profile_config(plan::profile_of(handler))
+}
+
+/// The profiles to install, and those refused on this node with the reason: a `kvm` profile
+/// where [`Settings::kvm_device`] is not a character device. Fails when a named profile's
+/// file would be another place the run writes (config.toml, the marker).
+fn profile_files(
+    settings: &Settings,
+    profiles: Profiles,
+) -> Result<(Vec<ProfileFile>, Vec<Refused>), Error> {
+    let kvm = is_char_device(&settings.kvm_device);
+    let mut wanted = Vec::new();
+    let mut refused = Vec::new();
+    for (name, flags) in profiles.iter() {
+        let path = settings.profile_config(name);
+        if path.local == settings.containerd_config.local
+            || path.local == settings.restart_marker.local
+        {
+            return Err(Error::ProfileTarget {
+                profile: name.unwrap_or("default").to_string(),
+                path: path.host_str(),
+            });
+        }
+        let name = name.map(str::to_string);
+        if flags.iter().any(|(k, v)| k == "platform" && v == "kvm") && !kvm {
+            refused.push((
+                name,
+                format!(
+                    "platform kvm needs {} (a character device), which this node does not have",
+                    settings.kvm_device.display()
+                ),
+            ));
+            continue;
+        }
+        wanted.push(ProfileFile {
+            handler: plan::handler_name(name.as_deref()),
+            name,
+            path,
+            flags: flags.clone(),
+        });
+    }
+    Ok((wanted, refused))
+}
+
+fn is_char_device(path: &Path) -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    std::fs::metadata(path).is_ok_and(|m| m.file_type().is_char_device())
+}
+
+/// Reads and validates the runsc flags of every profile. A flags file is a path in this container (links
 /// followed, e.g. a mounted ConfigMap): only a regular file of at most
 /// [`files::MAX_READ_BYTES`] is read, opened without blocking.
-fn read_flags(source: &FlagsSource) -> Result<RunscFlags, Error> {
+fn read_flags(source: &FlagsSource) -> Result<Profiles, Error> {
     let text = match source {
-        FlagsSource::None => return Ok(RunscFlags::default()),
+        FlagsSource::None => return Ok(Profiles::default()),
         FlagsSource::Inline(text) => text.clone(),
         FlagsSource::File(path) => {
             let shown = path.display().to_string();
@@ -135,7 +246,7 @@ fn read_flags(source: &FlagsSource) -> Result<RunscFlags, Error> {
             })?
         }
     };
-    RunscFlags::parse(&text).map_err(Error::Flags)
+    Profiles::parse(&text).map_err(Error::Flags)
 }
 
 /// Checks both binaries exist in the image and decides what to do with each.

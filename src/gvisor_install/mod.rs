@@ -15,10 +15,16 @@
 //!    absent or different (byte comparison), atomically, mode 0755. Running shims keep their
 //!    old inode and are never killed. A new binary alone does not restart containerd: it
 //!    looks the shim up on `PATH` for every new sandbox.
-//! 3. **config.toml**: runsc registered under the CRI plugin key of the file's version
-//!    (see [`crate::containerd`]), entries under another version's key removed, everything
-//!    else kept byte for byte; created from a default when missing or empty.
-//! 4. **runsc.toml**: `[runsc_config]` plus the flags, sorted; written only if different.
+//! 3. **config.toml**: a runtime handler per profile ([`flags::Profiles`]: `runsc` for the
+//!    default one, `runsc-<name>`) registered under the CRI plugin key of the file's version
+//!    (see [`crate::containerd`]), entries under another version's key removed, our handlers
+//!    of profiles no longer asked for removed ([`plan::ours`]), everything else kept byte for
+//!    byte; created from a default when missing or empty. A `platform=kvm` profile on a node
+//!    without `--kvm-device` (`/dev/kvm`) is refused on that node: not registered (removed if
+//!    it was), logged as `action=refused` with the reason; the other profiles install.
+//! 4. **runsc config files**: per profile (`--runsc-config`, `runsc-<name>.toml` beside it)
+//!    `[runsc_config]` plus the flags, sorted; written only if different; those of removed
+//!    handlers deleted.
 //! 5. **Restart** containerd through systemd's D-Bus API on the host's system bus
 //!    ([`crate::systemd`]) when step 3 or 4 changed a file, waiting for the job and checking
 //!    the unit ends `active`.
@@ -62,8 +68,8 @@
 //!
 //! # `--uninstall`
 //!
-//! Removes the `runsc` runtime (under every version's key) from config.toml and deletes
-//! runsc.toml, then restarts containerd if either changed (with the same restart-pending
+//! Removes the `runsc` runtime and every profile's `runsc-<name>` (under every version's
+//! key) from config.toml and deletes their runsc config files, then restarts containerd if either changed (with the same restart-pending
 //! marker as install). The binaries stay: pods still running in gVisor sandboxes need
 //! `runsc` for their shim to stop them. It is idempotent: on a clean node it changes nothing
 //! and restarts nothing. Like install, it then waits for SIGTERM (`--once`: exits), and a
@@ -97,6 +103,7 @@ pub mod plan;
 pub use crate::root_path as resolve;
 pub mod targets;
 mod uninstall;
+pub mod versions;
 
 use std::path::Path;
 
@@ -164,6 +171,16 @@ pub enum Error {
         #[source]
         source: crate::safe_fs::SafeFsError,
     },
+    /// A profile's runsc config file would be config.toml or the restart marker.
+    #[error(
+        "the runsc config of profile {profile} would be {path}, which the run writes for something else; choose another --runsc-config folder or profile name"
+    )]
+    ProfileTarget {
+        /// The profile.
+        profile: String,
+        /// The path.
+        path: String,
+    },
     /// A binary is missing from the installation image.
     #[error(
         "the installation image has no {name} in {dir} (--source-dir); ship runsc and containerd-shim-runsc-v1 there"
@@ -219,6 +236,7 @@ impl Error {
             | Error::Flags(_)
             | Error::FlagsFile { .. }
             | Error::Targets(_)
+            | Error::ProfileTarget { .. }
             | Error::MissingBinary { .. } => true,
             Error::Config { source, .. } => source.is_config_problem(),
             Error::Resolve { source, .. } => source.is_host_problem(),

@@ -1,5 +1,5 @@
-//! The `--uninstall` run: remove the runsc runtime from config.toml and delete runsc.toml,
-//! restart containerd if either changed. Binaries stay. See [`super`] for when it runs.
+//! The `--uninstall` run: remove every runsc runtime handler of ours (every profile's) from
+//! config.toml and delete their runsc config files, restart containerd if anything changed. Binaries stay. See [`super`] for when it runs.
 
 use tracing::info;
 
@@ -18,16 +18,28 @@ pub(super) async fn run(settings: &Settings) -> Result<(), Error> {
             path: config_path.clone(),
             source,
         })?;
-    // Anything at runsc.toml's path counts, a link too: removing it removes the link itself.
-    let runsc_present = files::exists(&settings.runsc_config.local).map_err(Error::Host)?;
+    // Anything at a runsc config's path counts, a link too: removing it removes the link
+    // itself. The default profile's file always, the named profiles' of the handlers removed.
+    let mut configs = vec![settings.runsc_config.clone()];
+    configs.extend(
+        config_plan
+            .removed
+            .iter()
+            .filter(|handler| plan::profile_of(handler).is_some())
+            .map(|handler| super::install::removed_profile_config(settings, handler)),
+    );
+    let mut present = Vec::new();
+    for path in configs {
+        if files::exists(&path.local).map_err(Error::Host)? {
+            present.push(path);
+        }
+    }
 
     let mut changed_files = Vec::new();
     if config_plan.new_text.is_some() {
         changed_files.push(config_path.clone());
     }
-    if runsc_present {
-        changed_files.push(settings.runsc_config.host_str());
-    }
+    changed_files.extend(present.iter().map(|p| p.host_str()));
     let restart = super::ContainerdRestart::plan(settings, &changed_files)?;
 
     match &config_plan.new_text {
@@ -37,8 +49,9 @@ pub(super) async fn run(settings: &Settings) -> Result<(), Error> {
                 action = "removed",
                 path = %config_path,
                 version = config_plan.version.number(),
+                removed = ?config_plan.removed,
                 removed_misplaced = ?config_plan.edit.removed_misplaced,
-                "containerd config: runsc runtime removed"
+                "containerd config: runsc runtime handlers removed"
             );
         }
         None => info!(
@@ -48,11 +61,12 @@ pub(super) async fn run(settings: &Settings) -> Result<(), Error> {
         ),
     }
 
-    let runsc_path = settings.runsc_config.host_str();
-    if files::remove_if_exists(&settings.runsc_config.local).map_err(Error::Host)? {
-        info!(action = "removed", path = %runsc_path, "runsc config removed");
-    } else {
-        info!(action = "up-to-date", path = %runsc_path, "no runsc config to remove");
+    for path in &present {
+        files::remove_if_exists(&path.local).map_err(Error::Host)?;
+        info!(action = "removed", path = %path.host_str(), "runsc config removed");
+    }
+    if present.is_empty() {
+        info!(action = "up-to-date", path = %settings.runsc_config.host_str(), "no runsc config to remove");
     }
 
     info!(

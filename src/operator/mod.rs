@@ -230,6 +230,12 @@ fn start_kinds(
                 containerruntime::Options {
                     test_repository: args.gvisor_installation_test_repository.clone(),
                     uninstall_timeout: Duration::from_secs(args.gvisor_uninstall_timeout_seconds),
+                    kvm_machine_types: args
+                        .gvisor_kvm_machine_types
+                        .iter()
+                        .map(|t| t.trim().to_string())
+                        .filter(|t| !t.is_empty())
+                        .collect(),
                 },
             ),
             ControllerName::Operatingsystemconfig => operatingsystemconfig::add::add(

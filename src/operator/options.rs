@@ -124,6 +124,12 @@ pub struct OperatorArgs {
     /// entry (upstream's behaviour).
     #[arg(long, env = "GVISOR_UNINSTALL_TIMEOUT_SECONDS", default_value_t = 600)]
     pub gvisor_uninstall_timeout_seconds: u64,
+
+    /// Machine types that offer `/dev/kvm` (comma-separated, `*` for any text, e.g.
+    /// `*.metal`): a gVisor profile may ask for the `kvm` platform only on pools of these
+    /// types. Empty (the default): no pool may.
+    #[arg(long, env = "GVISOR_KVM_MACHINE_TYPES", value_delimiter = ',')]
+    pub gvisor_kvm_machine_types: Vec<String>,
 }
 
 impl OperatorArgs {
@@ -151,6 +157,7 @@ impl OperatorArgs {
             node_agent_secrets: NodeAgentSecrets::Auto,
             gvisor_installation_test_repository: None,
             gvisor_uninstall_timeout_seconds: 600,
+            gvisor_kvm_machine_types: Vec::new(),
         }
     }
 }

@@ -1,24 +1,48 @@
 //! Validation of the gVisor `providerConfig` (`GVisorConfiguration`), pure.
 //!
-//! Turns `spec.providerConfig` into the final, sorted `runsc` flags written to
-//! `/etc/containerd/runsc.toml` by the installer. Allow-list: `net-raw` (`"true"`/`"false"`),
-//! `debug` (`"true"`, adds the debug-log path), `nvproxy` (`"true"`), `panic-signal` (a signal
-//! number 1–64). Anything else is a configuration error that names the bad key and the
-//! accepted ones; upstream silently drops such input. Flags are sorted, so an unchanged
-//! config renders byte-identical output (upstream's Go map order could roll DaemonSets).
+//! Turns `spec.providerConfig` into [`GVisorSettings`]: the default profile (the top-level
+//! `configFlags`, `platform` and `overhead`: RuntimeClass `gvisor`, handler `runsc`) and the
+//! named `profiles` (each its own RuntimeClass `gvisor-<name>`, handler `runsc-<name>` and
+//! runsc config file). Each profile's final, sorted `runsc` flags are written by the
+//! installer to its runsc config file. Flag allow-list: `net-raw` (`"true"`/`"false"`),
+//! `debug` (`"true"`, adds the debug-log path), `nvproxy` (`"true"`), `panic-signal` (a
+//! signal number 1–64); `platform` is `systrap` (runsc's default, written as nothing) or
+//! `kvm` (written as the flag `platform = "kvm"`). Anything else is a configuration error
+//! that names the bad key and the accepted ones; upstream silently drops such input. Flags
+//! are sorted, so an unchanged config renders byte-identical output (upstream's Go map order
+//! could roll DaemonSets), and a config without profiles, platform or overhead renders what
+//! it rendered before profiles came. How profiles of several pools become RuntimeClasses:
+//! [`super::profiles`]; docs/usage.md ("gVisor profiles").
 
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use crate::api::gvisor::{
     FlagRejection, GVISOR_CONFIGURATION_API_VERSION, GVISOR_CONFIGURATION_KIND, USER_FLAGS,
     check_runsc_flag,
 };
 use crate::api::provider_config::{Envelope, EnvelopeError, shorten};
+use crate::api::quantity::Quantity;
 
 /// The runsc flags we accept.
 pub const ACCEPTED_FLAGS: [&str; 4] = USER_FLAGS;
 /// The top-level fields of `GVisorConfiguration`.
-pub const ACCEPTED_FIELDS: [&str; 4] = ["apiVersion", "kind", "configFlags", "testImageTag"];
+pub const ACCEPTED_FIELDS: [&str; 7] = [
+    "apiVersion",
+    "kind",
+    "configFlags",
+    "platform",
+    "overhead",
+    "profiles",
+    "testImageTag",
+];
+/// The fields of one entry of `profiles`.
+pub const PROFILE_FIELDS: [&str; 4] = ["name", "configFlags", "platform", "overhead"];
+/// The most named profiles one pool may have (each is a RuntimeClass, a containerd runtime
+/// handler and a file on every node of the pool).
+pub const MAX_PROFILES: usize = 8;
+/// The longest profile name: `gvisor-<name>` is a RuntimeClass name and `runsc-<name>` a
+/// file name part, both at most a DNS label (63 characters).
+pub const MAX_PROFILE_NAME: usize = 63 - "gvisor-".len();
 /// The outside of a `GVisorConfiguration`.
 const ENVELOPE: Envelope = Envelope {
     api_version: GVISOR_CONFIGURATION_API_VERSION,
@@ -27,23 +51,108 @@ const ENVELOPE: Envelope = Envelope {
 };
 pub use crate::api::gvisor::DEBUG_LOG_PATH;
 
+/// The gVisor platform a profile runs its sandboxes on.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Platform {
+    /// `systrap`, runsc's default: works on every machine.
+    #[default]
+    Systrap,
+    /// `kvm`: needs `/dev/kvm` on the node (bare metal or nested virtualisation).
+    Kvm,
+}
+
+impl Platform {
+    /// The name in `providerConfig` and in runsc's `platform` flag.
+    pub fn name(self) -> &'static str {
+        match self {
+            Platform::Systrap => "systrap",
+            Platform::Kvm => "kvm",
+        }
+    }
+}
+
+/// A RuntimeClass `overhead.podFixed`: canonical quantities (`resource.Quantity.String()`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Overhead {
+    /// CPU, e.g. `100m`.
+    pub cpu: Option<String>,
+    /// Memory, e.g. `64Mi`.
+    pub memory: Option<String>,
+}
+
+/// One runtime profile: a containerd runtime handler with its runsc config, and a
+/// RuntimeClass.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Profile {
+    /// `None` for the default profile (the top-level fields).
+    pub name: Option<String>,
+    /// Final runsc flags, sorted by key (`platform` among them when it is `kvm`).
+    pub runsc_flags: Vec<(String, String)>,
+    /// The platform.
+    pub platform: Platform,
+    /// The overhead the user asked for; `None`: the measured default
+    /// ([`super::profiles`]).
+    pub overhead: Option<Overhead>,
+}
+
+impl Profile {
+    /// The RuntimeClass: `gvisor`, or `gvisor-<name>`.
+    pub fn runtime_class(&self) -> String {
+        match &self.name {
+            None => "gvisor".to_string(),
+            Some(name) => format!("gvisor-{name}"),
+        }
+    }
+
+    /// The containerd runtime handler: `runsc`, or `runsc-<name>`.
+    pub fn handler(&self) -> String {
+        match &self.name {
+            None => "runsc".to_string(),
+            Some(name) => format!("runsc-{name}"),
+        }
+    }
+
+    fn flags_text(&self) -> String {
+        self.runsc_flags
+            .iter()
+            .map(|(k, v)| format!("{k}={v}\n"))
+            .collect()
+    }
+}
+
 /// A validated configuration.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct GVisorSettings {
-    /// Final runsc flags, sorted by key.
-    pub runsc_flags: Vec<(String, String)>,
+    /// The default profile (RuntimeClass `gvisor`).
+    pub default: Profile,
+    /// The named profiles, sorted by name.
+    pub profiles: Vec<Profile>,
     /// `testImageTag`, for the test-repository override.
     pub test_image_tag: Option<String>,
 }
 
 impl GVisorSettings {
-    /// The flags as `key=value` lines, the form the installer reads from
-    /// `GVISOR_RUNSC_FLAGS`.
+    /// The flags as the installer reads them from `GVISOR_RUNSC_FLAGS`: the default
+    /// profile's `key=value` lines, then for each named profile a `[name]` line and its
+    /// lines. Without named profiles exactly the default profile's lines (as before
+    /// profiles came, so no installation DaemonSet rolls for them).
     pub fn flags_text(&self) -> String {
-        self.runsc_flags
-            .iter()
-            .map(|(k, v)| format!("{k}={v}\n"))
-            .collect()
+        let mut text = self.default.flags_text();
+        for profile in &self.profiles {
+            let name = profile.name.as_deref().unwrap_or_default();
+            text.push_str(&format!("[{name}]\n{}", profile.flags_text()));
+        }
+        text
+    }
+
+    /// The default profile, then the named ones.
+    pub fn all_profiles(&self) -> impl Iterator<Item = &Profile> {
+        std::iter::once(&self.default).chain(&self.profiles)
+    }
+
+    /// Whether any profile runs on `kvm`.
+    pub fn wants_kvm(&self) -> bool {
+        self.all_profiles().any(|p| p.platform == Platform::Kvm)
     }
 }
 
@@ -54,8 +163,11 @@ pub enum ConfigError {
     #[error(transparent)]
     Envelope(#[from] EnvelopeError),
     /// `configFlags` is not a map.
-    #[error("providerConfig.configFlags must be a map of flag name to string value")]
-    FlagsNotAMap,
+    #[error("{at}configFlags must be a map of flag name to string value")]
+    FlagsNotAMap {
+        /// `providerConfig.` or `providerConfig.profiles[name].`.
+        at: String,
+    },
     /// `testImageTag` is not a string.
     #[error("providerConfig.testImageTag must be a string")]
     TestImageTagNotAString,
@@ -67,7 +179,7 @@ pub enum ConfigError {
     },
     /// A flag we do not accept.
     #[error(
-        "configFlags has unknown flag {key:?}; accepted flags: debug, net-raw, nvproxy, panic-signal"
+        "configFlags has unknown flag {key:?}; accepted flags: debug, net-raw, nvproxy, panic-signal (the platform is its own field)"
     )]
     UnknownFlag {
         /// The flag (shortened to 64 characters).
@@ -83,9 +195,58 @@ pub enum ConfigError {
         /// What is accepted.
         expected: &'static str,
     },
+    /// `platform` is not `systrap` or `kvm`.
+    #[error("{at}platform has invalid value {value}; expected \"systrap\" or \"kvm\"")]
+    InvalidPlatform {
+        /// Where.
+        at: String,
+        /// The value (shortened, JSON).
+        value: String,
+    },
+    /// `overhead` is not a map of `cpu` and/or `memory` to a non-negative quantity.
+    #[error("{at}overhead {reason}")]
+    InvalidOverhead {
+        /// Where.
+        at: String,
+        /// What is wrong, with the accepted form.
+        reason: String,
+    },
+    /// `profiles` is not a list of objects.
+    #[error("providerConfig.profiles must be a list of objects with the fields {}", PROFILE_FIELDS.join(", "))]
+    ProfilesNotAList,
+    /// Too many profiles.
+    #[error("providerConfig.profiles has {count} entries; at most {MAX_PROFILES} are accepted")]
+    TooManyProfiles {
+        /// How many were given.
+        count: usize,
+    },
+    /// An unknown field in a profile.
+    #[error("providerConfig.profiles[{index}] has unknown field {field:?}; accepted fields: {}", PROFILE_FIELDS.join(", "))]
+    UnknownProfileField {
+        /// 0-based position.
+        index: usize,
+        /// The field (shortened).
+        field: String,
+    },
+    /// A profile name that is not a DNS label of at most [`MAX_PROFILE_NAME`] characters.
+    #[error(
+        "providerConfig.profiles[{index}].name {name} is not a valid profile name: lowercase letters, digits and '-', starting and ending with a letter or digit, at most {MAX_PROFILE_NAME} characters (it becomes RuntimeClass gvisor-<name>)"
+    )]
+    InvalidProfileName {
+        /// 0-based position.
+        index: usize,
+        /// The name (shortened, JSON).
+        name: String,
+    },
+    /// Two profiles with the same name.
+    #[error("providerConfig.profiles has the name {name:?} twice; profile names must be unique")]
+    DuplicateProfile {
+        /// The name.
+        name: String,
+    },
 }
 
-/// Validates `spec.providerConfig` (absent = no flags).
+/// Validates `spec.providerConfig` (absent = the default profile without flags).
 pub fn validate(provider_config: Option<&Value>) -> Result<GVisorSettings, ConfigError> {
     let Some(config) = provider_config else {
         return Ok(GVisorSettings::default());
@@ -97,6 +258,21 @@ pub fn validate(provider_config: Option<&Value>) -> Result<GVisorSettings, Confi
         Some(Value::String(tag)) => Some(tag.clone()),
         Some(_) => return Err(ConfigError::TestImageTagNotAString),
     };
+    let default = profile(None, fields, "providerConfig.")?;
+    let profiles = named_profiles(fields.get("profiles"))?;
+    Ok(GVisorSettings {
+        default,
+        profiles,
+        test_image_tag,
+    })
+}
+
+/// The profile of `fields` (the top level or one entry of `profiles`).
+fn profile(
+    name: Option<String>,
+    fields: &Map<String, Value>,
+    at: &str,
+) -> Result<Profile, ConfigError> {
     let mut runsc_flags = Vec::new();
     match fields.get("configFlags") {
         None | Some(Value::Null) => {}
@@ -108,13 +284,139 @@ pub fn validate(provider_config: Option<&Value>) -> Result<GVisorSettings, Confi
                 runsc_flags.extend(validate_flag(key, value)?);
             }
         }
-        Some(_) => return Err(ConfigError::FlagsNotAMap),
+        Some(_) => return Err(ConfigError::FlagsNotAMap { at: at.to_string() }),
+    }
+    let platform = platform(fields.get("platform"), at)?;
+    if platform == Platform::Kvm {
+        runsc_flags.push(("platform".to_string(), platform.name().to_string()));
     }
     runsc_flags.sort();
-    Ok(GVisorSettings {
+    Ok(Profile {
+        name,
         runsc_flags,
-        test_image_tag,
+        platform,
+        overhead: overhead(fields.get("overhead"), at)?,
     })
+}
+
+fn platform(value: Option<&Value>, at: &str) -> Result<Platform, ConfigError> {
+    match value {
+        None | Some(Value::Null) => Ok(Platform::Systrap),
+        Some(Value::String(text)) if text == "systrap" => Ok(Platform::Systrap),
+        Some(Value::String(text)) if text == "kvm" => Ok(Platform::Kvm),
+        Some(other) => Err(ConfigError::InvalidPlatform {
+            at: at.to_string(),
+            value: shorten(&other.to_string()),
+        }),
+    }
+}
+
+fn overhead(value: Option<&Value>, at: &str) -> Result<Option<Overhead>, ConfigError> {
+    let invalid = |reason: String| ConfigError::InvalidOverhead {
+        at: at.to_string(),
+        reason,
+    };
+    let fields = match value {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::Object(fields)) if !fields.is_empty() => fields,
+        Some(_) => {
+            return Err(invalid(
+                "must be a map with cpu and/or memory, e.g. {cpu: 100m, memory: 64Mi}".into(),
+            ));
+        }
+    };
+    let mut overhead = Overhead::default();
+    for (key, value) in fields {
+        let slot = match key.as_str() {
+            "cpu" => &mut overhead.cpu,
+            "memory" => &mut overhead.memory,
+            _ => {
+                return Err(invalid(format!(
+                    "has unknown resource {:?}; accepted: cpu, memory",
+                    shorten(key)
+                )));
+            }
+        };
+        let text = match value {
+            Value::String(text) => text.clone(),
+            Value::Number(number) => number.to_string(),
+            _ => {
+                return Err(invalid(format!(
+                    "{key} must be a quantity, e.g. 100m or 64Mi"
+                )));
+            }
+        };
+        let quantity = Quantity::parse(&text)
+            .filter(|q| q.nanos() >= 0)
+            .ok_or_else(|| {
+                invalid(format!(
+                    "{key} has invalid value {:?}; expected a non-negative quantity, e.g. 100m or 64Mi",
+                    shorten(&text)
+                ))
+            })?;
+        *slot = Some(quantity.canonical());
+    }
+    Ok(Some(overhead))
+}
+
+fn named_profiles(value: Option<&Value>) -> Result<Vec<Profile>, ConfigError> {
+    let entries = match value {
+        None | Some(Value::Null) => return Ok(Vec::new()),
+        Some(Value::Array(entries)) => entries,
+        Some(_) => return Err(ConfigError::ProfilesNotAList),
+    };
+    if entries.len() > MAX_PROFILES {
+        return Err(ConfigError::TooManyProfiles {
+            count: entries.len(),
+        });
+    }
+    let mut profiles: Vec<Profile> = Vec::with_capacity(entries.len());
+    for (index, entry) in entries.iter().enumerate() {
+        let Value::Object(fields) = entry else {
+            return Err(ConfigError::ProfilesNotAList);
+        };
+        if let Some(field) = fields
+            .keys()
+            .find(|k| !PROFILE_FIELDS.contains(&k.as_str()))
+        {
+            return Err(ConfigError::UnknownProfileField {
+                index,
+                field: shorten(field),
+            });
+        }
+        let name = profile_name(fields.get("name"), index)?;
+        if profiles
+            .iter()
+            .any(|p| p.name.as_deref() == Some(name.as_str()))
+        {
+            return Err(ConfigError::DuplicateProfile { name });
+        }
+        let at = format!("providerConfig.profiles[{name}].");
+        profiles.push(profile(Some(name), fields, &at)?);
+    }
+    profiles.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(profiles)
+}
+
+fn profile_name(value: Option<&Value>, index: usize) -> Result<String, ConfigError> {
+    let invalid = |shown: String| ConfigError::InvalidProfileName { index, name: shown };
+    let Some(Value::String(name)) = value else {
+        return Err(invalid(value.map_or_else(
+            || "(missing)".to_string(),
+            |v| shorten(&v.to_string()),
+        )));
+    };
+    let alphanumeric = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
+    let valid = !name.is_empty()
+        && name.len() <= MAX_PROFILE_NAME
+        && name.chars().all(|c| alphanumeric(c) || c == '-')
+        && name.starts_with(alphanumeric)
+        && name.ends_with(alphanumeric);
+    if valid {
+        Ok(name.clone())
+    } else {
+        Err(invalid(format!("{:?}", shorten(name))))
+    }
 }
 
 /// One flag to its runsc entries: the allow-list is [`check_runsc_flag`] (shared with the
@@ -182,7 +484,7 @@ mod tests {
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect();
-            assert_eq!(got.runsc_flags, expected, "{key}={value}");
+            assert_eq!(got.default.runsc_flags, expected, "{key}={value}");
         }
         let rejected = [
             ("net-raw", "yes"),
@@ -226,7 +528,12 @@ mod tests {
             json!({"panic-signal": "6", "net-raw": "true", "debug": "true", "nvproxy": "true"}),
         )))
         .unwrap();
-        let keys: Vec<&str> = got.runsc_flags.iter().map(|(k, _)| k.as_str()).collect();
+        let keys: Vec<&str> = got
+            .default
+            .runsc_flags
+            .iter()
+            .map(|(k, _)| k.as_str())
+            .collect();
         assert_eq!(
             keys,
             ["debug", "debug-log", "net-raw", "nvproxy", "panic-signal"]
@@ -258,11 +565,13 @@ mod tests {
         with_typo["configFlag"] = json!({"net-raw": "true"});
         assert_eq!(
             validate(Some(&with_typo)).unwrap_err().to_string(),
-            "providerConfig has unknown field \"configFlag\"; accepted fields: apiVersion, kind, configFlags, testImageTag"
+            "providerConfig has unknown field \"configFlag\"; accepted fields: apiVersion, kind, configFlags, platform, overhead, profiles, testImageTag"
         );
         assert_eq!(
             validate(Some(&config(json!(["net-raw"])))).unwrap_err(),
-            ConfigError::FlagsNotAMap
+            ConfigError::FlagsNotAMap {
+                at: "providerConfig.".into()
+            }
         );
         assert_eq!(
             validate(Some(&config(json!({"net-raw": true})))).unwrap_err(),
@@ -286,5 +595,183 @@ mod tests {
             validate(Some(&tag)).unwrap_err(),
             ConfigError::TestImageTagNotAString
         );
+    }
+
+    fn with(fields: Value) -> Value {
+        let mut config = config(json!({}));
+        config
+            .as_object_mut()
+            .unwrap()
+            .extend(fields.as_object().unwrap().clone());
+        config
+    }
+
+    #[test]
+    fn profiles_are_sorted_and_each_gets_its_class_handler_and_flags() {
+        let settings = validate(Some(&with(json!({
+            "configFlags": {"net-raw": "true"},
+            "overhead": {"cpu": "0.1", "memory": "65536Ki"},
+            "profiles": [
+                {"name": "fast", "platform": "kvm", "overhead": {"memory": "96Mi"}},
+                {"name": "debug", "configFlags": {"debug": "true"}, "platform": "systrap"},
+            ],
+        }))))
+        .unwrap();
+        assert_eq!(settings.default.runtime_class(), "gvisor");
+        assert_eq!(settings.default.handler(), "runsc");
+        assert_eq!(
+            settings.default.overhead,
+            Some(Overhead {
+                cpu: Some("100m".into()),
+                memory: Some("64Mi".into())
+            }),
+            "canonical quantities"
+        );
+        let names: Vec<_> = settings
+            .profiles
+            .iter()
+            .map(|p| (p.runtime_class(), p.handler(), p.platform))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                (
+                    "gvisor-debug".into(),
+                    "runsc-debug".into(),
+                    Platform::Systrap
+                ),
+                ("gvisor-fast".into(), "runsc-fast".into(), Platform::Kvm),
+            ]
+        );
+        assert!(settings.wants_kvm());
+        assert_eq!(
+            settings.flags_text(),
+            format!(
+                "net-raw=true\n[debug]\ndebug=true\ndebug-log={DEBUG_LOG_PATH}\n[fast]\nplatform=kvm\n"
+            )
+        );
+    }
+
+    /// Without profiles, platform or overhead the installer gets the bytes it got before
+    /// profiles came: no installation DaemonSet rolls on the upgrade.
+    #[test]
+    fn a_config_without_profiles_renders_the_flags_it_rendered_before() {
+        let settings = validate(Some(&with(json!({
+            "configFlags": {"net-raw": "true"},
+            "platform": "systrap",
+        }))))
+        .unwrap();
+        assert_eq!(settings.flags_text(), "net-raw=true\n");
+        assert!(!settings.wants_kvm());
+        assert_eq!(validate(None).unwrap().flags_text(), "");
+    }
+
+    #[test]
+    fn bad_profiles_are_refused_with_where_and_what() {
+        let cases = [
+            (
+                json!({"platform": "ptrace"}),
+                "providerConfig.platform has invalid value \"ptrace\"; expected \"systrap\" or \"kvm\"",
+            ),
+            (
+                json!({"platform": 5}),
+                "providerConfig.platform has invalid value 5",
+            ),
+            (
+                json!({"configFlags": {"platform": "kvm"}}),
+                "the platform is its own field",
+            ),
+            (
+                json!({"overhead": {"gpu": "1"}}),
+                "providerConfig.overhead has unknown resource \"gpu\"; accepted: cpu, memory",
+            ),
+            (
+                json!({"overhead": {"memory": "-1Mi"}}),
+                "providerConfig.overhead memory has invalid value \"-1Mi\"; expected a non-negative quantity",
+            ),
+            (
+                json!({"overhead": {"cpu": "lots"}}),
+                "cpu has invalid value \"lots\"",
+            ),
+            (
+                json!({"overhead": {}}),
+                "providerConfig.overhead must be a map with cpu and/or memory",
+            ),
+            (
+                json!({"overhead": "64Mi"}),
+                "providerConfig.overhead must be a map",
+            ),
+            (
+                json!({"profiles": {"name": "a"}}),
+                "providerConfig.profiles must be a list of objects",
+            ),
+            (
+                json!({"profiles": ["a"]}),
+                "providerConfig.profiles must be a list of objects",
+            ),
+            (
+                json!({"profiles": [{"name": "a", "flags": {}}]}),
+                "providerConfig.profiles[0] has unknown field \"flags\"; accepted fields: name, configFlags, platform, overhead",
+            ),
+            (
+                json!({"profiles": [{}]}),
+                "providerConfig.profiles[0].name (missing) is not a valid profile name",
+            ),
+            (
+                json!({"profiles": [{"name": "Debug"}]}),
+                "providerConfig.profiles[0].name \"Debug\" is not a valid profile name",
+            ),
+            (
+                json!({"profiles": [{"name": "-a"}]}),
+                "is not a valid profile name",
+            ),
+            (
+                json!({"profiles": [{"name": "a-"}]}),
+                "is not a valid profile name",
+            ),
+            (
+                json!({"profiles": [{"name": "a/b"}]}),
+                "is not a valid profile name",
+            ),
+            (
+                json!({"profiles": [{"name": "x".repeat(MAX_PROFILE_NAME + 1)}]}),
+                "at most 56 characters",
+            ),
+            (
+                json!({"profiles": [{"name": "a"}, {"name": "a"}]}),
+                "providerConfig.profiles has the name \"a\" twice",
+            ),
+            (
+                json!({"profiles": [{"name": "a", "platform": "vm"}]}),
+                "providerConfig.profiles[a].platform has invalid value \"vm\"",
+            ),
+            (
+                json!({"profiles": [{"name": "a", "configFlags": "debug"}]}),
+                "providerConfig.profiles[a].configFlags must be a map",
+            ),
+            (
+                json!({"profiles": [{"name": "a", "configFlags": {"debug": "no"}}]}),
+                "configFlags.debug has invalid value \"no\"",
+            ),
+        ];
+        for (fields, needle) in cases {
+            let text = validate(Some(&with(fields.clone())))
+                .map(|s| format!("accepted: {s:?}"))
+                .unwrap_or_else(|e| e.to_string());
+            assert!(text.contains(needle), "{fields}: {text}");
+            assert!(text.len() < 400, "short: {text}");
+        }
+        let many: Vec<Value> = (0..=MAX_PROFILES)
+            .map(|i| json!({"name": format!("p{i}")}))
+            .collect();
+        assert_eq!(
+            validate(Some(&with(json!({"profiles": many})))).unwrap_err(),
+            ConfigError::TooManyProfiles {
+                count: MAX_PROFILES + 1
+            }
+        );
+        let longest = "x".repeat(MAX_PROFILE_NAME);
+        let settings = validate(Some(&with(json!({"profiles": [{"name": longest}]})))).unwrap();
+        assert_eq!(settings.profiles[0].runtime_class().len(), 63);
     }
 }

@@ -1,6 +1,8 @@
 //! Delete: uninstall gVisor from the pool's nodes, then remove the pool's MR (waiting unless
 //! force-deleting), then the shared MR, but only when no other gvisor ContainerRuntime
-//! without deletion timestamp remains in the namespace. Removing a MR lets the shoot's
+//! without deletion timestamp remains in the namespace (else the shared MR is applied with
+//! the remaining pools' profiles, [`super::shared`], so a profile only the leaving pool had
+//! loses its RuntimeClass). Removing a MR lets the shoot's
 //! resource manager (GRM) delete the DaemonSet / RuntimeClass.
 //!
 //! # The uninstall
@@ -39,9 +41,12 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use kube::Resource;
 
-use super::reconcile::{data, render_uninstall_parts};
+use super::data;
+use super::reconcile::render_uninstall_parts;
 use super::render::daemonset_name;
-use super::{Error, GVisorActuator, SHARED_MANAGED_RESOURCE, installation_managed_resource};
+use super::{
+    Error, GVisorActuator, SHARED_MANAGED_RESOURCE, installation_managed_resource, shared,
+};
 use crate::api::{ContainerRuntime, ManagedResource};
 use crate::error_chain::chain;
 use crate::extension::managed_resource;
@@ -188,8 +193,9 @@ pub async fn delete(
     }
     if another_pool_uses_gvisor(actuator, request).await? {
         tracing::info!(
-            "another gvisor ContainerRuntime remains; keeping the shared ManagedResource"
+            "another gvisor ContainerRuntime remains; the shared ManagedResource keeps the RuntimeClasses of the remaining pools' profiles"
         );
+        shared::apply(actuator, namespace, request.name(), None).await?;
         return Ok(Outcome::done());
     }
     if !managed_resource::delete_and_wait(

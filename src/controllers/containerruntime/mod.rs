@@ -1,9 +1,12 @@
 //! The ContainerRuntime controller for type `gvisor`: ships the gVisor RuntimeClass and a
 //! per-pool installation DaemonSet into the shoot through ManagedResources.
 //!
-//! - [`config`] validates the `providerConfig` (pure);
+//! - [`config`] validates the `providerConfig` (pure), [`kvm`] which pools may run the `kvm`
+//!   platform (pure), [`profiles`] the shoot's RuntimeClasses from every pool's profiles
+//!   (pure);
 //! - [`render`] renders the manifests from the embedded templates (pure);
-//! - [`reconcile`], [`delete`], [`migrate`], [`restore`]: one operation each, the I/O.
+//! - [`reconcile`], [`delete`], [`migrate`], [`restore`]: one operation each, the I/O;
+//!   [`shared`] applies the shared MR for both reconcile and delete.
 //!
 //! ManagedResources (names as upstream runtime-gvisor, so it can be replaced in place):
 //! `extension-runtime-gvisor` (shared by all pools of a shoot) and
@@ -13,10 +16,13 @@
 pub mod add;
 pub mod config;
 pub mod delete;
+pub mod kvm;
 pub mod migrate;
+pub mod profiles;
 pub mod reconcile;
 pub mod render;
 pub mod restore;
+pub mod shared;
 pub mod sweep;
 
 use std::time::Duration;
@@ -40,6 +46,11 @@ pub const DATA_KEY: &str = "config.yaml";
 /// Prefix of the pools' installation ManagedResources.
 pub const INSTALLATION_MANAGED_RESOURCE_PREFIX: &str = "extension-runtime-gvisor-installation-";
 
+/// The data of a pool's or the shared MR secret: the manifests under [`DATA_KEY`].
+fn data(manifests: &str) -> std::collections::BTreeMap<String, Vec<u8>> {
+    std::collections::BTreeMap::from([(DATA_KEY.to_string(), manifests.as_bytes().to_vec())])
+}
+
 /// Name of a pool's installation ManagedResource.
 pub fn installation_managed_resource(pool: &str) -> String {
     format!("{INSTALLATION_MANAGED_RESOURCE_PREFIX}{pool}")
@@ -51,6 +62,13 @@ pub enum Error {
     /// The providerConfig is invalid (the user must fix the Shoot).
     #[error("invalid providerConfig")]
     Config(#[source] config::ConfigError),
+    /// The pools' profiles cannot become one set of RuntimeClasses (the user must fix the
+    /// Shoot).
+    #[error("the gVisor profiles of the shoot's pools conflict")]
+    Profiles(#[source] profiles::Conflict),
+    /// A `kvm` profile on a pool that may not run it.
+    #[error("platform kvm refused")]
+    Kvm(#[source] kvm::KvmRefused),
     /// Rendering failed.
     #[error("rendering the shoot manifests")]
     Render(#[source] render::RenderError),
@@ -74,7 +92,9 @@ pub enum Error {
 impl Classify for Error {
     fn codes(&self) -> Vec<ErrorCode> {
         match self {
-            Error::Config(_) => vec![ErrorCode::ConfigurationProblem],
+            Error::Config(_) | Error::Profiles(_) | Error::Kvm(_) => {
+                vec![ErrorCode::ConfigurationProblem]
+            }
             Error::ManagedResource(error) => error.codes(),
             _ => Vec::new(),
         }
@@ -82,7 +102,7 @@ impl Classify for Error {
 
     fn category(&self) -> &'static str {
         match self {
-            Error::Config(_) => "configuration",
+            Error::Config(_) | Error::Profiles(_) | Error::Kvm(_) => "configuration",
             Error::Render(_) | Error::MissingImage(_) => "render",
             Error::ManagedResource(_) => "managed-resource",
             Error::List { .. } => "list",
@@ -106,6 +126,9 @@ pub struct Options {
     /// the pool's nodes, from the ContainerRuntime's deletion timestamp; zero turns the
     /// uninstall off ([`delete`]).
     pub uninstall_timeout: Duration,
+    /// `--gvisor-kvm-machine-types`: the machine types (`*` for any text) that offer
+    /// `/dev/kvm`, where a profile may ask for the `kvm` platform ([`kvm`]).
+    pub kvm_machine_types: Vec<String>,
 }
 
 /// The part of a stored ContainerRuntime `GVisorActuator::runtimes` reads: decoded
@@ -122,12 +145,20 @@ struct StoredSpec {
     #[serde(rename = "type")]
     type_: Option<String>,
     worker_pool: Option<StoredPool>,
+    provider_config: Option<serde_json::Value>,
 }
 
 #[derive(serde::Deserialize, Default)]
 #[serde(default)]
 struct StoredPool {
     name: Option<String>,
+    selector: StoredSelector,
+}
+
+#[derive(serde::Deserialize, Default)]
+#[serde(default, rename_all = "camelCase")]
+struct StoredSelector {
+    match_labels: Option<std::collections::BTreeMap<String, String>>,
 }
 
 /// What the actuator reads instead of asking the API server: the operator's [`SeedCache`]
@@ -186,9 +217,12 @@ impl GVisorActuator {
                 .into_iter()
                 .filter_map(|(name, stored)| {
                     let parts: StoredParts = stored.decode().ok()?;
+                    let pool = parts.spec.worker_pool?;
                     Some(Runtime {
                         name,
-                        pool: parts.spec.worker_pool?.name?,
+                        pool: pool.name?,
+                        selector: pool.selector.match_labels.unwrap_or_default(),
+                        provider_config: parts.spec.provider_config,
                         deleting: stored.deleting,
                     })
                     .filter(|_| parts.spec.type_.as_deref() == Some(TYPE))
@@ -211,16 +245,22 @@ impl GVisorActuator {
                 deleting: r.metadata.deletion_timestamp.is_some(),
                 name: r.metadata.name.unwrap_or_default(),
                 pool: r.spec.worker_pool.name,
+                selector: r.spec.worker_pool.selector.match_labels.unwrap_or_default(),
+                provider_config: r.spec.default.provider_config,
             })
             .collect())
     }
 }
 
-/// What the sweep and the deletion need of a gvisor ContainerRuntime.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// What the sweep, the shared MR and the deletion need of a gvisor ContainerRuntime.
+#[derive(Debug, Clone, PartialEq)]
 struct Runtime {
     name: String,
     pool: String,
+    /// `spec.workerPool.selector.matchLabels`.
+    selector: std::collections::BTreeMap<String, String>,
+    /// `spec.providerConfig`, not validated.
+    provider_config: Option<serde_json::Value>,
     deleting: bool,
 }
 

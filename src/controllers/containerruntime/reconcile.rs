@@ -1,14 +1,14 @@
-//! Reconcile: validate the providerConfig, render, then apply the shared MR and the pool's
-//! MR, then [`sweep`] the MRs of pools no ContainerRuntime asks for any more. A configuration error is returned before anything is written, so a bad spec never
-//! changes what is in the shoot. Does not wait for MR health (the shoot may be hibernated;
+//! Reconcile: validate the providerConfig (and that a `kvm` profile's pool may run it,
+//! [`super::kvm`]), render, then apply the shared MR (the RuntimeClasses of every pool's
+//! profiles, [`shared`]) and the pool's MR, then [`sweep`] the MRs of pools no
+//! ContainerRuntime asks for any more. A configuration error is returned before anything is
+//! written, so a bad spec never changes what is in the shoot. Does not wait for MR health (the shoot may be hibernated;
 //! gardenlet evaluates shoot MRs itself).
 
-use std::collections::BTreeMap;
-
+use super::profiles::{self, PoolProfiles};
 use super::render::{self, InstallationInputs};
 use super::{
-    DATA_KEY, Error, GVisorActuator, SHARED_MANAGED_RESOURCE, config,
-    installation_managed_resource, sweep,
+    Error, GVisorActuator, config, data, installation_managed_resource, kvm, shared, sweep,
 };
 use crate::api::ContainerRuntime;
 use crate::extension::managed_resource;
@@ -20,10 +20,13 @@ use crate::imagevector::{GVISOR_INSTALLATION, ImageVector};
 pub struct Rendered {
     /// The pool.
     pub pool: String,
-    /// Manifests of the shared MR.
+    /// Manifests of the shared MR, from this pool's profiles alone (the operator ships the
+    /// RuntimeClasses of every pool's, [`shared`]).
     pub shared: String,
     /// Manifests of the pool's MR.
     pub installation: String,
+    /// The pool's profiles.
+    pub profiles: PoolProfiles,
 }
 
 /// Validates and renders with the actuator's templates and images.
@@ -46,10 +49,18 @@ pub fn render_parts(
     let settings =
         config::validate(object.spec.default.provider_config.as_ref()).map_err(Error::Config)?;
     let inputs = installation_inputs(images, test_repository, object, settings)?;
+    let profiles = PoolProfiles {
+        pool: inputs.pool.clone(),
+        selector: inputs.pool_selector.clone(),
+        settings: inputs.settings.clone(),
+    };
+    let classes =
+        profiles::runtime_classes(std::slice::from_ref(&profiles)).map_err(Error::Profiles)?;
     Ok(Rendered {
         pool: inputs.pool.clone(),
-        shared: render::render_runtime_class(templates).map_err(Error::Render)?,
+        shared: render::render_runtime_classes(templates, &classes).map_err(Error::Render)?,
         installation: render::render_installation(templates, &inputs).map_err(Error::Render)?,
+        profiles,
     })
 }
 
@@ -99,9 +110,34 @@ fn installation_inputs(
     })
 }
 
-/// The data of a pool's or the shared MR secret: the manifests under [`DATA_KEY`].
-pub(super) fn data(manifests: &str) -> BTreeMap<String, Vec<u8>> {
-    BTreeMap::from([(DATA_KEY.to_string(), manifests.as_bytes().to_vec())])
+/// Refuses a `kvm` profile on a pool whose machine type the landscape does not list
+/// ([`kvm`]); the machine type comes from the Cluster's Shoot.
+fn check_kvm(
+    actuator: &GVisorActuator,
+    request: &Request<'_, ContainerRuntime>,
+    pool: &PoolProfiles,
+) -> Result<(), Error> {
+    let machine_type = request.cluster.and_then(|cluster| {
+        cluster
+            .shoot
+            .spec
+            .provider
+            .workers
+            .iter()
+            .find(|worker| worker.name == pool.pool)
+            .and_then(|worker| worker.machine.type_.as_deref())
+    });
+    let profiles = pool
+        .settings
+        .all_profiles()
+        .map(|p| (p.name.as_deref(), p.platform == config::Platform::Kvm));
+    kvm::check(
+        profiles,
+        &pool.pool,
+        machine_type,
+        &actuator.options.kvm_machine_types,
+    )
+    .map_err(Error::Kvm)
 }
 
 /// Applies both MRs with `keepObjects=false`. [`Outcome::Unchanged`] when neither MR nor
@@ -111,15 +147,14 @@ pub async fn reconcile(
     request: &Request<'_, ContainerRuntime>,
 ) -> Result<Outcome, Error> {
     let rendered = render(actuator, request.object)?;
+    check_kvm(actuator, request, &rendered.profiles)?;
     let namespace = request.namespace();
     let cache = actuator.seed_cache();
-    let shared = managed_resource::apply_for_shoot(
-        &actuator.client,
-        cache,
+    let shared = shared::apply(
+        actuator,
         namespace,
-        SHARED_MANAGED_RESOURCE,
-        &data(&rendered.shared),
-        false,
+        request.name(),
+        Some(&rendered.profiles),
     )
     .await?;
     let installation = managed_resource::apply_for_shoot(

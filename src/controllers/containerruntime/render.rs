@@ -1,5 +1,5 @@
-//! Rendering of the gVisor shoot manifests (pure): the shared RuntimeClass + ServiceAccount
-//! and the per-pool installation DaemonSet (or, while a ContainerRuntime is deleted, the same
+//! Rendering of the gVisor shoot manifests (pure): the shared RuntimeClasses (one per
+//! profile, [`super::profiles`]) + ServiceAccount and the per-pool installation DaemonSet (or, while a ContainerRuntime is deleted, the same
 //! DaemonSet in uninstall mode), from tera templates under `charts/internal/gvisor/` that are
 //! embedded at compile time and parsed once at start-up.
 
@@ -10,6 +10,7 @@ use sha2::{Digest, Sha256};
 use tera::{Context, Tera};
 
 use super::config::GVisorSettings;
+use super::profiles::RuntimeClass;
 use crate::api::constants::{LABEL_CRI_NAME, LABEL_WORKER_POOL};
 
 const RUNTIME_CLASS: &str = "runtimeclass.yaml";
@@ -56,6 +57,7 @@ impl Templates {
                 include_str!("../../../charts/internal/gvisor/installation.yaml.tera"),
             ),
         ])?;
+        tera.register_filter("yaml", yaml_scalar);
         Ok(Templates { tera })
     }
 
@@ -110,9 +112,40 @@ pub fn node_selector(inputs: &InstallationInputs) -> BTreeMap<String, String> {
     selector
 }
 
-/// RuntimeClass `gvisor` and ServiceAccount `kube-system/gvisor`.
-pub fn render_runtime_class(templates: &Templates) -> Result<String, RenderError> {
-    templates.render(RUNTIME_CLASS, &Context::new())
+/// The RuntimeClasses `classes` ([`super::profiles::runtime_classes`]) and ServiceAccount
+/// `kube-system/gvisor`.
+pub fn render_runtime_classes(
+    templates: &Templates,
+    classes: &[RuntimeClass],
+) -> Result<String, RenderError> {
+    let mut context = Context::new();
+    context.insert("classes", classes);
+    templates.render(RUNTIME_CLASS, &context)
+}
+
+/// The tera filter `yaml`: a string as a plain YAML scalar when that reads back as the same
+/// string (starts with a letter, only letters, digits and `._/-`, not a word YAML reads as a
+/// boolean or null), else JSON-encoded (valid YAML whatever the string holds).
+fn yaml_scalar(
+    value: &tera::Value,
+    _: &std::collections::HashMap<String, tera::Value>,
+) -> tera::Result<tera::Value> {
+    let tera::Value::String(text) = value else {
+        return Err(tera::Error::msg("the yaml filter takes a string"));
+    };
+    const WORDS: [&str; 11] = [
+        "true", "false", "null", "yes", "no", "on", "off", "y", "n", "~", "none",
+    ];
+    let plain = text.starts_with(|c: char| c.is_ascii_alphabetic())
+        && text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '/' | '-'))
+        && !WORDS.contains(&text.to_ascii_lowercase().as_str());
+    Ok(tera::Value::String(if plain {
+        text.clone()
+    } else {
+        serde_json::to_string(text).map_err(tera::Error::json)?
+    }))
 }
 
 /// The installation DaemonSet of one pool. The pod template carries the sha256 of the flags,
@@ -203,10 +236,16 @@ mod tests {
             .collect()
     }
 
+    fn gvisor_class() -> RuntimeClass {
+        super::super::profiles::runtime_classes(&[])
+            .unwrap()
+            .remove(0)
+    }
+
     #[test]
     fn runtime_class_snapshot() {
         let templates = Templates::new().unwrap();
-        let text = render_runtime_class(&templates).unwrap();
+        let text = render_runtime_classes(&templates, &[gvisor_class()]).unwrap();
         insta::assert_snapshot!(text);
         let objects = parse_all(&text);
         assert_eq!(objects[0]["handler"], "runsc");
@@ -214,6 +253,39 @@ mod tests {
             objects[0]["scheduling"]["nodeSelector"]["containerruntime.worker.gardener.cloud/gvisor"],
             "true"
         );
+        assert!(objects[0].get("overhead").is_none());
+    }
+
+    #[test]
+    fn profiles_render_one_class_each_with_overhead_and_odd_labels_stay_valid_yaml() {
+        let templates = Templates::new().unwrap();
+        let mut debug = gvisor_class();
+        debug.name = "gvisor-debug".into();
+        debug.handler = "runsc-debug".into();
+        debug.overhead_memory = Some("64Mi".into());
+        debug.overhead_cpu = Some("100m".into());
+        for (key, value) in [
+            ("true", "yes"),
+            ("a: {b}", "x\"y\n#z"),
+            ("1e3", "~"),
+            ("k", "007"),
+        ] {
+            debug.node_selector.insert(key.into(), value.into());
+        }
+        let text = render_runtime_classes(&templates, &[gvisor_class(), debug.clone()]).unwrap();
+        let objects = parse_all(&text);
+        assert_eq!(objects.len(), 3, "{text}");
+        assert_eq!(objects[1]["metadata"]["name"], "gvisor-debug");
+        assert_eq!(objects[1]["handler"], "runsc-debug");
+        assert_eq!(objects[1]["overhead"]["podFixed"]["memory"], "64Mi");
+        assert_eq!(objects[1]["overhead"]["podFixed"]["cpu"], "100m");
+        let selector = objects[1]["scheduling"]["nodeSelector"]
+            .as_object()
+            .unwrap();
+        for (key, value) in &debug.node_selector {
+            assert_eq!(selector[key], json!(value), "{key}");
+        }
+        assert_eq!(objects[2]["kind"], "ServiceAccount");
     }
 
     #[test]
