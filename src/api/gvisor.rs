@@ -81,15 +81,9 @@ pub struct GVisorConfiguration {
     /// Must be `GVisorConfiguration`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<String>,
-    /// Extra `runsc` flags (without leading dashes), e.g. `net-raw: "true"`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub config_flags: Option<BTreeMap<String, String>>,
-    /// The default profile's platform: `systrap` (default) or `kvm`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub platform: Option<String>,
-    /// The default profile's RuntimeClass `overhead.podFixed` (`cpu`, `memory`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub overhead: Option<BTreeMap<String, String>>,
+    /// The default profile (RuntimeClass `gvisor`).
+    #[serde(flatten)]
+    pub default: GVisorProfileSettings,
     /// Named profiles: each its own RuntimeClass `gvisor-<name>` and runtime handler
     /// `runsc-<name>` (docs/usage.md, "gVisor profiles").
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -105,7 +99,17 @@ pub struct GVisorConfiguration {
 pub struct GVisorProfile {
     /// Lowercase letters, digits and `-`, at most 56 characters.
     pub name: String,
-    /// Extra `runsc` flags, as the top-level `configFlags`.
+    /// Its settings.
+    #[serde(flatten)]
+    pub settings: GVisorProfileSettings,
+}
+
+/// What a profile sets: the default one at the top level of a [`GVisorConfiguration`], a
+/// named one in [`GVisorProfile`].
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GVisorProfileSettings {
+    /// Extra `runsc` flags (without leading dashes), e.g. `net-raw: "true"`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config_flags: Option<BTreeMap<String, String>>,
     /// `systrap` (default) or `kvm`.
@@ -152,7 +156,7 @@ somethingElse: 1
         )
         .unwrap();
         assert!(config.has_expected_type());
-        let flags = config.config_flags.as_ref().unwrap();
+        let flags = config.default.config_flags.as_ref().unwrap();
         assert_eq!(flags["net-raw"], "true");
         assert_eq!(config.test_image_tag.as_deref(), Some("v0.1.0"));
 

@@ -40,7 +40,7 @@ pub use common::{
     LastOperation, LastOperationState, LastOperationType,
 };
 pub use containerruntime::{ContainerRuntime, ContainerRuntimeSpec, ContainerRuntimeStatus};
-pub use gvisor::{GVisorConfiguration, GVisorProfile};
+pub use gvisor::{GVisorConfiguration, GVisorProfile, GVisorProfileSettings};
 pub use machine::{Machine, MachineClass, MachineDeployment, MachineSet};
 pub use managedresource::{ManagedResource, ManagedResourceSpec, ManagedResourceStatus};
 pub use nodeagent::NodeAgentConfiguration;

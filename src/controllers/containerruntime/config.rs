@@ -445,6 +445,20 @@ fn validate_flag(key: &str, value: &str) -> Result<Vec<(String, String)>, Config
     Ok(entries)
 }
 
+/// A `GVisorConfiguration` with `fields` (an object) besides `apiVersion` and `kind`: the
+/// providerConfig the unit tests of this controller start from.
+#[cfg(test)]
+pub(crate) fn provider_config(fields: Value) -> Value {
+    let mut config = serde_json::json!({
+        "apiVersion": GVISOR_CONFIGURATION_API_VERSION,
+        "kind": GVISOR_CONFIGURATION_KIND,
+    });
+    if let (Some(config), Value::Object(fields)) = (config.as_object_mut(), fields) {
+        config.extend(fields);
+    }
+    config
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -598,12 +612,7 @@ mod tests {
     }
 
     fn with(fields: Value) -> Value {
-        let mut config = config(json!({}));
-        config
-            .as_object_mut()
-            .unwrap()
-            .extend(fields.as_object().unwrap().clone());
-        config
+        provider_config(fields)
     }
 
     #[test]

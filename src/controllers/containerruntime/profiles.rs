@@ -211,18 +211,11 @@ fn agreed<T: PartialEq + Clone>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controllers::containerruntime::config::validate;
+    use crate::controllers::containerruntime::config::{provider_config, validate};
     use serde_json::{Value, json};
 
     fn pool(name: &str, fields: Value) -> PoolProfiles {
-        let mut config = json!({
-            "apiVersion": "gvisor.runtime.extensions.config.gardener.cloud/v1alpha1",
-            "kind": "GVisorConfiguration",
-        });
-        config
-            .as_object_mut()
-            .unwrap()
-            .extend(fields.as_object().unwrap().clone());
+        let config = provider_config(fields);
         PoolProfiles {
             pool: name.to_string(),
             selector: BTreeMap::from([(LABEL_WORKER_POOL.to_string(), name.to_string())]),

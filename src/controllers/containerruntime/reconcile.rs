@@ -199,15 +199,7 @@ mod tests {
     }
 
     fn config(extra: serde_json::Value) -> serde_json::Value {
-        let mut config = json!({
-            "apiVersion": "gvisor.runtime.extensions.config.gardener.cloud/v1alpha1",
-            "kind": "GVisorConfiguration",
-        });
-        config
-            .as_object_mut()
-            .unwrap()
-            .extend(extra.as_object().unwrap().clone());
-        config
+        config::provider_config(extra)
     }
 
     fn image_of(text: &str) -> String {

@@ -100,11 +100,7 @@ mod tests {
             name: name.into(),
             pool: pool.into(),
             selector: BTreeMap::new(),
-            provider_config: Some(json!({
-                "apiVersion": "gvisor.runtime.extensions.config.gardener.cloud/v1alpha1",
-                "kind": "GVisorConfiguration",
-                "profiles": profiles,
-            })),
+            provider_config: Some(config::provider_config(json!({"profiles": profiles}))),
             deleting,
         }
     }
