@@ -120,14 +120,17 @@ fn render_container_runtime(
     test_repository: Option<&str>,
     object: &ContainerRuntime,
 ) -> anyhow::Result<String> {
+    let chain = |e: containerruntime::Error| anyhow::anyhow!(crate::error_chain::chain(&e));
     let rendered =
         containerruntime::reconcile::render_parts(templates, images, test_repository, object)
-            .map_err(|e| anyhow::anyhow!(crate::error_chain::chain(&e)))?;
+            .map_err(chain)?;
+    let shared = containerruntime::reconcile::render_shared_alone(templates, &rendered.profiles)
+        .map_err(chain)?;
     Ok(format!(
         "# ManagedResource {shared_mr}\n{shared}---\n# ManagedResource {pool_mr}\n{installation}",
         shared_mr = containerruntime::SHARED_MANAGED_RESOURCE,
         pool_mr = containerruntime::installation_managed_resource(&rendered.pool),
-        shared = rendered.shared,
+        shared = shared,
         installation = rendered.installation,
     ))
 }

@@ -98,18 +98,12 @@ pub struct Profile {
 impl Profile {
     /// The RuntimeClass: `gvisor`, or `gvisor-<name>`.
     pub fn runtime_class(&self) -> String {
-        match &self.name {
-            None => "gvisor".to_string(),
-            Some(name) => format!("gvisor-{name}"),
-        }
+        runtime_class_name(self.name.as_deref())
     }
 
     /// The containerd runtime handler: `runsc`, or `runsc-<name>`.
     pub fn handler(&self) -> String {
-        match &self.name {
-            None => "runsc".to_string(),
-            Some(name) => format!("runsc-{name}"),
-        }
+        crate::gvisor_install::plan::handler_name(self.name.as_deref())
     }
 
     fn flags_text(&self) -> String {
@@ -117,6 +111,14 @@ impl Profile {
             .iter()
             .map(|(k, v)| format!("{k}={v}\n"))
             .collect()
+    }
+}
+
+/// The RuntimeClass of a profile (`None`: the default one): `gvisor`, or `gvisor-<name>`.
+pub fn runtime_class_name(profile: Option<&str>) -> String {
+    match profile {
+        None => "gvisor".to_string(),
+        Some(name) => format!("gvisor-{name}"),
     }
 }
 

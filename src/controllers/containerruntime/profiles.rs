@@ -18,7 +18,7 @@
 
 use std::collections::BTreeMap;
 
-use super::config::{GVisorSettings, Overhead, Profile};
+use super::config::{GVisorSettings, Overhead, Profile, runtime_class_name};
 use crate::api::constants::LABEL_WORKER_POOL;
 
 /// The node label gardenlet sets on the nodes of pools with gVisor.
@@ -165,20 +165,14 @@ fn class(
                 .map(|profile| (pool.pool.clone(), profile))
         })
         .collect();
-    let runtime_class = match name {
-        None => "gvisor".to_string(),
-        Some(name) => format!("gvisor-{name}"),
-    };
+    let runtime_class = runtime_class_name(name);
     let overhead: Option<Overhead> = agreed(&profiles, &runtime_class, "overhead", |p| {
         p.overhead.clone()
     })?
     .flatten();
     let overhead = overhead.unwrap_or_default();
     Ok(RuntimeClass {
-        handler: match name {
-            None => "runsc".to_string(),
-            Some(name) => format!("runsc-{name}"),
-        },
+        handler: crate::gvisor_install::plan::handler_name(name),
         name: runtime_class,
         node_selector,
         overhead_cpu: overhead.cpu,

@@ -20,9 +20,6 @@ use crate::imagevector::{GVISOR_INSTALLATION, ImageVector};
 pub struct Rendered {
     /// The pool.
     pub pool: String,
-    /// Manifests of the shared MR, from this pool's profiles alone (the operator ships the
-    /// RuntimeClasses of every pool's, [`shared`]).
-    pub shared: String,
     /// Manifests of the pool's MR.
     pub installation: String,
     /// The pool's profiles.
@@ -54,14 +51,21 @@ pub fn render_parts(
         selector: inputs.pool_selector.clone(),
         settings: inputs.settings.clone(),
     };
-    let classes =
-        profiles::runtime_classes(std::slice::from_ref(&profiles)).map_err(Error::Profiles)?;
     Ok(Rendered {
         pool: inputs.pool.clone(),
-        shared: render::render_runtime_classes(templates, &classes).map_err(Error::Render)?,
         installation: render::render_installation(templates, &inputs).map_err(Error::Render)?,
         profiles,
     })
+}
+
+/// The shared MR's manifests from the profiles of this one pool (`render containerruntime`;
+/// the operator ships the RuntimeClasses of every pool's, [`shared`]).
+pub fn render_shared_alone(
+    templates: &render::Templates,
+    pool: &PoolProfiles,
+) -> Result<String, Error> {
+    let classes = profiles::runtime_classes(std::slice::from_ref(pool)).map_err(Error::Profiles)?;
+    render::render_runtime_classes(templates, &classes).map_err(Error::Render)
 }
 
 /// The pool's uninstall DaemonSet ([`render::render_uninstall`]), without any API access.
