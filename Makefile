@@ -129,10 +129,13 @@ check-generate: generate
 # looks for that value only.
 #
 # Prometheus and promtool (hack/envtest.sh --prometheus, minutes on a cold machine) build beside
-# the tests at the lowest priority, in the CPU time they leave idle while they wait on their API
-# servers (beside lint and the builds they cost those phases minutes); the promtool rule tests
-# (test/monitoring_rules.rs, ignored in the main run) run once they are there. check-generate
-# runs after the test build with the binary it made (a `cargo run` would compile it again, the
+# the test phase at the lowest priority, in the CPU time the tests leave idle while they wait on
+# their API servers (beside lint and the builds they cost those phases minutes); the promtool
+# rule tests (test/monitoring_rules.rs, ignored in the main run) run once they are there.
+# E2E_PREBUILD=1 (`.ci/run`) builds what the e2e targets need there too (make e2e-prebuild),
+# after Prometheus: started earlier it raced go-builds for the envtest build lock or slowed lint
+# and the test build (docs/operations.md#continuous-integration). check-generate runs after the
+# test build with the binary it made (a `cargo run` would compile it again, the
 # dev-dependencies' features aside: minutes on a cold machine).
 test: deps
 	@$(call phase,go-builds); assets="$$(hack/envtest.sh)"; \
@@ -142,11 +145,20 @@ test: deps
 	  $(call phase,check-generate); \
 	  $(MAKE) --no-print-directory check-generate GENERATE_BIN="$(TARGET_DIR)/debug/gardener-extension-node"; \
 	  mkdir -p "$(TARGET_DIR)"; prometheus_log="$(TARGET_DIR)/prometheus-build.log"; \
-	  nice -n 19 hack/envtest.sh --prometheus >"$$prometheus_log" 2>&1 & prometheus=$$!; \
-	  trap 'kill $$prometheus 2>/dev/null || true' EXIT; \
+	  prebuild_log="$(TARGET_DIR)/e2e-prebuild.log"; \
+	  setsid nice -n 19 bash -c 'hack/envtest.sh --prometheus >"$$1" 2>&1 || exit 10; \
+	    [[ "$$2" != 1 ]] || $(MAKE) --no-print-directory e2e-prebuild >"$$3" 2>&1 || exit 11' \
+	    background "$$prometheus_log" "$(E2E_PREBUILD)" "$$prebuild_log" & background=$$!; \
+	  trap 'kill -- -$$background 2>/dev/null || true' EXIT; \
 	  $(call phase,test); ENVTEST_ASSETS="$$assets" $(CARGO) test --lib --bins --tests; \
-	  $(call phase,rules); wait $$prometheus || { cat "$$prometheus_log"; exit 1; }; \
-	  ENVTEST_ASSETS="$$assets" $(CARGO) test --test monitoring_rules -- --ignored; \
+	  $(call phase,builds-beside); status=0; wait $$background || status=$$?; \
+	  case $$status in \
+	    0) ;; \
+	    10) cat "$$prometheus_log"; exit 1 ;; \
+	    11) echo "the e2e builds beside the tests failed:"; cat "$$prebuild_log"; exit 1 ;; \
+	    *) echo "the builds beside the tests stopped ($$status)"; exit 1 ;; \
+	  esac; \
+	  $(call phase,rules); ENVTEST_ASSETS="$$assets" $(CARGO) test --test monitoring_rules -- --ignored; \
 	  hack/check-orphans.sh "$$GARDENER_EXTENSION_NODE_TEST_RUN"
 
 # The alerts' promtool tests alone (test/monitoring/*.test.yaml).
@@ -167,7 +179,7 @@ test-resilience: deps
 STATIC_TARGET := x86_64-unknown-linux-musl
 TARGET_DIR := $(abspath $(or $(CARGO_TARGET_DIR),target))
 # The static build has a target folder of its own, so it can be built while `cargo test` holds
-# the main one (`.ci/run` builds it beside the tests: e2e-prebuild).
+# the main one (`make test E2E_PREBUILD=1` builds it during the test phase: e2e-prebuild).
 STATIC_TARGET_DIR := $(TARGET_DIR)/static
 STATIC_BINARY := $(STATIC_TARGET_DIR)/$(STATIC_TARGET)/debug/gardener-extension-node
 # The images a landscape runs (docs/operations.md#install): `make images push-images
@@ -204,8 +216,8 @@ $(call phase,$(1)-go-builds); assets="$$(hack/envtest.sh --node)"; \
 endef
 
 # What the node runs, built ahead: the node components (containerd, runsc) and our static
-# binary. `.ci/run` runs it beside `make test` at the lowest priority, in the CPU time the tests
-# leave idle; the e2e targets then find both built.
+# binary. `make test E2E_PREBUILD=1` (`.ci/run`) runs it during its test phase at the lowest
+# priority, in the CPU time the tests leave idle; the e2e targets then find both built.
 e2e-prebuild: deps
 	@hack/envtest.sh --node >/dev/null
 	@CARGO_TARGET_DIR="$(STATIC_TARGET_DIR)" $(CARGO) build --quiet --target $(STATIC_TARGET) --bin gardener-extension-node
