@@ -477,6 +477,30 @@ pub fn remove_dir_if_empty(path: &Path) -> Result<bool, SafeFsError> {
     }
 }
 
+/// The names in the folder `path` (`None` when it is missing), without `.` and `..`; the
+/// folder itself and every folder on the way are opened without following links (a link
+/// there is refused). Names that are not UTF-8 are left out: nothing of ours has one.
+pub fn list_dir(path: &Path) -> Result<Option<Vec<String>>, SafeFsError> {
+    let (mut names, name) = split(path)?;
+    names.push(name);
+    let Some(dir) = open_dir(path, &names, false)? else {
+        return Ok(None);
+    };
+    let entries = rustix::fs::Dir::read_from(&dir).map_err(io_error("listing", path))?;
+    let mut listed = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(io_error("listing", path))?;
+        let Ok(name) = entry.file_name().to_str() else {
+            continue;
+        };
+        if name != "." && name != ".." {
+            listed.push(name.to_string());
+        }
+    }
+    listed.sort();
+    Ok(Some(listed))
+}
+
 /// Creates the folder `path` and its parents (0755) unless they exist; a link on the way is
 /// refused.
 pub fn create_dir_all(path: &Path) -> Result<(), SafeFsError> {

@@ -15,12 +15,14 @@ use gardener_extension_node::gvisor_install::RunscFlags;
 use gardener_extension_node::gvisor_install::plan::{self, ConfigPlan};
 
 const RUNSC_CONFIG: &str = "/etc/containerd/runsc.toml";
+const SHIM: &str = "/var/bin/containerruntimes/gvisor/0123456789abcdef/containerd-shim-runsc-v1";
 
 /// The default profile's handler, as the installer registers it.
 fn runsc_handler() -> Vec<plan::Handler> {
     vec![plan::Handler {
         name: plan::RUNTIME_NAME.to_string(),
         runsc_config: RUNSC_CONFIG.to_string(),
+        shim: SHIM.to_string(),
     }]
 }
 

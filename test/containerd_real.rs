@@ -21,12 +21,14 @@ use gardener_extension_node::containerd::ContainerdConfig;
 use gardener_extension_node::gvisor_install::plan;
 
 const RUNSC_CONFIG: &str = "/etc/containerd/runsc.toml";
+const SHIM: &str = "/var/bin/containerruntimes/gvisor/0123456789abcdef/containerd-shim-runsc-v1";
 
 /// The default profile's handler, as the installer registers it.
 fn runsc_handler() -> Vec<plan::Handler> {
     vec![plan::Handler {
         name: plan::RUNTIME_NAME.to_string(),
         runsc_config: RUNSC_CONFIG.to_string(),
+        shim: SHIM.to_string(),
     }]
 }
 const CRI: &str = "io.containerd.grpc.v1.cri";
@@ -116,6 +118,11 @@ fn debian_containerd_sees_runsc_under_the_cri_plugin() {
             runtime_value(&config, "runsc", &["options", "ConfigPath"]),
             Some(RUNSC_CONFIG),
             "{name}: runsc ConfigPath"
+        );
+        assert_eq!(
+            runtime_value(&config, "runsc", &["runtime_path"]),
+            Some(SHIM),
+            "{name}: runsc runtime_path (the installed version's shim)"
         );
         // The default runtime must survive: containerd 1.6 replaces its built-in runtime
         // map with the file's, and the CRI plugin fails without `runc`.

@@ -17,7 +17,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use gardener_extension_node::gvisor_install::versions;
+
 const BIN: &str = env!("CARGO_BIN_EXE_gardener-extension-node");
+/// The version the `*.installed.toml` fixtures name in `runtime_path`.
+const FIXTURE_VERSION: &str = "0123456789abcdef";
 const MARKER: &str = "var/lib/gardener-extension-node/gvisor-install.restart-pending";
 
 /// A fake node: `root/` is the host's `/`, `content/` the installation image's folder.
@@ -55,6 +59,57 @@ impl Host {
 
     fn config_path(&self) -> PathBuf {
         self.root().join("etc/containerd/config.toml")
+    }
+
+    /// The version of the binaries in the image (the installer's rule, [`versions`]).
+    fn version(&self) -> String {
+        let runsc = std::fs::read(self.content().join("runsc")).unwrap();
+        let shim = std::fs::read(self.content().join("containerd-shim-runsc-v1")).unwrap();
+        versions::version_of(&[&runsc, &shim])
+    }
+
+    /// Where the installer puts `binary` of `version` on the host (below the root).
+    fn installed(&self, version: &str, binary: &str) -> PathBuf {
+        self.root()
+            .join("var/bin/containerruntimes/gvisor")
+            .join(version)
+            .join(binary)
+    }
+
+    /// The runsc config the installer writes for the current image, with `flags` lines.
+    fn runsc_toml(&self, flags: &str) -> String {
+        format!(
+            "binary_name = \"/var/bin/containerruntimes/gvisor/{}/runsc\"\n\n[runsc_config]\n{flags}",
+            self.version()
+        )
+    }
+
+    /// `name` with the version of the test fixtures replaced by the image's.
+    fn installed_fixture(&self, name: &str) -> String {
+        fixture(name).replace(FIXTURE_VERSION, &self.version())
+    }
+
+    /// A new build in the image: another runsc.
+    fn upgrade_image(&self, build: &str) {
+        std::fs::write(
+            self.content().join("runsc"),
+            format!("#!/bin/sh\n# runsc stand-in, build {build}\nexit 1\n"),
+        )
+        .unwrap();
+    }
+
+    /// The host's process table for `--proc-dir`: one process per `exe` (the target text of
+    /// its `/proc/<pid>/exe`), replacing what was there; returns the flag.
+    fn processes(&self, exes: &[&str]) -> String {
+        let proc_dir = self.dir.path().join("proc");
+        let _ = std::fs::remove_dir_all(&proc_dir);
+        for (pid, exe) in exes.iter().enumerate() {
+            let dir = proc_dir.join((pid + 1).to_string());
+            std::fs::create_dir_all(&dir).unwrap();
+            std::os::unix::fs::symlink(exe, dir.join("exe")).unwrap();
+        }
+        std::fs::create_dir_all(&proc_dir).unwrap();
+        format!("--proc-dir={}", proc_dir.display())
     }
 
     /// The command with the DaemonSet's flags (`--bin-dir` left at its default, the same
@@ -339,7 +394,7 @@ fn linked_config_is_edited_at_its_target_on_the_host() {
         );
         assert_eq!(
             std::fs::read_to_string(&real).unwrap(),
-            fixture("v2-debian.installed"),
+            host.installed_fixture("v2-debian.installed"),
             "{target}: the real file is edited, everything else in it kept"
         );
     }
@@ -383,7 +438,7 @@ fn failed_restart_keeps_the_marker_and_the_next_run_retries() {
     assert!(config.contains("[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runsc]"));
     assert_eq!(
         std::fs::read_to_string(host.root().join("etc/containerd/runsc.toml")).unwrap(),
-        "[runsc_config]\nnet-raw = \"true\"\n"
+        host.runsc_toml("net-raw = \"true\"\n")
     );
     let marker = std::fs::read_to_string(host.root().join(MARKER)).unwrap();
     assert!(marker.contains("/etc/containerd/config.toml"), "{marker}");
@@ -405,7 +460,7 @@ fn up_to_date_host_needs_no_systemd_and_waits_for_sigterm() {
     std::fs::remove_file(host.root().join(MARKER)).unwrap();
     let installed = host.snapshot();
     for binary in ["runsc", "containerd-shim-runsc-v1"] {
-        let path = host.root().join("var/bin/containerruntimes").join(binary);
+        let path = host.installed(&host.version(), binary);
         assert_eq!(
             std::fs::read(&path).unwrap(),
             std::fs::read(host.content().join(binary)).unwrap()
@@ -507,8 +562,8 @@ fn uninstall_waits_for_sigterm_like_install() {
     let actions = run_until_sigterm(&host, &["--uninstall"]);
     assert_eq!(
         actions,
-        ["up-to-date", "up-to-date", "kept", "skipped"],
-        "config, runsc.toml, binaries kept, no restart"
+        ["up-to-date", "up-to-date", "skipped"],
+        "config, runsc.toml, no restart (and no version to remove)"
     );
     assert_eq!(host.snapshot(), before);
 }
@@ -575,11 +630,9 @@ fn links_at_the_files_written_are_replaced_not_followed() {
     let shadow = host.put("etc/shadow", SHADOW, 0o640);
     let hostname = host.put("etc/hostname", b"node-1\n", 0o644);
     host.zero_device("dev/zero");
-    host.link("var/bin/containerruntimes/runsc", "/etc/passwd");
-    host.link(
-        "var/bin/containerruntimes/containerd-shim-runsc-v1",
-        "/dev/zero",
-    );
+    let folder = format!("var/bin/containerruntimes/gvisor/{}", host.version());
+    host.link(&format!("{folder}/runsc"), "/etc/passwd");
+    host.link(&format!("{folder}/containerd-shim-runsc-v1"), "/dev/zero");
     host.link("etc/containerd/runsc.toml", "/etc/shadow");
     host.link(MARKER, "/etc/hostname");
     let before = host.snapshot();
@@ -601,7 +654,7 @@ fn links_at_the_files_written_are_replaced_not_followed() {
     assert_eq!(std::fs::read(&shadow).unwrap(), SHADOW);
     assert_eq!(std::fs::read(&hostname).unwrap(), b"node-1\n");
     for binary in ["runsc", "containerd-shim-runsc-v1"] {
-        let path = host.root().join("var/bin/containerruntimes").join(binary);
+        let path = host.installed(&host.version(), binary);
         assert_eq!(regular_with_mode(&path), (true, 0o755), "{binary}");
         assert_eq!(
             std::fs::read(&path).unwrap(),
@@ -612,7 +665,7 @@ fn links_at_the_files_written_are_replaced_not_followed() {
     assert_eq!(regular_with_mode(&runsc_toml), (true, 0o644));
     assert_eq!(
         std::fs::read_to_string(&runsc_toml).unwrap(),
-        "[runsc_config]\nnet-raw = \"true\"\n"
+        host.runsc_toml("net-raw = \"true\"\n")
     );
     let marker = host.root().join(MARKER);
     assert!(regular_with_mode(&marker).0);
@@ -650,13 +703,13 @@ fn a_runsc_toml_link_to_config_toml_is_replaced_not_written_through() {
     assert_only_the_restart_failed(ok, &message);
     assert_eq!(
         std::fs::read_to_string(host.config_path()).unwrap(),
-        fixture("v2-debian.installed")
+        host.installed_fixture("v2-debian.installed")
     );
     let runsc_toml = host.root().join("etc/containerd/runsc.toml");
     assert!(regular_with_mode(&runsc_toml).0);
     assert_eq!(
         std::fs::read_to_string(runsc_toml).unwrap(),
-        "[runsc_config]\nnet-raw = \"true\"\n"
+        host.runsc_toml("net-raw = \"true\"\n")
     );
 }
 
@@ -946,7 +999,9 @@ fn profiles_get_a_handler_and_a_file_each_and_go_when_no_longer_asked_for() {
     assert!(!config.contains("runsc-fast"), "refused: {config}");
     assert_eq!(
         std::fs::read_to_string(etc.join("runsc-debug.toml")).unwrap(),
-        "[runsc_config]\ndebug = \"true\"\ndebug-log = \"/var/log/runsc/%ID%/gvisor-%COMMAND%.log\"\n"
+        host.runsc_toml(
+            "debug = \"true\"\ndebug-log = \"/var/log/runsc/%ID%/gvisor-%COMMAND%.log\"\n"
+        )
     );
     assert!(!etc.join("runsc-fast.toml").exists());
 
@@ -962,7 +1017,7 @@ fn profiles_get_a_handler_and_a_file_each_and_go_when_no_longer_asked_for() {
     );
     assert_eq!(
         std::fs::read_to_string(etc.join("runsc-fast.toml")).unwrap(),
-        "[runsc_config]\nplatform = \"kvm\"\n"
+        host.runsc_toml("platform = \"kvm\"\n")
     );
 
     // The debug and fast profiles are no longer asked for: handlers and files go.
@@ -1008,4 +1063,218 @@ fn bad_profile_headers_are_refused_before_any_change() {
         assert!(!message.contains("shadow"), "{message}");
         assert_eq!(host.snapshot(), before, "{flags}");
     }
+}
+
+/// An installer run waiting for SIGTERM, its log lines read on a thread of their own.
+struct WaitingRun {
+    child: std::process::Child,
+    lines: std::sync::mpsc::Receiver<serde_json::Value>,
+}
+
+impl WaitingRun {
+    fn start(host: &Host, extra: &[&str]) -> Self {
+        let mut child = host
+            .command(extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let (send, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Ok(entry) = serde_json::from_str::<serde_json::Value>(&line)
+                    && send.send(entry["fields"].clone()).is_err()
+                {
+                    return;
+                }
+            }
+        });
+        WaitingRun { child, lines }
+    }
+
+    /// The first logged line (its fields) that `matches`, within 10 s.
+    fn until(&self, what: &str, matches: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(fields) if matches(&fields) => return fields,
+                Ok(_) => {}
+                Err(_) => panic!("not logged within 10 s: {what}"),
+            }
+        }
+    }
+
+    fn stop(mut self) {
+        Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        let status = wait_bounded(&mut self.child, "no exit after SIGTERM");
+        assert!(status.success(), "{status}");
+    }
+}
+
+/// A run whose files are written and whose containerd restart then happens: here the first
+/// run fails at the restart (no bus), so the test plays the restart (removes the marker) and
+/// runs again, which changes no file and goes on to remove what is no longer used. Returns
+/// the second run's log.
+fn install_and_restart(host: &Host, extra: &[&str]) -> String {
+    let (ok, message) = host.run_bounded(&[&["--once"], extra].concat());
+    if !ok {
+        assert_only_the_restart_failed(ok, &message);
+        std::fs::remove_file(host.root().join(MARKER)).unwrap();
+    }
+    let (ok, message) = host.run_bounded(&[&["--once"], extra].concat());
+    assert!(ok, "{message}");
+    message
+}
+
+/// Version-stamped installs: an upgrade installs the new build beside the old one and points
+/// containerd and the runsc config at it; the old version stays while a process (a pod's
+/// shim) runs it and goes once none does, also while the installer waits; binaries from
+/// before versions go the same way; uninstall removes every version no process runs.
+#[test]
+fn an_upgrade_keeps_the_version_a_sandbox_runs_until_it_ends() {
+    let host = Host::new(Some("v2-debian"));
+    let containerd = "/usr/bin/containerd";
+    // An install from before versions, whose shim still serves a pod.
+    host.put("var/bin/containerruntimes/runsc", b"old runsc", 0o755);
+    host.put(
+        "var/bin/containerruntimes/containerd-shim-runsc-v1",
+        b"old shim",
+        0o755,
+    );
+    let legacy_shim = "/var/bin/containerruntimes/containerd-shim-runsc-v1";
+    let processes = host.processes(&[containerd, legacy_shim]);
+    let first = host.version();
+    let message = install_and_restart(&host, &[&processes]);
+    assert!(
+        message.contains("\"binaries_from_before_versions\":true"),
+        "{message}"
+    );
+    assert!(host.root().join(&legacy_shim[1..]).exists());
+    let shim = |version: &str| {
+        format!("/var/bin/containerruntimes/gvisor/{version}/containerd-shim-runsc-v1")
+    };
+    let config = std::fs::read_to_string(host.config_path()).unwrap();
+    assert!(
+        config.contains(&format!("runtime_path = \"{}\"", shim(&first))),
+        "{config}"
+    );
+
+    // That pod ended; one runs in the first version. An upgrade brings another runsc build.
+    let processes = host.processes(&[containerd, &shim(&first)]);
+    host.upgrade_image("2");
+    let second = host.version();
+    assert_ne!(first, second);
+    let message = install_and_restart(&host, &[&processes]);
+    assert!(!host.root().join(&legacy_shim[1..]).exists(), "{message}");
+    assert!(!host.root().join("var/bin/containerruntimes/runsc").exists());
+    let config = std::fs::read_to_string(host.config_path()).unwrap();
+    assert!(
+        config.contains(&format!("runtime_path = \"{}\"", shim(&second))),
+        "{config}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(host.root().join("etc/containerd/runsc.toml")).unwrap(),
+        host.runsc_toml("")
+    );
+    assert!(
+        host.installed(&first, "runsc").exists()
+            && host.installed(&first, "containerd-shim-runsc-v1").exists(),
+        "the version a pod runs stays: {message}"
+    );
+    assert!(
+        message.contains("\"action\":\"kept\"") && message.contains("running sandboxes use them"),
+        "{message}"
+    );
+
+    // The installer waits; the pod ends (its shim exits, " (deleted)" or not) and the
+    // first version goes at the next look.
+    let run = WaitingRun::start(&host, &[&processes, "--cleanup-interval-seconds=1"]);
+    run.until("waiting for SIGTERM", |f| {
+        f["message"] == "done; waiting for SIGTERM"
+    });
+    host.processes(&[containerd]);
+    let removed = run.until("the first version removed", |f| {
+        f["action"] == "removed" && f["version"] == first.as_str()
+    });
+    run.stop();
+    assert!(!host.installed(&first, "runsc").exists(), "{removed}");
+    assert!(
+        !host
+            .root()
+            .join("var/bin/containerruntimes/gvisor")
+            .join(&first)
+            .exists()
+    );
+    assert!(host.installed(&second, "runsc").exists());
+
+    // Uninstall while a pod runs in the second version: the handlers go at once, the
+    // version when the pod has ended.
+    let running = format!("{} (deleted)", shim(&second));
+    let processes = host.processes(&[containerd, &running]);
+    let (ok, message) = host.run_bounded(&["--once", "--uninstall", &processes]);
+    assert_only_the_restart_failed(ok, &message);
+    std::fs::remove_file(host.root().join(MARKER)).unwrap();
+    let (ok, message) = host.run_bounded(&["--once", "--uninstall", &processes]);
+    assert!(ok, "{message}");
+    assert!(host.installed(&second, "runsc").exists(), "{message}");
+    let processes = host.processes(&[containerd]);
+    let (ok, message) = host.run_bounded(&["--once", "--uninstall", &processes]);
+    assert!(ok, "{message}");
+    assert!(
+        !host
+            .root()
+            .join("var/bin/containerruntimes/gvisor")
+            .exists(),
+        "{message}"
+    );
+}
+
+/// Whoever cannot read the host's process table cannot tell a version unused: nothing is
+/// removed, and the log says why. A version folder holding files we did not install keeps
+/// them (and itself); links in it are removed, never followed.
+#[test]
+fn versions_stay_without_a_process_table_and_foreign_files_stay() {
+    let host = Host::new(Some("v2-debian"));
+    let first = host.version();
+    install_and_restart(&host, &[]);
+    host.upgrade_image("2");
+    // No --proc-dir: `<host-root>/proc` does not exist here. Then an empty folder.
+    let message = install_and_restart(&host, &[]);
+    assert!(host.installed(&first, "runsc").exists(), "{message}");
+    assert!(
+        message.contains("cannot read the host's process table"),
+        "{message}"
+    );
+    let empty = host.processes(&[]);
+    let message = install_and_restart(&host, &[&empty]);
+    assert!(host.installed(&first, "runsc").exists(), "{message}");
+
+    // A process table at last; the old folder also holds a stranger's file and our runsc is
+    // a link to /etc/passwd.
+    let passwd = host.put("etc/passwd", PASSWD, 0o644);
+    let folder = host
+        .root()
+        .join("var/bin/containerruntimes/gvisor")
+        .join(&first);
+    std::fs::write(folder.join("notes.txt"), b"not ours").unwrap();
+    std::fs::remove_file(folder.join("runsc")).unwrap();
+    std::os::unix::fs::symlink("/etc/passwd", folder.join("runsc")).unwrap();
+    let processes = host.processes(&["/usr/bin/containerd"]);
+    let message = install_and_restart(&host, &[&processes]);
+    assert_eq!(std::fs::read(&passwd).unwrap(), PASSWD);
+    assert!(
+        std::fs::symlink_metadata(folder.join("runsc")).is_err(),
+        "{message}"
+    );
+    assert!(!folder.join("containerd-shim-runsc-v1").exists());
+    assert!(folder.join("notes.txt").exists());
+    assert!(
+        message.contains("its folder holds files we did not install"),
+        "{message}"
+    );
 }

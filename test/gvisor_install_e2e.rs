@@ -14,6 +14,10 @@
 //! the running containerd took the runtime is read from what that very invocation logged
 //! ("Start cri plugin with config {... Runtimes:map[... runsc:{Type:io.containerd.runsc.v1
 //! ...") and from `ctr plugins ls` (CRI plugin `ok`).
+//!
+//! Which gVisor version is in use is read the way the DaemonSet reads it: from the machine's
+//! real `/proc` under the host root; a sandbox started with the installed runsc (`runsc do`)
+//! keeps its version through an uninstall, which removes it once the sandbox has ended.
 
 #![allow(clippy::unwrap_used, clippy::panic)]
 
@@ -25,6 +29,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use gardener_extension_node::containerd::ContainerdConfig;
+use gardener_extension_node::gvisor_install::versions;
 use gardener_extension_node::systemd::{self, JobResult, Systemd};
 use support::nspawn::{Machine, MachineOptions};
 
@@ -62,6 +67,16 @@ fn fixture(name: &str) -> Vec<u8> {
             .join(name),
     )
     .unwrap()
+}
+
+/// The version folder the installer gives the image's binaries (Debian's runsc and the
+/// stand-in shim): `BIN_DIR/gvisor/<version>`.
+fn version_dir() -> String {
+    let runsc = std::fs::read("/usr/bin/runsc").unwrap();
+    format!(
+        "{BIN_DIR}/gvisor/{}",
+        versions::version_of(&[&runsc, SHIM_STAND_IN])
+    )
 }
 
 /// Puts the image's binaries into the machine and starts containerd.
@@ -227,20 +242,25 @@ fn installs_runsc_restarts_containerd_once_and_a_second_run_changes_nothing() {
 
     // What is on disk.
     let config = machine.read_file(CONFIG).unwrap();
+    let folder = version_dir();
     assert_eq!(
         String::from_utf8(config.clone()).unwrap(),
-        String::from_utf8(fixture("v2-debian.installed.toml")).unwrap()
+        String::from_utf8(fixture("v2-debian.installed.toml"))
+            .unwrap()
+            .replace(&format!("{BIN_DIR}/gvisor/0123456789abcdef"), &folder)
     );
     let runsc_toml = machine.read_file(RUNSC_TOML).unwrap();
     assert_eq!(
         String::from_utf8_lossy(&runsc_toml),
-        "[runsc_config]\nnet-raw = \"true\"\npanic-signal = \"15\"\n"
+        format!(
+            "binary_name = \"{folder}/runsc\"\n\n[runsc_config]\nnet-raw = \"true\"\npanic-signal = \"15\"\n"
+        )
     );
-    let runsc = machine.read_file(format!("{BIN_DIR}/runsc")).unwrap();
+    let runsc = machine.read_file(format!("{folder}/runsc")).unwrap();
     assert_eq!(runsc, std::fs::read("/usr/bin/runsc").unwrap());
     assert_eq!(
         machine
-            .read_file(format!("{BIN_DIR}/containerd-shim-runsc-v1"))
+            .read_file(format!("{folder}/containerd-shim-runsc-v1"))
             .unwrap(),
         SHIM_STAND_IN
     );
@@ -249,8 +269,8 @@ fn installs_runsc_restarts_containerd_once_and_a_second_run_changes_nothing() {
             "stat",
             "-c",
             "%a",
-            &format!("{BIN_DIR}/runsc"),
-            &format!("{BIN_DIR}/containerd-shim-runsc-v1"),
+            &format!("{folder}/runsc"),
+            &format!("{folder}/containerd-shim-runsc-v1"),
         ])
         .expect_success("stat");
     assert_eq!(modes.stdout, "755\n755\n");
@@ -320,14 +340,23 @@ fn installs_runsc_restarts_containerd_once_and_a_second_run_changes_nothing() {
     );
     assert_eq!(machine.read_file(RUNSC_TOML).unwrap(), runsc_toml);
 
-    // Uninstall: runtime and runsc.toml go, containerd restarts, binaries stay.
+    // Uninstall while a sandbox runs the installed runsc (read from the machine's real
+    // /proc through the host root): runtime and runsc.toml go, containerd restarts, the
+    // version stays while the sandbox runs.
+    let sandbox = machine
+        .sh(&format!(
+            "{folder}/runsc --network=none --ignore-cgroups --root=/run/e2e-runsc-in-use do sleep 600 >/dev/null 2>&1 & echo $!"
+        ))
+        .expect_success("start a sandbox with the installed runsc");
+    let sandbox = sandbox.stdout.trim().to_string();
     let (ok, actions, stderr) = run_installer(&machine, "", &["--uninstall", "--once"]);
     assert!(ok, "uninstall failed:\n{stderr}");
     assert_eq!(
         actions,
-        ["removed", "removed", "kept", "restarted"],
+        ["removed", "removed", "restarted", "kept"],
         "{stderr}"
     );
+    assert!(machine.exists(format!("{folder}/runsc")));
     machine
         .wait_for_unit_state(CONTAINERD, "active", UNIT_TIMEOUT)
         .unwrap_or_else(|e| panic!("{e}"));
@@ -337,12 +366,21 @@ fn installs_runsc_restarts_containerd_once_and_a_second_run_changes_nothing() {
     assert_cri_plugin_ok(&machine);
     assert_eq!(runsc_type_in_dump(&machine), None);
     assert!(!machine.exists(RUNSC_TOML));
-    assert!(machine.exists(format!("{BIN_DIR}/runsc")));
 
-    // A second uninstall has nothing to do.
+    // The sandbox ends: a second uninstall removes the version and restarts nothing.
+    machine
+        .run(&["kill", "-KILL", &sandbox])
+        .expect_success("end the sandbox");
+    let started = Instant::now();
+    while machine.run(&["kill", "-0", &sandbox]).status.success() {
+        assert!(started.elapsed() < UNIT_TIMEOUT, "the sandbox did not end");
+        std::thread::sleep(Duration::from_millis(50));
+    }
     let (ok, actions, stderr) = run_installer(&machine, "", &["--uninstall", "--once"]);
     assert!(ok, "{stderr}");
     assert_eq!(count(&actions, "restarted"), 0, "{stderr}");
+    assert_eq!(count(&actions, "removed"), 1, "the version: {stderr}");
+    assert!(!machine.exists(format!("{BIN_DIR}/gvisor")), "{stderr}");
     assert_eq!(invocation(&machine), third);
 }
 
@@ -372,7 +410,9 @@ fn creates_a_missing_config_and_retries_a_failed_restart() {
     let created = String::from_utf8(machine.read_file(CONFIG).unwrap()).unwrap();
     assert_eq!(
         created,
-        String::from_utf8(fixture("empty.installed.toml")).unwrap()
+        String::from_utf8(fixture("empty.installed.toml"))
+            .unwrap()
+            .replace(&format!("{BIN_DIR}/gvisor/0123456789abcdef"), &version_dir())
     );
     assert_eq!(invocation(&machine), first, "containerd untouched so far");
 

@@ -139,6 +139,17 @@ pub fn remove_if_exists(path: &Path) -> Result<bool, Error> {
     Ok(safe_fs::remove_file(path)?)
 }
 
+/// The names in the folder `path` (`None` when missing), sorted; a link at the folder or on
+/// the way to it is refused.
+pub fn list_dir(path: &Path) -> Result<Option<Vec<String>>, Error> {
+    Ok(safe_fs::list_dir(path)?)
+}
+
+/// Removes the folder `path` if it is empty; returns whether it did.
+pub fn remove_dir_if_empty(path: &Path) -> Result<bool, Error> {
+    Ok(safe_fs::remove_dir_if_empty(path)?)
+}
+
 /// Sets the permission bits of the existing regular file `path` (a link is refused, its
 /// target never changed).
 pub fn set_mode(path: &Path, mode: u32) -> Result<(), Error> {

@@ -28,6 +28,9 @@ pub const DEFAULT_RUNTIME_TYPE: &str = "io.containerd.runc.v2";
 pub struct RuntimeEntry {
     /// `runtime_type`, e.g. `io.containerd.runsc.v1`.
     pub runtime_type: String,
+    /// `runtime_path`: the shim binary containerd starts for this handler (instead of
+    /// looking `containerd-shim-<type>` up on its `PATH`); `None` leaves the key as it is.
+    pub runtime_path: Option<String>,
     /// Keys of the `options` sub-table, written in this order when created.
     pub options: Vec<(String, String)>,
 }
@@ -77,6 +80,12 @@ impl ContainerdConfig {
             &[path.as_slice(), &["runtime_type"]].concat(),
             Value::from(entry.runtime_type.as_str()),
         )?;
+        if let Some(runtime_path) = &entry.runtime_path {
+            changed |= next.set_value(
+                &[path.as_slice(), &["runtime_path"]].concat(),
+                Value::from(runtime_path.as_str()),
+            )?;
+        }
         for (key, value) in &entry.options {
             changed |= next.set_value(
                 &[path.as_slice(), &["options", key.as_str()]].concat(),
@@ -147,6 +156,7 @@ mod tests {
     fn runsc() -> RuntimeEntry {
         RuntimeEntry {
             runtime_type: "io.containerd.runsc.v1".into(),
+            runtime_path: None,
             options: vec![
                 ("TypeUrl".into(), "io.containerd.runsc.v1.options".into()),
                 ("ConfigPath".into(), "/etc/containerd/runsc.toml".into()),

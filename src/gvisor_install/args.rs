@@ -30,8 +30,10 @@ pub struct GvisorInstallArgs {
     #[arg(long, env = "GVISOR_HOST_ROOT", default_value = "/var/host")]
     pub host_root: PathBuf,
 
-    /// Host folder for `runsc` and `containerd-shim-runsc-v1`; must be on containerd's PATH
-    /// (gardener-node-agent adds /var/bin/containerruntimes). ContainerRuntime `binaryPath`.
+    /// Host folder under which each gVisor build gets its own folder
+    /// (`gvisor/<version>/runsc` and `containerd-shim-runsc-v1`, see
+    /// [`super::versions`]); containerd gets the shim's full path. ContainerRuntime
+    /// `binaryPath`.
     #[arg(
         long,
         env = "GVISOR_BIN_DIR",
@@ -91,9 +93,20 @@ pub struct GvisorInstallArgs {
     #[arg(long, env = "GVISOR_KVM_DEVICE", default_value = "/dev/kvm")]
     pub kvm_device: PathBuf,
 
+    /// The host's process table in this container, read to tell which gVisor versions
+    /// running sandboxes use (`/proc/<pid>/exe`); when unset, `<host-root>/proc`.
+    #[arg(long, env = "GVISOR_PROC_DIR")]
+    pub proc_dir: Option<PathBuf>,
+
+    /// While waiting for SIGTERM, look this often (seconds) for gVisor versions no running
+    /// sandbox uses any more and remove them.
+    #[arg(long, env = "GVISOR_CLEANUP_INTERVAL_SECONDS", default_value_t = 30)]
+    pub cleanup_interval_seconds: u64,
+
     /// Remove the runsc runtime from containerd's config and runsc.toml and restart
     /// containerd (if that changed anything), then wait for SIGTERM like install (exit with
-    /// `--once`). Binaries stay (running sandboxes still need them).
+    /// `--once`). Binaries go once no running sandbox uses them (checked again while
+    /// waiting).
     #[arg(long, env = "GVISOR_UNINSTALL")]
     pub uninstall: bool,
 }
@@ -256,6 +269,10 @@ pub struct Settings {
     pub dbus_address: String,
     /// Restart job timeout.
     pub restart_timeout: Duration,
+    /// The host's process table (in this container).
+    pub proc_dir: PathBuf,
+    /// How often a waiting run removes versions no longer in use.
+    pub cleanup_interval: Duration,
     /// Exit after the work instead of waiting for SIGTERM (install and uninstall).
     pub once: bool,
     /// Uninstall instead of install.
@@ -337,6 +354,8 @@ impl Settings {
             restart_timeout_seconds,
             once,
             kvm_device,
+            proc_dir,
+            cleanup_interval_seconds,
             uninstall,
         } = args;
         if !host_root.is_absolute() {
@@ -350,6 +369,9 @@ impl Settings {
         }
         if restart_timeout_seconds == 0 {
             return Err(Error::InvalidTimeout);
+        }
+        if cleanup_interval_seconds == 0 {
+            return Err(Error::InvalidCleanupInterval);
         }
         let dbus_address =
             dbus_address.unwrap_or_else(|| crate::systemd::system_bus_address(&host_root));
@@ -368,6 +390,8 @@ impl Settings {
             containerd_unit,
             dbus_address,
             restart_timeout: Duration::from_secs(restart_timeout_seconds),
+            proc_dir: proc_dir.unwrap_or_else(|| host_root.join("proc")),
+            cleanup_interval: Duration::from_secs(cleanup_interval_seconds),
             once,
             uninstall,
             host_root,

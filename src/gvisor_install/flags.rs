@@ -291,6 +291,17 @@ impl RunscFlags {
         }
         text
     }
+
+    /// [`Self::render_runsc_toml`] for the shim of an installed version: `binary_name`, the
+    /// host path of that version's `runsc`, first (the shim runs it instead of looking
+    /// `runsc` up on its `PATH`; see [`super::versions`]).
+    pub fn render_shim_config(&self, binary_name: &str) -> String {
+        format!(
+            "binary_name = {}\n\n{}",
+            Value::from(binary_name),
+            self.render_runsc_toml()
+        )
+    }
 }
 
 fn valid_key(key: &str) -> bool {
@@ -377,6 +388,10 @@ mod tests {
         let empty = RunscFlags::parse("\n  \n").unwrap();
         assert!(empty.is_empty());
         assert_eq!(empty.render_runsc_toml(), "[runsc_config]\n");
+        assert_eq!(
+            empty.render_shim_config("/var/bin/containerruntimes/gvisor/0123456789abcdef/runsc"),
+            "binary_name = \"/var/bin/containerruntimes/gvisor/0123456789abcdef/runsc\"\n\n[runsc_config]\n"
+        );
         assert_eq!(
             RunscFlags::default().render_runsc_toml(),
             "[runsc_config]\n"

@@ -1,6 +1,8 @@
-//! The install run: check every input, then binaries, config.toml (a runtime handler per
-//! profile), the profiles' runsc config files, and a containerd restart when a config file
-//! changed. See [`super`] for the order and why.
+//! The install run: check every input, then the binaries into their version's folder
+//! ([`super::versions`]), config.toml (a runtime handler per profile, starting that version's
+//! shim), the profiles' runsc config files (running that version's runsc), a containerd
+//! restart when a config file changed, and the removal of versions no sandbox uses any more.
+//! See [`super`] for the order and why.
 
 use std::path::{Path, PathBuf};
 
@@ -10,8 +12,15 @@ use crate::containerd::files;
 use crate::safe_fs;
 
 use super::flags::{FlagsSource, Profiles, RunscFlags};
+use super::installed_versions;
 use super::plan::{self, BINARIES, Handler};
+use super::versions;
 use super::{Error, HostPath, Settings};
+
+/// The shim's file name.
+const SHIM: &str = BINARIES[1];
+/// runsc's file name.
+const RUNSC: &str = BINARIES[0];
 
 /// Mode of the installed binaries.
 const BINARY_MODE: u32 = 0o755;
@@ -46,24 +55,53 @@ struct ProfileFile {
 /// A profile refused on this node (`None`: the default one) and why.
 type Refused = (Option<String>, String);
 
+/// What an install run leaves for the wait after it.
+pub(super) struct Installed {
+    /// The settings with the host's links resolved.
+    pub settings: Settings,
+    /// The installed version.
+    pub version: String,
+}
+
 /// Installs runsc into containerd on the host described by `settings`: every profile the
 /// node can run, each its runtime handler and runsc config file; handlers and files of
-/// profiles no longer asked for (or refused) go.
-pub(super) async fn run(settings: &Settings) -> Result<(), Error> {
+/// profiles no longer asked for (or refused) go; then versions nothing runs any more.
+pub(super) async fn run(settings: &Settings) -> Result<Installed, Error> {
     // Everything that can be wrong with the input fails here, before any write.
     let profiles = read_flags(&settings.flags)?;
-    let settings = &settings.resolve_links()?;
-    let binaries = plan_binaries(settings)?;
+    let settings = settings.resolve_links()?;
+    let version = installed_version(&settings)?;
+    install_version(&settings, &version, profiles).await?;
+    let cleanup = installed_versions::remove_unused(&settings, Some(&version));
+    match cleanup {
+        Ok(cleanup) => cleanup.log(),
+        Err(error) => {
+            tracing::warn!(error = %crate::error_chain::printable(&error), "removing gVisor versions no sandbox uses failed; the next look retries")
+        }
+    }
+    Ok(Installed { settings, version })
+}
+
+/// Installs `version` (binaries, handlers, runsc configs, restart) on a resolved host.
+async fn install_version(
+    settings: &Settings,
+    version: &str,
+    profiles: Profiles,
+) -> Result<(), Error> {
+    let binaries = plan_binaries(settings, version)?;
     let (wanted, refused) = profile_files(settings, profiles)?;
     let current_config = super::read_config(settings)?;
     let config_path = settings.containerd_config.host_str();
+    let bin_dir = settings.bin_dir.host_str();
     let handlers: Vec<Handler> = wanted
         .iter()
         .map(|p| Handler {
             name: p.handler.clone(),
             runsc_config: p.path.host_str(),
+            shim: versions::binary_path(&bin_dir, version, SHIM),
         })
         .collect();
+    let runsc = versions::binary_path(&bin_dir, version, RUNSC);
     let config_plan =
         plan::config_install(current_config.as_deref(), &handlers).map_err(|source| {
             Error::Config {
@@ -75,7 +113,7 @@ pub(super) async fn run(settings: &Settings) -> Result<(), Error> {
     // replaced.
     let mut writes = Vec::new();
     for profile in &wanted {
-        let text = profile.flags.render_runsc_toml();
+        let text = profile.flags.render_shim_config(&runsc);
         if !files::holds(&profile.path.local, text.as_bytes()).map_err(Error::Host)? {
             writes.push((profile, text));
         }
@@ -249,23 +287,31 @@ fn read_flags(source: &FlagsSource) -> Result<Profiles, Error> {
     Profiles::parse(&text).map_err(Error::Flags)
 }
 
-/// Checks both binaries exist in the image and decides what to do with each.
-fn plan_binaries(settings: &Settings) -> Result<Vec<Binary>, Error> {
+/// Checks both binaries exist in the image and returns their version.
+fn installed_version(settings: &Settings) -> Result<String, Error> {
+    for name in BINARIES {
+        if !settings.source_dir.join(name).is_file() {
+            return Err(Error::MissingBinary {
+                name,
+                dir: settings.source_dir.display().to_string(),
+            });
+        }
+    }
+    installed_versions::version_of_source(&settings.source_dir)
+}
+
+/// Decides what to do with each binary in the folder of `version`.
+fn plan_binaries(settings: &Settings, version: &str) -> Result<Vec<Binary>, Error> {
+    let folder = installed_versions::version_dir(settings, version);
     BINARIES
         .iter()
         .map(|&name| {
             let source = settings.source_dir.join(name);
-            if !source.is_file() {
-                return Err(Error::MissingBinary {
-                    name,
-                    dir: settings.source_dir.display().to_string(),
-                });
-            }
             // In the resolved folder; a link at the binary's own path is not followed, the
             // copy replaces it.
             let target = HostPath {
-                host: settings.bin_dir.host.join(name),
-                local: settings.bin_dir.local.join(name),
+                host: folder.host.join(name),
+                local: folder.local.join(name),
             };
             let action = binary_action(&source, &target.local)?;
             Ok(Binary {

@@ -11,26 +11,31 @@
 //!    `--source-dir`, containerd's config.toml parses and has a known version (the plan,
 //!    [`plan`], is computed in memory). Any failure exits non-zero with a message saying
 //!    what to fix, and no host file has changed.
-//! 2. **Binaries**: `runsc` and `containerd-shim-runsc-v1` are copied into `--bin-dir` when
-//!    absent or different (byte comparison), atomically, mode 0755. Running shims keep their
-//!    old inode and are never killed. A new binary alone does not restart containerd: it
-//!    looks the shim up on `PATH` for every new sandbox.
+//! 2. **Binaries**: `runsc` and `containerd-shim-runsc-v1` are copied into the folder of
+//!    their version, `--bin-dir`/`gvisor/<version>/` ([`versions`]: the version is a hash of
+//!    both), when absent or different (byte comparison), atomically, mode 0755. An upgrade
+//!    never replaces a binary a running sandbox uses.
 //! 3. **config.toml**: a runtime handler per profile ([`flags::Profiles`]: `runsc` for the
-//!    default one, `runsc-<name>`) registered under the CRI plugin key of the file's version
+//!    default one, `runsc-<name>`), its `runtime_path` the version's shim, registered under
+//!    the CRI plugin key of the file's version
 //!    (see [`crate::containerd`]), entries under another version's key removed, our handlers
 //!    of profiles no longer asked for removed ([`plan::ours`]), everything else kept byte for
 //!    byte; created from a default when missing or empty. A `platform=kvm` profile on a node
 //!    without `--kvm-device` (`/dev/kvm`) is refused on that node: not registered (removed if
 //!    it was), logged as `action=refused` with the reason; the other profiles install.
 //! 4. **runsc config files**: per profile (`--runsc-config`, `runsc-<name>.toml` beside it)
-//!    `[runsc_config]` plus the flags, sorted; written only if different; those of removed
-//!    handlers deleted.
+//!    `binary_name` (the version's runsc) and `[runsc_config]` plus the flags, sorted;
+//!    written only if different; those of removed handlers deleted.
 //! 5. **Restart** containerd through systemd's D-Bus API on the host's system bus
 //!    ([`crate::systemd`]) when step 3 or 4 changed a file, waiting for the job and checking
 //!    the unit ends `active`.
-//! 6. Log every decision as a structured line (`action` = `installed`, `up-to-date`,
-//!    `created`, `updated`, `repaired`, `restarted`, ...), then wait for SIGTERM so the pod
-//!    stays Running — or exit with `--once`.
+//! 6. **Older versions** that no process on the host runs any more (read from the host's
+//!    `/proc/<pid>/exe`, `--proc-dir`) are removed, with the binaries of installs from before
+//!    versions (directly in `--bin-dir`); see [`versions`].
+//! 7. Log every decision as a structured line (`action` = `installed`, `up-to-date`,
+//!    `created`, `updated`, `repaired`, `restarted`, `removed`, `kept`, ...), then wait for
+//!    SIGTERM so the pod stays Running, looking for versions to remove every
+//!    `--cleanup-interval-seconds` — or exit with `--once`.
 //!
 //! A second run on an installed node changes no file and does not restart containerd.
 //!
@@ -69,10 +74,11 @@
 //! # `--uninstall`
 //!
 //! Removes the `runsc` runtime and every profile's `runsc-<name>` (under every version's
-//! key) from config.toml and deletes their runsc config files, then restarts containerd if either changed (with the same restart-pending
-//! marker as install). The binaries stay: pods still running in gVisor sandboxes need
-//! `runsc` for their shim to stop them. It is idempotent: on a clean node it changes nothing
-//! and restarts nothing. Like install, it then waits for SIGTERM (`--once`: exits), and a
+//! key) from config.toml and deletes their runsc config files, then restarts containerd if
+//! either changed (with the same restart-pending marker as install). Then every version no
+//! running sandbox uses is removed; a version a pod still runs in stays until the pod ends
+//! (its shim needs its `runsc` to stop it) and goes while the run waits. It is idempotent:
+//! on a clean node it changes nothing and restarts nothing. Like install, it then waits for SIGTERM (`--once`: exits), and a
 //! failure exits non-zero with the reason in the termination log.
 //!
 //! When it runs: **automatically** when gVisor is removed from a worker pool. The
@@ -98,6 +104,7 @@
 pub mod args;
 pub mod flags;
 mod install;
+mod installed_versions;
 pub mod plan;
 /// The host-root resolver, shared with the node agent's image copies ([`crate::root_path`]).
 pub use crate::root_path as resolve;
@@ -157,6 +164,9 @@ pub enum Error {
     /// `--restart-timeout-seconds` is zero.
     #[error("--restart-timeout-seconds must be at least 1")]
     InvalidTimeout,
+    /// `--cleanup-interval-seconds` is zero.
+    #[error("--cleanup-interval-seconds must be at least 1")]
+    InvalidCleanupInterval,
     /// The runsc flags do not parse.
     #[error("runsc flags (--runsc-flags / GVISOR_RUNSC_FLAGS) are invalid")]
     Flags(#[source] FlagsError),
@@ -233,6 +243,7 @@ impl Error {
             Error::InvalidPath { .. }
             | Error::InvalidUnit(_)
             | Error::InvalidTimeout
+            | Error::InvalidCleanupInterval
             | Error::Flags(_)
             | Error::FlagsFile { .. }
             | Error::Targets(_)
@@ -260,16 +271,23 @@ pub async fn run(args: GvisorInstallArgs) -> Result<(), Error> {
     // done instead of in the middle of it.
     let termination = Termination::listen()?;
     let result = if settings.uninstall {
-        uninstall::run(&settings).await
+        uninstall::run(&settings)
+            .await
+            .map(|resolved| (resolved, None))
     } else {
-        install::run(&settings).await
+        install::run(&settings)
+            .await
+            .map(|installed| (installed.settings, Some(installed.version)))
     };
-    if let Err(error) = &result {
-        write_termination_log(error);
-    }
-    result?;
+    let (resolved, current) = match result {
+        Ok(done) => done,
+        Err(error) => {
+            write_termination_log(&error);
+            return Err(error);
+        }
+    };
     if !settings.once {
-        termination.wait().await;
+        termination.wait(&resolved, current.as_deref()).await;
     }
     Ok(())
 }
@@ -288,11 +306,29 @@ impl Termination {
         })
     }
 
-    async fn wait(mut self) {
+    /// Waits for SIGTERM or SIGINT, removing versions other than `current` as the
+    /// sandboxes that use them end (every [`Settings::cleanup_interval`]).
+    async fn wait(mut self, settings: &Settings, current: Option<&str>) {
         info!("done; waiting for SIGTERM");
-        let name = tokio::select! {
-            _ = self.terminate.recv() => "SIGTERM",
-            _ = self.interrupt.recv() => "SIGINT",
+        let mut looks = tokio::time::interval(settings.cleanup_interval);
+        looks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // The first tick is at once: the run has just looked.
+        looks.tick().await;
+        let mut last = None;
+        let name = loop {
+            tokio::select! {
+                _ = self.terminate.recv() => break "SIGTERM",
+                _ = self.interrupt.recv() => break "SIGINT",
+                _ = looks.tick() => match installed_versions::remove_unused(settings, current) {
+                    Ok(cleanup) => {
+                        if last.as_ref() != Some(&cleanup) {
+                            cleanup.log();
+                        }
+                        last = Some(cleanup);
+                    }
+                    Err(error) => tracing::warn!(error = %crate::error_chain::printable(&error), "removing gVisor versions no sandbox uses failed; the next look retries"),
+                },
+            }
         };
         info!(signal = name, "exiting");
     }

@@ -32,22 +32,27 @@ pub fn profile_config_file(name: &str) -> String {
 /// What every named profile's runsc config file name starts with.
 pub const RUNSC_CONFIG_PREFIX: &str = "runsc-";
 
-/// One runtime handler to register: its name and the host path of its runsc config.
+/// One runtime handler to register: its name, the host paths of its runsc config and of
+/// the shim of the installed version ([`super::versions`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Handler {
     /// `runsc` or `runsc-<profile>`.
     pub name: String,
     /// Host path of its runsc config (`ConfigPath`).
     pub runsc_config: String,
+    /// Host path of the shim containerd starts for it (`runtime_path`).
+    pub shim: String,
 }
 
-/// A runtime entry of type `runsc`, pointing the shim at `runsc_config` (a host path).
-pub fn runsc_entry(runsc_config: &str) -> RuntimeEntry {
+/// A runtime entry of type `runsc` for `handler`: containerd starts its version's shim and
+/// points it at its runsc config (host paths).
+pub fn runsc_entry(handler: &Handler) -> RuntimeEntry {
     RuntimeEntry {
         runtime_type: RUNTIME_TYPE.to_string(),
+        runtime_path: Some(handler.shim.clone()),
         options: vec![
             ("TypeUrl".to_string(), OPTIONS_TYPE_URL.to_string()),
-            ("ConfigPath".to_string(), runsc_config.to_string()),
+            ("ConfigPath".to_string(), handler.runsc_config.clone()),
         ],
     }
 }
@@ -82,7 +87,7 @@ pub fn config_install(
     for handler in handlers {
         merge(
             &mut edit,
-            config.set_runtime(&handler.name, &runsc_entry(&handler.runsc_config))?,
+            config.set_runtime(&handler.name, &runsc_entry(handler))?,
         );
     }
     let stale: Vec<String> = ours(&config)
@@ -171,10 +176,14 @@ fn finish(
 mod tests {
     use super::*;
 
+    const SHIM: &str =
+        "/var/bin/containerruntimes/gvisor/0123456789abcdef/containerd-shim-runsc-v1";
+
     fn default_handler() -> Vec<Handler> {
         vec![Handler {
             name: RUNTIME_NAME.into(),
             runsc_config: "/etc/containerd/runsc.toml".into(),
+            shim: SHIM.into(),
         }]
     }
 
@@ -182,6 +191,7 @@ mod tests {
         Handler {
             name: handler_name(Some(name)),
             runsc_config: format!("/etc/containerd/{}", profile_config_file(name)),
+            shim: SHIM.into(),
         }
     }
 
@@ -256,8 +266,31 @@ mod tests {
             Some("/etc/containerd/runsc.toml")
         );
         assert_eq!(
+            config.get_str(&[runtimes.as_slice(), &["runsc", "runtime_path"]].concat()),
+            Some(SHIM)
+        );
+        assert_eq!(
             config.get_str(&[runtimes.as_slice(), &["runc", "runtime_type"]].concat()),
             Some("io.containerd.runc.v2")
+        );
+    }
+
+    #[test]
+    fn an_upgrade_points_every_handler_at_the_new_shim() {
+        let first = config_install(None, &default_handler())
+            .unwrap()
+            .new_text
+            .unwrap();
+        let new_shim = SHIM.replace("0123456789abcdef", "fedcba9876543210");
+        let mut upgraded = default_handler();
+        upgraded[0].shim = new_shim.clone();
+        let plan = config_install(Some(&first), &upgraded).unwrap();
+        assert!(plan.edit.updated);
+        let config = ContainerdConfig::parse(plan.new_text.as_deref().unwrap()).unwrap();
+        let runtimes = config.version().runtimes_path();
+        assert_eq!(
+            config.get_str(&[runtimes.as_slice(), &["runsc", "runtime_path"]].concat()),
+            Some(new_shim.as_str())
         );
     }
 

@@ -1,16 +1,27 @@
 //! The `--uninstall` run: remove every runsc runtime handler of ours (every profile's) from
-//! config.toml and delete their runsc config files, restart containerd if anything changed. Binaries stay. See [`super`] for when it runs.
+//! config.toml and delete their runsc config files, restart containerd if anything changed,
+//! then remove every gVisor version no running sandbox uses (those in use go while the run
+//! waits, [`super::installed_versions`]). See [`super`] for when it runs.
 
 use tracing::info;
 
 use crate::containerd::files;
 
-use super::plan::{self, BINARIES};
+use super::installed_versions;
+use super::plan;
 use super::{Error, Settings};
 
-/// Removes runsc from containerd on the host described by `settings`.
-pub(super) async fn run(settings: &Settings) -> Result<(), Error> {
-    let settings = &settings.resolve_links()?;
+/// Removes runsc from containerd on the host described by `settings`; returns the settings
+/// with the host's links resolved.
+pub(super) async fn run(settings: &Settings) -> Result<Settings, Error> {
+    let resolved = settings.resolve_links()?;
+    remove_handlers(&resolved).await?;
+    installed_versions::remove_unused(&resolved, None)?.log();
+    Ok(resolved)
+}
+
+/// Removes the handlers and runsc configs, restarting containerd when that changed a file.
+async fn remove_handlers(settings: &Settings) -> Result<(), Error> {
     let config_path = settings.containerd_config.host_str();
     let current = super::read_config(settings)?;
     let config_plan =
@@ -68,13 +79,6 @@ pub(super) async fn run(settings: &Settings) -> Result<(), Error> {
     if present.is_empty() {
         info!(action = "up-to-date", path = %settings.runsc_config.host_str(), "no runsc config to remove");
     }
-
-    info!(
-        action = "kept",
-        binaries = ?BINARIES,
-        dir = %settings.bin_dir.host_str(),
-        "binaries kept: running gVisor sandboxes still need them"
-    );
 
     restart.finish(settings).await
 }

@@ -13,8 +13,20 @@
 //! - **In use**: a version is in use while a process on the node runs one of its binaries,
 //!   seen as the `/proc/<pid>/exe` link of the host's processes pointing into its folder (the
 //!   shim of every gVisor pod runs on the host as long as the pod's sandbox does).
-//! - **Removal**: an older version is removed once nothing uses it: at each run and while the
-//!   installer waits, so the old files go soon after the last old pod.
+//! - **Removal**: an older version is removed once nothing uses it: at each run (after
+//!   containerd restarted with the current version, so no new sandbox starts an old one) and
+//!   while the installer waits, every `--cleanup-interval-seconds`, so the old files go soon
+//!   after the last old pod. Uninstall removes every version the same way.
+//! - **Before versions** the binaries lay in `<bin-dir>` itself and containerd found them on
+//!   its `PATH`; those files go by the same rule ([`legacy_in_use`]).
+//!
+//! A container created after an upgrade in a pod whose sandbox an older version started (a
+//! restarted container of that pod) is created by the old shim with the current runsc: the
+//! shim reads the runsc config (and its `binary_name`) at every container's creation. Exec
+//! and deletion of the containers already there use the runsc they were created with.
+//!
+//! The I/O half (hashing the image's binaries, reading the host's process table, removing
+//! folders) is [`super::installed_versions`].
 
 use std::collections::BTreeSet;
 
@@ -28,14 +40,44 @@ pub const VERSION_LENGTH: usize = 16;
 /// The version of a build: see the module docs. `binaries` in [`super::plan::BINARIES`]
 /// order.
 pub fn version_of(binaries: &[&[u8]]) -> String {
-    let mut hash = Sha256::new();
+    let mut hash = VersionHash::default();
     for bytes in binaries {
-        hash.update((bytes.len() as u64).to_be_bytes());
+        hash.binary(bytes.len() as u64);
         hash.update(bytes);
     }
-    let mut version = hex::encode(hash.finalize());
-    version.truncate(VERSION_LENGTH);
-    version
+    hash.finish()
+}
+
+/// [`version_of`] fed piece by piece (binaries too large to hold): for each binary, its
+/// length ([`VersionHash::binary`]) and then all its bytes.
+#[derive(Default)]
+pub struct VersionHash(Sha256);
+
+impl VersionHash {
+    /// Starts the next binary, `length` bytes long.
+    pub fn binary(&mut self, length: u64) {
+        self.0.update(length.to_be_bytes());
+    }
+
+    /// More bytes of the current binary.
+    pub fn update(&mut self, bytes: &[u8]) {
+        self.0.update(bytes);
+    }
+
+    /// The version.
+    pub fn finish(self) -> String {
+        let mut version = hex::encode(self.0.finalize());
+        version.truncate(VERSION_LENGTH);
+        version
+    }
+}
+
+/// Where `binary` of `version` lies: `<bin_dir>/gvisor/<version>/<binary>` (host paths).
+pub fn binary_path(bin_dir: &str, version: &str, binary: &str) -> String {
+    format!(
+        "{}/{VERSIONS_DIR}/{version}/{binary}",
+        bin_dir.trim_end_matches('/')
+    )
 }
 
 /// Whether `name` (a folder under [`VERSIONS_DIR`]) is a version of ours; anything else
@@ -65,11 +107,28 @@ pub fn in_use<'a>(
         .collect()
 }
 
-/// Of the version folders `present`, those to remove: ours, not `current`, not in use.
-pub fn removable(present: &[String], current: &str, in_use: &BTreeSet<String>) -> Vec<String> {
+/// Whether a process runs one of the binaries installed before versions, directly in
+/// `bin_dir` (host path): such a shim finds `runsc` on its `PATH`, so both stay while it runs.
+pub fn legacy_in_use<'a>(exe_links: impl IntoIterator<Item = &'a str>, bin_dir: &str) -> bool {
+    let bin_dir = bin_dir.trim_end_matches('/');
+    exe_links.into_iter().any(|link| {
+        let link = link.strip_suffix(" (deleted)").unwrap_or(link);
+        link.strip_prefix(bin_dir)
+            .and_then(|rest| rest.strip_prefix('/'))
+            .is_some_and(|name| super::plan::BINARIES.contains(&name))
+    })
+}
+
+/// Of the version folders `present`, those to remove: ours, not `current` (`None`:
+/// uninstalling, no version is current), not in use.
+pub fn removable(
+    present: &[String],
+    current: Option<&str>,
+    in_use: &BTreeSet<String>,
+) -> Vec<String> {
     present
         .iter()
-        .filter(|v| is_version(v) && v.as_str() != current && !in_use.contains(v.as_str()))
+        .filter(|v| is_version(v) && Some(v.as_str()) != current && !in_use.contains(v.as_str()))
         .cloned()
         .collect()
 }
@@ -142,16 +201,55 @@ mod tests {
         .collect();
         let used = BTreeSet::from(["0000000000000002".to_string()]);
         assert_eq!(
-            removable(&present, "0000000000000003", &used),
+            removable(&present, Some("0000000000000003"), &used),
             ["0000000000000001"]
+        );
+        assert_eq!(
+            removable(&present, None, &used),
+            ["0000000000000001", "0000000000000003"],
+            "uninstalling: every unused version"
         );
         assert!(
             removable(
                 &present,
-                "0000000000000001",
+                Some("0000000000000001"),
                 &present.iter().cloned().collect()
             )
             .is_empty()
         );
+    }
+
+    #[test]
+    fn the_streamed_hash_is_the_version() {
+        let mut hash = VersionHash::default();
+        hash.binary(7);
+        hash.update(b"runsc");
+        hash.update(b" 1");
+        hash.binary(6);
+        hash.update(b"shim 1");
+        assert_eq!(hash.finish(), version_of(&[b"runsc 1", b"shim 1"]));
+        assert_eq!(
+            binary_path("/var/bin/containerruntimes/", "0123456789abcdef", "runsc"),
+            "/var/bin/containerruntimes/gvisor/0123456789abcdef/runsc"
+        );
+    }
+
+    #[test]
+    fn binaries_from_before_versions_stay_while_a_process_runs_one() {
+        let bin = "/var/bin/containerruntimes";
+        assert!(legacy_in_use(
+            ["/var/bin/containerruntimes/containerd-shim-runsc-v1 (deleted)"],
+            bin
+        ));
+        assert!(legacy_in_use(["/var/bin/containerruntimes/runsc"], bin));
+        assert!(!legacy_in_use(
+            [
+                "/var/bin/containerruntimes/gvisor/0123456789abcdef/runsc",
+                "/var/bin/containerruntimes/other",
+                "/var/bin/containerruntimes-x/runsc",
+                "/usr/bin/containerd",
+            ],
+            bin
+        ));
     }
 }
