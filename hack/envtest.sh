@@ -131,6 +131,11 @@ if $node; then
     "-X gvisor.dev/gvisor/runsc/version.version=$gvisor_version" "" \
     gvisor.dev/gvisor/runsc=runsc \
     gvisor.dev/gvisor/shim=containerd-shim-runsc-v1
+  # A second runsc build (another version string, so other bytes): the upgrade that make e2e
+  # rolls out under a running gVisor pod (test/node_e2e.rs). Only the link step is new.
+  build gvisor-next "$gvisor_version-next $(sum_hash "$gvisor_module")" "$gvisor_module" \
+    "-X gvisor.dev/gvisor/runsc/version.version=$gvisor_version-next" "" \
+    gvisor.dev/gvisor/runsc=runsc-next
 fi
 
 if $prometheus; then

@@ -412,7 +412,10 @@ fn creates_a_missing_config_and_retries_a_failed_restart() {
         created,
         String::from_utf8(fixture("empty.installed.toml"))
             .unwrap()
-            .replace(&format!("{BIN_DIR}/gvisor/0123456789abcdef"), &version_dir())
+            .replace(
+                &format!("{BIN_DIR}/gvisor/0123456789abcdef"),
+                &version_dir()
+            )
     );
     assert_eq!(invocation(&machine), first, "containerd untouched so far");
 

@@ -47,8 +47,14 @@ const PAUSE_IMAGE: &str = "e2e.local/pause:e2e";
 const BUSYBOX_IMAGE: &str = "e2e.local/busybox:e2e";
 const INSTALLATION_REPOSITORY: &str = "e2e.local/gardener-extension-node/gvisor-installation";
 const INSTALLATION_TAG: &str = "v0.1.0-e2e";
+/// The next release's installation image: another runsc build (`hack/envtest.sh --node`
+/// links `runsc-next` with another version string).
+const UPGRADE_TAG: &str = "v0.2.0-e2e";
 const RUNSC_ROOT: &str = "/run/containerd/runsc/k8s.io";
 const BIN_DIR: &str = "/var/bin/containerruntimes";
+/// The pool's machine type in the Cluster fixture: listed for `kvm` profiles, so the operator
+/// renders the `kvm` profile's RuntimeClass and the node (without `/dev/kvm`) refuses it.
+const MACHINE_TYPE: &str = "local";
 
 /// How long each stage may take on a loaded 2-core machine.
 const STAGE_TIMEOUT: Duration = Duration::from_secs(240);
@@ -60,7 +66,7 @@ fn required_env(name: &str) -> PathBuf {
     )
 }
 
-/// The three images the node preloads: pause, a busybox workload, and the gVisor
+/// The images the node preloads: pause, a busybox workload, and two releases of the gVisor
 /// installation image with the layout of the Dockerfile's `gvisor-installation` stage.
 fn build_images(dir: &Path, assets: &Path, static_binary: &Path) {
     let busybox = |reference: &str, entrypoint: &[&str]| Image {
@@ -78,27 +84,45 @@ fn build_images(dir: &Path, assets: &Path, static_binary: &Path) {
         &dir.join("busybox.tar"),
     )
     .unwrap();
-    let installation = Image {
-        reference: format!("{INSTALLATION_REPOSITORY}:{INSTALLATION_TAG}"),
-        entrypoint: vec![
-            "/usr/local/bin/gardener-extension-node".into(),
-            "gvisor-install".into(),
-        ],
-        files: vec![
-            ImageFile::executable("/usr/local/bin/gardener-extension-node", static_binary),
-            ImageFile::executable("/var/content/runsc", assets.join("runsc")),
-            ImageFile::executable(
-                "/var/content/containerd-shim-runsc-v1",
-                assets.join("containerd-shim-runsc-v1"),
-            ),
-            ImageFile {
-                path: "/etc/gardener-extension-node/image".into(),
-                content: Content::Bytes(b"built by test/node_e2e.rs\n".to_vec()),
-                mode: 0o644,
-            },
-        ],
-    };
-    write_archive(&installation, &dir.join("gvisor-installation.tar")).unwrap();
+    for (tag, runsc, archive) in [
+        (INSTALLATION_TAG, "runsc", "gvisor-installation.tar"),
+        (UPGRADE_TAG, "runsc-next", "gvisor-installation-next.tar"),
+    ] {
+        let installation = Image {
+            reference: format!("{INSTALLATION_REPOSITORY}:{tag}"),
+            entrypoint: vec![
+                "/usr/local/bin/gardener-extension-node".into(),
+                "gvisor-install".into(),
+            ],
+            files: vec![
+                ImageFile::executable("/usr/local/bin/gardener-extension-node", static_binary),
+                ImageFile::executable("/var/content/runsc", assets.join(runsc)),
+                ImageFile::executable(
+                    "/var/content/containerd-shim-runsc-v1",
+                    assets.join("containerd-shim-runsc-v1"),
+                ),
+                ImageFile {
+                    path: "/etc/gardener-extension-node/image".into(),
+                    content: Content::Bytes(b"built by test/node_e2e.rs\n".to_vec()),
+                    mode: 0o644,
+                },
+            ],
+        };
+        write_archive(&installation, &dir.join(archive)).unwrap();
+    }
+}
+
+/// The image vector overwrite that makes the operator ship the installation image `tag`.
+fn image_vector_overwrite(dir: &Path, tag: &str) -> String {
+    let path = dir.join(format!("imagevector-overwrite-{tag}.yaml"));
+    std::fs::write(
+        &path,
+        format!(
+            "images:\n- name: runtime-gvisor-installation\n  repository: {INSTALLATION_REPOSITORY}\n  tag: \"{tag}\"\n"
+        ),
+    )
+    .unwrap();
+    path.display().to_string()
 }
 
 /// [`Node::wait_until`] for the value alone.
@@ -156,6 +180,188 @@ fn container_log(node: &Node, pod: &Pod) -> String {
         .stdout
 }
 
+/// The first container's ID of `pod`, without the `containerd://` prefix.
+fn container_id(pod: &Pod) -> String {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|c| c.first())
+        .and_then(|c| c.container_id.clone())
+        .unwrap_or_default()
+        .trim_start_matches("containerd://")
+        .to_string()
+}
+
+/// The gVisor versions installed on the node (folders under `BIN_DIR/gvisor`).
+fn installed_versions(node: &Node) -> Vec<String> {
+    let listed = node
+        .machine
+        .sh(&format!("ls {BIN_DIR}/gvisor 2>/dev/null || true"));
+    listed
+        .stdout
+        .split_whitespace()
+        .map(str::to_string)
+        .collect()
+}
+
+/// A gVisor sandbox process on the node.
+#[derive(Debug)]
+struct Sandbox {
+    pid: String,
+    /// The binary it runs (`/proc/<pid>/exe`).
+    exe: String,
+    /// Its command line: runsc passes the runsc config's flags as `--key=value`.
+    args: String,
+}
+
+/// The sandbox of `pod`: the `runsc-sandbox` process in the pod's cgroup (named after its
+/// UID, with `_` for `-` under the systemd driver).
+fn sandbox_of(node: &Node, pod: &Pod) -> Result<Sandbox, String> {
+    let uid = pod.metadata.uid.clone().unwrap_or_default();
+    let listed = node.machine.sh(
+        "for d in /proc/[0-9]*; do a=$(tr '\\0' ' ' < $d/cmdline 2>/dev/null); \
+         case \"$a\" in runsc-sandbox*) ;; *) continue ;; esac; \
+         echo \"${d#/proc/}|$(readlink $d/exe)|$(tr '\\n' ' ' < $d/cgroup)|$a\"; done",
+    );
+    listed
+        .stdout
+        .lines()
+        .filter_map(|line| {
+            let mut fields = line.splitn(4, '|');
+            Some((
+                fields.next()?,
+                fields.next()?,
+                fields.next()?,
+                fields.next()?,
+            ))
+        })
+        .find(|(_, _, cgroup, _)| cgroup.contains(&uid) || cgroup.contains(&uid.replace('-', "_")))
+        .map(|(pid, exe, _, args)| Sandbox {
+            pid: pid.to_string(),
+            exe: exe.to_string(),
+            args: args.to_string(),
+        })
+        .ok_or_else(|| format!("no sandbox of pod {uid}:\n{}", listed.stdout))
+}
+
+/// Runs `args` in the container `id` through containerd's task API (`ctr tasks exec`, which
+/// goes to the container's shim as kubelet's CRI exec does); its output.
+fn ctr_exec(node: &Node, id: &str, args: &[&str]) -> String {
+    let exec_id = format!("e2e-{}", std::process::id());
+    let mut command = vec![
+        "/usr/local/sbin/ctr",
+        "--namespace",
+        "k8s.io",
+        "tasks",
+        "exec",
+        "--exec-id",
+        exec_id.as_str(),
+        id,
+    ];
+    command.extend_from_slice(args);
+    let output = node.machine.run(&command);
+    format!("{}{}", output.stdout, output.stderr)
+}
+
+/// The log of the installation pod's container (the Ready one) on the node.
+async fn installer_log(node: &Node, shoot_pods: &Api<Pod>) -> Result<String, String> {
+    let pods = shoot_pods
+        .list(&ListParams::default().labels("app.kubernetes.io/name=containerd-gvisor"))
+        .await
+        .map_err(|e| e.to_string())?;
+    let pod = pods
+        .items
+        .iter()
+        .find(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+        .ok_or("no running installation pod")?;
+    let uid = pod.metadata.uid.clone().unwrap_or_default();
+    let name = pod.metadata.name.clone().unwrap_or_default();
+    Ok(node
+        .machine
+        .sh(&format!(
+            "cat /var/log/pods/kube-system_{name}_{uid}/container-runtime-gvisor-containerd/*.log"
+        ))
+        .stdout)
+}
+
+/// The message of a `reason` event about pod `pod` in `default`.
+async fn pod_event(client: &kube::Client, pod: &str, reason: &str) -> Result<String, String> {
+    let events = Api::<k8s_openapi::api::core::v1::Event>::namespaced(client.clone(), "default");
+    let listed = events
+        .list(&ListParams::default().fields(&format!("involvedObject.name={pod}")))
+        .await
+        .map_err(|e| e.to_string())?;
+    let all: Vec<String> = listed
+        .items
+        .iter()
+        .map(|e| format!("{:?}: {:?}", e.reason, e.message))
+        .collect();
+    listed
+        .items
+        .into_iter()
+        .find(|e| e.reason.as_deref() == Some(reason))
+        .and_then(|e| e.message)
+        .ok_or_else(|| format!("events of {pod}: {all:?}"))
+}
+
+/// Waits until the installation DaemonSet runs the image `tag` and its pod is Ready.
+async fn wait_for_installation(
+    node: &Node,
+    daemon_sets: &Api<DaemonSet>,
+    shoot_pods: &Api<Pod>,
+    ds_name: &str,
+    tag: &str,
+) {
+    wait_on_node(
+        node,
+        &format!("the installation pod of {tag} is Ready"),
+        STAGE_TIMEOUT,
+        || async {
+            let ds = daemon_sets
+                .get_opt(ds_name)
+                .await
+                .map_err(|e| e.to_string())?
+                .ok_or("no DaemonSet yet")?;
+            let image = ds
+                .spec
+                .as_ref()
+                .and_then(|s| s.template.spec.as_ref())
+                .and_then(|s| s.containers.first())
+                .and_then(|c| c.image.clone())
+                .unwrap_or_default();
+            let generation = ds.metadata.generation;
+            let status = ds.status.unwrap_or_default();
+            let pods = shoot_pods
+                .list(&ListParams::default().labels("app.kubernetes.io/name=containerd-gvisor"))
+                .await
+                .map_err(|e| e.to_string())?;
+            let pod_states: Vec<_> = pods
+                .items
+                .iter()
+                .map(|p| {
+                    (
+                        p.metadata.name.clone(),
+                        p.status.clone().map(|s| (s.phase, s.container_statuses)),
+                    )
+                })
+                .collect();
+            let rolled = image.ends_with(&format!(":{tag}"))
+                && status.observed_generation == generation
+                && status.updated_number_scheduled == Some(1)
+                && status.number_ready == 1
+                && status.desired_number_scheduled == 1;
+            if rolled {
+                Ok(())
+            } else {
+                Err(format!(
+                    "image {image}, DaemonSet status {status:?}; pods {pod_states:?}"
+                ))
+            }
+        },
+    )
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "needs the node components and a static binary: make e2e"]
 async fn a_gvisor_pod_runs_on_a_real_node_and_deleting_the_runtime_uninstalls_it() {
@@ -174,19 +380,16 @@ async fn a_gvisor_pod_runs_on_a_real_node_and_deleting_the_runtime_uninstalls_it
         .tempdir()
         .unwrap();
     build_images(images.path(), &assets, &static_binary);
-    let overwrite = images.path().join("imagevector-overwrite.yaml");
-    std::fs::write(
-        &overwrite,
-        format!(
-            "images:\n- name: runtime-gvisor-installation\n  repository: {INSTALLATION_REPOSITORY}\n  tag: \"{INSTALLATION_TAG}\"\n"
-        ),
-    )
-    .unwrap();
-    let overwrite_path = overwrite.display().to_string();
+    let kvm_machine_types = format!("--gvisor-kvm-machine-types={MACHINE_TYPE}");
+    let operator_args = [
+        "--controllers=containerruntime,operatingsystemconfig",
+        kvm_machine_types.as_str(),
+    ];
+    let first_release = image_vector_overwrite(images.path(), INSTALLATION_TAG);
     let mut operator = support::operator::OperatorProcess::start_with_env(
         &env.kubeconfig,
-        &["--controllers=containerruntime,operatingsystemconfig"],
-        &[("IMAGEVECTOR_OVERWRITE", overwrite_path.as_str())],
+        &operator_args,
+        &[("IMAGEVECTOR_OVERWRITE", first_release.as_str())],
     );
 
     let started = Instant::now();
@@ -283,9 +486,16 @@ async fn a_gvisor_pod_runs_on_a_real_node_and_deleting_the_runtime_uninstalls_it
     })
     .await;
 
-    // gardenlet creates the ContainerRuntime; the DaemonSet's pod installs gVisor.
-    let runtime: ContainerRuntime =
-        serde_json::from_value(support::fixtures::container_runtime_json(&ns, POOL)).unwrap();
+    // gardenlet creates the ContainerRuntime with two more profiles: `no-raw` (other runsc
+    // flags) and `kvm` (the platform this node cannot offer); the DaemonSet's pod installs.
+    let timeline = Instant::now();
+    let stage = |what: &str| eprintln!("e2e: {:>6.1} s  {what}", timeline.elapsed().as_secs_f64());
+    let mut runtime_json = support::fixtures::container_runtime_json(&ns, POOL);
+    runtime_json["spec"]["providerConfig"]["profiles"] = json!([
+        {"name": "no-raw", "configFlags": {"net-raw": "false"}},
+        {"name": "kvm", "platform": "kvm"},
+    ]);
+    let runtime: ContainerRuntime = serde_json::from_value(runtime_json).unwrap();
     let runtimes = Api::<ContainerRuntime>::namespaced(env.client.clone(), &ns);
     runtimes
         .create(&PostParams::default(), &runtime)
@@ -297,39 +507,7 @@ async fn a_gvisor_pod_runs_on_a_real_node_and_deleting_the_runtime_uninstalls_it
     let daemon_sets = Api::<DaemonSet>::namespaced(shoot_client.clone(), "kube-system");
     let shoot_pods = Api::<Pod>::namespaced(shoot_client.clone(), "kube-system");
     let ds_name = format!("containerd-gvisor-{POOL}");
-    wait_on_node(
-        &node,
-        "the installation pod is Ready",
-        STAGE_TIMEOUT,
-        || async {
-            let ds = daemon_sets
-                .get_opt(&ds_name)
-                .await
-                .map_err(|e| e.to_string())?
-                .ok_or("no DaemonSet yet")?;
-            let status = ds.status.unwrap_or_default();
-            let pods = shoot_pods
-                .list(&ListParams::default().labels("app.kubernetes.io/name=containerd-gvisor"))
-                .await
-                .map_err(|e| e.to_string())?;
-            let pod_states: Vec<_> = pods
-                .items
-                .iter()
-                .map(|p| {
-                    (
-                        p.metadata.name.clone(),
-                        p.status.clone().map(|s| (s.phase, s.container_statuses)),
-                    )
-                })
-                .collect();
-            if status.number_ready == 1 && status.desired_number_scheduled == 1 {
-                Ok(())
-            } else {
-                Err(format!("DaemonSet status {status:?}; pods {pod_states:?}"))
-            }
-        },
-    )
-    .await;
+    wait_for_installation(&node, &daemon_sets, &shoot_pods, &ds_name, INSTALLATION_TAG).await;
     // The pod is Ready once its container runs; the installation is done when containerd
     // has been restarted with runsc in its config.
     wait_on_node(
@@ -357,13 +535,17 @@ async fn a_gvisor_pod_runs_on_a_real_node_and_deleting_the_runtime_uninstalls_it
         },
     )
     .await;
-    assert!(node.machine.exists(format!("{BIN_DIR}/runsc")));
+    let first = installed_versions(&node);
+    assert_eq!(first.len(), 1, "one version installed: {first:?}");
+    let first = first[0].clone();
+    let runsc = format!("{BIN_DIR}/gvisor/{first}/runsc");
+    stage(&format!("gVisor {first} installed, containerd restarted"));
 
-    // kubelet sees the new runtime handler through the CRI, and the installed runsc runs
-    // on this node (systrap platform, no KVM needed).
+    // kubelet sees the handlers of the profiles this node runs through the CRI; not the kvm
+    // one, which the installer refused, logged and reported on the Node.
     wait_on_node(
         &node,
-        "runsc among the Node's runtime handlers",
+        "runsc and runsc-no-raw among the Node's runtime handlers",
         STAGE_TIMEOUT,
         || async {
             let found = nodes.get(&node_name).await.map_err(|e| e.to_string())?;
@@ -374,7 +556,8 @@ async fn a_gvisor_pod_runs_on_a_real_node_and_deleting_the_runtime_uninstalls_it
                 .into_iter()
                 .filter_map(|h| h.name)
                 .collect();
-            if handlers.iter().any(|h| h == "runsc") {
+            let has = |name: &str| handlers.iter().any(|h| h == name);
+            if has("runsc") && has("runsc-no-raw") && !has("runsc-kvm") {
                 Ok(())
             } else {
                 Err(format!("handlers {handlers:?}"))
@@ -382,8 +565,32 @@ async fn a_gvisor_pod_runs_on_a_real_node_and_deleting_the_runtime_uninstalls_it
         },
     )
     .await;
+    // The installer's reason, in its log. (In a landscape also a Warning event
+    // GVisorProfileRefused on the Node, test/gvisor_install.rs against a real API server with
+    // the shoot's Role: here pods cannot reach the API server, the node has no kube-proxy.)
+    let refusal = wait_on_node(
+        &node,
+        "the installer's refusal of the kvm profile in its log",
+        STAGE_TIMEOUT,
+        || async {
+            let log = installer_log(&node, &shoot_pods).await?;
+            log.lines()
+                .find(|line| line.contains("action=\"refused\""))
+                .map(str::to_string)
+                .ok_or(format!("log so far: {log}"))
+        },
+    )
+    .await;
+    assert!(
+        refusal.contains("profile=\"kvm\"")
+            && refusal.contains(
+                "platform kvm needs /dev/kvm (a character device), which this node does not have"
+            ),
+        "{refusal}"
+    );
+    stage(&format!("installer refused the kvm profile: {refusal}"));
     let direct = node.machine.run(&[
-        &format!("{BIN_DIR}/runsc"),
+        &runsc,
         "--network=none",
         "--root=/run/e2e-runsc-do",
         "do",
@@ -396,59 +603,243 @@ async fn a_gvisor_pod_runs_on_a_real_node_and_deleting_the_runtime_uninstalls_it
         direct.stderr
     );
 
-    // A user's pod in gVisor.
+    // A user's pod in each profile: each sandbox runs with its profile's runsc flags and the
+    // installed version's runsc.
     let pods = Api::<Pod>::namespaced(shoot_client.clone(), "default");
-    pods.create(
-        &PostParams::default(),
-        &pod(
-            "in-gvisor",
-            Some("gvisor"),
-            "/bin/busybox dmesg; exec /bin/busybox sleep 3600",
-        ),
-    )
-    .await
-    .unwrap();
-    let running = wait_on_node(&node, "the gVisor pod is Running", STAGE_TIMEOUT, || {
-        running_pod(&pods, "in-gvisor")
-    })
-    .await;
-    let log = wait_on_node(
-        &node,
-        "gVisor's boot lines in the pod log",
-        STAGE_TIMEOUT,
-        || async {
-            let log = container_log(&node, &running);
-            if log.contains("Starting gVisor") {
-                Ok(log)
-            } else {
-                Err(format!("log so far: {log}"))
-            }
-        },
-    )
-    .await;
-    eprintln!("e2e: the gVisor pod's dmesg:\n{log}");
-    let listed = node
-        .machine
-        .run(&[&format!("{BIN_DIR}/runsc"), "--root", RUNSC_ROOT, "list"]);
-    let container_id = running
-        .status
-        .as_ref()
-        .and_then(|s| s.container_statuses.as_ref())
-        .and_then(|c| c.first())
-        .and_then(|c| c.container_id.clone())
-        .unwrap_or_default();
-    let container_id = container_id.trim_start_matches("containerd://");
+    let mut sandboxes = BTreeMap::new();
+    for (name, class, net_raw) in [
+        ("in-gvisor", "gvisor", "true"),
+        ("in-no-raw", "gvisor-no-raw", "false"),
+    ] {
+        pods.create(
+            &PostParams::default(),
+            &pod(
+                name,
+                Some(class),
+                "/bin/busybox dmesg; exec /bin/busybox sleep 3600",
+            ),
+        )
+        .await
+        .unwrap();
+        let running = wait_on_node(&node, &format!("{name} is Running"), STAGE_TIMEOUT, || {
+            running_pod(&pods, name)
+        })
+        .await;
+        let log = wait_on_node(
+            &node,
+            "gVisor's boot lines in the pod log",
+            STAGE_TIMEOUT,
+            || async {
+                let log = container_log(&node, &running);
+                if log.contains("Starting gVisor") {
+                    Ok(log)
+                } else {
+                    Err(format!("log so far: {log}"))
+                }
+            },
+        )
+        .await;
+        let sandbox = sandbox_of(&node, &running).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(
+            sandbox.args.contains(&format!("--net-raw={net_raw}")),
+            "{name} runs under its profile's runsc config: {sandbox:?}"
+        );
+        assert_eq!(sandbox.exe, runsc, "{name}: {sandbox:?}");
+        stage(&format!(
+            "{name} ({class}) Running, sandbox pid {} with --net-raw={net_raw}, {}",
+            sandbox.pid, sandbox.exe
+        ));
+        if name == "in-gvisor" {
+            eprintln!("e2e: the gVisor pod's dmesg:\n{log}");
+        }
+        sandboxes.insert(name, (running, sandbox));
+    }
+    let (old_pod, old_sandbox) = sandboxes.remove("in-gvisor").unwrap();
+    let old_container = container_id(&old_pod);
+    let listed = node.machine.run(&[&runsc, "--root", RUNSC_ROOT, "list"]);
     assert!(
-        !container_id.is_empty() && listed.stdout.contains(container_id),
-        "runsc lists the pod's container {container_id}: {}{}",
+        !old_container.is_empty() && listed.stdout.contains(&old_container),
+        "runsc lists the pod's container {old_container}: {}{}",
         listed.stdout,
         listed.stderr
     );
 
-    // Deleting the ContainerRuntime uninstalls gVisor from the node's containerd.
+    // A pod asking for the kvm profile cannot start here: no handler for it on this node.
+    pods.create(
+        &PostParams::default(),
+        &pod("in-kvm", Some("gvisor-kvm"), "exec /bin/busybox sleep 3600"),
+    )
+    .await
+    .unwrap();
+    let failure = wait_on_node(
+        &node,
+        "the kvm pod's sandbox fails for want of its handler",
+        STAGE_TIMEOUT,
+        || pod_event(&shoot_client, "in-kvm", "FailedCreatePodSandBox"),
+    )
+    .await;
+    assert!(failure.contains("runsc-kvm"), "{failure}");
+    assert_ne!(
+        pods.get("in-kvm")
+            .await
+            .unwrap()
+            .status
+            .and_then(|s| s.phase)
+            .as_deref(),
+        Some("Running")
+    );
+    stage(&format!("in-kvm fails: {failure}"));
+    pods.delete("in-kvm", &DeleteParams::default())
+        .await
+        .unwrap();
+    pods.delete("in-no-raw", &DeleteParams::default())
+        .await
+        .unwrap();
+
+    // The next release ships another runsc build. The operator restarts with it and gardenlet
+    // asks for a reconcile: the DaemonSet rolls, its pod installs the new version beside the
+    // old one and restarts containerd, while in-gvisor keeps running in the old version.
+    let exec_before = ctr_exec(
+        &node,
+        &old_container,
+        &["/bin/busybox", "echo", "exec-before"],
+    );
+    assert!(exec_before.contains("exec-before"), "{exec_before}");
+    operator.terminate(Duration::from_secs(30));
+    let next_release = image_vector_overwrite(images.path(), UPGRADE_TAG);
+    let mut operator = support::operator::OperatorProcess::start_with_env(
+        &env.kubeconfig,
+        &operator_args,
+        &[("IMAGEVECTOR_OVERWRITE", next_release.as_str())],
+    );
+    let containerd_before_upgrade = node
+        .machine
+        .unit_property("containerd.service", "InvocationID");
+    runtimes
+        .patch(
+            &format!("gvisor-{POOL}"),
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(
+                json!({"metadata": {"annotations": {"gardener.cloud/operation": "reconcile"}}}),
+            ),
+        )
+        .await
+        .unwrap();
+    stage("upgrade: operator restarted with the next release, reconcile requested");
+    wait_for_installation(&node, &daemon_sets, &shoot_pods, &ds_name, UPGRADE_TAG).await;
+    let second = wait_on_node(
+        &node,
+        "the next version installed and containerd restarted",
+        STAGE_TIMEOUT,
+        || async {
+            let versions = installed_versions(&node);
+            let restarted = node
+                .machine
+                .unit_property("containerd.service", "InvocationID")
+                != containerd_before_upgrade;
+            let config = String::from_utf8(
+                node.machine
+                    .read_file("/etc/containerd/config.toml")
+                    .map_err(|e| e.to_string())?,
+            )
+            .map_err(|e| e.to_string())?;
+            match versions.iter().find(|v| **v != first) {
+                Some(next)
+                    if restarted
+                        && config.contains(&format!("gvisor/{next}/containerd-shim-runsc-v1")) =>
+                {
+                    Ok(next.clone())
+                }
+                _ => Err(format!("versions {versions:?}, restarted {restarted}")),
+            }
+        },
+    )
+    .await;
+    stage(&format!(
+        "gVisor {second} installed beside {first}, containerd restarted"
+    ));
+    let next_runsc = format!("{BIN_DIR}/gvisor/{second}/runsc");
+    let version = node.machine.run(&[&next_runsc, "--version"]).stdout;
+    assert!(version.contains("-next"), "{version}");
+    assert!(
+        node.machine.exists(&runsc),
+        "the old version stays while in-gvisor runs in it"
+    );
+    let old_now = sandbox_of(&node, &old_pod).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        old_now.pid, old_sandbox.pid,
+        "in-gvisor's sandbox kept running"
+    );
+    assert_eq!(old_now.exe, runsc, "in the old version");
+    let still = running_pod(&pods, "in-gvisor").await.unwrap();
+    assert_eq!(container_id(&still), old_container);
+    // Exec goes through containerd's task API to the pod's (old) shim, the path kubelet's
+    // CRI exec takes (the API server cannot reach this node's kubelet: private network).
+    let exec_after = ctr_exec(
+        &node,
+        &old_container,
+        &["/bin/busybox", "echo", "exec-after"],
+    );
+    assert!(exec_after.contains("exec-after"), "{exec_after}");
+    stage("in-gvisor still Running in the old version (same sandbox pid), exec works");
+
+    // A new pod runs in the new version.
+    pods.create(
+        &PostParams::default(),
+        &pod(
+            "in-gvisor-next",
+            Some("gvisor"),
+            "exec /bin/busybox sleep 3600",
+        ),
+    )
+    .await
+    .unwrap();
+    let next_pod = wait_on_node(&node, "in-gvisor-next is Running", STAGE_TIMEOUT, || {
+        running_pod(&pods, "in-gvisor-next")
+    })
+    .await;
+    let next_sandbox = sandbox_of(&node, &next_pod).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(next_sandbox.exe, next_runsc, "{next_sandbox:?}");
+    stage(&format!("in-gvisor-next Running in {second}"));
+
+    // in-gvisor is deleted cleanly; then the installer (waiting) removes the old version.
     pods.delete("in-gvisor", &DeleteParams::default())
         .await
         .unwrap();
+    wait_on_node(&node, "in-gvisor is gone", STAGE_TIMEOUT, || async {
+        match pods.get_opt("in-gvisor").await.map_err(|e| e.to_string())? {
+            None => Ok(()),
+            Some(pod) => Err(format!("{:?}", pod.status.map(|s| s.phase))),
+        }
+    })
+    .await;
+    stage("in-gvisor deleted");
+    wait_on_node(&node, "the old version removed", STAGE_TIMEOUT, || async {
+        let versions = installed_versions(&node);
+        if versions == [second.clone()] {
+            Ok(())
+        } else {
+            Err(format!("versions {versions:?}"))
+        }
+    })
+    .await;
+    stage(&format!("gVisor {first} removed by the waiting installer"));
+    pods.delete("in-gvisor-next", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_on_node(&node, "in-gvisor-next is gone", STAGE_TIMEOUT, || async {
+        match pods
+            .get_opt("in-gvisor-next")
+            .await
+            .map_err(|e| e.to_string())?
+        {
+            None => Ok(()),
+            Some(_) => Err("still there".to_string()),
+        }
+    })
+    .await;
+
+    // Deleting the ContainerRuntime uninstalls gVisor from the node's containerd.
     let containerd_installed = node
         .machine
         .unit_property("containerd.service", "InvocationID");
@@ -472,6 +863,7 @@ async fn a_gvisor_pod_runs_on_a_real_node_and_deleting_the_runtime_uninstalls_it
         },
     )
     .await;
+    stage("ContainerRuntime deleted: nodes uninstalled");
     let config_toml = String::from_utf8(
         node.machine
             .read_file("/etc/containerd/config.toml")
@@ -483,6 +875,12 @@ async fn a_gvisor_pod_runs_on_a_real_node_and_deleting_the_runtime_uninstalls_it
         "runsc left in config.toml:\n{config_toml}"
     );
     assert!(!node.machine.exists("/etc/containerd/runsc.toml"));
+    assert!(!node.machine.exists("/etc/containerd/runsc-no-raw.toml"));
+    assert!(
+        !node.machine.exists(format!("{BIN_DIR}/gvisor")),
+        "every version removed: {:?}",
+        installed_versions(&node)
+    );
     assert_ne!(
         node.machine
             .unit_property("containerd.service", "InvocationID"),

@@ -93,6 +93,12 @@ pub struct GvisorInstallArgs {
     #[arg(long, env = "GVISOR_KVM_DEVICE", default_value = "/dev/kvm")]
     pub kvm_device: PathBuf,
 
+    /// The Node this runs on (the DaemonSet passes `spec.nodeName`): a refused profile is
+    /// also published as a Warning event on it (with the pod's service account); unset, only
+    /// logged.
+    #[arg(long, env = "GVISOR_NODE_NAME")]
+    pub node_name: Option<String>,
+
     /// The host's process table in this container, read to tell which gVisor versions
     /// running sandboxes use (`/proc/<pid>/exe`); when unset, `<host-root>/proc`.
     #[arg(long, env = "GVISOR_PROC_DIR")]
@@ -271,6 +277,8 @@ pub struct Settings {
     pub restart_timeout: Duration,
     /// The host's process table (in this container).
     pub proc_dir: PathBuf,
+    /// The Node, for the refusal events.
+    pub node_name: Option<String>,
     /// How often a waiting run removes versions no longer in use.
     pub cleanup_interval: Duration,
     /// Exit after the work instead of waiting for SIGTERM (install and uninstall).
@@ -354,6 +362,7 @@ impl Settings {
             restart_timeout_seconds,
             once,
             kvm_device,
+            node_name,
             proc_dir,
             cleanup_interval_seconds,
             uninstall,
@@ -391,6 +400,7 @@ impl Settings {
             dbus_address,
             restart_timeout: Duration::from_secs(restart_timeout_seconds),
             proc_dir: proc_dir.unwrap_or_else(|| host_root.join("proc")),
+            node_name: node_name.filter(|name| !name.is_empty()),
             cleanup_interval: Duration::from_secs(cleanup_interval_seconds),
             once,
             uninstall,

@@ -14,6 +14,7 @@ use crate::safe_fs;
 use super::flags::{FlagsSource, Profiles, RunscFlags};
 use super::installed_versions;
 use super::plan::{self, BINARIES, Handler};
+use super::refusal_events::{self, Refused};
 use super::versions;
 use super::{Error, HostPath, Settings};
 
@@ -51,9 +52,6 @@ struct ProfileFile {
     path: HostPath,
     flags: RunscFlags,
 }
-
-/// A profile refused on this node (`None`: the default one) and why.
-type Refused = (Option<String>, String);
 
 /// What an install run leaves for the wait after it.
 pub(super) struct Installed {
@@ -166,7 +164,11 @@ async fn install_version(
             "gVisor profile not installed on this node"
         );
     }
-    restart.finish(settings).await
+    restart.finish(settings).await?;
+    if let (Some(node), false) = (&settings.node_name, refused.is_empty()) {
+        refusal_events::publish(node, &refused).await;
+    }
+    Ok(())
 }
 
 /// Writes config.toml when the plan changes it and logs what happened.

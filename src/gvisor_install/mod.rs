@@ -106,6 +106,7 @@ pub mod flags;
 mod install;
 mod installed_versions;
 pub mod plan;
+pub mod refusal_events;
 /// The host-root resolver, shared with the node agent's image copies ([`crate::root_path`]).
 pub use crate::root_path as resolve;
 pub mod targets;

@@ -65,7 +65,8 @@ pub fn render_shared_alone(
     pool: &PoolProfiles,
 ) -> Result<String, Error> {
     let classes = profiles::runtime_classes(std::slice::from_ref(pool)).map_err(Error::Profiles)?;
-    render::render_runtime_classes(templates, &classes).map_err(Error::Render)
+    let events = super::shared::refusal_events(std::slice::from_ref(pool));
+    render::render_runtime_classes(templates, &classes, events).map_err(Error::Render)
 }
 
 /// The pool's uninstall DaemonSet ([`render::render_uninstall`]), without any API access.

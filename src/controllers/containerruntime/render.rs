@@ -94,6 +94,7 @@ struct InstallationContext<'a> {
     flags_checksum: String,
     uninstall: bool,
     mode_label: &'static str,
+    refusal_events: bool,
 }
 
 /// Name of the per-pool DaemonSet.
@@ -113,13 +114,16 @@ pub fn node_selector(inputs: &InstallationInputs) -> BTreeMap<String, String> {
 }
 
 /// The RuntimeClasses `classes` ([`super::profiles::runtime_classes`]) and ServiceAccount
-/// `kube-system/gvisor`.
+/// `kube-system/gvisor`; with `refusal_events` also the Role and RoleBinding that let the
+/// installers publish refused profiles as events (`crate::gvisor_install::refusal_events`).
 pub fn render_runtime_classes(
     templates: &Templates,
     classes: &[RuntimeClass],
+    refusal_events: bool,
 ) -> Result<String, RenderError> {
     let mut context = Context::new();
     context.insert("classes", classes);
+    context.insert("refusal_events", &refusal_events);
     templates.render(RUNTIME_CLASS, &context)
 }
 
@@ -190,6 +194,7 @@ fn render_daemonset(
         flags_text,
         uninstall,
         mode_label: LABEL_MODE,
+        refusal_events: !uninstall && inputs.settings.wants_kvm(),
     };
     let context = Context::from_serialize(&context).map_err(|source| RenderError::Template {
         template: INSTALLATION,
@@ -245,7 +250,7 @@ mod tests {
     #[test]
     fn runtime_class_snapshot() {
         let templates = Templates::new().unwrap();
-        let text = render_runtime_classes(&templates, &[gvisor_class()]).unwrap();
+        let text = render_runtime_classes(&templates, &[gvisor_class()], false).unwrap();
         insta::assert_snapshot!(text);
         let objects = parse_all(&text);
         assert_eq!(objects[0]["handler"], "runsc");
@@ -272,7 +277,8 @@ mod tests {
         ] {
             debug.node_selector.insert(key.into(), value.into());
         }
-        let text = render_runtime_classes(&templates, &[gvisor_class(), debug.clone()]).unwrap();
+        let text =
+            render_runtime_classes(&templates, &[gvisor_class(), debug.clone()], false).unwrap();
         let objects = parse_all(&text);
         assert_eq!(objects.len(), 3, "{text}");
         assert_eq!(objects[1]["metadata"]["name"], "gvisor-debug");
@@ -286,6 +292,63 @@ mod tests {
             assert_eq!(selector[key], json!(value), "{key}");
         }
         assert_eq!(objects[2]["kind"], "ServiceAccount");
+    }
+
+    /// A pool with a `kvm` profile: its installers get a token and their Node's name and may
+    /// create and patch events in `default` (nothing else); without one, neither.
+    #[test]
+    fn a_kvm_profile_lets_the_installers_report_refusals_as_events() {
+        let templates = Templates::new().unwrap();
+        let mut pool = inputs(json!({}));
+        pool.settings = config::validate(Some(&config::provider_config(
+            json!({"profiles": [{"name": "fast", "platform": "kvm"}]}),
+        )))
+        .unwrap();
+        let ds = &parse_all(&render_installation(&templates, &pool).unwrap())[0];
+        let spec = &ds["spec"]["template"]["spec"];
+        assert_eq!(spec["automountServiceAccountToken"], true);
+        assert_eq!(
+            spec["containers"][0]["env"][1],
+            json!({"name": "GVISOR_NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}})
+        );
+        let uninstall = &parse_all(&render_uninstall(&templates, &pool).unwrap())[0];
+        assert_eq!(
+            uninstall["spec"]["template"]["spec"]["automountServiceAccountToken"],
+            false
+        );
+
+        let objects =
+            parse_all(&render_runtime_classes(&templates, &[gvisor_class()], true).unwrap());
+        let kinds: Vec<&str> = objects
+            .iter()
+            .map(|o| o["kind"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            kinds,
+            ["RuntimeClass", "ServiceAccount", "Role", "RoleBinding"]
+        );
+        assert_eq!(objects[2]["metadata"]["namespace"], "default");
+        assert_eq!(
+            objects[2]["rules"],
+            json!([{"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]}])
+        );
+        assert_eq!(
+            objects[3]["subjects"],
+            json!([{"kind": "ServiceAccount", "name": "gvisor", "namespace": "kube-system"}])
+        );
+
+        let plain = &parse_all(&render_installation(&templates, &inputs(json!({}))).unwrap())[0];
+        assert_eq!(
+            plain["spec"]["template"]["spec"]["automountServiceAccountToken"],
+            false
+        );
+        assert_eq!(
+            plain["spec"]["template"]["spec"]["containers"][0]["env"]
+                .as_array()
+                .unwrap()
+                .len(),
+            1
+        );
     }
 
     #[test]

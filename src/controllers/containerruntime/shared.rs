@@ -43,7 +43,8 @@ pub async fn apply(
         }
     };
     let manifests =
-        render::render_runtime_classes(&actuator.templates, &classes).map_err(Error::Render)?;
+        render::render_runtime_classes(&actuator.templates, &classes, refusal_events(&pools))
+            .map_err(Error::Render)?;
     Ok(managed_resource::apply_for_shoot(
         &actuator.client,
         actuator.seed_cache(),
@@ -86,6 +87,12 @@ fn pools(
     pools.sort_by(|a, b| a.pool.cmp(&b.pool));
     pools.dedup_by(|a, b| a.pool == b.pool);
     Ok(pools)
+}
+
+/// Whether the installers of `pools` may report refused profiles as events: some pool has a
+/// `kvm` profile, the only kind a node can refuse (the shared MR then carries their Role).
+pub fn refusal_events(pools: &[PoolProfiles]) -> bool {
+    pools.iter().any(|pool| pool.settings.wants_kvm())
 }
 
 #[cfg(test)]
