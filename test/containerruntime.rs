@@ -1110,3 +1110,175 @@ async fn profiles_of_every_pool_become_runtime_classes_and_go_with_their_pool() 
         "gvisor-fast left with its pool"
     );
 }
+
+/// A `kvm` profile refused on a node without `/dev/kvm` is a Warning event on the Node: the
+/// installer, run with what the operator ships (the pool's DaemonSet flags, the shared
+/// resource's ServiceAccount, Role and RoleBinding applied as the shoot's resource manager
+/// would) and a token of that ServiceAccount, publishes it; the token may do nothing else.
+/// (The real node e2e cannot reach the API server from a pod: docs/usage.md.)
+#[tokio::test]
+async fn a_refused_kvm_profile_is_an_event_on_the_node_with_no_more_than_the_shipped_role() {
+    let env = setup_with_cluster(|cluster| {
+        let workers = &mut cluster["spec"]["shoot"]["spec"]["provider"]["workers"];
+        workers[0]["name"] = json!("metal");
+        workers[0]["machine"]["type"] = json!("m5.metal");
+        *workers = json!([workers[0].clone()]);
+    })
+    .await;
+    let name = create_cr_with(
+        &env,
+        "metal",
+        json!({"profiles": [{"name": "fast", "platform": "kvm"}]}),
+    )
+    .await;
+    wait_ready(&crs(&env), &name, LastOperationType::Create).await;
+
+    // The shoot's resource manager's part: the shared resource's RBAC objects applied.
+    let shared = mr_manifests(&env, SHARED_MR).await;
+    let objects = gardener_extension_node::devenv::apply::parse_documents(&shared, "shared")
+        .unwrap()
+        .into_iter()
+        .filter(|o| {
+            let kind = o
+                .types
+                .as_ref()
+                .map(|t| t.kind.as_str())
+                .unwrap_or_default();
+            matches!(kind, "ServiceAccount" | "Role" | "RoleBinding")
+        })
+        .collect::<Vec<_>>();
+    assert_eq!(objects.len(), 3, "{shared}");
+    gardener_extension_node::devenv::apply::apply_all(&env.client, &objects, "default")
+        .await
+        .unwrap();
+    let installation: Value = serde_json::to_value(
+        gardener_extension_node::devenv::apply::parse_documents(
+            &mr_manifests(&env, &pool_mr("metal")).await,
+            "installation",
+        )
+        .unwrap()
+        .remove(0),
+    )
+    .unwrap();
+    let container = &installation["spec"]["template"]["spec"]["containers"][0];
+    let flags = container["env"][0]["value"].as_str().unwrap().to_string();
+    assert_eq!(container["env"][1]["name"], "GVISOR_NODE_NAME");
+
+    // The pod's token, as kubelet would mount it, in a kubeconfig for the installer.
+    let request: k8s_openapi::api::authentication::v1::TokenRequest =
+        serde_json::from_value(json!({"spec": {"expirationSeconds": 600}})).unwrap();
+    let token = Api::<k8s_openapi::api::core::v1::ServiceAccount>::namespaced(
+        env.client.clone(),
+        "kube-system",
+    )
+    .create_token_request("gvisor", &PostParams::default(), &request)
+    .await
+    .unwrap()
+    .status
+    .and_then(|status| status.token)
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    let ca = base64_encode(env.ca_pem.as_bytes());
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: shoot\n  cluster:\n    server: {}\n    certificate-authority-data: {ca}\nusers:\n- name: gvisor\n  user:\n    token: {token}\ncontexts:\n- name: shoot\n  context: {{cluster: shoot, user: gvisor}}\ncurrent-context: shoot\n",
+            env.server_url
+        ),
+    )
+    .unwrap();
+
+    // A node without /dev/kvm: the installer refuses the profile and says so on the Node.
+    let node = format!("node-{}", env.namespace);
+    let root = dir.path().join("root");
+    let content = dir.path().join("content");
+    std::fs::create_dir_all(root.join("etc/containerd")).unwrap();
+    std::fs::create_dir_all(&content).unwrap();
+    for binary in ["runsc", "containerd-shim-runsc-v1"] {
+        std::fs::write(content.join(binary), b"#!/bin/sh\nexit 1\n").unwrap();
+    }
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_gardener-extension-node"))
+        .env_clear()
+        .env("KUBECONFIG", &kubeconfig)
+        .env("GVISOR_RUNSC_FLAGS", &flags)
+        .env("GVISOR_NODE_NAME", &node)
+        .args(["--log-format", "json", "gvisor-install", "--once"])
+        .arg(format!("--host-root={}", root.display()))
+        .arg(format!("--source-dir={}", content.display()))
+        .arg(format!(
+            "--kvm-device={}",
+            dir.path().join("no-kvm").display()
+        ))
+        .arg(format!(
+            "--dbus-address=unix:path={}",
+            dir.path().join("no-bus").display()
+        ))
+        .output()
+        .unwrap();
+    let log = String::from_utf8_lossy(&output.stderr);
+    // Files written, the restart fails here (no systemd); the event went out before it.
+    assert!(
+        log.contains("restarting containerd.service through systemd"),
+        "{log}"
+    );
+    assert!(log.contains("\"action\":\"reported\""), "{log}");
+    let events =
+        Api::<k8s_openapi::api::events::v1::Event>::namespaced(env.client.clone(), "default");
+    let event = events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .find(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(node.as_str()))
+        .unwrap_or_else(|| panic!("no event on {node}: {log}"));
+    assert_eq!(event.type_.as_deref(), Some("Warning"));
+    assert_eq!(event.reason.as_deref(), Some("GVisorProfileRefused"));
+    let regarding = event.regarding.unwrap();
+    assert_eq!(
+        (regarding.kind.as_deref(), regarding.uid.as_deref()),
+        (Some("Node"), Some(node.as_str())),
+        "as kubelet refers to its Node"
+    );
+    assert_eq!(
+        event.note.as_deref(),
+        Some(format!("gVisor profile fast is not installed on this node: platform kvm needs {} (a character device), which this node does not have; pods of its RuntimeClass cannot start here", dir.path().join("no-kvm").display()).as_str())
+    );
+    assert_eq!(
+        event.reporting_controller.as_deref(),
+        Some("gardener-extension-node-gvisor-install")
+    );
+
+    // The token may create events in `default`, nothing else.
+    let config = gardener_extension_node::kubeconfig::config_from_yaml(
+        &std::fs::read_to_string(&kubeconfig).unwrap(),
+    )
+    .await
+    .unwrap();
+    let limited = Client::try_from(config).unwrap();
+    let forbidden = |result: Result<_, kube::Error>| matches!(result, Err(kube::Error::Api(status)) if status.code == 403);
+    assert!(forbidden(
+        Api::<k8s_openapi::api::core::v1::Node>::all(limited.clone())
+            .list(&ListParams::default())
+            .await
+            .map(|_| ())
+    ));
+    assert!(forbidden(
+        Api::<k8s_openapi::api::events::v1::Event>::namespaced(limited.clone(), "kube-system")
+            .list(&ListParams::default())
+            .await
+            .map(|_| ())
+    ));
+    assert!(forbidden(
+        Api::<Secret>::namespaced(limited, "kube-system")
+            .list(&ListParams::default())
+            .await
+            .map(|_| ())
+    ));
+}
+
+fn base64_encode(bytes: &[u8]) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}

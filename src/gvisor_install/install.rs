@@ -164,11 +164,11 @@ async fn install_version(
             "gVisor profile not installed on this node"
         );
     }
-    restart.finish(settings).await?;
+    // Before the restart: a refusal is reported even when the restart then fails.
     if let (Some(node), false) = (&settings.node_name, refused.is_empty()) {
         refusal_events::publish(node, &refused).await;
     }
-    Ok(())
+    restart.finish(settings).await
 }
 
 /// Writes config.toml when the plan changes it and logs what happened.
