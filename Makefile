@@ -58,7 +58,7 @@ START_ADDRESS ?= 127.0.0.1:8080
 START_STATE_DIR ?= dev/local-env
 
 .PHONY: start start-clean test fmt lint generate check-generate envtest peers deps unit integration check-orphans
-.PHONY: test-resilience test-rules e2e-prometheus fuzz advisories e2e-prebuild e2e e2e-rollout e2e-health e2e-steering e2e-takeover e2e-machines e2e-machines-lifecycle bench-machines bench-rollout bench-node
+.PHONY: test-resilience test-rules e2e-prometheus fuzz advisories e2e-prebuild e2e e2e-rollout e2e-health e2e-steering e2e-takeover e2e-machines e2e-machines-lifecycle bench-machines bench-rollout bench-node bench-gvisor
 .PHONY: bench-agent-certificate bench-scale images push-images generate-registrations
 
 # The fault-injection binaries; `make test` runs them at reduced counts.
@@ -223,7 +223,7 @@ e2e-prebuild: deps
 	@CARGO_TARGET_DIR="$(STATIC_TARGET_DIR)" $(CARGO) build --quiet --target $(STATIC_TARGET) --bin gardener-extension-node
 
 e2e: deps
-	@$(call node-run,e2e,$(CARGO) test --test node_e2e -- --ignored --nocapture)
+	@$(call node-run,e2e,$(CARGO) test --test node_e2e -- --ignored --nocapture --skip bench_)
 
 e2e-rollout: deps
 	@$(call node-run,e2e-rollout,$(CARGO) test --test rollout_e2e disruptive_changes -- --ignored --nocapture)
@@ -268,6 +268,11 @@ bench-scale: deps
 
 bench-rollout: deps
 	@$(call node-run,bench-rollout,$(CARGO) test --test rollout_e2e compare_rollout_modes -- --ignored --nocapture)
+
+# gVisor against runc on the e2e node: pod start and memory (the RuntimeClass overhead's
+# measurement), into docs/benchmarks.md.
+bench-gvisor: deps
+	@$(call node-run,bench-gvisor,$(CARGO) test --test node_e2e bench_gvisor -- --ignored --nocapture)
 
 # What one node of the e2e fixture costs (boot, Ready, memory): docs/benchmarks.md.
 bench-node: deps

@@ -20,6 +20,16 @@
 //! CNI plugins, and our static binary in the node and in the installation image. Images are
 //! OCI archives built here (`support::oci`) and preloaded on the node, as a node image would.
 //!
+//! The gVisor part: the ContainerRuntime asks for two profiles besides the default one,
+//! `no-raw` (other runsc flags: each pod's sandbox runs with its profile's, read from its
+//! command line) and `kvm` (refused by the installer on this node, which has no `/dev/kvm`; a
+//! pod asking for it fails for want of the handler). Then the next release's installation
+//! image, another runsc build, is rolled out while a gVisor pod runs: the pod keeps its
+//! sandbox and old version, exec works before and after, a new pod runs the new version, and
+//! the old version's files go once the old pod is deleted. The run prints its timeline.
+//! `bench_gvisor_pod_start_and_memory_against_runc` (`make bench-gvisor`) measures pod start
+//! and memory under runc and gVisor on the same node.
+//!
 //! Needs root, the node components and a static build of our binary in
 //! `E2E_STATIC_BINARY`; `make e2e` provides them, and `cargo test` skips this file
 //! (`#[ignore]`).
@@ -35,8 +45,8 @@ use std::time::{Duration, Instant};
 use gardener_extension_node::api::{Cluster, ContainerRuntime, ManagedResource};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node as KubeNode, Pod, Secret};
-use kube::Api;
 use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::{Api, ResourceExt};
 use serde_json::json;
 use support::agent::{CONFIG_DIR, PoolOscs, limited_token_in};
 use support::node::{AGENT_BINARY, Node, NodeOptions, NodeOsc};
@@ -362,9 +372,37 @@ async fn wait_for_installation(
     .await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "needs the node components and a static binary: make e2e"]
-async fn a_gvisor_pod_runs_on_a_real_node_and_deleting_the_runtime_uninstalls_it() {
+/// A shoot node booted the way gardenlet, MCM and cloud-init bring one up, with our operator
+/// (OSC and ContainerRuntime controllers, the first installation release) beside it.
+struct ShootNode {
+    env: support::TestEnv,
+    /// Kept for the shoot control plane's lifetime.
+    _shoot: support::shoot::Shoot,
+    shoot_client: kube::Client,
+    node: Node,
+    node_name: String,
+    nodes: Api<KubeNode>,
+    images: tempfile::TempDir,
+    operator: support::operator::OperatorProcess,
+    operator_args: Vec<String>,
+}
+
+fn start_operator(
+    env: &support::TestEnv,
+    args: &[String],
+    image_vector: &str,
+) -> support::operator::OperatorProcess {
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    support::operator::OperatorProcess::start_with_env(
+        &env.kubeconfig,
+        &args,
+        &[("IMAGEVECTOR_OVERWRITE", image_vector)],
+    )
+}
+
+/// Boots the node, has our operator render the pool's user data and the agent apply it, and
+/// waits for the Node to be Ready.
+async fn shoot_node() -> ShootNode {
     let assets = required_env("ENVTEST_ASSETS");
     let static_binary = required_env("E2E_STATIC_BINARY");
     let env = support::env().await;
@@ -381,16 +419,12 @@ async fn a_gvisor_pod_runs_on_a_real_node_and_deleting_the_runtime_uninstalls_it
         .unwrap();
     build_images(images.path(), &assets, &static_binary);
     let kvm_machine_types = format!("--gvisor-kvm-machine-types={MACHINE_TYPE}");
-    let operator_args = [
-        "--controllers=containerruntime,operatingsystemconfig",
-        kvm_machine_types.as_str(),
+    let operator_args = vec![
+        "--controllers=containerruntime,operatingsystemconfig".to_string(),
+        kvm_machine_types,
     ];
     let first_release = image_vector_overwrite(images.path(), INSTALLATION_TAG);
-    let mut operator = support::operator::OperatorProcess::start_with_env(
-        &env.kubeconfig,
-        &operator_args,
-        &[("IMAGEVECTOR_OVERWRITE", first_release.as_str())],
-    );
+    let operator = start_operator(&env, &operator_args, &first_release);
 
     let started = Instant::now();
     let node = Node::boot(&NodeOptions {
@@ -486,6 +520,34 @@ async fn a_gvisor_pod_runs_on_a_real_node_and_deleting_the_runtime_uninstalls_it
     })
     .await;
 
+    ShootNode {
+        env,
+        _shoot: shoot,
+        shoot_client,
+        node,
+        node_name,
+        nodes,
+        images,
+        operator,
+        operator_args,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs the node components and a static binary: make e2e"]
+async fn a_gvisor_pod_runs_on_a_real_node_and_deleting_the_runtime_uninstalls_it() {
+    let ShootNode {
+        env,
+        _shoot,
+        shoot_client,
+        node,
+        node_name,
+        nodes,
+        images,
+        operator,
+        operator_args,
+    } = shoot_node().await;
+    let ns = env.namespace.clone();
     // gardenlet creates the ContainerRuntime with two more profiles: `no-raw` (other runsc
     // flags) and `kvm` (the platform this node cannot offer); the DaemonSet's pod installs.
     let timeline = Instant::now();
@@ -705,13 +767,10 @@ async fn a_gvisor_pod_runs_on_a_real_node_and_deleting_the_runtime_uninstalls_it
         &["/bin/busybox", "echo", "exec-before"],
     );
     assert!(exec_before.contains("exec-before"), "{exec_before}");
-    operator.terminate(Duration::from_secs(30));
+    let mut first_operator = operator;
+    first_operator.terminate(Duration::from_secs(30));
     let next_release = image_vector_overwrite(images.path(), UPGRADE_TAG);
-    let mut operator = support::operator::OperatorProcess::start_with_env(
-        &env.kubeconfig,
-        &operator_args,
-        &[("IMAGEVECTOR_OVERWRITE", next_release.as_str())],
-    );
+    let mut operator = start_operator(&env, &operator_args, &next_release);
     let containerd_before_upgrade = node
         .machine
         .unit_property("containerd.service", "InvocationID");
@@ -927,4 +986,266 @@ async fn a_gvisor_pod_runs_on_a_real_node_and_deleting_the_runtime_uninstalls_it
     );
     operator.kill();
     drop(node);
+}
+
+/// What one pod's cgroup holds, read on the node.
+#[derive(Debug, Clone, Copy, Default)]
+struct PodCgroup {
+    /// Working set: usage minus inactive file pages (what kubelet reports), bytes.
+    working_set: u64,
+    /// Anonymous memory, bytes.
+    anon: u64,
+    /// CPU time so far, nanoseconds.
+    cpu_ns: u64,
+}
+
+/// The pod-level cgroup of the pod with `uid` (cgroup v1 or v2; systemd or cgroupfs naming).
+fn pod_cgroup(node: &Node, uid: &str) -> Result<PodCgroup, String> {
+    let underscored = uid.replace('-', "_");
+    let script = format!(
+        "for base in /sys/fs/cgroup/memory /sys/fs/cgroup; do \
+           d=$(find $base -maxdepth 5 -type d \\( -name '*pod{underscored}.slice' -o -name 'pod{uid}' \\) 2>/dev/null | head -1); \
+           [ -n \"$d\" ] && break; done; \
+         [ -n \"$d\" ] || exit 1; \
+         if [ -f $d/memory.usage_in_bytes ]; then \
+           echo usage $(cat $d/memory.usage_in_bytes); grep -E '^(total_inactive_file|total_rss) ' $d/memory.stat; \
+           for m in cpu,cpuacct cpuacct,cpu cpuacct; do c=$(echo $d | sed \"s#/sys/fs/cgroup/memory#/sys/fs/cgroup/$m#\"); \
+             if [ -f $c/cpuacct.usage ]; then echo cpu_ns $(cat $c/cpuacct.usage); break; fi; done; \
+         else \
+           echo usage $(cat $d/memory.current); grep -E '^(inactive_file|anon) ' $d/memory.stat; \
+           echo cpu_ns $(( $(grep '^usage_usec ' $d/cpu.stat | cut -d' ' -f2) * 1000 )); \
+         fi"
+    );
+    let output = node.machine.sh(&script);
+    if !output.status.success() {
+        return Err(format!("no cgroup of pod {uid}: {}", output.stderr));
+    }
+    let value = |key: &str| {
+        output
+            .stdout
+            .lines()
+            .find_map(|line| line.strip_prefix(&format!("{key} ")))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+    };
+    let usage = value("usage").ok_or(format!("no usage: {}", output.stdout))?;
+    let inactive = value("total_inactive_file")
+        .or(value("inactive_file"))
+        .unwrap_or(0);
+    Ok(PodCgroup {
+        working_set: usage.saturating_sub(inactive),
+        anon: value("total_rss").or(value("anon")).unwrap_or(0),
+        cpu_ns: value("cpu_ns").unwrap_or(0),
+    })
+}
+
+/// The mean VmRSS (KiB) of the node's processes whose command line holds `name`.
+fn rss_of(node: &Node, name: &str) -> u64 {
+    let output = node.machine.sh(&format!(
+        "for d in /proc/[0-9]*; do case \"$(tr '\\0' ' ' < $d/cmdline 2>/dev/null)\" in *{name}*) \
+           grep '^VmRSS:' $d/status 2>/dev/null | tr -s ' ' | cut -d' ' -f2;; esac; done"
+    ));
+    let rss: Vec<u64> = output
+        .stdout
+        .lines()
+        .filter_map(|l| l.trim().parse::<u64>().ok())
+        .collect();
+    rss.iter().sum::<u64>() / rss.len().max(1) as u64
+}
+
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(|a, b| a.total_cmp(b));
+    let n = values.len();
+    if n % 2 == 1 {
+        values[n / 2]
+    } else {
+        (values[n / 2 - 1] + values[n / 2]) / 2.0
+    }
+}
+
+/// The timestamp (RFC 3339, nanoseconds) of the first line of `pod`'s container log.
+fn first_log_line_at(node: &Node, pod: &Pod) -> Result<chrono::DateTime<chrono::Utc>, String> {
+    let log = container_log(node, pod);
+    let first = log.lines().next().ok_or("no log line yet")?;
+    let stamp = first.split_whitespace().next().ok_or("empty line")?;
+    chrono::DateTime::parse_from_rfc3339(stamp)
+        .map(|t| t.with_timezone(&chrono::Utc))
+        .map_err(|e| format!("{stamp}: {e}"))
+}
+
+/// Starts per runtime.
+const BENCH_STARTS: usize = 10;
+
+/// `make bench-gvisor`: pod start latency and memory, runc against gVisor (the default
+/// profile, systrap), on the real node of `make e2e`, into docs/benchmarks.md (section
+/// `gvisor`); the measured difference is what the RuntimeClass's default `overhead` is made of
+/// (docs/usage.md). Pods start one after the other and keep running: 10 per runtime.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "a benchmark on a real node: make bench-gvisor"]
+async fn bench_gvisor_pod_start_and_memory_against_runc() {
+    let ShootNode {
+        env,
+        _shoot,
+        shoot_client,
+        node,
+        node_name,
+        nodes,
+        images: _images,
+        mut operator,
+        operator_args: _,
+    } = shoot_node().await;
+    let runtime: ContainerRuntime = serde_json::from_value(
+        support::fixtures::container_runtime_json(&env.namespace, POOL),
+    )
+    .unwrap();
+    let runtimes = Api::<ContainerRuntime>::namespaced(env.client.clone(), &env.namespace);
+    runtimes
+        .create(&PostParams::default(), &runtime)
+        .await
+        .unwrap();
+    let daemon_sets = Api::<DaemonSet>::namespaced(shoot_client.clone(), "kube-system");
+    let shoot_pods = Api::<Pod>::namespaced(shoot_client.clone(), "kube-system");
+    let ds_name = format!("containerd-gvisor-{POOL}");
+    wait_for_installation(&node, &daemon_sets, &shoot_pods, &ds_name, INSTALLATION_TAG).await;
+    wait_on_node(&node, "runsc among the handlers", STAGE_TIMEOUT, || async {
+        let found = nodes.get(&node_name).await.map_err(|e| e.to_string())?;
+        let handlers: Vec<String> = found
+            .status
+            .and_then(|s| s.runtime_handlers)
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|h| h.name)
+            .collect();
+        if handlers.iter().any(|h| h == "runsc") {
+            Ok(())
+        } else {
+            Err(format!("{handlers:?}"))
+        }
+    })
+    .await;
+
+    let pods = Api::<Pod>::namespaced(shoot_client.clone(), "default");
+    let mut rows = Vec::new();
+    for (label, class) in [("runc", None), ("gVisor (runsc, systrap)", Some("gvisor"))] {
+        let mut to_output = Vec::new();
+        let mut to_running = Vec::new();
+        let mut started = Vec::new();
+        for i in 0..BENCH_STARTS {
+            let name = format!("bench-{}-{i}", class.unwrap_or("runc"));
+            let created_at = chrono::Utc::now();
+            let created = Instant::now();
+            pods.create(
+                &PostParams::default(),
+                &pod(&name, class, "echo started; exec /bin/busybox sleep 3600"),
+            )
+            .await
+            .unwrap();
+            let running = loop {
+                if let Ok(pod) = running_pod(&pods, &name).await {
+                    break pod;
+                }
+                assert!(created.elapsed() < STAGE_TIMEOUT, "{name} not Running");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            };
+            to_running.push(created.elapsed().as_secs_f64());
+            let first = wait_on_node(&node, "the first log line", STAGE_TIMEOUT, || async {
+                first_log_line_at(&node, &running)
+            })
+            .await;
+            to_output.push((first - created_at).num_microseconds().unwrap_or(0) as f64 / 1e6);
+            started.push(running);
+        }
+        // Settled: what each pod's cgroup holds, and its CPU over 10 s.
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        let before: Vec<PodCgroup> = started
+            .iter()
+            .map(|p| pod_cgroup(&node, p.metadata.uid.as_deref().unwrap()).unwrap())
+            .collect();
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        let after: Vec<PodCgroup> = started
+            .iter()
+            .map(|p| pod_cgroup(&node, p.metadata.uid.as_deref().unwrap()).unwrap())
+            .collect();
+        let mut working_set: Vec<f64> = after
+            .iter()
+            .map(|c| c.working_set as f64 / 1048576.0)
+            .collect();
+        let mut anon: Vec<f64> = after.iter().map(|c| c.anon as f64 / 1048576.0).collect();
+        let mut cpu: Vec<f64> = before
+            .iter()
+            .zip(&after)
+            .map(|(b, a)| a.cpu_ns.saturating_sub(b.cpu_ns) as f64 / 10e9 * 1000.0)
+            .collect();
+        let shim = if class.is_some() {
+            "containerd-shim-runsc-v1"
+        } else {
+            "containerd-shim-runc-v2"
+        };
+        let shim_rss = rss_of(&node, shim) as f64 / 1024.0;
+        assert!(
+            after.iter().all(|c| c.cpu_ns > 0),
+            "every pod's cgroup has used CPU: {after:?}"
+        );
+        let (output_min, output_max) = min_max(&to_output);
+        rows.push((
+            label,
+            median(&mut to_output),
+            output_min,
+            output_max,
+            median(&mut to_running),
+            median(&mut working_set),
+            median(&mut anon),
+            median(&mut cpu),
+            shim_rss,
+        ));
+        eprintln!("bench: {label}: {:?}", rows.last().unwrap());
+        for pod in &started {
+            pods.delete(&pod.name_any(), &DeleteParams::default())
+                .await
+                .unwrap();
+        }
+        for pod in &started {
+            wait_on_node(&node, "the pod is gone", STAGE_TIMEOUT, || async {
+                match pods
+                    .get_opt(&pod.name_any())
+                    .await
+                    .map_err(|e| e.to_string())?
+                {
+                    None => Ok(()),
+                    Some(_) => Err("still there".to_string()),
+                }
+            })
+            .await;
+        }
+    }
+
+    let (runc, gvisor) = (&rows[0], &rows[1]);
+    let memory_overhead = gvisor.5 - runc.5;
+    let cpu_overhead = gvisor.7 - runc.7;
+    let mut body = String::from(
+        "## gVisor against runc: pod start and memory on a real node\n\n\
+         Command: `make bench-gvisor` (`bench_gvisor_pod_start_and_memory_against_runc` in `test/node_e2e.rs`): the systemd-nspawn node of `make e2e` (containerd 2.x and kubelet built from their Go modules, our agent), gVisor installed by the operator's DaemonSet (runsc and its shim from `gvisor.dev/gvisor`, default profile, platform systrap); per runtime 10 busybox pods (`echo started; sleep 3600`, no resources asked for) created one after the other, each kept running. **Start**: from the create request to the container's first log line (containerd's timestamp; the node shares the host's clock), and to `Running` as the API shows it (polled every 50 ms; kubelet reports it after its next relist). **Memory and CPU** of each pod's cgroup (pod level, as the RuntimeClass overhead is accounted: for gVisor the sandbox, i.e. the Sentry and the gofer, with the container in it) 10 s after the last pod started; CPU over the next 10 s. The shims run outside the pods' cgroups (containerd's); the mean resident memory of one shim process is given apart. Figures are medians over the 10 pods.\n\n\
+         | runtime | start → first output (median) | min / max | start → `Running` in the API (median) | pod working set | pod anonymous memory | pod CPU, idle | RSS of one shim |\n\
+         |---|---:|---:|---:|---:|---:|---:|---:|\n",
+    );
+    for row in &rows {
+        body.push_str(&format!(
+            "| {} | {:.2} s | {:.2} / {:.2} s | {:.2} s | {:.1} MiB | {:.1} MiB | {:.1} millicores | {:.1} MiB |\n",
+            row.0, row.1, row.2, row.3, row.4, row.5, row.6, row.7, row.8
+        ));
+    }
+    body.push_str(&format!(
+        "\ngVisor minus runc, per pod: working set {memory_overhead:.1} MiB, CPU {cpu_overhead:.1} millicores when idle; start {:.2} s later to the first output. The RuntimeClass's default `overhead.podFixed` is this difference rounded up (memory to the next 8 MiB, CPU to the next 10 millicores, at least 10): see `DEFAULT_OVERHEAD` in `src/controllers/containerruntime/profiles.rs` and docs/usage.md.\n\nMeasured on {}.\n",
+        gvisor.1 - runc.1,
+        chrono::Utc::now().format("%Y-%m-%d")
+    ));
+    support::benchmarks::write_section("gvisor", &body);
+    eprintln!("{body}");
+    operator.kill();
+    drop(node);
+}
+
+fn min_max(values: &[f64]) -> (f64, f64) {
+    values
+        .iter()
+        .fold((f64::MAX, f64::MIN), |(lo, hi), v| (lo.min(*v), hi.max(*v)))
 }

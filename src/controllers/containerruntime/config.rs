@@ -320,7 +320,9 @@ fn overhead(value: Option<&Value>, at: &str) -> Result<Option<Overhead>, ConfigE
     };
     let fields = match value {
         None | Some(Value::Null) => return Ok(None),
-        Some(Value::Object(fields)) if !fields.is_empty() => fields,
+        // `{}`: no overhead at all (instead of the measured default, `super::profiles`).
+        Some(Value::Object(fields)) if fields.is_empty() => return Ok(Some(Overhead::default())),
+        Some(Value::Object(fields)) => fields,
         Some(_) => {
             return Err(invalid(
                 "must be a map with cpu and/or memory, e.g. {cpu: 100m, memory: 64Mi}".into(),
@@ -705,7 +707,7 @@ mod tests {
                 "cpu has invalid value \"lots\"",
             ),
             (
-                json!({"overhead": {}}),
+                json!({"overhead": []}),
                 "providerConfig.overhead must be a map with cpu and/or memory",
             ),
             (

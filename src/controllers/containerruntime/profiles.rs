@@ -21,6 +21,15 @@ use std::collections::BTreeMap;
 use super::config::{GVisorSettings, Overhead, Profile, runtime_class_name};
 use crate::api::constants::LABEL_WORKER_POOL;
 
+/// The RuntimeClass `overhead.podFixed` of a profile that asks for none: what a gVisor pod's
+/// cgroup holds beyond the same pod under runc (the sandbox: Sentry and gofer), measured on a
+/// real node by `make bench-gvisor` (docs/benchmarks.md, section "gVisor against runc": 21.7
+/// MiB working set and 1.9 millicores idle per busybox pod, 2026-12-07), rounded up to the
+/// next 8 MiB and 10 millicores. `overhead: {}` asks for none.
+pub const DEFAULT_OVERHEAD_CPU: &str = "10m";
+/// See [`DEFAULT_OVERHEAD_CPU`].
+pub const DEFAULT_OVERHEAD_MEMORY: &str = "24Mi";
+
 /// The node label gardenlet sets on the nodes of pools with gVisor.
 pub const LABEL_GVISOR: &str = "containerruntime.worker.gardener.cloud/gvisor";
 
@@ -170,7 +179,10 @@ fn class(
         p.overhead.clone()
     })?
     .flatten();
-    let overhead = overhead.unwrap_or_default();
+    let overhead = overhead.unwrap_or_else(|| Overhead {
+        cpu: Some(DEFAULT_OVERHEAD_CPU.to_string()),
+        memory: Some(DEFAULT_OVERHEAD_MEMORY.to_string()),
+    });
     Ok(RuntimeClass {
         handler: crate::gvisor_install::plan::handler_name(name),
         name: runtime_class,
@@ -233,8 +245,21 @@ mod tests {
                 classes[0].node_selector,
                 BTreeMap::from([(LABEL_GVISOR.to_string(), "true".to_string())])
             );
-            assert_eq!(classes[0].overhead_memory, None);
+            assert_eq!(
+                (
+                    classes[0].overhead_cpu.as_deref(),
+                    classes[0].overhead_memory.as_deref()
+                ),
+                (Some(DEFAULT_OVERHEAD_CPU), Some(DEFAULT_OVERHEAD_MEMORY)),
+                "the measured default"
+            );
         }
+        let none = runtime_classes(&[pool("a", json!({"overhead": {}}))]).unwrap();
+        assert_eq!(
+            (none[0].overhead_cpu.clone(), none[0].overhead_memory.clone()),
+            (None, None),
+            "overhead: {{}} asks for none"
+        );
     }
 
     #[test]

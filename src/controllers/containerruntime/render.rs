@@ -258,7 +258,11 @@ mod tests {
             objects[0]["scheduling"]["nodeSelector"]["containerruntime.worker.gardener.cloud/gvisor"],
             "true"
         );
-        assert!(objects[0].get("overhead").is_none());
+        assert_eq!(
+            objects[0]["overhead"],
+            json!({"podFixed": {"cpu": "10m", "memory": "24Mi"}}),
+            "the measured default (profiles::DEFAULT_OVERHEAD_*)"
+        );
     }
 
     #[test]
