@@ -134,6 +134,15 @@ impl Host {
         self.command(extra).output().unwrap()
     }
 
+    /// The command started with its log (stderr) piped.
+    fn spawn(&self, extra: &[&str]) -> std::process::Child {
+        self.command(extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    }
+
     /// Every entry under the host root: a file's mode and content, a link's target text
     /// (never followed), a FIFO's or device node's kind, mode and device number (never
     /// opened).
@@ -168,12 +177,7 @@ impl Host {
     /// Runs with `extra`, killing the process if it has not exited after 10 s (a run that
     /// waits on a FIFO fails the test instead of hanging it); returns success and stderr.
     fn run_bounded(&self, extra: &[&str]) -> (bool, String) {
-        let mut child = self
-            .command(extra)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+        let mut child = self.spawn(extra);
         let status = wait_bounded(&mut child, "the installer blocked for 10 s");
         let mut message = String::new();
         std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut message).unwrap();
@@ -491,12 +495,7 @@ fn up_to_date_host_needs_no_systemd_and_waits_for_sigterm() {
 /// if it exits first), sends SIGTERM, checks it exits 0 within 10 s and logs the signal, and
 /// returns the `action`s it logged.
 fn run_until_sigterm(host: &Host, extra: &[&str]) -> Vec<String> {
-    let mut child = host
-        .command(extra)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = host.spawn(extra);
     let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
     let mut actions = Vec::new();
     loop {
@@ -1073,12 +1072,7 @@ struct WaitingRun {
 
 impl WaitingRun {
     fn start(host: &Host, extra: &[&str]) -> Self {
-        let mut child = host
-            .command(extra)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+        let mut child = host.spawn(extra);
         let stderr = child.stderr.take().unwrap();
         let (send, lines) = std::sync::mpsc::channel();
         std::thread::spawn(move || {

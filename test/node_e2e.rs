@@ -190,6 +190,18 @@ fn container_log(node: &Node, pod: &Pod) -> String {
         .stdout
 }
 
+/// The runtime handlers kubelet reports for Node `name` (from the CRI).
+async fn runtime_handlers(nodes: &Api<KubeNode>, name: &str) -> Result<Vec<String>, String> {
+    let found = nodes.get(name).await.map_err(|e| e.to_string())?;
+    Ok(found
+        .status
+        .and_then(|s| s.runtime_handlers)
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|h| h.name)
+        .collect())
+}
+
 /// The first container's ID of `pod`, without the `containerd://` prefix.
 fn container_id(pod: &Pod) -> String {
     pod.status
@@ -610,14 +622,7 @@ async fn a_gvisor_pod_runs_on_a_real_node_and_deleting_the_runtime_uninstalls_it
         "runsc and runsc-no-raw among the Node's runtime handlers",
         STAGE_TIMEOUT,
         || async {
-            let found = nodes.get(&node_name).await.map_err(|e| e.to_string())?;
-            let handlers: Vec<String> = found
-                .status
-                .and_then(|s| s.runtime_handlers)
-                .unwrap_or_default()
-                .into_iter()
-                .filter_map(|h| h.name)
-                .collect();
+            let handlers = runtime_handlers(&nodes, &node_name).await?;
             let has = |name: &str| handlers.iter().any(|h| h == name);
             if has("runsc") && has("runsc-no-raw") && !has("runsc-kvm") {
                 Ok(())
@@ -1107,14 +1112,7 @@ async fn bench_gvisor_pod_start_and_memory_against_runc() {
     let ds_name = format!("containerd-gvisor-{POOL}");
     wait_for_installation(&node, &daemon_sets, &shoot_pods, &ds_name, INSTALLATION_TAG).await;
     wait_on_node(&node, "runsc among the handlers", STAGE_TIMEOUT, || async {
-        let found = nodes.get(&node_name).await.map_err(|e| e.to_string())?;
-        let handlers: Vec<String> = found
-            .status
-            .and_then(|s| s.runtime_handlers)
-            .unwrap_or_default()
-            .into_iter()
-            .filter_map(|h| h.name)
-            .collect();
+        let handlers = runtime_handlers(&nodes, &node_name).await?;
         if handlers.iter().any(|h| h == "runsc") {
             Ok(())
         } else {

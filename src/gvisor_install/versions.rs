@@ -26,7 +26,7 @@
 //! and deletion of the containers already there use the runsc they were created with.
 //!
 //! The I/O half (hashing the image's binaries, reading the host's process table, removing
-//! folders) is [`super::installed_versions`].
+//! folders) is `installed_versions` (private to the installer).
 
 use std::collections::BTreeSet;
 

@@ -256,7 +256,10 @@ mod tests {
         }
         let none = runtime_classes(&[pool("a", json!({"overhead": {}}))]).unwrap();
         assert_eq!(
-            (none[0].overhead_cpu.clone(), none[0].overhead_memory.clone()),
+            (
+                none[0].overhead_cpu.clone(),
+                none[0].overhead_memory.clone()
+            ),
             (None, None),
             "overhead: {{}} asks for none"
         );
