@@ -128,6 +128,9 @@ check-generate: generate
 # Every process a test run starts inherits GARDENER_EXTENSION_NODE_TEST_RUN; check-orphans
 # looks for that value only.
 #
+# Lint runs first, with the Go modules' downloads beside it (hack/go-download.sh, network more
+# than CPU), so go-builds after it compile instead of waiting on the module proxy.
+#
 # Prometheus and promtool (hack/envtest.sh --prometheus, minutes on a cold machine) build beside
 # the test phase at the lowest priority, in the CPU time the tests leave idle while they wait on
 # their API servers (beside lint and the builds they cost those phases minutes); the promtool
@@ -138,8 +141,12 @@ check-generate: generate
 # test build with the binary it made (a `cargo run` would compile it again, the
 # dev-dependencies' features aside: minutes on a cold machine).
 test: deps
-	@$(call phase,go-builds); assets="$$(hack/envtest.sh)"; \
+	@mkdir -p "$(TARGET_DIR)"; download_log="$(TARGET_DIR)/go-download.log"; \
+	  nice -n 19 hack/go-download.sh >"$$download_log" 2>&1 & download=$$!; \
+	  trap 'kill $$download 2>/dev/null || true' EXIT; \
 	  $(call phase,lint); $(MAKE) --no-print-directory lint; \
+	  $(call phase,go-builds); wait $$download || cat "$$download_log" >&2; \
+	  assets="$$(hack/envtest.sh)"; \
 	  export GARDENER_EXTENSION_NODE_TEST_RUN="test-$$$$-$$(date +%s%N)"; \
 	  $(call phase,build-tests); $(CARGO) test --lib --bins --tests --no-run; \
 	  $(call phase,check-generate); \
@@ -149,7 +156,7 @@ test: deps
 	  setsid nice -n 19 bash -c 'hack/envtest.sh --prometheus >"$$1" 2>&1 || exit 10; \
 	    [[ "$$2" != 1 ]] || $(MAKE) --no-print-directory e2e-prebuild >"$$3" 2>&1 || exit 11' \
 	    background "$$prometheus_log" "$(E2E_PREBUILD)" "$$prebuild_log" & background=$$!; \
-	  trap 'kill -- -$$background 2>/dev/null || true' EXIT; \
+	  trap 'kill -- -$$background 2>/dev/null || true; kill $$download 2>/dev/null || true' EXIT; \
 	  $(call phase,test); ENVTEST_ASSETS="$$assets" $(CARGO) test --lib --bins --tests; \
 	  $(call phase,builds-beside); status=0; wait $$background || status=$$?; \
 	  case $$status in \
