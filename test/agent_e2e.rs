@@ -1990,6 +1990,14 @@ async fn a_changed_host_name_restarts_the_agent_with_the_new_name() {
         .machine
         .wait_for_unit_state(AGENT_UNIT, "active", Duration::from_secs(30))
         .unwrap();
+    // `active` comes with the fork; a rename before the process has read the host name would
+    // be its start name, not a change (seen on a loaded machine): wait for its start line.
+    let original = format!("\"hostname\":\"{}\"", node.to_lowercase());
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !agent.log().contains(&original) {
+        assert!(std::time::Instant::now() < deadline, "{}", agent.log());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     let before = agent.machine.unit_property(AGENT_UNIT, "InvocationID");
     let renamed = format!("{node}-Renamed");
     agent
