@@ -1179,12 +1179,12 @@ async fn a_refused_kvm_profile_is_an_event_on_the_node_with_no_more_than_the_shi
     .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = dir.path().join("kubeconfig");
-    let ca = base64_encode(env.ca_pem.as_bytes());
     std::fs::write(
         &kubeconfig,
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: shoot\n  cluster:\n    server: {}\n    certificate-authority-data: {ca}\nusers:\n- name: gvisor\n  user:\n    token: {token}\ncontexts:\n- name: shoot\n  context: {{cluster: shoot, user: gvisor}}\ncurrent-context: shoot\n",
-            env.server_url
+        gardener_extension_node::kubeconfig::render_token_kubeconfig(
+            &env.server_url,
+            &env.ca_pem,
+            &token,
         ),
     )
     .unwrap();
@@ -1276,9 +1276,4 @@ async fn a_refused_kvm_profile_is_an_event_on_the_node_with_no_more_than_the_shi
             .await
             .map(|_| ())
     ));
-}
-
-fn base64_encode(bytes: &[u8]) -> String {
-    use base64::Engine;
-    base64::engine::general_purpose::STANDARD.encode(bytes)
 }

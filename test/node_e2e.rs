@@ -1077,6 +1077,20 @@ fn first_log_line_at(node: &Node, pod: &Pod) -> Result<chrono::DateTime<chrono::
         .map_err(|e| format!("{stamp}: {e}"))
 }
 
+/// One runtime's medians over its pods (seconds, MiB, millicores).
+#[derive(Debug)]
+struct RuntimeFigures {
+    label: &'static str,
+    to_output: f64,
+    output_min: f64,
+    output_max: f64,
+    to_running: f64,
+    working_set_mib: f64,
+    anon_mib: f64,
+    cpu_millicores: f64,
+    shim_rss_mib: f64,
+}
+
 /// Starts per runtime.
 const BENCH_STARTS: usize = 10;
 
@@ -1184,17 +1198,17 @@ async fn bench_gvisor_pod_start_and_memory_against_runc() {
             "every pod's cgroup has used CPU: {after:?}"
         );
         let (output_min, output_max) = min_max(&to_output);
-        rows.push((
+        rows.push(RuntimeFigures {
             label,
-            median(&mut to_output),
+            to_output: median(&mut to_output),
             output_min,
             output_max,
-            median(&mut to_running),
-            median(&mut working_set),
-            median(&mut anon),
-            median(&mut cpu),
-            shim_rss,
-        ));
+            to_running: median(&mut to_running),
+            working_set_mib: median(&mut working_set),
+            anon_mib: median(&mut anon),
+            cpu_millicores: median(&mut cpu),
+            shim_rss_mib: shim_rss,
+        });
         eprintln!("bench: {label}: {:?}", rows.last().unwrap());
         for pod in &started {
             pods.delete(&pod.name_any(), &DeleteParams::default())
@@ -1217,8 +1231,8 @@ async fn bench_gvisor_pod_start_and_memory_against_runc() {
     }
 
     let (runc, gvisor) = (&rows[0], &rows[1]);
-    let memory_overhead = gvisor.5 - runc.5;
-    let cpu_overhead = gvisor.7 - runc.7;
+    let memory_overhead = gvisor.working_set_mib - runc.working_set_mib;
+    let cpu_overhead = gvisor.cpu_millicores - runc.cpu_millicores;
     let mut body = String::from(
         "## gVisor against runc: pod start and memory on a real node\n\n\
          Command: `make bench-gvisor` (`bench_gvisor_pod_start_and_memory_against_runc` in `test/node_e2e.rs`): the systemd-nspawn node of `make e2e` (containerd 2.x and kubelet built from their Go modules, our agent), gVisor installed by the operator's DaemonSet (runsc and its shim from `gvisor.dev/gvisor`, default profile, platform systrap); per runtime 10 busybox pods (`echo started; sleep 3600`, no resources asked for) created one after the other, each kept running. **Start**: from the create request to the container's first log line (containerd's timestamp; the node shares the host's clock), and to `Running` as the API shows it (polled every 50 ms; kubelet reports it after its next relist). **Memory and CPU** of each pod's cgroup (pod level, as the RuntimeClass overhead is accounted: for gVisor the sandbox, i.e. the Sentry and the gofer, with the container in it) 10 s after the last pod started; CPU over the next 10 s. The shims run outside the pods' cgroups (containerd's); the mean resident memory of one shim process is given apart. Figures are medians over the 10 pods.\n\n\
@@ -1228,12 +1242,20 @@ async fn bench_gvisor_pod_start_and_memory_against_runc() {
     for row in &rows {
         body.push_str(&format!(
             "| {} | {:.2} s | {:.2} / {:.2} s | {:.2} s | {:.1} MiB | {:.1} MiB | {:.1} millicores | {:.1} MiB |\n",
-            row.0, row.1, row.2, row.3, row.4, row.5, row.6, row.7, row.8
+            row.label,
+            row.to_output,
+            row.output_min,
+            row.output_max,
+            row.to_running,
+            row.working_set_mib,
+            row.anon_mib,
+            row.cpu_millicores,
+            row.shim_rss_mib
         ));
     }
     body.push_str(&format!(
         "\ngVisor minus runc, per pod: working set {memory_overhead:.1} MiB, CPU {cpu_overhead:.1} millicores when idle; start {:.2} s later to the first output. The RuntimeClass's default `overhead.podFixed` is this difference rounded up (memory to the next 8 MiB, CPU to the next 10 millicores, at least 10): see `DEFAULT_OVERHEAD` in `src/controllers/containerruntime/profiles.rs` and docs/usage.md.\n\nMeasured on {}.\n",
-        gvisor.1 - runc.1,
+        gvisor.to_output - runc.to_output,
         chrono::Utc::now().format("%Y-%m-%d")
     ));
     support::benchmarks::write_section("gvisor", &body);

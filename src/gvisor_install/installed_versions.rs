@@ -9,7 +9,6 @@
 
 use std::collections::BTreeSet;
 use std::fs::File;
-use std::io::Read;
 use std::path::Path;
 
 use tracing::{info, warn};
@@ -21,7 +20,7 @@ use super::plan::BINARIES;
 use super::versions::{self, VERSIONS_DIR, VersionHash};
 use super::{Error, HostPath, Settings};
 
-/// The version of the binaries in `source_dir` (both present: checked before).
+/// The version of the binaries in `source_dir` (both present: checked before), streamed.
 pub(super) fn version_of_source(source_dir: &Path) -> Result<String, Error> {
     let mut hash = VersionHash::default();
     for name in BINARIES {
@@ -36,17 +35,7 @@ pub(super) fn version_of_source(source_dir: &Path) -> Result<String, Error> {
         let mut file = File::open(&path).map_err(read_error)?;
         let length = file.metadata().map_err(read_error)?.len();
         hash.binary(length);
-        let mut buffer = vec![0u8; 64 * 1024];
-        let mut read_total = 0u64;
-        loop {
-            let read = file.read(&mut buffer).map_err(read_error)?;
-            if read == 0 {
-                break;
-            }
-            read_total += read as u64;
-            hash.update(&buffer[..read]);
-        }
-        if read_total != length {
+        if std::io::copy(&mut file, &mut hash).map_err(read_error)? != length {
             return Err(read_error(std::io::ErrorKind::UnexpectedEof.into()));
         }
     }
@@ -81,15 +70,12 @@ fn exe_links(proc_dir: &Path) -> Option<Vec<String>> {
     (!links.is_empty()).then_some(links)
 }
 
-/// What a cleanup found and did.
+/// What a cleanup found that stays (removals are logged as they happen); the waiting run
+/// logs it again only when it changes.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub(super) struct Cleanup {
-    /// Versions removed.
-    pub removed: Vec<String>,
     /// Versions other than the current one kept because a process runs them.
     pub in_use: BTreeSet<String>,
-    /// The binaries from before versions were removed.
-    pub legacy_removed: bool,
     /// The binaries from before versions were kept because a process runs one.
     pub legacy_in_use: bool,
     /// Versions whose binaries went but whose folders stay, with the names of what else is
@@ -158,9 +144,8 @@ pub(super) fn remove_unused(settings: &Settings, current: Option<&str>) -> Resul
         ..Cleanup::default()
     };
     for version in versions::removable(&present, current, &used) {
-        match remove_version(settings, &version)? {
-            None => cleanup.removed.push(version),
-            Some(others) => cleanup.left.push((version, others)),
+        if let Some(others) = remove_version(settings, &version)? {
+            cleanup.left.push((version, others));
         }
     }
     if has_legacy {
@@ -173,7 +158,6 @@ pub(super) fn remove_unused(settings: &Settings, current: Option<&str>) -> Resul
                     info!(action = "removed", path = %settings.bin_dir.host.join(name).display(), "binary from before versioned installs removed: no process runs it");
                 }
             }
-            cleanup.legacy_removed = true;
         }
     }
     if current.is_none() {

@@ -72,6 +72,18 @@ impl VersionHash {
     }
 }
 
+/// Bytes of the current binary, for `std::io::copy` from a file.
+impl std::io::Write for VersionHash {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.update(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 /// Where `binary` of `version` lies: `<bin_dir>/gvisor/<version>/<binary>` (host paths).
 pub fn binary_path(bin_dir: &str, version: &str, binary: &str) -> String {
     format!(
